@@ -1,0 +1,171 @@
+//! The agent channel: an agent ↔ the master, over a WebSocket at
+//! `ws://MASTER/api/agent`.
+//!
+//! The agent's first call is [`Call::Register`]. An agent that has an id
+//! (it registered before, and kept its work dir) sends it together with the
+//! tasks and executors it runs, so a restarted master rebuilds its view and
+//! a reconnecting agent keeps its tasks. The master answers
+//! [`Event::Registered`], pings the agent, and removes it after too many
+//! missed pings; a removed agent that comes back gets [`Event::Shutdown`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    AgentId, AgentInfo, Bytes, ExecutorId, ExecutorInfo, FrameworkId, FrameworkInfo, MasterInfo,
+    TaskId, TaskInfo, TaskState, TaskStatus,
+};
+
+/// Agent → master.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Call {
+    /// Register, or re-register when `agent_info.id` is set.
+    Register {
+        /// Must be [`crate::PROTOCOL_VERSION`].
+        protocol: u32,
+        /// The agent.
+        agent_info: AgentInfo,
+        /// Tasks the agent has (re-registration).
+        #[serde(default)]
+        tasks: Vec<TaskReport>,
+        /// Executors the agent runs (re-registration).
+        #[serde(default)]
+        executors: Vec<ExecutorReport>,
+        /// Frameworks with tasks on the agent (re-registration).
+        #[serde(default)]
+        frameworks: Vec<FrameworkInfo>,
+    },
+    /// A reliable status update from the agent's status update manager.
+    /// The master forwards it and later sends [`Event::Acknowledge`].
+    StatusUpdate {
+        /// The task's framework.
+        framework_id: FrameworkId,
+        /// The status; `uuid` is always set.
+        status: TaskStatus,
+    },
+    /// An executor process ended.
+    ExecutorExited {
+        /// Its framework.
+        framework_id: FrameworkId,
+        /// The executor.
+        executor_id: ExecutorId,
+        /// Wait status (exit code, or 128 + signal), when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<i32>,
+        /// Detail.
+        #[serde(default)]
+        message: String,
+    },
+    /// Bytes from an executor to its scheduler. Best effort.
+    Message {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The executor.
+        executor_id: ExecutorId,
+        /// Payload.
+        data: Bytes,
+    },
+    /// Answer to [`Event::Ping`].
+    Pong,
+    /// A call type this master does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// One task an agent reports when it re-registers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskReport {
+    /// The task's framework.
+    pub framework_id: FrameworkId,
+    /// The task as launched.
+    pub task: TaskInfo,
+    /// Its latest state on the agent.
+    pub state: TaskState,
+    /// The latest status, if any was generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_status: Option<TaskStatus>,
+}
+
+/// One executor an agent reports when it re-registers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutorReport {
+    /// Its framework.
+    pub framework_id: FrameworkId,
+    /// The executor.
+    pub executor: ExecutorInfo,
+}
+
+/// Master → agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Event {
+    /// Registration accepted.
+    Registered {
+        /// The agent's id (new, or the one it re-registered with).
+        agent_id: AgentId,
+        /// The master pings this often.
+        ping_interval_seconds: f64,
+        /// Who is serving.
+        master_info: MasterInfo,
+        /// Whether the agent was re-admitted with its id.
+        #[serde(default)]
+        reregistered: bool,
+    },
+    /// Run a task (starting its executor when needed).
+    RunTask {
+        /// The task's framework, with `id` set.
+        framework: FrameworkInfo,
+        /// The task. For command tasks `command` is set; for custom
+        /// executors `executor` (with `framework_id` filled in).
+        task: TaskInfo,
+    },
+    /// Kill a task.
+    KillTask {
+        /// Its framework.
+        framework_id: FrameworkId,
+        /// The task.
+        task_id: TaskId,
+    },
+    /// The scheduler acknowledged a status update.
+    Acknowledge {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The task.
+        task_id: TaskId,
+        /// The update's uuid.
+        uuid: String,
+    },
+    /// Bytes from a scheduler to an executor. Best effort.
+    Message {
+        /// The framework.
+        framework_id: FrameworkId,
+        /// The executor.
+        executor_id: ExecutorId,
+        /// Payload.
+        data: Bytes,
+    },
+    /// The framework is gone: shut down its executors and kill its tasks.
+    ShutdownFramework {
+        /// The framework.
+        framework_id: FrameworkId,
+    },
+    /// Keep-alive; answer with [`Call::Pong`].
+    Ping,
+    /// The master removed this agent: kill everything and stop. The agent
+    /// must not re-register with this id.
+    Shutdown {
+        /// Why.
+        message: String,
+    },
+    /// An error; `fatal` ends the registration.
+    Error {
+        /// What went wrong.
+        message: String,
+        /// Whether the master refuses this agent.
+        #[serde(default)]
+        fatal: bool,
+    },
+    /// An event type this agent does not know.
+    #[serde(other)]
+    Unknown,
+}

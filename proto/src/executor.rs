@@ -1,0 +1,109 @@
+//! The executor channel: an executor ↔ its agent, over a WebSocket at the
+//! URL the agent passes in `AGORA_AGENT_ENDPOINT` (see [`crate::env`]).
+//!
+//! The executor's first call is [`Call::Subscribe`], carrying the updates
+//! and tasks the agent has not acknowledged yet (after an agent restart or
+//! a dropped connection), so none are lost. Each [`Call::Update`] is
+//! answered by [`Event::Acknowledged`] once the agent has made the update
+//! durable; the executor keeps it until then.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    AgentId, Bytes, ExecutorId, ExecutorInfo, FrameworkId, FrameworkInfo, TaskId, TaskInfo,
+    TaskStatus,
+};
+
+/// Executor → agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Call {
+    /// Attach to the agent (first call, and after every reconnect).
+    Subscribe {
+        /// Must be [`crate::PROTOCOL_VERSION`].
+        protocol: u32,
+        /// From `AGORA_FRAMEWORK_ID`.
+        framework_id: FrameworkId,
+        /// From `AGORA_EXECUTOR_ID`.
+        executor_id: ExecutorId,
+        /// From `AGORA_EXECUTOR_TOKEN`; the agent refuses a wrong one.
+        token: String,
+        /// Updates sent but not yet acknowledged, oldest first.
+        #[serde(default)]
+        unacknowledged_updates: Vec<TaskStatus>,
+        /// Tasks received that have no update acknowledged yet.
+        #[serde(default)]
+        unacknowledged_tasks: Vec<TaskInfo>,
+    },
+    /// A status update for one of this executor's tasks; `status.uuid` set.
+    Update {
+        /// The status.
+        status: TaskStatus,
+    },
+    /// Bytes for the scheduler. Best effort.
+    Message {
+        /// Payload.
+        data: Bytes,
+    },
+    /// A call type this agent does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// Agent → executor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Event {
+    /// Subscription accepted.
+    Subscribed {
+        /// This executor.
+        executor_info: ExecutorInfo,
+        /// Its framework.
+        framework_info: FrameworkInfo,
+        /// The agent.
+        agent_id: AgentId,
+        /// The agent's host name.
+        hostname: String,
+    },
+    /// Launch a task.
+    Launch {
+        /// The task.
+        task: TaskInfo,
+    },
+    /// Kill a task; send a terminal update (TASK_KILLED) when done.
+    Kill {
+        /// The task.
+        task_id: TaskId,
+        /// Seconds the task gets to end after SIGTERM.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace_period_seconds: Option<f64>,
+    },
+    /// The agent made an update durable; the executor may forget it.
+    Acknowledged {
+        /// The task.
+        task_id: TaskId,
+        /// The update's uuid.
+        uuid: String,
+    },
+    /// Bytes from the scheduler. Best effort.
+    Message {
+        /// Payload.
+        data: Bytes,
+    },
+    /// Kill all tasks and exit within the grace period.
+    Shutdown {
+        /// Seconds before the agent kills the process group.
+        grace_period_seconds: f64,
+    },
+    /// An error; `fatal` means the agent refuses this executor.
+    Error {
+        /// What went wrong.
+        message: String,
+        /// Whether to give up.
+        #[serde(default)]
+        fatal: bool,
+    },
+    /// An event type this executor does not know.
+    #[serde(other)]
+    Unknown,
+}
