@@ -95,8 +95,8 @@ pub struct Offer {
     pub executor_ids: Vec<ExecutorId>,
 }
 
-/// A shell command or program to run.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// A shell command or program to run. The default is an empty shell command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommandInfo {
     /// With `shell` (the default) a string for `/bin/sh -c`; otherwise the
     /// program to execute with `arguments`.
@@ -320,6 +320,29 @@ pub fn now_timestamp() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
+}
+
+// === impl CommandInfo ===
+
+impl Default for CommandInfo {
+    fn default() -> Self {
+        CommandInfo {
+            value: String::new(),
+            shell: true,
+            arguments: Vec::new(),
+            environment: BTreeMap::new(),
+        }
+    }
+}
+
+impl CommandInfo {
+    /// A command for `/bin/sh -c`.
+    pub fn shell(command: impl Into<String>) -> Self {
+        CommandInfo {
+            value: command.into(),
+            ..CommandInfo::default()
+        }
+    }
 }
 
 // === impl Bytes ===

@@ -1,0 +1,112 @@
+//! Golden JSON: pins the wire format of representative messages of every
+//! channel, so a change to the protocol is a visible diff here.
+
+use std::collections::BTreeMap;
+
+use agora_proto::{
+    agent, decode, encode, executor, scheduler, AgentId, Bytes, CommandInfo, DecodeError, Filters,
+    FrameworkInfo, OfferId, Reason, Resources, Source, TaskId, TaskInfo, TaskState, TaskStatus,
+    MAX_FRAME_BYTES,
+};
+
+fn task() -> TaskInfo {
+    TaskInfo {
+        name: "t".into(),
+        task_id: TaskId::new("t1"),
+        agent_id: AgentId::new("a1"),
+        resources: Resources::parse("cpus:0.5;mem:64;ports:[31000-31001]").unwrap(),
+        executor: None,
+        command: Some(CommandInfo {
+            value: "echo hi".into(),
+            ..CommandInfo::default()
+        }),
+        data: Some(Bytes::from("d")),
+        kill_grace_period: None,
+        labels: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn scheduler_launch() {
+    let call = scheduler::Call::Launch {
+        offer_ids: vec![OfferId::new("o1")],
+        tasks: vec![task()],
+        filters: Filters {
+            refuse_seconds: Some(1.0),
+        },
+    };
+    let json = encode(&call);
+    assert_eq!(
+        json,
+        r#"{"type":"LAUNCH","offer_ids":["o1"],"tasks":[{"name":"t","task_id":"t1","agent_id":"a1","resources":[{"name":"cpus","scalar":0.5},{"name":"mem","scalar":64.0},{"name":"ports","ranges":[[31000,31001]]}],"command":{"value":"echo hi","shell":true,"arguments":[],"environment":{}},"data":"ZA=="}],"filters":{"refuse_seconds":1.0}}"#
+    );
+    assert_eq!(decode::<scheduler::Call>(&json).unwrap(), call);
+}
+
+#[test]
+fn scheduler_subscribe_and_update() {
+    let mut info = FrameworkInfo::new("f");
+    info.checkpoint = true;
+    let call = scheduler::Call::Subscribe {
+        protocol: 1,
+        framework_info: info,
+        force: false,
+    };
+    assert_eq!(
+        encode(&call),
+        r#"{"type":"SUBSCRIBE","protocol":1,"framework_info":{"user":"","name":"f","failover_timeout":0.0,"checkpoint":true,"roles":[],"hostname":""},"force":false}"#
+    );
+    let mut status = TaskStatus::new(TaskId::new("t1"), TaskState::Failed, Source::SourceAgent)
+        .with_reason(Reason::ReasonExecutorTerminated)
+        .with_message("executor exited with status 1");
+    status.timestamp = 1.5;
+    status.uuid = Some("u-1".into());
+    let event = scheduler::Event::Update { status };
+    assert_eq!(
+        encode(&event),
+        r#"{"type":"UPDATE","status":{"task_id":"t1","state":"TASK_FAILED","message":"executor exited with status 1","source":"SOURCE_AGENT","reason":"REASON_EXECUTOR_TERMINATED","timestamp":1.5,"uuid":"u-1"}}"#
+    );
+}
+
+#[test]
+fn agent_and_executor_channels() {
+    assert_eq!(encode(&agent::Event::Ping), r#"{"type":"PING"}"#);
+    assert_eq!(encode(&agent::Call::Pong), r#"{"type":"PONG"}"#);
+    let ack = executor::Event::Acknowledged {
+        task_id: TaskId::new("t1"),
+        uuid: "u".into(),
+    };
+    assert_eq!(
+        encode(&ack),
+        r#"{"type":"ACKNOWLEDGED","task_id":"t1","uuid":"u"}"#
+    );
+}
+
+#[test]
+fn decoding_is_tolerant_and_strict_where_it_must_be() {
+    // Unknown fields are ignored.
+    let call: scheduler::Call =
+        decode(r#"{"type":"REVIVE","roles":[],"from_the_future":1}"#).unwrap();
+    assert_eq!(call, scheduler::Call::Revive { roles: vec![] });
+    // Unknown types are named.
+    assert_eq!(
+        decode::<scheduler::Call>(r#"{"type":"WARP"}"#),
+        Err(DecodeError::UnknownType("WARP".into()))
+    );
+    // Malformed JSON and impossible resources are errors with a reason.
+    assert!(matches!(
+        decode::<agent::Call>("{"),
+        Err(DecodeError::Malformed(_))
+    ));
+    let err = decode::<agent::Call>(
+        r#"{"type":"REGISTER","protocol":1,"agent_info":{"hostname":"h","address":"a","resources":[{"name":"cpus","scalar":-1}]}}"#,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("cpus"), "{err}");
+    // Oversized frames are refused before parsing.
+    let big = " ".repeat(MAX_FRAME_BYTES + 1);
+    assert!(matches!(
+        decode::<agent::Call>(&big),
+        Err(DecodeError::TooLarge { .. })
+    ));
+}
