@@ -16,6 +16,9 @@ use crate::{
 };
 
 /// Agent → master.
+// Messages are built once and moved into a frame; boxing the large
+// variants would only add allocations.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Call {
@@ -96,6 +99,9 @@ pub struct ExecutorReport {
 }
 
 /// Master → agent.
+// Messages are built once and moved into a frame; boxing the large
+// variants would only add allocations.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Event {

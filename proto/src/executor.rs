@@ -15,6 +15,9 @@ use crate::{
 };
 
 /// Executor → agent.
+// Messages are built once and moved into a frame; boxing the large
+// variants would only add allocations.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Call {
@@ -51,6 +54,9 @@ pub enum Call {
 }
 
 /// Agent → executor.
+// Messages are built once and moved into a frame; boxing the large
+// variants would only add allocations.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Event {

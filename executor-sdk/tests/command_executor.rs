@@ -1,0 +1,235 @@
+//! The real `agora-command-executor` binary against a fake agent.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use agora_executor::proto::executor::{Call, Event};
+use agora_executor::proto::PROTOCOL_VERSION;
+use agora_executor::{AgentId, ExecutorId, FrameworkId, Reason, Source, TaskId, TaskState};
+use common::*;
+use tokio::process::{Child, Command};
+use tokio::time::timeout;
+
+struct Run {
+    agent: FakeAgent,
+    child: Child,
+    sandbox: tempfile::TempDir,
+}
+
+async fn start(grace: &str) -> Run {
+    let agent = FakeAgent::bind().await;
+    let sandbox = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_agora-command-executor"))
+        .env("AGORA_AGENT_ENDPOINT", agent.endpoint())
+        .env("AGORA_FRAMEWORK_ID", "fw-1")
+        .env("AGORA_EXECUTOR_ID", "task-1")
+        .env("AGORA_SANDBOX", sandbox.path())
+        .env("AGORA_EXECUTOR_TOKEN", "secret")
+        .env("AGORA_SHUTDOWN_GRACE_PERIOD", grace)
+        .env("RUST_LOG", "warn")
+        .current_dir(sandbox.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    Run {
+        agent,
+        child,
+        sandbox,
+    }
+}
+
+/// Accepts the executor's connection, checks its SUBSCRIBE, subscribes it
+/// and launches `task`.
+async fn launch(run: &Run, task: agora_executor::TaskInfo) -> Conn {
+    let mut ws = run.agent.accept().await;
+    match recv(&mut ws).await {
+        Call::Subscribe {
+            protocol,
+            framework_id,
+            executor_id,
+            token,
+            unacknowledged_updates,
+            unacknowledged_tasks,
+        } => {
+            assert_eq!(protocol, PROTOCOL_VERSION);
+            assert_eq!(framework_id, FrameworkId::new("fw-1"));
+            assert_eq!(executor_id, ExecutorId::new("task-1"));
+            assert_eq!(token, "secret");
+            assert!(unacknowledged_updates.is_empty());
+            assert!(unacknowledged_tasks.is_empty());
+        }
+        other => panic!("expected SUBSCRIBE, got {other:?}"),
+    }
+    send(&mut ws, &subscribed("task-1")).await;
+    send(&mut ws, &Event::Launch { task }).await;
+    ws
+}
+
+async fn exit_code(child: &mut Child) -> i32 {
+    timeout(STEP, child.wait())
+        .await
+        .expect("executor exits in time")
+        .unwrap()
+        .code()
+        .expect("exit code")
+}
+
+#[tokio::test]
+async fn echo_runs_finishes_and_exits_after_acknowledgement() {
+    let mut run = start("5").await;
+    let mut ws = launch(&run, command_task("task-1", Some(shell("echo hi")))).await;
+
+    let running = recv_update(&mut ws).await;
+    assert_eq!(running.task_id, TaskId::new("task-1"));
+    assert_eq!(running.state, TaskState::Running);
+    assert_eq!(running.source, Source::SourceExecutor);
+    assert_eq!(running.executor_id, Some(ExecutorId::new("task-1")));
+    assert_eq!(running.agent_id, Some(AgentId::new("agent-1")));
+    assert!(running.uuid.is_some());
+    ack(&mut ws, &running).await;
+
+    let finished = recv_update(&mut ws).await;
+    assert_eq!(finished.state, TaskState::Finished);
+    assert_ne!(finished.uuid, running.uuid);
+    // Not acknowledged yet: the executor waits.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        run.child.try_wait().unwrap().is_none(),
+        "exited before ACKNOWLEDGED"
+    );
+    ack(&mut ws, &finished).await;
+    assert_eq!(drain_until_closed(&mut ws).await, vec![]);
+    assert_eq!(exit_code(&mut run.child).await, 0);
+
+    let mut stdout = String::new();
+    use tokio::io::AsyncReadExt;
+    run.child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .await
+        .unwrap();
+    assert_eq!(stdout, "hi\n");
+}
+
+#[tokio::test]
+async fn failing_command_reports_its_exit_status() {
+    let mut run = start("5").await;
+    let mut ws = launch(&run, command_task("task-1", Some(shell("exit 3")))).await;
+    let running = recv_update(&mut ws).await;
+    assert_eq!(running.state, TaskState::Running);
+    let failed = recv_update(&mut ws).await;
+    assert_eq!(failed.state, TaskState::Failed);
+    assert_eq!(failed.reason, Some(Reason::ReasonCommandExecutorFailed));
+    assert!(
+        failed.message.as_deref().unwrap().contains('3'),
+        "{failed:?}"
+    );
+    ack(&mut ws, &running).await;
+    ack(&mut ws, &failed).await;
+    assert_eq!(exit_code(&mut run.child).await, 0);
+}
+
+#[tokio::test]
+async fn kill_terminates_the_process_group() {
+    let mut run = start("5").await;
+    // The shell leaves `sleep` running in the background, in its group.
+    let script = "sleep 30 & echo $! > sleep.pid; wait";
+    let mut ws = launch(&run, command_task("task-1", Some(shell(script)))).await;
+    let running = recv_update(&mut ws).await;
+    assert_eq!(running.state, TaskState::Running);
+    ack(&mut ws, &running).await;
+
+    let pid_file = run.sandbox.path().join("sleep.pid");
+    let pid: i32 = timeout(STEP, async {
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&pid_file) {
+                if let Ok(pid) = text.trim().parse() {
+                    return pid;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the command wrote the sleep's pid");
+
+    let asked = std::time::Instant::now();
+    send(
+        &mut ws,
+        &Event::Kill {
+            task_id: TaskId::new("task-1"),
+            grace_period_seconds: None,
+        },
+    )
+    .await;
+    let killed = recv_update(&mut ws).await;
+    assert_eq!(killed.state, TaskState::Killed);
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "SIGTERM should end it well before the grace period"
+    );
+    ack(&mut ws, &killed).await;
+    assert_eq!(exit_code(&mut run.child).await, 0);
+    // The backgrounded sleep went with its group (a zombie waiting for
+    // init counts as gone).
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .trim_start()
+        .chars()
+        .next();
+    assert!(
+        matches!(state, None | Some('Z') | Some('X')),
+        "sleep {pid} still alive: {stat}"
+    );
+}
+
+#[tokio::test]
+async fn task_without_command_and_second_launch_are_errors() {
+    let mut run = start("5").await;
+    let mut ws = launch(&run, command_task("task-1", Some(shell("sleep 30")))).await;
+    assert_eq!(recv_update(&mut ws).await.state, TaskState::Running);
+    send(
+        &mut ws,
+        &Event::Launch {
+            task: command_task("task-2", None),
+        },
+    )
+    .await;
+    let refused = recv_update(&mut ws).await;
+    assert_eq!(refused.task_id, TaskId::new("task-2"));
+    assert_eq!(refused.state, TaskState::Error);
+
+    // SHUTDOWN kills the running task and the executor exits.
+    send(
+        &mut ws,
+        &Event::Shutdown {
+            grace_period_seconds: 2.0,
+        },
+    )
+    .await;
+    let killed = recv_update(&mut ws).await;
+    assert_eq!(killed.task_id, TaskId::new("task-1"));
+    assert_eq!(killed.state, TaskState::Killed);
+    ack(&mut ws, &killed).await;
+    assert_eq!(exit_code(&mut run.child).await, 0);
+}
+
+#[tokio::test]
+async fn missing_environment_is_a_clear_error() {
+    let output = Command::new(env!("CARGO_BIN_EXE_agora-command-executor"))
+        .env_remove("AGORA_AGENT_ENDPOINT")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("AGORA_AGENT_ENDPOINT"));
+}
