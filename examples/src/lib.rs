@@ -1,1 +1,13 @@
-//! placeholder
+//! Agora's examples, and the pieces they share.
+//!
+//! - [`execute`]: run K copies of a shell command through the built-in
+//!   command executor (the `agora-execute` binary, and `agora-local --command`);
+//! - [`local`]: a whole cluster — one master and N agents — on 127.0.0.1 in
+//!   one process (the `agora-local` binary);
+//! - the `test-framework` and `test-executor` binaries: a framework with its
+//!   own executor, exchanging framework messages, as in Mesos's examples.
+
+pub mod cli;
+pub mod execute;
+pub mod http;
+pub mod local;

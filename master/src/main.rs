@@ -1,1 +1,178 @@
-fn main() {}
+//! `agora-master`: flags → [`agora_master::Config`] → [`agora_master::run`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+
+/// The Agora master: turns agents' resources into offers for frameworks.
+#[derive(Debug, Parser)]
+#[command(name = "agora-master", version)]
+struct Flags {
+    /// Address to serve WebSockets and HTTP on.
+    #[arg(long, default_value = "127.0.0.1:5050")]
+    listen: SocketAddr,
+    /// Directory for the master's own files.
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Period of the regular allocation cycle (500ms, 5s, 2m, 1h or seconds).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    allocation_interval: Duration,
+    /// Delay of the extra allocation after resources free up (coalesces bursts).
+    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    allocation_batch_window: Duration,
+    /// How often agents are pinged.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    agent_ping_interval: Duration,
+    /// Unanswered pings after which an agent is removed.
+    #[arg(long, default_value_t = 5)]
+    max_missed_pings: u32,
+    /// How often schedulers get a heartbeat.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    heartbeat_interval: Duration,
+    /// Rescind offers outstanding longer than this (default: never).
+    #[arg(long, value_parser = parse_duration)]
+    offer_timeout: Option<Duration>,
+    /// refuse_seconds for declines and launches without a filter.
+    #[arg(long, default_value_t = agora_proto::DEFAULT_REFUSE_SECONDS)]
+    default_refuse_seconds: f64,
+    /// Smallest cpus worth offering.
+    #[arg(long, default_value_t = 0.01)]
+    min_offer_cpus: f64,
+    /// Smallest mem (MiB) worth offering.
+    #[arg(long, default_value_t = 32.0)]
+    min_offer_mem: f64,
+    /// DRF weights per role, e.g. `web=2,batch=0.5` (others weigh 1).
+    #[arg(long, value_parser = parse_weights, default_value = "")]
+    weights: BTreeMap<String, f64>,
+    /// How long a framework known only from agents' reports waits for its scheduler.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    recovered_framework_timeout: Duration,
+    /// Completed tasks kept for /state and reconciliation.
+    #[arg(long, default_value_t = 1000)]
+    max_completed_tasks: usize,
+    /// Removed agent ids remembered (refused with SHUTDOWN).
+    #[arg(long, default_value_t = 100_000)]
+    max_removed_agents: usize,
+    /// Frames queued towards one connection before a non-reading peer is dropped.
+    #[arg(long, default_value_t = 10_000)]
+    connection_queue_capacity: usize,
+    /// Calls queued towards the state task.
+    #[arg(long, default_value_t = 8192)]
+    event_queue_capacity: usize,
+    /// Least time between two /state snapshots.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    state_snapshot_interval: Duration,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: f64 = number.trim().parse().map_err(|_| {
+        format!("{text:?} is not a duration; use e.g. 500ms, 5s, 2m, 1h or seconds")
+    })?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("unknown duration unit {unit:?}; use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(value * scale)
+        .map_err(|_| format!("{text:?} is not a valid non-negative duration"))
+}
+
+fn parse_weights(text: &str) -> Result<BTreeMap<String, f64>, String> {
+    let mut out = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (role, weight) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: expected role=weight"))?;
+        let weight: f64 = weight
+            .trim()
+            .parse()
+            .map_err(|_| format!("{part:?}: weight must be a number"))?;
+        out.insert(role.trim().to_string(), weight);
+    }
+    Ok(out)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match flags.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    let config = agora_master::Config {
+        work_dir: flags.work_dir,
+        allocation_interval: flags.allocation_interval,
+        allocation_batch_window: flags.allocation_batch_window,
+        agent_ping_interval: flags.agent_ping_interval,
+        max_missed_pings: flags.max_missed_pings,
+        heartbeat_interval: flags.heartbeat_interval,
+        offer_timeout: flags.offer_timeout,
+        default_refuse_seconds: flags.default_refuse_seconds,
+        min_offer_cpus: flags.min_offer_cpus,
+        min_offer_mem: flags.min_offer_mem,
+        role_weights: flags.weights,
+        recovered_framework_timeout: flags.recovered_framework_timeout,
+        max_completed_tasks: flags.max_completed_tasks,
+        max_removed_agents: flags.max_removed_agents,
+        connection_queue_capacity: flags.connection_queue_capacity,
+        event_queue_capacity: flags.event_queue_capacity,
+        state_snapshot_interval: flags.state_snapshot_interval,
+    };
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid flags: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(flags.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", flags.listen))?;
+    let address = listener.local_addr()?;
+    println!("agora-master listening on {address}");
+    agora_master::run(listener, config, shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! `agora-execute`: run K copies of a shell command on an Agora cluster and
+//! print every status update. Exits 0 only when all K finished.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agora_examples::cli::{init_logging, parse_duration};
+use agora_examples::execute::{execute, ExecuteOptions};
+use agora_proto::Resources;
+use clap::Parser;
+
+/// Run a shell command as K tasks on an Agora cluster.
+#[derive(Parser, Debug)]
+#[command(name = "agora-execute", version)]
+struct Args {
+    /// Master address, HOST:PORT.
+    #[arg(long)]
+    master: String,
+    /// Framework name; tasks are NAME-0 .. NAME-(K-1).
+    #[arg(long, default_value = "agora-execute")]
+    name: String,
+    /// Shell command each task runs.
+    #[arg(long)]
+    command: String,
+    /// Resources of each task, in Mesos syntax.
+    #[arg(long, default_value = "cpus:0.1;mem:32", value_parser = Resources::parse)]
+    resources: Resources,
+    /// Number of tasks.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
+    /// Role to run in.
+    #[arg(long)]
+    role: Option<String>,
+    /// Ask agents to checkpoint the tasks (survive agent restarts).
+    #[arg(long)]
+    checkpoint: bool,
+    /// How long the master keeps the tasks if this process goes away.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    failover_timeout: Duration,
+    /// Give up after this long (e.g. 10m).
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Print only the summary.
+    #[arg(long)]
+    quiet: bool,
+    /// Log as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_json);
+    let instances = args.instances;
+    let opts = ExecuteOptions {
+        master: args.master,
+        name: args.name,
+        command: args.command,
+        resources: args.resources,
+        instances,
+        role: args.role,
+        checkpoint: args.checkpoint,
+        failover_timeout: args.failover_timeout.as_secs_f64(),
+        timeout: args.timeout,
+        print_updates: !args.quiet,
+    };
+    match execute(opts).await {
+        Ok(report) => {
+            println!("{}", report.summary(instances));
+            if report.success(instances) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("agora-execute: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! A whole cluster in one process: a master and N agents, each on its own
+//! 127.0.0.1 port, sharing a work directory. Agents fork the command
+//! executor from this same binary (`agora-local __command-executor`), so a
+//! newcomer needs nothing but `cargo run`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use agora_proto::{Attributes, Resources};
+use anyhow::{bail, Context};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The first argument that makes a multi-call binary act as the command executor.
+pub const COMMAND_EXECUTOR_ARG: &str = "__command-executor";
+
+/// How to lay out the local cluster.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Number of agents.
+    pub agents: usize,
+    /// Resources each agent advertises.
+    pub agent_resources: Resources,
+    /// Where the master and agents keep their state.
+    pub work_dir: PathBuf,
+    /// The master's address (port 0 picks a free one).
+    pub master_listen: SocketAddr,
+    /// Program and leading arguments agents run as the command executor.
+    pub command_executor: Vec<String>,
+}
+
+/// A running local cluster. Dropping it without [`LocalCluster::shutdown`]
+/// stops the servers when the runtime ends.
+pub struct LocalCluster {
+    /// Where the master serves.
+    pub master_addr: SocketAddr,
+    /// Where each agent serves.
+    pub agent_addrs: Vec<SocketAddr>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+// === impl LocalOptions ===
+
+impl LocalOptions {
+    /// `agents` agents of `cpus:4;mem:4096;disk:16384;ports:[31000-32000]`
+    /// under `work_dir`, the master on an ephemeral port, and this binary as
+    /// command executor.
+    pub fn new(agents: usize, work_dir: PathBuf) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("locating this executable")?;
+        Ok(LocalOptions {
+            agents,
+            agent_resources: Resources::parse("cpus:4;mem:4096;disk:16384;ports:[31000-32000]")?,
+            work_dir,
+            master_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            command_executor: vec![exe.display().to_string(), COMMAND_EXECUTOR_ARG.to_string()],
+        })
+    }
+}
+
+// === impl LocalCluster ===
+
+impl LocalCluster {
+    /// Starts the master and agents and waits until every agent has registered.
+    pub async fn start(opts: LocalOptions) -> anyhow::Result<Self> {
+        if opts.agents == 0 {
+            bail!("--agents must be at least 1");
+        }
+        std::fs::create_dir_all(&opts.work_dir)
+            .with_context(|| format!("creating work dir {}", opts.work_dir.display()))?;
+        let (stop, stopped) = watch::channel(false);
+        let wait_stop = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+
+        let listener = TcpListener::bind(opts.master_listen)
+            .await
+            .with_context(|| format!("binding the master to {}", opts.master_listen))?;
+        let master_addr = listener.local_addr()?;
+        let master_config = agora_master::Config {
+            work_dir: Some(opts.work_dir.join("master")),
+            ..agora_master::Config::default()
+        };
+        let mut tasks = Vec::new();
+        let shutdown = wait_stop(stopped.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = agora_master::run(listener, master_config, shutdown).await {
+                eprintln!("master stopped: {e}");
+            }
+        }));
+
+        let mut agent_addrs = Vec::new();
+        for i in 0..opts.agents {
+            let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+            agent_addrs.push(listener.local_addr()?);
+            let mut config = agora_agent::Config::new(
+                master_addr.to_string(),
+                opts.work_dir.join(format!("agent-{i}")),
+            );
+            config.resources = opts.agent_resources.clone();
+            config.attributes = Attributes::parse(&format!("rack:r{};agent:{i}", i % 2))?;
+            config.hostname = "localhost".to_string();
+            config.command_executor = opts.command_executor.clone();
+            let shutdown = wait_stop(stopped.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = agora_agent::run(listener, config, shutdown).await {
+                    eprintln!("agent {i} stopped: {e}");
+                }
+            }));
+        }
+        let cluster = LocalCluster {
+            master_addr,
+            agent_addrs,
+            stop,
+            tasks,
+        };
+        cluster
+            .wait_for_agents(opts.agents, Duration::from_secs(30))
+            .await?;
+        Ok(cluster)
+    }
+
+    /// Waits until the master's `/state` lists `n` connected agents.
+    pub async fn wait_for_agents(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
+        wait_for_agents(self.master_addr, n, timeout).await
+    }
+
+    /// Stops every server and waits for them to finish.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+/// Number of connected agents in a master's `/state`.
+pub fn connected_agents(state: &serde_json::Value) -> usize {
+    state["agents"]
+        .as_array()
+        .map(|agents| {
+            agents
+                .iter()
+                .filter(|a| a["connected"].as_bool().unwrap_or(true))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Polls `http://master/state` until it lists `n` connected agents.
+pub async fn wait_for_agents(
+    master: SocketAddr,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut seen = 0;
+    while Instant::now() < deadline {
+        if let Ok((200, body)) = crate::http::get(master, "/state").await {
+            if let Ok(state) = serde_json::from_str::<serde_json::Value>(&body) {
+                seen = connected_agents(&state);
+                if seen >= n {
+                    return Ok(());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!(
+        "only {seen} of {n} agents registered with {master} within {:.0} s",
+        timeout.as_secs_f64()
+    )
+}

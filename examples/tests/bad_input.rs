@@ -1,0 +1,184 @@
+//! Bad input against the real master: malformed frames, unknown message
+//! types, impossible resources, oversized frames and peers that vanish
+//! mid-message each get a clear answer, and the master keeps serving.
+
+mod support;
+
+use std::io::Write;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use support::TestCluster;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+
+const AGENT: &str = "cpus:2;mem:2048;disk:1024";
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(addr: &str, path: &str) -> Ws {
+    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}{path}"))
+        .await
+        .expect("websocket connect");
+    ws
+}
+
+/// The next text frame, as JSON.
+async fn next_json(ws: &mut Ws) -> serde_json::Value {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("an answer within 10 s")
+            .expect("connection open")
+            .expect("frame");
+        if let Message::Text(text) = msg {
+            let value: serde_json::Value = serde_json::from_str(&text).expect("master sends JSON");
+            if value["type"] != "HEARTBEAT" {
+                return value;
+            }
+        }
+    }
+}
+
+async fn expect_error(ws: &mut Ws, needle: &str) -> serde_json::Value {
+    let event = next_json(ws).await;
+    assert_eq!(event["type"], "ERROR", "{event}");
+    let message = event["message"].as_str().unwrap_or_default().to_lowercase();
+    assert!(
+        message.contains(needle),
+        "error {message:?} should mention {needle:?}"
+    );
+    event
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_frames_get_errors_and_the_master_keeps_serving() {
+    let cluster = tokio::task::spawn_blocking(|| TestCluster::start(1, AGENT))
+        .await
+        .unwrap();
+    let addr = cluster.master_address();
+
+    let mut ws = connect(&addr, "/api/scheduler").await;
+    ws.send(Message::text("this is not json")).await.unwrap();
+    let e = expect_error(&mut ws, "malformed").await;
+    assert_eq!(e["fatal"], false);
+    ws.send(Message::text(r#"{"type":"FLY_TO_THE_MOON"}"#))
+        .await
+        .unwrap();
+    expect_error(&mut ws, "fly_to_the_moon").await;
+    ws.send(Message::text(r#"{"type":"DECLINE","offer_ids":[]}"#))
+        .await
+        .unwrap();
+    expect_error(&mut ws, "subscribe").await;
+    ws.send(Message::binary(vec![1u8, 2, 3])).await.unwrap();
+    expect_error(&mut ws, "binary").await;
+    // The same connection still subscribes fine afterwards.
+    ws.send(Message::text(
+        r#"{"type":"SUBSCRIBE","protocol":1,"framework_info":{"name":"raw","user":"t"}}"#,
+    ))
+    .await
+    .unwrap();
+    let subscribed = next_json(&mut ws).await;
+    assert_eq!(subscribed["type"], "SUBSCRIBED", "{subscribed}");
+    // A launch with impossible resources is refused as malformed.
+    ws.send(Message::text(
+        r#"{"type":"LAUNCH","offer_ids":["nope"],"tasks":[{"name":"t","task_id":"t","agent_id":"a","resources":[{"name":"cpus","scalar":-1}]}]}"#,
+    ))
+    .await
+    .unwrap();
+    let e = loop {
+        let e = next_json(&mut ws).await;
+        if e["type"] == "ERROR" {
+            break e;
+        }
+    };
+    assert!(e["message"].as_str().unwrap().contains("cpus"), "{e}");
+
+    // An agent registering impossible resources is refused with a reason.
+    let mut agent = connect(&addr, "/api/agent").await;
+    agent
+        .send(Message::text(
+            r#"{"type":"REGISTER","protocol":1,"agent_info":{"hostname":"h","address":"127.0.0.1:1","resources":[{"name":"cpus","scalar":"abc"}]}}"#,
+        ))
+        .await
+        .unwrap();
+    expect_error(&mut agent, "malformed").await;
+    // A wrong protocol version is fatal.
+    agent
+        .send(Message::text(
+            r#"{"type":"REGISTER","protocol":999,"agent_info":{"hostname":"h","address":"127.0.0.1:1","resources":[]}}"#,
+        ))
+        .await
+        .unwrap();
+    let e = next_json(&mut agent).await;
+    assert_eq!(e["type"], "ERROR", "{e}");
+    assert_eq!(e["fatal"], true, "{e}");
+
+    // An oversized frame closes that one connection with 1009.
+    let mut big = connect(&addr, "/api/scheduler").await;
+    let huge = format!(
+        r#"{{"type":"SUBSCRIBE","pad":"{}"}}"#,
+        "x".repeat(17 * 1024 * 1024)
+    );
+    let _ = big.send(Message::text(huge)).await;
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(msg) = big.next().await {
+            match msg {
+                Ok(Message::Close(Some(frame))) => return Some(frame.code),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
+        None
+    })
+    .await
+    .expect("the oversized connection is closed");
+    if let Some(code) = closed {
+        assert_eq!(code, CloseCode::Size);
+    }
+
+    // A peer that vanishes mid-message: half a WebSocket frame, then EOF.
+    {
+        let mut raw = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            raw,
+            "GET /api/scheduler HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .unwrap();
+        // A masked text frame header announcing 1000 bytes, and 10 of them.
+        raw.write_all(&[0x81, 0xFE, 0x03, 0xE8, 1, 2, 3, 4])
+            .unwrap();
+        raw.write_all(&[b'x'; 10]).unwrap();
+    }
+
+    // The first connection still works, and so does a whole job.
+    ws.send(Message::text(r#"{"type":"REVIVE"}"#))
+        .await
+        .unwrap();
+    let (ok, out, err) = tokio::task::spawn_blocking(move || {
+        let result = cluster.run_bin(
+            "agora-execute",
+            &[
+                "--master",
+                &addr,
+                "--command",
+                "true",
+                "--instances",
+                "3",
+                "--timeout",
+                "60s",
+            ],
+            Duration::from_secs(90),
+        );
+        drop(cluster);
+        result
+    })
+    .await
+    .unwrap();
+    assert!(
+        ok,
+        "a job after the bad input failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    assert!(out.contains("finished 3/3"), "{out}");
+}

@@ -1,0 +1,545 @@
+//! The test cluster: real `agora-master` and `agora-agent` processes on
+//! 127.0.0.1 ephemeral ports, each with its own work dir under one temp
+//! dir, plus a recording scheduler that turns driver callbacks into a
+//! channel a test can read like a script.
+//!
+//! The binaries come from the workspace's target dir; build them first
+//! with `cargo build --workspace --bins` (the README's test command does).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use agora_proto::{
+    AgentId, ExecutorId, FrameworkId, FrameworkInfo, MasterInfo, Offer, OfferId, TaskStatus,
+};
+use agora_scheduler::{DriverConfig, Scheduler, SchedulerDriver};
+
+/// Path of a workspace binary, next to this package's own binaries.
+pub fn bin(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_agora-execute"))
+        .parent()
+        .expect("binary dir")
+        .to_path_buf();
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` before the tests",
+        path.display()
+    );
+    path
+}
+
+/// One server process, killed when dropped.
+pub struct Proc {
+    /// What it is, for messages.
+    pub name: String,
+    /// The address it printed.
+    pub addr: SocketAddr,
+    /// Its work dir.
+    pub work_dir: PathBuf,
+    child: Option<Child>,
+    log: PathBuf,
+    args: Vec<String>,
+    program: PathBuf,
+}
+
+/// A master and agents as real processes.
+pub struct TestCluster {
+    /// Holds every work dir and log; removed on drop.
+    pub dir: tempfile::TempDir,
+    /// The master.
+    pub master: Proc,
+    /// The agents.
+    pub agents: Vec<Proc>,
+}
+
+/// What the recording scheduler saw.
+#[derive(Debug, Clone)]
+pub enum SchedEvent {
+    Registered(FrameworkId),
+    Reregistered,
+    Disconnected,
+    Offers(Vec<Offer>),
+    Rescinded(OfferId),
+    Update(TaskStatus),
+    Message(ExecutorId, AgentId, Vec<u8>),
+    AgentLost(AgentId),
+    ExecutorLost(ExecutorId, AgentId, Option<i32>),
+    Error(String),
+}
+
+/// A scheduler that forwards every callback to a channel.
+pub struct Recorder(pub mpsc::Sender<SchedEvent>);
+
+// === impl Proc ===
+
+impl Proc {
+    /// Starts `program args…` (which must print `… listening on ADDR`)
+    /// with stderr and the rest of stdout going to `log`.
+    pub fn spawn(name: &str, program: &Path, args: &[String], work_dir: &Path, log: &Path) -> Proc {
+        let mut proc = Proc {
+            name: name.to_string(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            work_dir: work_dir.to_path_buf(),
+            child: None,
+            log: log.to_path_buf(),
+            args: args.to_vec(),
+            program: program.to_path_buf(),
+        };
+        proc.start();
+        proc
+    }
+
+    fn start(&mut self) {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.program.display()));
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        let log = self.log.clone();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            for line in lines.by_ref().map_while(Result::ok) {
+                if let Some((_, addr)) = line.split_once("listening on ") {
+                    let _ = tx.send(addr.trim().to_string());
+                    break;
+                }
+            }
+            let mut out = std::fs::OpenOptions::new().append(true).open(log).ok();
+            for line in lines.map_while(Result::ok) {
+                if let Some(out) = out.as_mut() {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{} did not print its address; log:\n{}",
+                    self.name,
+                    tail(&self.log)
+                )
+            });
+        self.addr = addr
+            .parse()
+            .unwrap_or_else(|_| panic!("{} printed a bad address {addr:?}", self.name));
+        self.child = Some(child);
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), signal);
+    }
+
+    /// SIGKILLs the process and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERMs the process and waits up to `grace` before SIGKILL.
+    pub fn terminate(&mut self, grace: Duration) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the process again with the same arguments (same work dir).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.start();
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        tail(&self.log)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.terminate(Duration::from_secs(5));
+    }
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+// === impl TestCluster ===
+
+impl TestCluster {
+    /// A master (with `master_flags`) and `agents` agents advertising `resources`.
+    pub fn start_with(agents: usize, resources: &str, master_flags: &[&str]) -> TestCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("agora-test-")
+            .tempdir()
+            .expect("temp dir");
+        let master_dir = dir.path().join("master");
+        std::fs::create_dir_all(&master_dir).expect("master dir");
+        let mut args = vec![
+            "--listen".to_string(),
+            "127.0.0.1:0".to_string(),
+            "--work-dir".to_string(),
+            master_dir.display().to_string(),
+        ];
+        args.extend(master_flags.iter().map(|s| s.to_string()));
+        let master = Proc::spawn(
+            "master",
+            &bin("agora-master"),
+            &args,
+            &master_dir,
+            &dir.path().join("master.log"),
+        );
+        let mut cluster = TestCluster {
+            dir,
+            master,
+            agents: Vec::new(),
+        };
+        for _ in 0..agents {
+            cluster.add_agent(resources, &[]);
+        }
+        cluster.wait_agents(agents);
+        cluster
+    }
+
+    /// A master and `agents` agents with default flags.
+    pub fn start(agents: usize, resources: &str) -> TestCluster {
+        Self::start_with(agents, resources, &[])
+    }
+
+    /// Starts one more agent.
+    pub fn add_agent(&mut self, resources: &str, extra: &[&str]) -> usize {
+        let i = self.agents.len();
+        let work_dir = self.dir.path().join(format!("agent-{i}"));
+        std::fs::create_dir_all(&work_dir).expect("agent dir");
+        let mut args = vec![
+            "--master".to_string(),
+            self.master.addr.to_string(),
+            "--listen".to_string(),
+            "127.0.0.1:0".to_string(),
+            "--work-dir".to_string(),
+            work_dir.display().to_string(),
+            "--resources".to_string(),
+            resources.to_string(),
+            "--attributes".to_string(),
+            format!("rack:r{}", i % 2),
+            "--command-executor".to_string(),
+            bin("agora-command-executor").display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let log = self.dir.path().join(format!("agent-{i}.log"));
+        self.agents.push(Proc::spawn(
+            &format!("agent {i}"),
+            &bin("agora-agent"),
+            &args,
+            &work_dir,
+            &log,
+        ));
+        i
+    }
+
+    /// The master's `/state`.
+    pub fn state(&self) -> serde_json::Value {
+        let (code, body) = http_get(self.master.addr, "/state").expect("GET /state");
+        assert_eq!(code, 200, "GET /state: {body}");
+        serde_json::from_str(&body).expect("state JSON")
+    }
+
+    /// Waits until the master lists `n` connected agents.
+    pub fn wait_agents(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = 0;
+        while Instant::now() < deadline {
+            if let Ok((200, body)) = http_get(self.master.addr, "/state") {
+                if let Ok(state) = serde_json::from_str::<serde_json::Value>(&body) {
+                    seen = agora_examples::local::connected_agents(&state);
+                    if seen >= n {
+                        return;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("only {seen} of {n} agents registered\n{}", self.logs());
+    }
+
+    /// The master's address as `HOST:PORT`.
+    pub fn master_address(&self) -> String {
+        self.master.addr.to_string()
+    }
+
+    /// Every log's tail, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = format!("--- master log ---\n{}\n", self.master.log_tail());
+        for agent in &self.agents {
+            out.push_str(&format!(
+                "--- {} log ---\n{}\n",
+                agent.name,
+                agent.log_tail()
+            ));
+        }
+        out
+    }
+
+    /// Runs a workspace binary against this cluster and returns (exit ok, stdout, stderr).
+    pub fn run_bin(&self, name: &str, args: &[&str], timeout: Duration) -> (bool, String, String) {
+        let mut child = Command::new(bin(name))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stdout.read_to_string(&mut s);
+            s
+        });
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let (out, err) = (
+            out.join().unwrap_or_default(),
+            err.join().unwrap_or_default(),
+        );
+        match status {
+            Some(status) => (status.success(), out, err),
+            None => panic!(
+                "{name} did not finish within {timeout:?}\nstdout:\n{out}\nstderr:\n{err}\n{}",
+                self.logs()
+            ),
+        }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+        for agent in &mut self.agents {
+            agent.terminate(Duration::from_secs(5));
+        }
+        self.master.terminate(Duration::from_secs(5));
+        kill_sandboxed_processes(self.dir.path());
+    }
+}
+
+/// SIGKILLs every process whose `AGORA_SANDBOX` lies under `root`: no
+/// executor or task of a test outlives it, whatever went wrong.
+pub fn kill_sandboxed_processes(root: &Path) {
+    let needle = format!("AGORA_SANDBOX={}", root.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|b| *b == 0)
+            .any(|var| var.starts_with(needle.as_bytes()))
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Whether a process is alive (not gone and not a zombie).
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .map(|rest| rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Blocking `GET http://addr/path`: status and body.
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((code, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+// === impl Recorder ===
+
+impl Scheduler for Recorder {
+    fn registered(&mut self, _d: &SchedulerDriver, framework_id: &FrameworkId, _m: &MasterInfo) {
+        let _ = self.0.send(SchedEvent::Registered(framework_id.clone()));
+    }
+    fn reregistered(&mut self, _d: &SchedulerDriver, _m: &MasterInfo) {
+        let _ = self.0.send(SchedEvent::Reregistered);
+    }
+    fn disconnected(&mut self, _d: &SchedulerDriver) {
+        let _ = self.0.send(SchedEvent::Disconnected);
+    }
+    fn resource_offers(&mut self, _d: &SchedulerDriver, offers: Vec<Offer>) {
+        let _ = self.0.send(SchedEvent::Offers(offers));
+    }
+    fn offer_rescinded(&mut self, _d: &SchedulerDriver, offer_id: &OfferId) {
+        let _ = self.0.send(SchedEvent::Rescinded(offer_id.clone()));
+    }
+    fn status_update(&mut self, _d: &SchedulerDriver, status: &TaskStatus) {
+        let _ = self.0.send(SchedEvent::Update(status.clone()));
+    }
+    fn framework_message(
+        &mut self,
+        _d: &SchedulerDriver,
+        e: &ExecutorId,
+        a: &AgentId,
+        data: &[u8],
+    ) {
+        let _ = self
+            .0
+            .send(SchedEvent::Message(e.clone(), a.clone(), data.to_vec()));
+    }
+    fn agent_lost(&mut self, _d: &SchedulerDriver, agent_id: &AgentId) {
+        let _ = self.0.send(SchedEvent::AgentLost(agent_id.clone()));
+    }
+    fn executor_lost(
+        &mut self,
+        _d: &SchedulerDriver,
+        e: &ExecutorId,
+        a: &AgentId,
+        status: Option<i32>,
+    ) {
+        let _ = self
+            .0
+            .send(SchedEvent::ExecutorLost(e.clone(), a.clone(), status));
+    }
+    fn error(&mut self, _d: &SchedulerDriver, message: &str) {
+        let _ = self.0.send(SchedEvent::Error(message.to_string()));
+    }
+}
+
+/// Starts a recording framework against `master`.
+pub fn start_framework(
+    master: &str,
+    info: FrameworkInfo,
+) -> (SchedulerDriver, mpsc::Receiver<SchedEvent>) {
+    let (tx, rx) = mpsc::channel();
+    let driver = SchedulerDriver::new(Recorder(tx), info, DriverConfig::new(master));
+    driver.start().expect("driver start");
+    (driver, rx)
+}
+
+/// Reads events until `pick` returns something, or panics after `timeout`.
+pub fn wait_for<T>(
+    rx: &mpsc::Receiver<SchedEvent>,
+    timeout: Duration,
+    mut pick: impl FnMut(&SchedEvent) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(event) => {
+                if let Some(found) = pick(&event) {
+                    return found;
+                }
+            }
+            Err(_) => panic!("timed out after {timeout:?} waiting for an event"),
+        }
+    }
+}

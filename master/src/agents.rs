@@ -1,0 +1,487 @@
+//! Agents: registration and re-registration (rebuilding tasks and
+//! frameworks from an agent's report after a master restart), pings and
+//! removal after missed pongs, disconnection, executor exits and messages
+//! from executors.
+
+use std::collections::{HashMap, HashSet};
+
+use agora_proto::agent::{Event, ExecutorReport, TaskReport};
+use agora_proto::{
+    scheduler, AgentId, AgentInfo, Bytes, ExecutorId, ExecutorInfo, FrameworkId, FrameworkInfo,
+    OfferId, Reason, Resources, TaskId, TaskState, PROTOCOL_VERSION,
+};
+use tokio::time::Instant;
+
+use crate::master::{master_status, ConnId, Master, Output, CLOSE_POLICY};
+use crate::tasks::Task;
+
+/// An agent the master knows.
+#[derive(Debug)]
+pub(crate) struct Agent {
+    pub(crate) id: AgentId,
+    /// As registered, with `id` set.
+    pub(crate) info: AgentInfo,
+    pub(crate) conn: Option<ConnId>,
+    pub(crate) total: Resources,
+    /// Taken by live tasks and running custom executors.
+    pub(crate) used: Resources,
+    /// In outstanding offers.
+    pub(crate) offered: Resources,
+    pub(crate) tasks: HashSet<(FrameworkId, TaskId)>,
+    /// Custom executors running here, each accounted once.
+    pub(crate) executors: HashMap<(FrameworkId, ExecutorId), ExecutorInfo>,
+    pub(crate) offers: HashSet<OfferId>,
+    pub(crate) missed_pings: u32,
+    pub(crate) awaiting_pong: bool,
+    pub(crate) registered_at: f64,
+}
+
+// === impl Agent ===
+
+impl Agent {
+    fn new(id: AgentId, mut info: AgentInfo, conn: ConnId) -> Self {
+        info.id = Some(id.clone());
+        Agent {
+            id,
+            total: info.resources.clone(),
+            info,
+            conn: Some(conn),
+            used: Resources::new(),
+            offered: Resources::new(),
+            tasks: HashSet::new(),
+            executors: HashMap::new(),
+            offers: HashSet::new(),
+            missed_pings: 0,
+            awaiting_pong: false,
+            registered_at: agora_proto::now_timestamp(),
+        }
+    }
+}
+
+// === impl Master: agents ===
+
+impl Master {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn register_agent(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        protocol: u32,
+        info: AgentInfo,
+        tasks: Vec<TaskReport>,
+        executors: Vec<ExecutorReport>,
+        frameworks: Vec<FrameworkInfo>,
+    ) {
+        if protocol != PROTOCOL_VERSION {
+            return self.agent_fatal(
+                conn,
+                format!("unsupported protocol version {protocol}; this master speaks {PROTOCOL_VERSION}"),
+            );
+        }
+        if let Some(existing) = self.agent_conns.get(&conn) {
+            let msg = format!("this connection is already registered as agent {existing}");
+            return self.agent_error(conn, msg);
+        }
+        if info.resources.is_empty() {
+            return self.agent_fatal(conn, "registration refused: the agent offers no resources");
+        }
+        let aid = match &info.id {
+            None => {
+                let aid = AgentId::new(self.new_id("S"));
+                let agent = Agent::new(aid.clone(), info, conn);
+                self.allocator.add_agent(&aid, &agent.total, &[], true);
+                tracing::info!(agent_id = %aid, hostname = %agent.info.hostname, resources = %agent.total, "agent registered");
+                self.agents.insert(aid.clone(), agent);
+                self.agent_conns.insert(conn, aid.clone());
+                self.send_agent_conn(
+                    conn,
+                    Event::Registered {
+                        agent_id: aid,
+                        ping_interval_seconds: self.config.agent_ping_interval.as_secs_f64(),
+                        master_info: self.info.clone(),
+                        reregistered: false,
+                    },
+                );
+                self.schedule_allocation(now);
+                return;
+            }
+            Some(aid) => aid.clone(),
+        };
+        if let Err(e) = aid.validate() {
+            return self.agent_fatal(conn, format!("registration refused: invalid agent id: {e}"));
+        }
+        if self.removed_agents.contains(&aid) {
+            tracing::info!(agent_id = %aid, "removed agent tried to re-register; shutting it down");
+            return self.send_agent_conn(
+                conn,
+                Event::Shutdown {
+                    message: format!(
+                        "agent {aid} was removed by the master; register as a new agent"
+                    ),
+                },
+            );
+        }
+        self.reregister_agent(now, conn, aid, info, tasks, executors, frameworks);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reregister_agent(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        aid: AgentId,
+        info: AgentInfo,
+        tasks: Vec<TaskReport>,
+        executors: Vec<ExecutorReport>,
+        frameworks: Vec<FrameworkInfo>,
+    ) {
+        let known = self.agents.contains_key(&aid);
+        if known {
+            self.withdraw_agent_offers(now, &aid, true);
+            if let Some(old) = self.agents.get(&aid).and_then(|a| a.conn) {
+                if old != conn {
+                    self.agent_conns.remove(&old);
+                    self.push(Output::Close {
+                        conn: old,
+                        code: CLOSE_POLICY,
+                        reason: "agent re-registered on another connection".into(),
+                    });
+                }
+            }
+        }
+        let mut agent = self
+            .agents
+            .remove(&aid)
+            .unwrap_or_else(|| Agent::new(aid.clone(), info.clone(), conn));
+        agent.info = AgentInfo {
+            id: Some(aid.clone()),
+            ..info
+        };
+        agent.total = agent.info.resources.clone();
+        agent.conn = Some(conn);
+        agent.missed_pings = 0;
+        agent.awaiting_pong = false;
+
+        for fw_info in frameworks {
+            if let Some(fid) = fw_info.id.clone() {
+                if fid.validate().is_ok() {
+                    self.recover_framework(now, fw_info, &fid);
+                }
+            }
+        }
+
+        let mut shutdown_frameworks: HashSet<FrameworkId> = HashSet::new();
+        let mut reported: HashSet<(FrameworkId, TaskId)> = HashSet::new();
+        for report in tasks {
+            let fid = report.framework_id.clone();
+            if self.removed_frameworks.contains(&fid) {
+                shutdown_frameworks.insert(fid);
+                continue;
+            }
+            if report.task.task_id.validate().is_err() || fid.validate().is_err() {
+                continue;
+            }
+            if !self.frameworks.contains_key(&fid) {
+                let mut fw_info = FrameworkInfo::new(format!("recovered {fid}"));
+                fw_info.id = Some(fid.clone());
+                self.recover_framework(now, fw_info, &fid);
+            }
+            let Some(fw) = self.frameworks.get_mut(&fid) else {
+                continue;
+            };
+            let key = (fid.clone(), report.task.task_id.clone());
+            reported.insert(key.clone());
+            agent.tasks.insert(key);
+            match fw.tasks.get_mut(&report.task.task_id) {
+                Some(task) if task.agent_id == aid => {
+                    if !task.state.is_terminal() {
+                        task.state = report.state;
+                        if report.latest_status.is_some() {
+                            task.latest_status = report.latest_status;
+                        }
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    let mut task = Task::new(fid.clone(), report.task, report.state);
+                    task.agent_id = aid.clone();
+                    task.latest_status = report.latest_status;
+                    if let Some(exec) = &task.info.executor {
+                        agent
+                            .executors
+                            .entry((fid.clone(), exec.executor_id.clone()))
+                            .or_insert_with(|| exec.clone());
+                    }
+                    fw.tasks.insert(task.info.task_id.clone(), task);
+                }
+            }
+        }
+        for report in executors {
+            let fid = report.framework_id;
+            if !self.frameworks.contains_key(&fid) {
+                if self.removed_frameworks.contains(&fid) {
+                    shutdown_frameworks.insert(fid);
+                }
+                continue;
+            }
+            let eid = report.executor.executor_id.clone();
+            // The command executor of a command task has the task's id; its
+            // resources are the task's, accounted there.
+            let is_command = self
+                .frameworks
+                .get(&fid)
+                .and_then(|f| f.tasks.get(&TaskId::new(eid.as_str())))
+                .is_some_and(|t| t.info.command.is_some());
+            if !is_command {
+                let mut exec = report.executor;
+                exec.framework_id = Some(fid.clone());
+                agent.executors.insert((fid, eid), exec);
+            }
+        }
+
+        // Tasks the master sent to this agent that it no longer has are lost.
+        let mut lost = Vec::new();
+        if known {
+            for key in agent.tasks.iter() {
+                if reported.contains(key) {
+                    continue;
+                }
+                if let Some(task) = self
+                    .frameworks
+                    .get(&key.0)
+                    .and_then(|f| f.tasks.get(&key.1))
+                {
+                    if !task.state.is_terminal() {
+                        lost.push(key.clone());
+                    }
+                }
+            }
+        }
+        for (fid, tid) in &lost {
+            if let Some(task) = self
+                .frameworks
+                .get_mut(fid)
+                .and_then(|f| f.tasks.get_mut(tid))
+            {
+                task.state = TaskState::Lost;
+                let status = master_status(
+                    tid.clone(),
+                    TaskState::Lost,
+                    Reason::ReasonAgentRestarted,
+                    "the re-registered agent does not have this task",
+                    Some(aid.clone()),
+                );
+                task.latest_status = Some(status.clone());
+                self.send_framework(fid, scheduler::Event::Update { status });
+            }
+        }
+        for (fid, tid) in lost {
+            if let Some(task) = self
+                .frameworks
+                .get_mut(&fid)
+                .and_then(|f| f.tasks.remove(&tid))
+            {
+                agent.tasks.remove(&(fid, tid));
+                self.complete_task(task, TaskState::Lost);
+            }
+        }
+
+        // Rebuild the accounting from scratch: it is authoritative now.
+        let mut per_framework: HashMap<FrameworkId, Resources> = HashMap::new();
+        for (fid, tid) in &agent.tasks {
+            if let Some(task) = self.frameworks.get(fid).and_then(|f| f.tasks.get(tid)) {
+                if !task.state.is_terminal() {
+                    per_framework
+                        .entry(fid.clone())
+                        .or_default()
+                        .add_all(&task.resources);
+                }
+            }
+        }
+        for ((fid, _), exec) in &agent.executors {
+            per_framework
+                .entry(fid.clone())
+                .or_default()
+                .add_all(&exec.resources);
+        }
+        agent.used = per_framework
+            .values()
+            .fold(Resources::new(), |acc, r| &acc + r);
+        agent.offered = Resources::new();
+        let used: Vec<(FrameworkId, Resources)> = per_framework.into_iter().collect();
+        self.allocator.remove_agent(&aid);
+        self.allocator.add_agent(&aid, &agent.total, &used, true);
+
+        tracing::info!(agent_id = %aid, hostname = %agent.info.hostname, tasks = agent.tasks.len(), "agent re-registered");
+        self.agents.insert(aid.clone(), agent);
+        self.agent_conns.insert(conn, aid.clone());
+        self.send_agent_conn(
+            conn,
+            Event::Registered {
+                agent_id: aid,
+                ping_interval_seconds: self.config.agent_ping_interval.as_secs_f64(),
+                master_info: self.info.clone(),
+                reregistered: true,
+            },
+        );
+        for framework_id in shutdown_frameworks {
+            self.send_agent_conn(conn, Event::ShutdownFramework { framework_id });
+        }
+        self.schedule_allocation(now);
+    }
+
+    pub(crate) fn agent_closed(&mut self, now: Instant, conn: ConnId) {
+        let Some(aid) = self.agent_conns.remove(&conn) else {
+            return;
+        };
+        if let Some(agent) = self.agents.get_mut(&aid) {
+            agent.conn = None;
+            agent.awaiting_pong = true;
+        }
+        tracing::info!(agent_id = %aid, "agent disconnected; its tasks are kept until it returns or times out");
+        self.allocator.deactivate_agent(&aid);
+        self.withdraw_agent_offers(now, &aid, true);
+    }
+
+    pub(crate) fn pong(&mut self, aid: &AgentId) {
+        if let Some(agent) = self.agents.get_mut(aid) {
+            agent.missed_pings = 0;
+            agent.awaiting_pong = false;
+        }
+    }
+
+    /// Counts a missed ping for every agent that did not answer the last
+    /// one, removes those past the limit and pings the connected rest.
+    pub(crate) fn ping_agents(&mut self, now: Instant) {
+        let max = self.config.max_missed_pings;
+        let mut remove = Vec::new();
+        let mut ping = Vec::new();
+        for agent in self.agents.values_mut() {
+            if agent.awaiting_pong {
+                agent.missed_pings += 1;
+            }
+            if agent.missed_pings >= max {
+                remove.push(agent.id.clone());
+            } else if let Some(conn) = agent.conn {
+                agent.awaiting_pong = true;
+                ping.push(conn);
+            }
+        }
+        for conn in ping {
+            self.send_agent_conn(conn, Event::Ping);
+        }
+        for aid in remove {
+            tracing::warn!(agent_id = %aid, missed_pings = max, "agent missed too many pings; removing it");
+            self.remove_agent(now, &aid, "agent removed: too many missed pings");
+        }
+    }
+
+    /// Forgets the agent: offers rescinded, live tasks `TASK_LOST`,
+    /// frameworks told with `FAILURE`, id remembered as removed.
+    pub(crate) fn remove_agent(&mut self, now: Instant, aid: &AgentId, reason: &str) {
+        self.withdraw_agent_offers(now, aid, true);
+        let Some(agent) = self.agents.remove(aid) else {
+            return;
+        };
+        if let Some(conn) = agent.conn {
+            self.agent_conns.remove(&conn);
+            self.send_agent_conn(
+                conn,
+                Event::Shutdown {
+                    message: reason.to_string(),
+                },
+            );
+            self.push(Output::Close {
+                conn,
+                code: CLOSE_POLICY,
+                reason: reason.to_string(),
+            });
+        }
+        for (fid, tid) in agent.tasks {
+            let Some(task) = self
+                .frameworks
+                .get_mut(&fid)
+                .and_then(|f| f.tasks.remove(&tid))
+            else {
+                continue;
+            };
+            let state = if task.state.is_terminal() {
+                task.state
+            } else {
+                let status = master_status(
+                    tid,
+                    TaskState::Lost,
+                    Reason::ReasonAgentRemoved,
+                    reason,
+                    Some(aid.clone()),
+                );
+                self.send_framework(&fid, scheduler::Event::Update { status });
+                TaskState::Lost
+            };
+            self.complete_task(task, state);
+        }
+        self.allocator.remove_agent(aid);
+        self.removed_agents.insert(aid.clone());
+        let conns: Vec<ConnId> = self.frameworks.values().filter_map(|f| f.conn).collect();
+        for conn in conns {
+            self.send_scheduler(
+                conn,
+                scheduler::Event::Failure {
+                    agent_id: aid.clone(),
+                    executor_id: None,
+                    status: None,
+                },
+            );
+        }
+    }
+
+    pub(crate) fn executor_exited(
+        &mut self,
+        now: Instant,
+        aid: &AgentId,
+        fid: FrameworkId,
+        executor_id: ExecutorId,
+        status: Option<i32>,
+        message: &str,
+    ) {
+        tracing::info!(agent_id = %aid, framework_id = %fid, executor_id = %executor_id, ?status, message, "executor exited");
+        if let Some(agent) = self.agents.get_mut(aid) {
+            if let Some(exec) = agent.executors.remove(&(fid.clone(), executor_id.clone())) {
+                agent.used = agent.used.saturating_sub(&exec.resources);
+                if !exec.resources.is_empty() {
+                    self.allocator
+                        .recover(&fid, aid, &exec.resources, None, now);
+                    self.schedule_allocation(now);
+                }
+            }
+        }
+        self.send_framework(
+            &fid,
+            scheduler::Event::Failure {
+                agent_id: aid.clone(),
+                executor_id: Some(executor_id),
+                status,
+            },
+        );
+    }
+
+    pub(crate) fn message_to_scheduler(
+        &mut self,
+        aid: &AgentId,
+        fid: FrameworkId,
+        executor_id: ExecutorId,
+        data: Bytes,
+    ) {
+        let sent = self.send_framework(
+            &fid,
+            scheduler::Event::Message {
+                agent_id: aid.clone(),
+                executor_id,
+                data,
+            },
+        );
+        if !sent {
+            tracing::debug!(framework_id = %fid, "framework not connected; executor message dropped");
+        }
+    }
+}

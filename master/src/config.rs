@@ -1,0 +1,112 @@
+//! The master's configuration: every bound and interval has a name and a
+//! default here, and a flag of the same name in the `agora-master` binary.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How the master runs. [`Config::default`] gives Mesos's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Directory for the master's own files (created at start when set).
+    pub work_dir: Option<PathBuf>,
+    /// Period of the regular allocation cycle (default 1 s).
+    pub allocation_interval: Duration,
+    /// After an event that frees resources or adds an agent or framework,
+    /// an extra allocation runs this long afterwards, so a burst of events
+    /// costs one cycle (default 20 ms).
+    pub allocation_batch_window: Duration,
+    /// How often the master pings each agent (default 15 s).
+    pub agent_ping_interval: Duration,
+    /// Unanswered pings after which an agent is removed (default 5).
+    pub max_missed_pings: u32,
+    /// How often connected schedulers get a `HEARTBEAT` (default 15 s).
+    pub heartbeat_interval: Duration,
+    /// Outstanding offers older than this are rescinded (default: never).
+    pub offer_timeout: Option<Duration>,
+    /// `refuse_seconds` used when a decline or launch gives no filter (default 5).
+    pub default_refuse_seconds: f64,
+    /// Smallest cpus worth offering (default 0.01; either minimum suffices).
+    pub min_offer_cpus: f64,
+    /// Smallest mem (MiB) worth offering (default 32; either minimum suffices).
+    pub min_offer_mem: f64,
+    /// DRF weight per role; roles not listed weigh 1.0.
+    pub role_weights: BTreeMap<String, f64>,
+    /// How long a framework learnt only from agents' reports (after a
+    /// master restart) is kept without its scheduler subscribing, at least
+    /// (its own `failover_timeout` applies when longer; default 10 min).
+    pub recovered_framework_timeout: Duration,
+    /// Completed tasks kept for `/state` and reconciliation (default 1000).
+    pub max_completed_tasks: usize,
+    /// Removed agent ids remembered, to refuse them with `SHUTDOWN` (default 100 000).
+    pub max_removed_agents: usize,
+    /// Frames queued towards one connection before the master gives up on
+    /// a peer that does not read and disconnects it (default 10 000).
+    pub connection_queue_capacity: usize,
+    /// Calls queued from all connections towards the state task (default 8192).
+    pub event_queue_capacity: usize,
+    /// Least time between two `/state` snapshots (default 100 ms).
+    pub state_snapshot_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            work_dir: None,
+            allocation_interval: Duration::from_secs(1),
+            allocation_batch_window: Duration::from_millis(20),
+            agent_ping_interval: Duration::from_secs(15),
+            max_missed_pings: 5,
+            heartbeat_interval: Duration::from_secs(15),
+            offer_timeout: None,
+            default_refuse_seconds: agora_proto::DEFAULT_REFUSE_SECONDS,
+            min_offer_cpus: 0.01,
+            min_offer_mem: 32.0,
+            role_weights: BTreeMap::new(),
+            recovered_framework_timeout: Duration::from_secs(600),
+            max_completed_tasks: 1000,
+            max_removed_agents: 100_000,
+            connection_queue_capacity: 10_000,
+            event_queue_capacity: 8192,
+            state_snapshot_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+impl Config {
+    /// Checks values that would make the master misbehave.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("allocation_interval", self.allocation_interval),
+            ("agent_ping_interval", self.agent_ping_interval),
+            ("heartbeat_interval", self.heartbeat_interval),
+        ];
+        for (name, d) in positive {
+            if d.is_zero() {
+                return Err(format!("{name} must be greater than zero"));
+            }
+        }
+        if self.offer_timeout.is_some_and(|d| d.is_zero()) {
+            return Err("offer_timeout must be greater than zero when set".into());
+        }
+        if self.max_missed_pings == 0 {
+            return Err("max_missed_pings must be at least 1".into());
+        }
+        if !self.default_refuse_seconds.is_finite() || self.default_refuse_seconds < 0.0 {
+            return Err("default_refuse_seconds must be a non-negative number".into());
+        }
+        let non_negative = |v: f64| v.is_finite() && v >= 0.0;
+        if !(non_negative(self.min_offer_cpus) && non_negative(self.min_offer_mem)) {
+            return Err("min_offer_cpus and min_offer_mem must be non-negative numbers".into());
+        }
+        for (role, w) in &self.role_weights {
+            if !w.is_finite() || *w <= 0.0 {
+                return Err(format!("weight of role {role} must be a positive number"));
+            }
+        }
+        if self.connection_queue_capacity == 0 || self.event_queue_capacity == 0 {
+            return Err("queue capacities must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,371 @@
+//! Frameworks: subscription and re-subscription (scheduler failover),
+//! teardown, disconnection and the failover timeout, revive/suppress,
+//! resource requests, heartbeats and framework messages.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use agora_proto::scheduler::{Event, ResourceRequest};
+use agora_proto::{
+    agent, validate_id, AgentId, Bytes, ExecutorId, FrameworkId, FrameworkInfo, OfferId, Resource,
+    TaskId, TaskState, PROTOCOL_VERSION,
+};
+use tokio::time::Instant;
+
+use crate::master::{peer_seconds, ConnId, Master, CLOSE_NORMAL, CLOSE_POLICY};
+use crate::tasks::Task;
+
+/// A framework the master knows.
+#[derive(Debug)]
+pub(crate) struct Framework {
+    pub(crate) id: FrameworkId,
+    /// As last subscribed (or reported by an agent), with `id` set.
+    pub(crate) info: FrameworkInfo,
+    /// The scheduler's connection, when subscribed.
+    pub(crate) conn: Option<ConnId>,
+    /// Its tasks that are live, or terminal with the update unacknowledged.
+    pub(crate) tasks: HashMap<TaskId, Task>,
+    pub(crate) offers: HashSet<OfferId>,
+    /// When a disconnected framework is torn down.
+    pub(crate) failover_deadline: Option<Instant>,
+    /// Whether offers are suppressed (for `/state`).
+    pub(crate) suppressed: bool,
+    /// Learnt from an agent's report, never subscribed to this master.
+    pub(crate) recovered: bool,
+    pub(crate) registered_at: f64,
+}
+
+// === impl Framework ===
+
+impl Framework {
+    pub(crate) fn new(id: FrameworkId, mut info: FrameworkInfo) -> Self {
+        info.id = Some(id.clone());
+        Framework {
+            id,
+            info,
+            conn: None,
+            tasks: HashMap::new(),
+            offers: HashSet::new(),
+            failover_deadline: None,
+            suppressed: false,
+            recovered: false,
+            registered_at: agora_proto::now_timestamp(),
+        }
+    }
+
+    pub(crate) fn roles(&self) -> Vec<String> {
+        self.info.effective_roles()
+    }
+}
+
+fn validate_framework_info(info: &FrameworkInfo) -> Result<(), String> {
+    if info.name.trim().is_empty() {
+        return Err("framework_info.name must not be empty".into());
+    }
+    if let Some(id) = &info.id {
+        validate_id(id.as_str()).map_err(|e| format!("invalid framework id: {e}"))?;
+    }
+    if !info.failover_timeout.is_finite() || info.failover_timeout < 0.0 {
+        return Err(format!(
+            "invalid failover_timeout {}: must be a non-negative number of seconds",
+            info.failover_timeout
+        ));
+    }
+    for role in &info.roles {
+        if role != agora_proto::DEFAULT_ROLE {
+            Resource::scalar("cpus", 1.0)
+                .and_then(|r| r.with_role(role))
+                .map_err(|_| format!("invalid role {role:?}"))?;
+        }
+    }
+    Ok(())
+}
+
+// === impl Master: frameworks ===
+
+impl Master {
+    pub(crate) fn subscribe(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        protocol: u32,
+        info: FrameworkInfo,
+        force: bool,
+    ) {
+        if protocol != PROTOCOL_VERSION {
+            return self.scheduler_fatal(
+                conn,
+                format!("unsupported protocol version {protocol}; this master speaks {PROTOCOL_VERSION}"),
+                CLOSE_POLICY,
+            );
+        }
+        if let Some(existing) = self.scheduler_conns.get(&conn) {
+            let msg = format!("this connection is already subscribed as framework {existing}");
+            return self.scheduler_error(conn, msg);
+        }
+        if let Err(msg) = validate_framework_info(&info) {
+            return self.scheduler_fatal(
+                conn,
+                format!("subscription refused: {msg}"),
+                CLOSE_POLICY,
+            );
+        }
+        let (fid, reregistered) = match info.id.clone() {
+            None => {
+                let fid = FrameworkId::new(self.new_id("F"));
+                let fw = Framework::new(fid.clone(), info);
+                self.allocator.add_framework(&fid, &fw.roles(), true);
+                self.frameworks.insert(fid.clone(), fw);
+                (fid, false)
+            }
+            Some(fid) => {
+                if self.removed_frameworks.contains(&fid) {
+                    return self.scheduler_fatal(
+                        conn,
+                        format!("framework {fid} was removed; subscribe without an id to start a new one"),
+                        CLOSE_POLICY,
+                    );
+                }
+                match self.frameworks.get(&fid).and_then(|f| f.conn) {
+                    Some(_) if !force => {
+                        return self.scheduler_fatal(
+                            conn,
+                            format!("framework {fid} is already connected; subscribe with force to take over"),
+                            CLOSE_POLICY,
+                        );
+                    }
+                    Some(old) => {
+                        tracing::info!(framework_id = %fid, "framework taken over by a new connection");
+                        self.scheduler_conns.remove(&old);
+                        self.scheduler_fatal(
+                            old,
+                            format!("framework {fid} subscribed from another connection"),
+                            CLOSE_POLICY,
+                        );
+                        self.withdraw_framework_offers(now, &fid, false);
+                    }
+                    None => {}
+                }
+                match self.frameworks.get_mut(&fid) {
+                    Some(fw) => {
+                        fw.info = FrameworkInfo {
+                            id: Some(fid.clone()),
+                            ..info
+                        };
+                        fw.recovered = false;
+                        let roles = fw.roles();
+                        self.allocator.update_framework(&fid, &roles);
+                    }
+                    None => {
+                        // A framework this master never saw (it restarted and
+                        // no agent has reported it yet): adopt the id.
+                        let fw = Framework::new(fid.clone(), info);
+                        self.allocator.add_framework(&fid, &fw.roles(), true);
+                        self.frameworks.insert(fid.clone(), fw);
+                    }
+                }
+                (fid, true)
+            }
+        };
+        let Some(fw) = self.frameworks.get_mut(&fid) else {
+            return;
+        };
+        fw.conn = Some(conn);
+        fw.failover_deadline = None;
+        let pending: Vec<_> = fw
+            .tasks
+            .values()
+            .filter_map(|t| t.pending_update.clone())
+            .collect();
+        self.scheduler_conns.insert(conn, fid.clone());
+        self.allocator.activate_framework(&fid);
+        tracing::info!(framework_id = %fid, reregistered, "framework subscribed");
+        self.send_scheduler(
+            conn,
+            Event::Subscribed {
+                framework_id: fid.clone(),
+                heartbeat_interval_seconds: self.config.heartbeat_interval.as_secs_f64(),
+                master_info: self.info.clone(),
+                reregistered,
+            },
+        );
+        for status in pending {
+            self.send_scheduler(conn, Event::Update { status });
+        }
+        self.schedule_allocation(now);
+    }
+
+    pub(crate) fn scheduler_closed(&mut self, now: Instant, conn: ConnId) {
+        let Some(fid) = self.scheduler_conns.remove(&conn) else {
+            return;
+        };
+        let Some(fw) = self.frameworks.get_mut(&fid) else {
+            return;
+        };
+        fw.conn = None;
+        let timeout = peer_seconds(fw.info.failover_timeout);
+        tracing::info!(framework_id = %fid, failover_timeout = ?timeout, "framework disconnected");
+        self.allocator.deactivate_framework(&fid);
+        self.withdraw_framework_offers(now, &fid, false);
+        match timeout.and_then(|t| now.checked_add(t)) {
+            Some(deadline) => {
+                if let Some(fw) = self.frameworks.get_mut(&fid) {
+                    fw.failover_deadline = Some(deadline);
+                }
+            }
+            None => self.teardown(
+                now,
+                &fid,
+                "framework removed: disconnected with failover_timeout 0",
+            ),
+        }
+    }
+
+    pub(crate) fn expire_frameworks(&mut self, now: Instant) {
+        let expired: Vec<FrameworkId> = self
+            .frameworks
+            .values()
+            .filter(|f| f.conn.is_none() && f.failover_deadline.is_some_and(|d| d <= now))
+            .map(|f| f.id.clone())
+            .collect();
+        for fid in expired {
+            tracing::info!(framework_id = %fid, "failover timeout expired; tearing down");
+            self.teardown(now, &fid, "framework removed: failover timeout expired");
+        }
+    }
+
+    /// Removes the framework: its tasks are killed on their agents, its
+    /// offers withdrawn, its id remembered as removed. A connected
+    /// scheduler gets a fatal error and is closed.
+    pub(crate) fn teardown(&mut self, now: Instant, fid: &FrameworkId, reason: &str) {
+        self.withdraw_framework_offers(now, fid, false);
+        let Some(fw) = self.frameworks.remove(fid) else {
+            return;
+        };
+        let mut agents_touched: HashSet<AgentId> = HashSet::new();
+        for (_, task) in fw.tasks {
+            agents_touched.insert(task.agent_id.clone());
+            let live = !task.state.is_terminal();
+            if let Some(agent) = self.agents.get_mut(&task.agent_id) {
+                agent
+                    .tasks
+                    .remove(&(fid.clone(), task.info.task_id.clone()));
+                if live {
+                    agent.used = agent.used.saturating_sub(&task.resources);
+                }
+            }
+            let state = if live { TaskState::Killed } else { task.state };
+            self.complete_task(task, state);
+        }
+        for agent in self.agents.values_mut() {
+            let before = agent.executors.len();
+            let mut freed = agora_proto::Resources::new();
+            agent.executors.retain(|(f, _), e| {
+                if f == fid {
+                    freed += &e.resources;
+                    false
+                } else {
+                    true
+                }
+            });
+            if agent.executors.len() != before {
+                agent.used = agent.used.saturating_sub(&freed);
+                agents_touched.insert(agent.id.clone());
+            }
+        }
+        for aid in agents_touched {
+            self.send_agent(
+                &aid,
+                agent::Event::ShutdownFramework {
+                    framework_id: fid.clone(),
+                },
+            );
+        }
+        self.allocator.remove_framework(fid);
+        self.removed_frameworks.insert(fid.clone());
+        if let Some(conn) = fw.conn {
+            self.scheduler_conns.remove(&conn);
+            self.scheduler_fatal(conn, reason, CLOSE_NORMAL);
+        }
+        tracing::info!(framework_id = %fid, reason, "framework removed");
+        self.schedule_allocation(now);
+    }
+
+    pub(crate) fn revive(&mut self, now: Instant, fid: &FrameworkId, roles: &[String]) {
+        self.allocator.revive(fid, roles);
+        if let Some(fw) = self.frameworks.get_mut(fid) {
+            fw.suppressed = false;
+        }
+        self.schedule_allocation(now);
+    }
+
+    pub(crate) fn suppress(&mut self, fid: &FrameworkId, roles: &[String]) {
+        self.allocator.suppress(fid, roles);
+        if let Some(fw) = self.frameworks.get_mut(fid) {
+            fw.suppressed = true;
+        }
+    }
+
+    pub(crate) fn request_resources(
+        &mut self,
+        now: Instant,
+        fid: &FrameworkId,
+        requests: &[ResourceRequest],
+    ) {
+        self.allocator.request_resources(fid, requests);
+        self.schedule_allocation(now);
+    }
+
+    pub(crate) fn send_heartbeats(&mut self) {
+        let conns: Vec<ConnId> = self.frameworks.values().filter_map(|f| f.conn).collect();
+        for conn in conns {
+            self.send_scheduler(conn, Event::Heartbeat);
+        }
+    }
+
+    pub(crate) fn message_to_executor(
+        &mut self,
+        conn: ConnId,
+        fid: &FrameworkId,
+        agent_id: AgentId,
+        executor_id: ExecutorId,
+        data: Bytes,
+    ) {
+        let sent = self.send_agent(
+            &agent_id,
+            agent::Event::Message {
+                framework_id: fid.clone(),
+                executor_id,
+                data,
+            },
+        );
+        if !sent {
+            self.scheduler_error(
+                conn,
+                format!("agent {agent_id} is unknown or not connected; message dropped"),
+            );
+        }
+    }
+
+    /// Recovers a framework reported by an agent (after a master restart):
+    /// known but disconnected until its scheduler subscribes.
+    pub(crate) fn recover_framework(
+        &mut self,
+        now: Instant,
+        info: FrameworkInfo,
+        fid: &FrameworkId,
+    ) {
+        if self.frameworks.contains_key(fid) || self.removed_frameworks.contains(fid) {
+            return;
+        }
+        let grace = peer_seconds(info.failover_timeout)
+            .unwrap_or(Duration::ZERO)
+            .max(self.config.recovered_framework_timeout);
+        let mut fw = Framework::new(fid.clone(), info);
+        fw.recovered = true;
+        fw.failover_deadline = now.checked_add(grace);
+        self.allocator.add_framework(fid, &fw.roles(), false);
+        tracing::info!(framework_id = %fid, "framework recovered from an agent's report");
+        self.frameworks.insert(fid.clone(), fw);
+    }
+}

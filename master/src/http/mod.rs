@@ -1,0 +1,100 @@
+//! HTTP and WebSocket serving on the master's one port: `/api/scheduler`
+//! and `/api/agent` (WebSocket), `/health`, `/version` and `/state`.
+//! Connection tasks only parse, forward to the state task and write.
+
+mod ws;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use agora_proto::{agent, scheduler, MAX_FRAME_BYTES};
+use axum::extract::{State, WebSocketUpgrade};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use dashmap::DashMap;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::master::{ConnId, Input};
+use crate::state::StateSnapshot;
+
+/// A frame queued towards one connection.
+#[derive(Debug)]
+pub(crate) enum Outbound {
+    Scheduler(Box<scheduler::Event>),
+    Agent(Box<agent::Event>),
+    Close { code: u16, reason: String },
+}
+
+/// How the state task reaches a connection.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnHandle {
+    pub(crate) tx: mpsc::Sender<Outbound>,
+    /// Cancelled to drop the connection (slow peer, shutdown).
+    pub(crate) cancel: CancellationToken,
+}
+
+/// Live connections by id, written by connection tasks, read by the state task.
+pub(crate) type Registry = Arc<DashMap<ConnId, ConnHandle>>;
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) inputs: mpsc::Sender<Input>,
+    pub(crate) registry: Registry,
+    pub(crate) next_conn: Arc<AtomicU64>,
+    pub(crate) snapshot: watch::Receiver<Arc<StateSnapshot>>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) queue_capacity: usize,
+}
+
+/// Which channel a WebSocket speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Scheduler,
+    Agent,
+}
+
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/version", get(version))
+        .route("/state", get(state_json))
+        .route("/api/scheduler", get(scheduler_ws))
+        .route("/api/agent", get(agent_ws))
+        .with_state(state)
+}
+
+async fn version() -> Json<serde_json::Value> {
+    Json(
+        serde_json::json!({ "version": agora_proto::VERSION, "protocol": agora_proto::PROTOCOL_VERSION }),
+    )
+}
+
+async fn state_json(State(app): State<AppState>) -> Response {
+    let snapshot = app.snapshot.borrow().clone();
+    match serde_json::to_string(&*snapshot) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode state: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+fn upgrade(ws: WebSocketUpgrade, app: AppState, kind: Kind) -> Response {
+    ws.max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| ws::serve(socket, kind, app))
+}
+
+async fn scheduler_ws(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
+    upgrade(ws, app, Kind::Scheduler)
+}
+
+async fn agent_ws(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
+    upgrade(ws, app, Kind::Agent)
+}

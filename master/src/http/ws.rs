@@ -1,0 +1,191 @@
+//! One WebSocket connection: a reader that decodes frames and forwards
+//! calls to the state task (answering undecodable frames itself), and a
+//! writer that drains the connection's bounded outbound queue.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use agora_proto::{agent, decode, encode, scheduler, DecodeError, MAX_FRAME_BYTES};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+
+use super::{AppState, ConnHandle, Kind, Outbound};
+use crate::master::Input;
+
+/// Close code for a frame over the size cap.
+const CLOSE_TOO_BIG: u16 = 1009;
+/// Close code when the master shuts down.
+const CLOSE_GOING_AWAY: u16 = 1001;
+/// How long a closing connection may take to flush what is queued.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
+    let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
+    let (tx, mut rx) = mpsc::channel::<Outbound>(app.queue_capacity);
+    let cancel = app.shutdown.child_token();
+    app.registry.insert(
+        conn,
+        ConnHandle {
+            tx: tx.clone(),
+            cancel: cancel.clone(),
+        },
+    );
+    tracing::debug!(conn, ?kind, "connection opened");
+    let (mut sink, mut stream) = socket.split();
+
+    let writer_cancel = cancel.clone();
+    let shutdown = app.shutdown.clone();
+    let mut writer = tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                biased;
+                next = rx.recv() => next,
+                _ = writer_cancel.cancelled() => {
+                    let (code, reason) = if shutdown.is_cancelled() {
+                        (CLOSE_GOING_AWAY, "master shutting down")
+                    } else {
+                        (1008, "peer is not reading its events")
+                    };
+                    let frame = Message::Close(Some(CloseFrame { code, reason: reason.into() }));
+                    let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(frame)).await;
+                    break;
+                }
+            };
+            let (message, last) = match next {
+                None => break,
+                Some(Outbound::Scheduler(event)) => (Message::Text(encode(&*event).into()), false),
+                Some(Outbound::Agent(event)) => (Message::Text(encode(&*event).into()), false),
+                Some(Outbound::Close { code, reason }) => (
+                    Message::Close(Some(CloseFrame {
+                        code,
+                        reason: reason.into(),
+                    })),
+                    true,
+                ),
+            };
+            let sent = tokio::select! {
+                r = sink.send(message) => r.is_ok(),
+                _ = writer_cancel.cancelled() => false,
+            };
+            if !sent || last {
+                break;
+            }
+        }
+        // The reader stops too: a connection we stopped writing is done.
+        writer_cancel.cancel();
+    });
+
+    loop {
+        let frame = tokio::select! {
+            _ = cancel.cancelled() => break,
+            frame = stream.next() => frame,
+        };
+        match frame {
+            None | Some(Ok(Message::Close(_))) => break,
+            Some(Ok(Message::Text(text))) => match parse(kind, conn, text.as_str()) {
+                Ok(input) => {
+                    let forwarded = tokio::select! {
+                        r = app.inputs.send(input) => r.is_ok(),
+                        _ = cancel.cancelled() => false,
+                    };
+                    if !forwarded {
+                        break;
+                    }
+                }
+                Err(Refusal { message, fatal }) => {
+                    let _ = tx.try_send(error_event(kind, message.clone(), fatal));
+                    if fatal {
+                        let _ = tx.try_send(Outbound::Close {
+                            code: 1008,
+                            reason: crate::master::truncate_reason(&message),
+                        });
+                        break;
+                    }
+                }
+            },
+            Some(Ok(Message::Binary(_))) => {
+                let _ = tx.try_send(error_event(kind, DecodeError::Binary.to_string(), false));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                let text = e.to_string();
+                if text.contains("Space limit exceeded") || text.contains("too long") {
+                    tracing::info!(conn, error = %text, "frame over the size limit; closing the connection");
+                    let _ = tx.try_send(Outbound::Close {
+                        code: CLOSE_TOO_BIG,
+                        reason: format!("frame exceeds the {MAX_FRAME_BYTES}-byte limit"),
+                    });
+                } else {
+                    tracing::debug!(conn, error = %text, "connection read failed");
+                }
+                break;
+            }
+        }
+    }
+    app.registry.remove(&conn);
+    drop(tx);
+    if tokio::time::timeout(FLUSH_TIMEOUT, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+    let closed = match kind {
+        Kind::Scheduler => Input::SchedulerClosed { conn },
+        Kind::Agent => Input::AgentClosed { conn },
+    };
+    // Even during shutdown, try: the state task may still be running.
+    let _ = tokio::time::timeout(FLUSH_TIMEOUT, app.inputs.send(closed)).await;
+    tracing::debug!(conn, ?kind, "connection closed");
+}
+
+struct Refusal {
+    message: String,
+    fatal: bool,
+}
+
+fn parse(kind: Kind, conn: u64, text: &str) -> Result<Input, Refusal> {
+    match kind {
+        Kind::Scheduler => decode::<scheduler::Call>(text)
+            .map(|call| Input::Scheduler { conn, call })
+            .map_err(|e| Refusal {
+                message: e.to_string(),
+                fatal: false,
+            }),
+        Kind::Agent => decode::<agent::Call>(text)
+            .map(|call| Input::Agent { conn, call })
+            .map_err(|e| {
+                // A registration that does not parse (e.g. impossible
+                // resources) is refused outright.
+                let is_register = serde_json::from_str::<serde_json::Value>(text)
+                    .ok()
+                    .and_then(|v| {
+                        v.get("type")
+                            .and_then(|t| t.as_str())
+                            .map(|t| t == "REGISTER")
+                    })
+                    .unwrap_or(false);
+                if is_register && matches!(e, DecodeError::Malformed(_)) {
+                    Refusal {
+                        message: format!("registration refused: {e}"),
+                        fatal: true,
+                    }
+                } else {
+                    Refusal {
+                        message: e.to_string(),
+                        fatal: false,
+                    }
+                }
+            }),
+    }
+}
+
+fn error_event(kind: Kind, message: String, fatal: bool) -> Outbound {
+    match kind {
+        Kind::Scheduler => {
+            Outbound::Scheduler(Box::new(scheduler::Event::Error { message, fatal }))
+        }
+        Kind::Agent => Outbound::Agent(Box::new(agent::Event::Error { message, fatal })),
+    }
+}

@@ -1,0 +1,452 @@
+//! The master's state machine, sans IO. One [`Master`] owns every
+//! framework, agent, offer and task. It is fed [`Input`]s (calls from
+//! connections, connection closes) and [`Master::tick`]s with the current
+//! time, and answers by pushing [`Output`]s (an event for a connection, a
+//! close) into its outbox, which the event loop drains and writes. It never
+//! reads a clock or touches a socket, so every rule of the protocol is
+//! unit-tested with injected time.
+//!
+//! The handlers live beside the domain they change: `frameworks.rs`
+//! (subscription, teardown, failover), `agents.rs` (registration, pings,
+//! removal), `offers.rs` (allocation, launch, decline, rescind) and
+//! `tasks.rs` (status updates, acknowledgements, kill, reconcile).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::time::Duration;
+
+use agora_proto::{agent, scheduler, AgentId, FrameworkId, MasterInfo, OfferId};
+use agora_proto::{Reason, Source, TaskId, TaskState, TaskStatus};
+use tokio::time::Instant;
+
+use crate::agents::Agent;
+use crate::allocator::Allocator;
+use crate::frameworks::Framework;
+use crate::offers::OfferEntry;
+use crate::tasks::CompletedTask;
+use crate::Config;
+
+/// Identifies one WebSocket connection for the lifetime of the master.
+pub(crate) type ConnId = u64;
+
+/// Something that happened on a connection.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A decoded call from a scheduler connection.
+    Scheduler { conn: ConnId, call: scheduler::Call },
+    /// A scheduler connection ended.
+    SchedulerClosed { conn: ConnId },
+    /// A decoded call from an agent connection.
+    Agent { conn: ConnId, call: agent::Call },
+    /// An agent connection ended.
+    AgentClosed { conn: ConnId },
+}
+
+/// Something the master wants done to a connection.
+// Outputs live only until the event loop drains the outbox; boxing every
+// agent event would cost more than the size difference.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Output {
+    /// Send an event to a scheduler connection.
+    Scheduler {
+        conn: ConnId,
+        event: scheduler::Event,
+    },
+    /// Send an event to an agent connection.
+    Agent { conn: ConnId, event: agent::Event },
+    /// Close a connection (after what was queued before) with a code and reason.
+    Close {
+        conn: ConnId,
+        code: u16,
+        reason: String,
+    },
+}
+
+/// WebSocket close code for a refused or removed peer (policy violation).
+pub(crate) const CLOSE_POLICY: u16 = 1008;
+/// WebSocket close code for a normal end.
+pub(crate) const CLOSE_NORMAL: u16 = 1000;
+
+/// Refuse/failover durations from peers are capped so `Instant`
+/// arithmetic cannot overflow.
+const MAX_PEER_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The master's whole state. See the module documentation.
+pub(crate) struct Master {
+    pub(crate) config: Config,
+    pub(crate) info: MasterInfo,
+    pub(crate) allocator: Box<dyn Allocator>,
+    pub(crate) frameworks: HashMap<FrameworkId, Framework>,
+    pub(crate) removed_frameworks: BoundedSet<FrameworkId>,
+    pub(crate) agents: HashMap<AgentId, Agent>,
+    pub(crate) removed_agents: BoundedSet<AgentId>,
+    pub(crate) offers: HashMap<OfferId, OfferEntry>,
+    /// Offers in creation order, for the offer timeout.
+    pub(crate) offer_expiry: VecDeque<(Instant, OfferId)>,
+    pub(crate) completed: VecDeque<CompletedTask>,
+    pub(crate) scheduler_conns: HashMap<ConnId, FrameworkId>,
+    pub(crate) agent_conns: HashMap<ConnId, AgentId>,
+    pub(crate) next_allocation: Instant,
+    pub(crate) next_heartbeat: Instant,
+    pub(crate) next_ping: Instant,
+    pub(crate) next_framework_seq: u64,
+    pub(crate) next_agent_seq: u64,
+    pub(crate) next_offer_seq: u64,
+    /// Something changed since the last `/state` snapshot.
+    pub(crate) dirty: bool,
+    outbox: Vec<Output>,
+}
+
+/// A set that forgets its oldest members beyond a capacity.
+#[derive(Debug)]
+pub(crate) struct BoundedSet<T> {
+    order: VecDeque<T>,
+    members: HashSet<T>,
+    capacity: usize,
+}
+
+// === impl Master ===
+
+impl Master {
+    /// A master with no agents or frameworks; `now` starts its timers.
+    pub(crate) fn new(
+        config: Config,
+        info: MasterInfo,
+        allocator: Box<dyn Allocator>,
+        now: Instant,
+    ) -> Self {
+        Master {
+            removed_frameworks: BoundedSet::new(config.max_removed_agents),
+            removed_agents: BoundedSet::new(config.max_removed_agents),
+            next_allocation: now + config.allocation_interval,
+            next_heartbeat: now + config.heartbeat_interval,
+            next_ping: now + config.agent_ping_interval,
+            config,
+            info,
+            allocator,
+            frameworks: HashMap::new(),
+            agents: HashMap::new(),
+            offers: HashMap::new(),
+            offer_expiry: VecDeque::new(),
+            completed: VecDeque::new(),
+            scheduler_conns: HashMap::new(),
+            agent_conns: HashMap::new(),
+            next_framework_seq: 0,
+            next_agent_seq: 0,
+            next_offer_seq: 0,
+            dirty: true,
+            outbox: Vec::new(),
+        }
+    }
+
+    /// Handles one input at time `now`.
+    pub(crate) fn handle(&mut self, now: Instant, input: Input) {
+        self.dirty = true;
+        match input {
+            Input::Scheduler { conn, call } => self.scheduler_call(now, conn, call),
+            Input::SchedulerClosed { conn } => self.scheduler_closed(now, conn),
+            Input::Agent { conn, call } => self.agent_call(now, conn, call),
+            Input::AgentClosed { conn } => self.agent_closed(now, conn),
+        }
+    }
+
+    /// Runs every timer that is due at `now`: heartbeats, agent pings,
+    /// failover timeouts, offer timeouts and allocation.
+    pub(crate) fn tick(&mut self, now: Instant) {
+        self.dirty = true;
+        if now >= self.next_heartbeat {
+            self.send_heartbeats();
+            self.next_heartbeat = now + self.config.heartbeat_interval;
+        }
+        if now >= self.next_ping {
+            self.ping_agents(now);
+            self.next_ping = now + self.config.agent_ping_interval;
+        }
+        self.expire_frameworks(now);
+        self.expire_offers(now);
+        if now >= self.next_allocation {
+            self.allocate(now);
+            self.next_allocation = now + self.config.allocation_interval;
+        }
+    }
+
+    /// When [`Master::tick`] next has something to do.
+    pub(crate) fn next_deadline(&self) -> Instant {
+        let mut next = self
+            .next_allocation
+            .min(self.next_heartbeat)
+            .min(self.next_ping);
+        for fw in self.frameworks.values() {
+            if let Some(d) = fw.failover_deadline {
+                next = next.min(d);
+            }
+        }
+        if let (Some(timeout), Some((created, _))) =
+            (self.config.offer_timeout, self.offer_expiry.front())
+        {
+            next = next.min(*created + timeout);
+        }
+        next
+    }
+
+    /// Everything pushed since the last call, in order.
+    pub(crate) fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Asks for an allocation cycle soon: within the batch window, so a
+    /// burst of events costs one cycle.
+    pub(crate) fn schedule_allocation(&mut self, now: Instant) {
+        let soon = now + self.config.allocation_batch_window;
+        if soon < self.next_allocation {
+            self.next_allocation = soon;
+        }
+    }
+
+    fn scheduler_call(&mut self, now: Instant, conn: ConnId, call: scheduler::Call) {
+        use scheduler::Call;
+        if let Call::Subscribe {
+            protocol,
+            framework_info,
+            force,
+        } = call
+        {
+            return self.subscribe(now, conn, protocol, framework_info, force);
+        }
+        let Some(fid) = self.scheduler_conns.get(&conn).cloned() else {
+            return self
+                .scheduler_error(conn, "subscribe first: send SUBSCRIBE before other calls");
+        };
+        match call {
+            Call::Subscribe { .. } | Call::Unknown => {}
+            Call::Teardown => self.teardown(now, &fid, "framework removed: teardown requested"),
+            Call::Launch {
+                offer_ids,
+                tasks,
+                filters,
+            } => self.launch(now, &fid, offer_ids, tasks, filters),
+            Call::Decline { offer_ids, filters } => self.decline(now, &fid, &offer_ids, filters),
+            Call::Revive { roles } => self.revive(now, &fid, &roles),
+            Call::Suppress { roles } => self.suppress(&fid, &roles),
+            Call::Kill { task_id, agent_id } => self.kill(&fid, task_id, agent_id),
+            Call::Acknowledge {
+                agent_id,
+                task_id,
+                uuid,
+            } => self.acknowledge(&fid, agent_id, task_id, uuid),
+            Call::Reconcile { tasks } => self.reconcile(&fid, tasks),
+            Call::Message {
+                agent_id,
+                executor_id,
+                data,
+            } => self.message_to_executor(conn, &fid, agent_id, executor_id, data),
+            Call::Request { requests } => self.request_resources(now, &fid, &requests),
+        }
+    }
+
+    fn agent_call(&mut self, now: Instant, conn: ConnId, call: agent::Call) {
+        use agent::Call;
+        if let Call::Register {
+            protocol,
+            agent_info,
+            tasks,
+            executors,
+            frameworks,
+        } = call
+        {
+            return self.register_agent(
+                now, conn, protocol, agent_info, tasks, executors, frameworks,
+            );
+        }
+        let Some(aid) = self.agent_conns.get(&conn).cloned() else {
+            return self.agent_error(conn, "register first: send REGISTER before other calls");
+        };
+        match call {
+            Call::Register { .. } | Call::Unknown => {}
+            Call::StatusUpdate {
+                framework_id,
+                status,
+            } => self.status_update(now, conn, &aid, framework_id, status),
+            Call::ExecutorExited {
+                framework_id,
+                executor_id,
+                status,
+                message,
+            } => self.executor_exited(now, &aid, framework_id, executor_id, status, &message),
+            Call::Message {
+                framework_id,
+                executor_id,
+                data,
+            } => self.message_to_scheduler(&aid, framework_id, executor_id, data),
+            Call::Pong => self.pong(&aid),
+        }
+    }
+
+    // --- output helpers ---
+
+    pub(crate) fn push(&mut self, output: Output) {
+        self.outbox.push(output);
+    }
+
+    pub(crate) fn send_scheduler(&mut self, conn: ConnId, event: scheduler::Event) {
+        self.outbox.push(Output::Scheduler { conn, event });
+    }
+
+    /// Sends to the framework's scheduler if it is connected; returns whether it was.
+    pub(crate) fn send_framework(&mut self, fid: &FrameworkId, event: scheduler::Event) -> bool {
+        match self.frameworks.get(fid).and_then(|f| f.conn) {
+            Some(conn) => {
+                self.send_scheduler(conn, event);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn send_agent_conn(&mut self, conn: ConnId, event: agent::Event) {
+        self.outbox.push(Output::Agent { conn, event });
+    }
+
+    /// Sends to the agent if it is connected; returns whether it was.
+    pub(crate) fn send_agent(&mut self, aid: &AgentId, event: agent::Event) -> bool {
+        match self.agents.get(aid).and_then(|a| a.conn) {
+            Some(conn) => {
+                self.send_agent_conn(conn, event);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn scheduler_error(&mut self, conn: ConnId, message: impl Into<String>) {
+        self.send_scheduler(
+            conn,
+            scheduler::Event::Error {
+                message: message.into(),
+                fatal: false,
+            },
+        );
+    }
+
+    /// A fatal error, then the connection is closed.
+    pub(crate) fn scheduler_fatal(&mut self, conn: ConnId, message: impl Into<String>, code: u16) {
+        let message = message.into();
+        self.send_scheduler(
+            conn,
+            scheduler::Event::Error {
+                message: message.clone(),
+                fatal: true,
+            },
+        );
+        self.push(Output::Close {
+            conn,
+            code,
+            reason: truncate_reason(&message),
+        });
+    }
+
+    pub(crate) fn agent_error(&mut self, conn: ConnId, message: impl Into<String>) {
+        self.send_agent_conn(
+            conn,
+            agent::Event::Error {
+                message: message.into(),
+                fatal: false,
+            },
+        );
+    }
+
+    pub(crate) fn agent_fatal(&mut self, conn: ConnId, message: impl Into<String>) {
+        let message = message.into();
+        self.send_agent_conn(
+            conn,
+            agent::Event::Error {
+                message: message.clone(),
+                fatal: true,
+            },
+        );
+        self.push(Output::Close {
+            conn,
+            code: CLOSE_POLICY,
+            reason: truncate_reason(&message),
+        });
+    }
+
+    pub(crate) fn new_id(&mut self, kind: &str) -> String {
+        let seq = match kind {
+            "F" => &mut self.next_framework_seq,
+            "S" => &mut self.next_agent_seq,
+            _ => &mut self.next_offer_seq,
+        };
+        let id = format!("{}-{kind}{}", self.info.id, *seq);
+        *seq += 1;
+        id
+    }
+}
+
+/// A status the master generates: no uuid, needs no acknowledgement.
+pub(crate) fn master_status(
+    task_id: TaskId,
+    state: TaskState,
+    reason: Reason,
+    message: impl Into<String>,
+    agent_id: Option<AgentId>,
+) -> TaskStatus {
+    let mut status = TaskStatus::new(task_id, state, Source::SourceMaster)
+        .with_reason(reason)
+        .with_message(message);
+    status.agent_id = agent_id;
+    status
+}
+
+/// Seconds from a peer as a duration: `None` for zero, negative or not a number;
+/// capped at ten years.
+pub(crate) fn peer_seconds(secs: f64) -> Option<Duration> {
+    if !secs.is_finite() || secs <= 0.0 {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(secs).map_or(MAX_PEER_DURATION, |d| d.min(MAX_PEER_DURATION)))
+}
+
+/// WebSocket close reasons are limited to 123 bytes.
+pub(crate) fn truncate_reason(message: &str) -> String {
+    let mut end = message.len().min(120);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message[..end].to_string()
+}
+
+// === impl BoundedSet ===
+
+impl<T: Eq + Hash + Clone> BoundedSet<T> {
+    pub(crate) fn new(capacity: usize) -> Self {
+        BoundedSet {
+            order: VecDeque::new(),
+            members: HashSet::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, value: T) {
+        if self.members.insert(value.clone()) {
+            self.order.push_back(value);
+            while self.order.len() > self.capacity {
+                if let Some(old) = self.order.pop_front() {
+                    self.members.remove(&old);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn contains(&self, value: &T) -> bool {
+        self.members.contains(value)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.members.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

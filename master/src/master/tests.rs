@@ -1,0 +1,1118 @@
+//! The protocol rules, checked against the sans-IO state machine with
+//! injected time.
+
+use std::time::Duration;
+
+use agora_proto::agent::{self, ExecutorReport, TaskReport};
+use agora_proto::scheduler::{self, Event, ReconcileTask};
+use agora_proto::{
+    AgentId, AgentInfo, CommandInfo, ExecutorId, ExecutorInfo, Filters, FrameworkId, FrameworkInfo,
+    MasterInfo, Offer, OfferId, Reason, Resources, Source, TaskId, TaskInfo, TaskState, TaskStatus,
+    PROTOCOL_VERSION,
+};
+use tokio::time::Instant;
+
+use super::*;
+use crate::allocator::{AllocatorOptions, DrfAllocator};
+
+const S1: ConnId = 1;
+const S2: ConnId = 2;
+const A1: ConnId = 101;
+const A2: ConnId = 102;
+
+fn r(s: &str) -> Resources {
+    Resources::parse(s).unwrap()
+}
+
+struct H {
+    m: Master,
+    now: Instant,
+}
+
+impl H {
+    fn with(config: Config) -> H {
+        let now = Instant::now();
+        let alloc = DrfAllocator::new(AllocatorOptions {
+            min_offer_cpus: config.min_offer_cpus,
+            min_offer_mem: config.min_offer_mem,
+            role_weights: config.role_weights.clone(),
+        });
+        let info = MasterInfo {
+            id: "m".into(),
+            address: "127.0.0.1:5050".into(),
+            version: "test".into(),
+        };
+        H {
+            m: Master::new(config, info, Box::new(alloc), now),
+            now,
+        }
+    }
+
+    fn new() -> H {
+        H::with(Config::default())
+    }
+
+    fn sched(&mut self, conn: ConnId, call: scheduler::Call) -> Vec<Output> {
+        self.m.handle(self.now, Input::Scheduler { conn, call });
+        self.m.take_outputs()
+    }
+
+    fn agent(&mut self, conn: ConnId, call: agent::Call) -> Vec<Output> {
+        self.m.handle(self.now, Input::Agent { conn, call });
+        self.m.take_outputs()
+    }
+
+    fn input(&mut self, input: Input) -> Vec<Output> {
+        self.m.handle(self.now, input);
+        self.m.take_outputs()
+    }
+
+    /// Moves time forward, running every timer that falls due on the way.
+    fn advance(&mut self, d: Duration) -> Vec<Output> {
+        let target = self.now + d;
+        loop {
+            let next = self.m.next_deadline();
+            if next > target {
+                break;
+            }
+            self.now = next.max(self.now);
+            self.m.tick(self.now);
+        }
+        self.now = target;
+        self.m.take_outputs()
+    }
+
+    fn subscribe_info(&mut self, conn: ConnId, info: FrameworkInfo, force: bool) -> Vec<Output> {
+        self.sched(
+            conn,
+            scheduler::Call::Subscribe {
+                protocol: PROTOCOL_VERSION,
+                framework_info: info,
+                force,
+            },
+        )
+    }
+
+    fn subscribe(&mut self, conn: ConnId, name: &str) -> FrameworkId {
+        let out = self.subscribe_info(conn, FrameworkInfo::new(name), false);
+        match sched_events(&out, conn).first() {
+            Some(Event::Subscribed { framework_id, .. }) => framework_id.clone(),
+            other => panic!("no SUBSCRIBED: {other:?}"),
+        }
+    }
+
+    fn register_info(
+        &mut self,
+        conn: ConnId,
+        info: AgentInfo,
+        tasks: Vec<TaskReport>,
+    ) -> Vec<Output> {
+        self.agent(
+            conn,
+            agent::Call::Register {
+                protocol: PROTOCOL_VERSION,
+                agent_info: info,
+                tasks,
+                executors: vec![],
+                frameworks: vec![],
+            },
+        )
+    }
+
+    fn register(&mut self, conn: ConnId, resources: &str) -> AgentId {
+        let out = self.register_info(conn, agent_info(None, resources), vec![]);
+        match agent_events(&out, conn).first() {
+            Some(agent::Event::Registered { agent_id, .. }) => agent_id.clone(),
+            other => panic!("no REGISTERED: {other:?}"),
+        }
+    }
+
+    /// Runs the next allocation and returns the offers `conn` received.
+    fn offers(&mut self, conn: ConnId) -> Vec<Offer> {
+        let out = self.advance(Duration::from_secs(1));
+        offers_in(&out, conn)
+    }
+
+    fn launch(&mut self, conn: ConnId, offers: &[&Offer], tasks: Vec<TaskInfo>) -> Vec<Output> {
+        self.sched(
+            conn,
+            scheduler::Call::Launch {
+                offer_ids: offers.iter().map(|o| o.id.clone()).collect(),
+                tasks,
+                filters: Filters::default(),
+            },
+        )
+    }
+
+    fn status(
+        &mut self,
+        conn: ConnId,
+        fid: &FrameworkId,
+        task: &str,
+        state: TaskState,
+        uuid: &str,
+    ) -> Vec<Output> {
+        let mut status = TaskStatus::new(TaskId::new(task), state, Source::SourceExecutor);
+        status.uuid = Some(uuid.into());
+        self.agent(
+            conn,
+            agent::Call::StatusUpdate {
+                framework_id: fid.clone(),
+                status,
+            },
+        )
+    }
+}
+
+fn agent_info(id: Option<&AgentId>, resources: &str) -> AgentInfo {
+    AgentInfo {
+        id: id.cloned(),
+        hostname: "host1".into(),
+        address: "127.0.0.1:5051".into(),
+        resources: r(resources),
+        attributes: Default::default(),
+    }
+}
+
+fn command_task(id: &str, agent: &AgentId, resources: &str) -> TaskInfo {
+    TaskInfo {
+        name: id.into(),
+        task_id: TaskId::new(id),
+        agent_id: agent.clone(),
+        resources: r(resources),
+        executor: None,
+        command: Some(CommandInfo {
+            value: "true".into(),
+            ..Default::default()
+        }),
+        data: None,
+        kill_grace_period: None,
+        labels: Default::default(),
+    }
+}
+
+fn executor_task(
+    id: &str,
+    agent: &AgentId,
+    resources: &str,
+    exec: &str,
+    exec_res: &str,
+) -> TaskInfo {
+    TaskInfo {
+        executor: Some(ExecutorInfo {
+            executor_id: ExecutorId::new(exec),
+            framework_id: None,
+            command: CommandInfo {
+                value: "./exec".into(),
+                ..Default::default()
+            },
+            resources: r(exec_res),
+            name: String::new(),
+            source: String::new(),
+        }),
+        command: None,
+        ..command_task(id, agent, resources)
+    }
+}
+
+fn sched_events(out: &[Output], conn: ConnId) -> Vec<Event> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Scheduler { conn: c, event } if *c == conn => Some(event.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn agent_events(out: &[Output], conn: ConnId) -> Vec<agent::Event> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Agent { conn: c, event } if *c == conn => Some(event.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn offers_in(out: &[Output], conn: ConnId) -> Vec<Offer> {
+    sched_events(out, conn)
+        .into_iter()
+        .flat_map(|e| match e {
+            Event::Offers { offers } => offers,
+            _ => vec![],
+        })
+        .collect()
+}
+
+fn updates(out: &[Output], conn: ConnId) -> Vec<TaskStatus> {
+    sched_events(out, conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Update { status } => Some(status),
+            _ => None,
+        })
+        .collect()
+}
+
+fn closed(out: &[Output], conn: ConnId) -> bool {
+    out.iter()
+        .any(|o| matches!(o, Output::Close { conn: c, .. } if *c == conn))
+}
+
+fn fatal_error(out: &[Output], conn: ConnId) -> Option<String> {
+    sched_events(out, conn).into_iter().find_map(|e| match e {
+        Event::Error {
+            message,
+            fatal: true,
+        } => Some(message),
+        _ => None,
+    })
+}
+
+/// One framework on S1, one agent on A1, one offer of everything.
+fn setup(resources: &str) -> (H, FrameworkId, AgentId, Offer) {
+    let mut h = H::new();
+    let fid = h.subscribe(S1, "fw");
+    let aid = h.register(A1, resources);
+    let offers = h.offers(S1);
+    assert_eq!(offers.len(), 1, "one offer");
+    let offer = offers.into_iter().next().unwrap();
+    (h, fid, aid, offer)
+}
+
+// --- subscription ---
+
+#[test]
+fn subscribe_assigns_ids_and_checks_protocol() {
+    let mut h = H::new();
+    let out = h.subscribe_info(S1, FrameworkInfo::new("a"), false);
+    match &sched_events(&out, S1)[0] {
+        Event::Subscribed {
+            framework_id,
+            reregistered,
+            heartbeat_interval_seconds,
+            ..
+        } => {
+            assert!(!framework_id.as_str().is_empty());
+            assert!(!reregistered);
+            assert_eq!(*heartbeat_interval_seconds, 15.0);
+        }
+        e => panic!("{e:?}"),
+    }
+    let out = h.sched(
+        S2,
+        scheduler::Call::Subscribe {
+            protocol: 99,
+            framework_info: FrameworkInfo::new("b"),
+            force: false,
+        },
+    );
+    assert!(fatal_error(&out, S2).unwrap().contains("protocol"));
+    assert!(closed(&out, S2));
+}
+
+#[test]
+fn calls_before_subscribe_get_a_non_fatal_error() {
+    let mut h = H::new();
+    let out = h.sched(S1, scheduler::Call::Revive { roles: vec![] });
+    assert!(matches!(
+        &sched_events(&out, S1)[0],
+        Event::Error { fatal: false, message } if message.contains("subscribe first")
+    ));
+    assert!(!closed(&out, S1));
+    let out = h.agent(A1, agent::Call::Pong);
+    assert!(matches!(
+        &agent_events(&out, A1)[0],
+        agent::Event::Error { fatal: false, .. }
+    ));
+}
+
+#[test]
+fn second_connection_is_refused_unless_forced() {
+    let mut h = H::new();
+    let fid = h.subscribe(S1, "fw");
+    let mut info = FrameworkInfo::new("fw");
+    info.id = Some(fid.clone());
+    let out = h.subscribe_info(S2, info.clone(), false);
+    assert!(fatal_error(&out, S2).unwrap().contains("already connected"));
+    assert!(closed(&out, S2) && !closed(&out, S1));
+    let out = h.subscribe_info(S2, info, true);
+    assert!(matches!(
+        &sched_events(&out, S2)[0],
+        Event::Subscribed {
+            reregistered: true,
+            ..
+        }
+    ));
+    assert!(fatal_error(&out, S1).is_some() && closed(&out, S1));
+    // The old connection closing later does not disconnect the framework.
+    h.input(Input::SchedulerClosed { conn: S1 });
+    assert!(h.m.frameworks[&fid].conn == Some(S2));
+}
+
+#[test]
+fn failover_resubscribe_resends_unacknowledged_updates() {
+    let mut h = H::new();
+    let mut info = FrameworkInfo::new("fw");
+    info.failover_timeout = 60.0;
+    let out = h.subscribe_info(S1, info.clone(), false);
+    let fid2 = match &sched_events(&out, S1)[0] {
+        Event::Subscribed { framework_id, .. } => framework_id.clone(),
+        e => panic!("{e:?}"),
+    };
+    let aid2 = h.register(A1, "cpus:4;mem:4096");
+    let offer = h.offers(S1).remove(0);
+    h.launch(
+        S1,
+        &[&offer],
+        vec![command_task("t1", &aid2, "cpus:1;mem:128")],
+    );
+    let out = h.status(A1, &fid2, "t1", TaskState::Running, "u1");
+    assert_eq!(updates(&out, S1)[0].uuid.as_deref(), Some("u1"));
+    h.input(Input::SchedulerClosed { conn: S1 });
+    h.advance(Duration::from_secs(30));
+    info.id = Some(fid2.clone());
+    let out = h.subscribe_info(S2, info, false);
+    let events = sched_events(&out, S2);
+    assert!(matches!(
+        &events[0],
+        Event::Subscribed {
+            reregistered: true,
+            ..
+        }
+    ));
+    assert!(matches!(&events[1], Event::Update { status } if status.uuid.as_deref() == Some("u1")));
+}
+
+#[test]
+fn removed_framework_cannot_resubscribe() {
+    let mut h = H::new();
+    let fid = h.subscribe(S1, "fw");
+    let out = h.sched(S1, scheduler::Call::Teardown);
+    assert!(fatal_error(&out, S1).unwrap().contains("framework removed"));
+    assert!(closed(&out, S1));
+    let mut info = FrameworkInfo::new("fw");
+    info.id = Some(fid);
+    let out = h.subscribe_info(S2, info, false);
+    assert!(fatal_error(&out, S2).unwrap().contains("was removed"));
+}
+
+#[test]
+fn invalid_framework_info_is_refused() {
+    let mut h = H::new();
+    let mut info = FrameworkInfo::new("fw");
+    info.failover_timeout = f64::NAN;
+    assert!(fatal_error(&h.subscribe_info(S1, info, false), S1).is_some());
+    let mut info = FrameworkInfo::new("fw");
+    info.id = Some(FrameworkId::new("../x"));
+    assert!(fatal_error(&h.subscribe_info(S2, info, false), S2).is_some());
+}
+
+// --- offers and launches ---
+
+#[test]
+fn launch_moves_resources_and_sends_run_task() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    assert_eq!(h.m.agents[&aid].offered, r("cpus:4;mem:4096"));
+    let task = executor_task("t1", &aid, "cpus:1;mem:256", "e1", "cpus:0.5;mem:32");
+    let out = h.launch(S1, &[&offer], vec![task]);
+    assert!(updates(&out, S1).is_empty(), "no update for STAGING");
+    match &agent_events(&out, A1)[0] {
+        agent::Event::RunTask { framework, task } => {
+            assert_eq!(framework.id.as_ref(), Some(&fid));
+            assert_eq!(
+                task.executor.as_ref().unwrap().framework_id.as_ref(),
+                Some(&fid)
+            );
+        }
+        e => panic!("{e:?}"),
+    }
+    let agent = &h.m.agents[&aid];
+    assert_eq!(agent.used, r("cpus:1.5;mem:288"));
+    assert!(agent.offered.is_empty());
+    assert_eq!(
+        h.m.frameworks[&fid].tasks[&TaskId::new("t1")].state,
+        TaskState::Staging
+    );
+    // The leftover is filtered for this framework for the default 5 s.
+    assert!(h.offers(S1).is_empty());
+    let out = h.advance(Duration::from_secs(5));
+    let offers = offers_in(&out, S1);
+    assert_eq!(offers[0].resources, r("cpus:2.5;mem:3808"));
+    assert_eq!(offers[0].executor_ids, vec![ExecutorId::new("e1")]);
+    // A second task on the running executor costs only its own resources.
+    let task = executor_task("t2", &aid, "cpus:2.5;mem:3808", "e1", "cpus:0.5;mem:32");
+    let out = h.launch(S1, &[&offers[0]], vec![task]);
+    assert!(updates(&out, S1).is_empty(), "{out:?}");
+    assert_eq!(h.m.agents[&aid].used, r("cpus:4;mem:4096"));
+}
+
+#[test]
+fn launch_on_invalid_offers_drops_every_task() {
+    let (mut h, _fid, aid, offer) = setup("cpus:4;mem:4096");
+    let t = || {
+        vec![
+            command_task("t1", &aid, "cpus:1"),
+            command_task("t2", &aid, "cpus:1"),
+        ]
+    };
+    let bogus = OfferId::new("nope");
+    let out = h.sched(
+        S1,
+        scheduler::Call::Launch {
+            offer_ids: vec![offer.id.clone(), bogus],
+            tasks: t(),
+            filters: Filters::default(),
+        },
+    );
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 2);
+    for u in &ups {
+        assert_eq!(u.state, TaskState::Dropped);
+        assert_eq!(u.reason, Some(Reason::ReasonInvalidOffers));
+        assert_eq!(u.source, Source::SourceMaster);
+        assert!(u.uuid.is_none());
+    }
+    assert!(agent_events(&out, A1).is_empty());
+    // The valid offer was given back (without filter): re-offered next cycle.
+    assert!(h.m.offers.is_empty());
+    let again = h.offers(S1);
+    assert_eq!(again.len(), 1);
+    // A stale offer (already used) drops too.
+    h.launch(S1, &[&again[0]], vec![command_task("t1", &aid, "cpus:1")]);
+    let out = h.launch(S1, &[&again[0]], vec![command_task("t3", &aid, "cpus:1")]);
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Dropped);
+}
+
+#[test]
+fn launch_on_someone_elses_offer_is_dropped() {
+    let (mut h, _fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.subscribe(S2, "other");
+    let out = h.launch(S2, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    assert_eq!(updates(&out, S2)[0].state, TaskState::Dropped);
+    // The owner's offer is untouched.
+    assert!(h.m.offers.contains_key(&offer.id));
+}
+
+#[test]
+fn launch_across_two_agents_is_dropped() {
+    let mut h = H::new();
+    h.subscribe(S1, "fw");
+    let a1 = h.register(A1, "cpus:1;mem:1024");
+    h.register(A2, "cpus:1;mem:1024");
+    let offers = h.offers(S1);
+    assert_eq!(offers.len(), 2);
+    let out = h.launch(
+        S1,
+        &[&offers[0], &offers[1]],
+        vec![command_task("t1", &a1, "cpus:2")],
+    );
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Dropped);
+    assert!(h.m.offers.is_empty(), "both offers given back");
+}
+
+#[test]
+fn invalid_tasks_get_task_error() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let other = AgentId::new("elsewhere");
+    let mut both = command_task("both", &aid, "cpus:0.1");
+    both.executor = executor_task("x", &aid, "cpus:1", "e", "").executor;
+    let mut neither = command_task("neither", &aid, "cpus:0.1");
+    neither.command = None;
+    let tasks = vec![
+        command_task("ok", &aid, "cpus:1"),
+        command_task("ok", &aid, "cpus:1"),
+        command_task("bad/id", &aid, "cpus:1"),
+        command_task("wrong-agent", &other, "cpus:1"),
+        both,
+        neither,
+        command_task("empty", &aid, ""),
+        command_task("huge", &aid, "cpus:100"),
+        command_task("fits", &aid, "cpus:3"),
+        command_task("too-much", &aid, "cpus:0.5"),
+    ];
+    let out = h.launch(S1, &[&offer], tasks);
+    let ups = updates(&out, S1);
+    let by_id = |id: &str| ups.iter().find(|u| u.task_id.as_str() == id).cloned();
+    for id in ["bad/id", "wrong-agent", "both", "neither", "empty"] {
+        let u = by_id(id).unwrap_or_else(|| panic!("no update for {id}"));
+        assert_eq!(
+            (u.state, u.reason),
+            (TaskState::Error, Some(Reason::ReasonTaskInvalid)),
+            "{id}"
+        );
+    }
+    let dup: Vec<_> = ups.iter().filter(|u| u.task_id.as_str() == "ok").collect();
+    assert_eq!(dup.len(), 1, "second 'ok' refused");
+    assert_eq!(dup[0].reason, Some(Reason::ReasonTaskInvalid));
+    for id in ["huge", "too-much"] {
+        assert_eq!(
+            by_id(id).unwrap().reason,
+            Some(Reason::ReasonInsufficientResources),
+            "{id}"
+        );
+    }
+    assert!(by_id("fits").is_none());
+    let runs = agent_events(&out, A1).len();
+    assert_eq!(runs, 2, "ok and fits launched");
+    // A live task id cannot be reused in a later launch.
+    let offer = h.advance(Duration::from_secs(6));
+    let offer = offers_in(&offer, S1).remove(0);
+    let out = h.launch(S1, &[&offer], vec![command_task("ok", &aid, "cpus:0.1")]);
+    assert_eq!(updates(&out, S1)[0].reason, Some(Reason::ReasonTaskInvalid));
+    let _ = fid;
+}
+
+#[test]
+fn decline_filters_expire_and_revive_clears_them() {
+    let (mut h, _fid, _aid, offer) = setup("cpus:4;mem:4096");
+    h.sched(
+        S1,
+        scheduler::Call::Decline {
+            offer_ids: vec![offer.id.clone()],
+            filters: Filters {
+                refuse_seconds: Some(10.0),
+            },
+        },
+    );
+    assert!(offers_in(&h.advance(Duration::from_secs(9)), S1).is_empty());
+    let offers = offers_in(&h.advance(Duration::from_secs(2)), S1);
+    assert_eq!(offers.len(), 1);
+    // Default filter: 5 s.
+    h.sched(
+        S1,
+        scheduler::Call::Decline {
+            offer_ids: vec![offers[0].id.clone(), OfferId::new("unknown-is-ignored")],
+            filters: Filters::default(),
+        },
+    );
+    assert!(offers_in(&h.advance(Duration::from_secs(4)), S1).is_empty());
+    assert_eq!(offers_in(&h.advance(Duration::from_secs(2)), S1).len(), 1);
+    let offer = h.m.offers.values().next().unwrap().offer.clone();
+    h.sched(
+        S1,
+        scheduler::Call::Decline {
+            offer_ids: vec![offer.id],
+            filters: Filters {
+                refuse_seconds: Some(1e300),
+            },
+        },
+    );
+    assert!(offers_in(&h.advance(Duration::from_secs(30)), S1).is_empty());
+    h.sched(S1, scheduler::Call::Revive { roles: vec![] });
+    let out = h.advance(Duration::from_millis(50));
+    assert_eq!(
+        offers_in(&out, S1).len(),
+        1,
+        "revive re-offers within the batch window"
+    );
+}
+
+#[test]
+fn suppress_stops_offers_until_revive() {
+    let mut h = H::new();
+    h.subscribe(S1, "fw");
+    h.sched(S1, scheduler::Call::Suppress { roles: vec![] });
+    h.register(A1, "cpus:4;mem:4096");
+    assert!(offers_in(&h.advance(Duration::from_secs(5)), S1).is_empty());
+    h.sched(S1, scheduler::Call::Revive { roles: vec![] });
+    assert_eq!(h.offers(S1).len(), 1);
+}
+
+#[test]
+fn events_coalesce_into_one_extra_allocation() {
+    let mut h = H::new();
+    h.subscribe(S1, "fw");
+    for i in 0..5 {
+        h.register(A1 + i, "cpus:1;mem:1024");
+    }
+    // All five agents are offered by one cycle within the batch window.
+    let out = h.advance(Duration::from_millis(25));
+    let events: Vec<_> = sched_events(&out, S1)
+        .into_iter()
+        .filter(|e| matches!(e, Event::Offers { .. }))
+        .collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(offers_in(&out, S1).len(), 5);
+}
+
+#[test]
+fn offer_timeout_rescinds() {
+    let mut h = H::with(Config {
+        offer_timeout: Some(Duration::from_secs(30)),
+        ..Config::default()
+    });
+    h.subscribe(S1, "fw");
+    h.register(A1, "cpus:1;mem:1024");
+    let offer = h.offers(S1).remove(0);
+    let out = h.advance(Duration::from_secs(31));
+    assert!(sched_events(&out, S1)
+        .iter()
+        .any(|e| matches!(e, Event::Rescind { offer_id } if *offer_id == offer.id)));
+}
+
+// --- tasks ---
+
+#[test]
+fn status_updates_are_forwarded_and_acknowledged() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(
+        S1,
+        &[&offer],
+        vec![command_task("t1", &aid, "cpus:4;mem:4096")],
+    );
+    let out = h.status(A1, &fid, "t1", TaskState::Running, "u1");
+    let u = &updates(&out, S1)[0];
+    assert_eq!(
+        (u.state, u.agent_id.as_ref()),
+        (TaskState::Running, Some(&aid))
+    );
+    let out = h.sched(
+        S1,
+        scheduler::Call::Acknowledge {
+            agent_id: aid.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "u1".into(),
+        },
+    );
+    assert_eq!(
+        agent_events(&out, A1),
+        vec![agent::Event::Acknowledge {
+            framework_id: fid.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "u1".into()
+        }]
+    );
+    // Terminal: resources are freed and offered again.
+    h.status(A1, &fid, "t1", TaskState::Finished, "u2");
+    assert!(h.m.agents[&aid].used.is_empty());
+    assert_eq!(h.offers(S1)[0].resources, r("cpus:4;mem:4096"));
+    // Until acknowledged it is still known; after, it is completed.
+    assert!(h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+    h.sched(
+        S1,
+        scheduler::Call::Acknowledge {
+            agent_id: aid.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "u2".into(),
+        },
+    );
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+    assert_eq!(h.m.completed.back().unwrap().state, TaskState::Finished);
+}
+
+#[test]
+fn kill_known_and_unknown_tasks() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    let out = h.sched(
+        S1,
+        scheduler::Call::Kill {
+            task_id: TaskId::new("t1"),
+            agent_id: None,
+        },
+    );
+    assert_eq!(
+        agent_events(&out, A1),
+        vec![agent::Event::KillTask {
+            framework_id: fid,
+            task_id: TaskId::new("t1")
+        }]
+    );
+    let out = h.sched(
+        S1,
+        scheduler::Call::Kill {
+            task_id: TaskId::new("ghost"),
+            agent_id: None,
+        },
+    );
+    let u = &updates(&out, S1)[0];
+    assert_eq!(
+        (u.state, u.reason),
+        (TaskState::Lost, Some(Reason::ReasonTaskUnknown))
+    );
+    assert!(u.uuid.is_none());
+}
+
+#[test]
+fn reconcile_explicit_and_implicit() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(
+        S1,
+        &[&offer],
+        vec![
+            command_task("t1", &aid, "cpus:1"),
+            command_task("t2", &aid, "cpus:1"),
+        ],
+    );
+    h.status(A1, &fid, "t1", TaskState::Running, "u1");
+    let out = h.sched(
+        S1,
+        scheduler::Call::Reconcile {
+            tasks: vec![
+                ReconcileTask {
+                    task_id: TaskId::new("t1"),
+                    agent_id: None,
+                },
+                ReconcileTask {
+                    task_id: TaskId::new("nope"),
+                    agent_id: None,
+                },
+            ],
+        },
+    );
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 2);
+    assert_eq!(
+        (ups[0].state, ups[0].reason),
+        (TaskState::Running, Some(Reason::ReasonReconciliation))
+    );
+    assert!(ups[0].uuid.is_none());
+    assert_eq!(ups[1].state, TaskState::Lost);
+    assert_eq!(ups[1].reason, Some(Reason::ReasonReconciliation));
+    assert_eq!(ups[1].message.as_deref(), Some("unknown task"));
+    let out = h.sched(S1, scheduler::Call::Reconcile { tasks: vec![] });
+    let mut states: Vec<_> = updates(&out, S1)
+        .into_iter()
+        .map(|u| (u.task_id.0, u.state))
+        .collect();
+    states.sort();
+    assert_eq!(
+        states,
+        vec![
+            ("t1".into(), TaskState::Running),
+            ("t2".into(), TaskState::Staging)
+        ]
+    );
+}
+
+#[test]
+fn framework_messages_flow_both_ways() {
+    let (mut h, fid, aid, _offer) = setup("cpus:4;mem:4096");
+    let out = h.sched(
+        S1,
+        scheduler::Call::Message {
+            agent_id: aid.clone(),
+            executor_id: ExecutorId::new("e"),
+            data: "hi".into(),
+        },
+    );
+    assert!(
+        matches!(&agent_events(&out, A1)[0], agent::Event::Message { framework_id, .. } if *framework_id == fid)
+    );
+    let out = h.agent(
+        A1,
+        agent::Call::Message {
+            framework_id: fid,
+            executor_id: ExecutorId::new("e"),
+            data: "yo".into(),
+        },
+    );
+    assert!(
+        matches!(&sched_events(&out, S1)[0], Event::Message { agent_id, .. } if *agent_id == aid)
+    );
+    let out = h.sched(
+        S1,
+        scheduler::Call::Message {
+            agent_id: AgentId::new("ghost"),
+            executor_id: ExecutorId::new("e"),
+            data: "hi".into(),
+        },
+    );
+    assert!(matches!(
+        &sched_events(&out, S1)[0],
+        Event::Error { fatal: false, .. }
+    ));
+}
+
+#[test]
+fn executor_exit_reports_failure_and_frees_its_resources() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(
+        S1,
+        &[&offer],
+        vec![executor_task("t1", &aid, "cpus:1", "e1", "cpus:0.5;mem:64")],
+    );
+    h.status(A1, &fid, "t1", TaskState::Failed, "u1");
+    assert_eq!(h.m.agents[&aid].used, r("cpus:0.5;mem:64"));
+    let out = h.agent(
+        A1,
+        agent::Call::ExecutorExited {
+            framework_id: fid,
+            executor_id: ExecutorId::new("e1"),
+            status: Some(1),
+            message: "exited".into(),
+        },
+    );
+    assert_eq!(
+        sched_events(&out, S1),
+        vec![Event::Failure {
+            agent_id: aid.clone(),
+            executor_id: Some(ExecutorId::new("e1")),
+            status: Some(1)
+        }]
+    );
+    assert!(h.m.agents[&aid].used.is_empty());
+}
+
+#[test]
+fn heartbeats_every_interval() {
+    let mut h = H::new();
+    h.subscribe(S1, "fw");
+    let out = h.advance(Duration::from_secs(31));
+    let beats = sched_events(&out, S1)
+        .into_iter()
+        .filter(|e| matches!(e, Event::Heartbeat))
+        .count();
+    assert_eq!(beats, 2);
+}
+
+// --- failover and teardown ---
+
+#[test]
+fn disconnect_with_zero_failover_tears_down_at_once() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    let out = h.input(Input::SchedulerClosed { conn: S1 });
+    assert!(
+        agent_events(&out, A1).contains(&agent::Event::ShutdownFramework {
+            framework_id: fid.clone()
+        })
+    );
+    assert!(h.m.frameworks.is_empty());
+    assert!(h.m.agents[&aid].used.is_empty());
+    // A late update for it is acknowledged by the master itself.
+    let out = h.status(A1, &fid, "t1", TaskState::Killed, "u9");
+    assert!(
+        matches!(&agent_events(&out, A1)[0], agent::Event::Acknowledge { uuid, .. } if uuid == "u9")
+    );
+}
+
+#[test]
+fn failover_timeout_tears_down_after_expiry() {
+    let mut h = H::new();
+    let mut info = FrameworkInfo::new("fw");
+    info.failover_timeout = 10.0;
+    let out = h.subscribe_info(S1, info, false);
+    let fid = match &sched_events(&out, S1)[0] {
+        Event::Subscribed { framework_id, .. } => framework_id.clone(),
+        e => panic!("{e:?}"),
+    };
+    let aid = h.register(A1, "cpus:4;mem:4096");
+    let offer = h.offers(S1).remove(0);
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    h.input(Input::SchedulerClosed { conn: S1 });
+    assert!(h.m.offers.is_empty(), "offers withdrawn on disconnect");
+    let out = h.advance(Duration::from_secs(9));
+    assert!(agent_events(&out, A1)
+        .iter()
+        .all(|e| !matches!(e, agent::Event::ShutdownFramework { .. })));
+    assert!(h.m.frameworks.contains_key(&fid));
+    let out = h.advance(Duration::from_secs(2));
+    assert!(
+        agent_events(&out, A1).contains(&agent::Event::ShutdownFramework {
+            framework_id: fid.clone()
+        })
+    );
+    assert!(!h.m.frameworks.contains_key(&fid));
+    assert_eq!(h.m.completed.back().unwrap().state, TaskState::Killed);
+}
+
+// --- agents ---
+
+#[test]
+fn agent_is_removed_after_missed_pings() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    let offer2 = h.advance(Duration::from_secs(6));
+    let offer2 = offers_in(&offer2, S1).remove(0);
+    // Pings are answered for a while.
+    let out = h.advance(Duration::from_secs(15));
+    assert!(agent_events(&out, A1).contains(&agent::Event::Ping));
+    h.agent(A1, agent::Call::Pong);
+    let out = h.advance(Duration::from_secs(15 * 5));
+    assert!(
+        h.m.agents.contains_key(&aid),
+        "4 missed pings are tolerated"
+    );
+    assert!(!closed(&out, A1));
+    let out = h.advance(Duration::from_secs(15));
+    assert!(!h.m.agents.contains_key(&aid));
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 1);
+    assert_eq!(
+        (ups[0].state, ups[0].reason),
+        (TaskState::Lost, Some(Reason::ReasonAgentRemoved))
+    );
+    assert!(ups[0].uuid.is_none());
+    let events = sched_events(&out, S1);
+    assert!(events.contains(&Event::Rescind {
+        offer_id: offer2.id
+    }));
+    assert!(events.contains(&Event::Failure {
+        agent_id: aid.clone(),
+        executor_id: None,
+        status: None
+    }));
+    assert!(agent_events(&out, A1)
+        .iter()
+        .any(|e| matches!(e, agent::Event::Shutdown { .. })));
+    // It may not come back with that id.
+    let out = h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![]);
+    assert!(matches!(
+        &agent_events(&out, A2)[0],
+        agent::Event::Shutdown { .. }
+    ));
+    assert!(!h.m.agents.contains_key(&aid));
+    let _ = fid;
+}
+
+#[test]
+fn disconnected_agent_keeps_tasks_and_reregisters() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let task = command_task("t1", &aid, "cpus:1;mem:512");
+    h.launch(S1, &[&offer], vec![task.clone()]);
+    let out = h.advance(Duration::from_secs(6));
+    let offer2 = offers_in(&out, S1).remove(0);
+    let out = h.input(Input::AgentClosed { conn: A1 });
+    assert_eq!(
+        sched_events(&out, S1),
+        vec![Event::Rescind {
+            offer_id: offer2.id
+        }]
+    );
+    assert!(h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+    assert!(
+        h.offers(S1).is_empty(),
+        "no offers from a disconnected agent"
+    );
+    let report = TaskReport {
+        framework_id: fid.clone(),
+        task,
+        state: TaskState::Running,
+        latest_status: None,
+    };
+    let out = h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![report]);
+    assert!(matches!(
+        &agent_events(&out, A2)[0],
+        agent::Event::Registered {
+            reregistered: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        h.m.frameworks[&fid].tasks[&TaskId::new("t1")].state,
+        TaskState::Running
+    );
+    assert_eq!(h.offers(S1)[0].resources, r("cpus:3;mem:3584"));
+}
+
+#[test]
+fn reregistering_agent_without_a_task_marks_it_lost() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    h.input(Input::AgentClosed { conn: A1 });
+    let out = h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![]);
+    let u = &updates(&out, S1)[0];
+    assert_eq!(
+        (u.state, u.reason),
+        (TaskState::Lost, Some(Reason::ReasonAgentRestarted))
+    );
+    assert!(h.m.agents[&aid].used.is_empty());
+    let _ = fid;
+}
+
+#[test]
+fn reregistration_after_master_restart_rebuilds_state() {
+    let mut h = H::new();
+    let aid = AgentId::new("old-agent");
+    let fid = FrameworkId::new("old-fw");
+    let mut fw_info = FrameworkInfo::new("fw");
+    fw_info.id = Some(fid.clone());
+    fw_info.failover_timeout = 3600.0;
+    let task = executor_task("t1", &aid, "cpus:1;mem:512", "e1", "cpus:0.5;mem:32");
+    let exec = task.executor.clone().unwrap();
+    let out = h.agent(
+        A1,
+        agent::Call::Register {
+            protocol: PROTOCOL_VERSION,
+            agent_info: agent_info(Some(&aid), "cpus:4;mem:4096"),
+            tasks: vec![TaskReport {
+                framework_id: fid.clone(),
+                task,
+                state: TaskState::Running,
+                latest_status: None,
+            }],
+            executors: vec![ExecutorReport {
+                framework_id: fid.clone(),
+                executor: exec,
+            }],
+            frameworks: vec![fw_info.clone()],
+        },
+    );
+    assert!(
+        matches!(&agent_events(&out, A1)[0], agent::Event::Registered { reregistered: true, agent_id, .. } if *agent_id == aid)
+    );
+    assert_eq!(h.m.agents[&aid].used, r("cpus:1.5;mem:544"));
+    assert!(h.m.frameworks[&fid].recovered);
+    // The scheduler comes back: re-registered, and it can reconcile.
+    let out = h.subscribe_info(S1, fw_info, false);
+    assert!(matches!(
+        &sched_events(&out, S1)[0],
+        Event::Subscribed {
+            reregistered: true,
+            ..
+        }
+    ));
+    let out = h.sched(S1, scheduler::Call::Reconcile { tasks: vec![] });
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Running);
+    // It gets offers of what is left.
+    assert_eq!(h.offers(S1)[0].resources, r("cpus:2.5;mem:3552"));
+}
+
+#[test]
+fn agent_protocol_and_resources_are_checked() {
+    let mut h = H::new();
+    let out = h.agent(
+        A1,
+        agent::Call::Register {
+            protocol: 7,
+            agent_info: agent_info(None, "cpus:1"),
+            tasks: vec![],
+            executors: vec![],
+            frameworks: vec![],
+        },
+    );
+    assert!(matches!(
+        &agent_events(&out, A1)[0],
+        agent::Event::Error { fatal: true, .. }
+    ));
+    assert!(closed(&out, A1));
+    let out = h.register_info(A2, agent_info(None, ""), vec![]);
+    assert!(matches!(
+        &agent_events(&out, A2)[0],
+        agent::Event::Error { fatal: true, .. }
+    ));
+}
+
+#[test]
+fn teardown_kills_everything() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    let out = h.sched(S1, scheduler::Call::Teardown);
+    assert!(agent_events(&out, A1).contains(&agent::Event::ShutdownFramework { framework_id: fid }));
+    assert!(fatal_error(&out, S1).is_some());
+    assert!(closed(&out, S1));
+    assert!(h.m.agents[&aid].used.is_empty() && h.m.offers.is_empty());
+}
+
+#[test]
+fn snapshot_reflects_state() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    let snap = h.m.snapshot();
+    assert_eq!(snap.agents[0].used.text, "cpus:1");
+    assert_eq!(snap.frameworks[0].id, fid);
+    assert_eq!(snap.frameworks[0].tasks[0].state, TaskState::Staging);
+    let json = serde_json::to_value(&snap).unwrap();
+    assert_eq!(json["agents"][0]["connected"], true);
+}

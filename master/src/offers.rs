@@ -1,0 +1,456 @@
+//! Offers: turning allocations into `OFFERS`, launches (validated as a
+//! whole, exactly as `docs/protocol.md` says), declines with filters,
+//! rescinds and the offer timeout.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use agora_proto::scheduler::Event;
+use agora_proto::{
+    agent, AgentId, ExecutorId, Filters, FrameworkId, Offer, OfferId, Reason, Resources, TaskId,
+    TaskInfo, TaskState,
+};
+use tokio::time::Instant;
+
+use crate::master::{master_status, peer_seconds, Master};
+use crate::tasks::Task;
+
+/// Offers sent in one `OFFERS` event at most (keeps frames well under the cap).
+const MAX_OFFERS_PER_EVENT: usize = 1000;
+
+/// An outstanding offer.
+#[derive(Debug, Clone)]
+pub(crate) struct OfferEntry {
+    pub(crate) offer: Offer,
+}
+
+// === impl Master: offers ===
+
+impl Master {
+    /// One allocation cycle: asks the allocator and sends the offers.
+    pub(crate) fn allocate(&mut self, now: Instant) {
+        let allocations = self.allocator.allocate(now);
+        let mut by_framework: Vec<(FrameworkId, Vec<Offer>)> = Vec::new();
+        for a in allocations {
+            let framework_ok = self
+                .frameworks
+                .get(&a.framework_id)
+                .is_some_and(|f| f.conn.is_some());
+            let agent_ok = self
+                .agents
+                .get(&a.agent_id)
+                .is_some_and(|ag| ag.conn.is_some());
+            if !framework_ok || !agent_ok || a.resources.is_empty() {
+                // Defensive: the allocator's view lagged; give it back.
+                self.allocator
+                    .recover(&a.framework_id, &a.agent_id, &a.resources, None, now);
+                continue;
+            }
+            let id = OfferId::new(self.new_id("O"));
+            let Some(agent) = self.agents.get_mut(&a.agent_id) else {
+                continue;
+            };
+            let offer = Offer {
+                id: id.clone(),
+                framework_id: a.framework_id.clone(),
+                agent_id: a.agent_id.clone(),
+                hostname: agent.info.hostname.clone(),
+                resources: a.resources.clone(),
+                attributes: agent.info.attributes.clone(),
+                executor_ids: agent
+                    .executors
+                    .keys()
+                    .filter(|(f, _)| *f == a.framework_id)
+                    .map(|(_, e)| e.clone())
+                    .collect(),
+            };
+            agent.offered += &a.resources;
+            agent.offers.insert(id.clone());
+            if let Some(fw) = self.frameworks.get_mut(&a.framework_id) {
+                fw.offers.insert(id.clone());
+            }
+            if self.config.offer_timeout.is_some() {
+                self.offer_expiry.push_back((now, id.clone()));
+            }
+            self.offers.insert(
+                id,
+                OfferEntry {
+                    offer: offer.clone(),
+                },
+            );
+            match by_framework.iter_mut().find(|(f, _)| *f == a.framework_id) {
+                Some((_, list)) => list.push(offer),
+                None => by_framework.push((a.framework_id, vec![offer])),
+            }
+        }
+        for (fid, offers) in by_framework {
+            tracing::debug!(framework_id = %fid, count = offers.len(), "sending offers");
+            for chunk in offers.chunks(MAX_OFFERS_PER_EVENT) {
+                self.send_framework(
+                    &fid,
+                    Event::Offers {
+                        offers: chunk.to_vec(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Takes an offer out of the books and gives its resources back to
+    /// the allocator (with `refuse` as filter), telling the framework with
+    /// `RESCIND` when `notify`. Returns the offer.
+    pub(crate) fn withdraw_offer(
+        &mut self,
+        now: Instant,
+        id: &OfferId,
+        notify: bool,
+        refuse: Option<Duration>,
+    ) -> Option<Offer> {
+        let entry = self.take_offer(id)?;
+        let offer = entry.offer;
+        self.allocator.recover(
+            &offer.framework_id,
+            &offer.agent_id,
+            &offer.resources,
+            refuse,
+            now,
+        );
+        if notify {
+            self.send_framework(
+                &offer.framework_id,
+                Event::Rescind {
+                    offer_id: id.clone(),
+                },
+            );
+        }
+        self.schedule_allocation(now);
+        Some(offer)
+    }
+
+    /// Removes the offer from every index, without telling the allocator.
+    fn take_offer(&mut self, id: &OfferId) -> Option<OfferEntry> {
+        let entry = self.offers.remove(id)?;
+        if let Some(agent) = self.agents.get_mut(&entry.offer.agent_id) {
+            agent.offers.remove(id);
+            agent.offered = agent.offered.saturating_sub(&entry.offer.resources);
+        }
+        if let Some(fw) = self.frameworks.get_mut(&entry.offer.framework_id) {
+            fw.offers.remove(id);
+        }
+        Some(entry)
+    }
+
+    pub(crate) fn withdraw_agent_offers(&mut self, now: Instant, aid: &AgentId, notify: bool) {
+        let ids: Vec<OfferId> = self
+            .agents
+            .get(aid)
+            .map(|a| a.offers.iter().cloned().collect())
+            .unwrap_or_default();
+        for id in ids {
+            self.withdraw_offer(now, &id, notify, None);
+        }
+    }
+
+    pub(crate) fn withdraw_framework_offers(
+        &mut self,
+        now: Instant,
+        fid: &FrameworkId,
+        notify: bool,
+    ) {
+        let ids: Vec<OfferId> = self
+            .frameworks
+            .get(fid)
+            .map(|f| f.offers.iter().cloned().collect())
+            .unwrap_or_default();
+        for id in ids {
+            self.withdraw_offer(now, &id, notify, None);
+        }
+    }
+
+    pub(crate) fn expire_offers(&mut self, now: Instant) {
+        let Some(timeout) = self.config.offer_timeout else {
+            self.offer_expiry.clear();
+            return;
+        };
+        while let Some((created, id)) = self.offer_expiry.front().cloned() {
+            if created + timeout > now {
+                break;
+            }
+            self.offer_expiry.pop_front();
+            if self.offers.contains_key(&id) {
+                tracing::debug!(offer_id = %id, "offer timed out; rescinding");
+                self.withdraw_offer(now, &id, true, None);
+            }
+        }
+    }
+
+    fn refuse_duration(&self, filters: Filters) -> Option<Duration> {
+        let secs = filters
+            .refuse_seconds
+            .filter(|s| s.is_finite())
+            .unwrap_or(self.config.default_refuse_seconds);
+        peer_seconds(secs)
+    }
+
+    pub(crate) fn decline(
+        &mut self,
+        now: Instant,
+        fid: &FrameworkId,
+        offer_ids: &[OfferId],
+        filters: Filters,
+    ) {
+        let refuse = self.refuse_duration(filters);
+        for id in offer_ids {
+            // Unknown offers may have been rescinded meanwhile: ignored.
+            if self
+                .offers
+                .get(id)
+                .is_some_and(|o| o.offer.framework_id == *fid)
+            {
+                self.withdraw_offer(now, id, false, refuse);
+            }
+        }
+    }
+
+    /// `LAUNCH`: see `docs/protocol.md`, scheduler rule 3.
+    pub(crate) fn launch(
+        &mut self,
+        now: Instant,
+        fid: &FrameworkId,
+        offer_ids: Vec<OfferId>,
+        tasks: Vec<TaskInfo>,
+        filters: Filters,
+    ) {
+        if tasks.is_empty() {
+            return self.decline(now, fid, &offer_ids, filters);
+        }
+        let mut valid: Vec<OfferId> = Vec::new();
+        let mut problem: Option<String> = None;
+        let mut seen = HashSet::new();
+        let mut agent_id: Option<AgentId> = None;
+        if offer_ids.is_empty() {
+            problem = Some("a launch must name at least one offer".into());
+        }
+        for id in &offer_ids {
+            if !seen.insert(id.clone()) {
+                problem.get_or_insert_with(|| format!("offer {id} is listed twice"));
+                continue;
+            }
+            match self.offers.get(id) {
+                None => {
+                    problem.get_or_insert_with(|| {
+                        format!(
+                            "offer {id} is not outstanding (unknown, rescinded or already used)"
+                        )
+                    });
+                }
+                Some(entry) if entry.offer.framework_id != *fid => {
+                    problem
+                        .get_or_insert_with(|| format!("offer {id} belongs to another framework"));
+                }
+                Some(entry) => {
+                    match &agent_id {
+                        None => agent_id = Some(entry.offer.agent_id.clone()),
+                        Some(a) if *a != entry.offer.agent_id => {
+                            problem.get_or_insert_with(|| {
+                                "the offers of one launch must all be on one agent".to_string()
+                            });
+                        }
+                        Some(_) => {}
+                    }
+                    valid.push(id.clone());
+                }
+            }
+        }
+        let agent_id = match (problem, agent_id) {
+            (None, Some(a)) => a,
+            (problem, _) => {
+                let message = problem.unwrap_or_else(|| "no valid offers".into());
+                for id in &valid {
+                    self.withdraw_offer(now, id, false, None);
+                }
+                for task in tasks {
+                    let status = master_status(
+                        task.task_id,
+                        TaskState::Dropped,
+                        Reason::ReasonInvalidOffers,
+                        message.clone(),
+                        Some(task.agent_id),
+                    );
+                    self.send_framework(fid, Event::Update { status });
+                }
+                return;
+            }
+        };
+
+        let mut remaining = Resources::new();
+        for id in &valid {
+            if let Some(entry) = self.take_offer(id) {
+                remaining += &entry.offer.resources;
+            }
+        }
+        let Some(framework_info) = self.frameworks.get(fid).map(|f| f.info.clone()) else {
+            self.allocator
+                .recover(fid, &agent_id, &remaining, None, now);
+            return;
+        };
+        let mut in_this_launch: HashSet<TaskId> = HashSet::new();
+        let mut new_executors: HashSet<ExecutorId> = HashSet::new();
+        for mut task in tasks {
+            let (executor_is_new, check) =
+                self.validate_task(fid, &agent_id, &mut task, &in_this_launch, &new_executors);
+            if let Err(message) = check {
+                let status = master_status(
+                    task.task_id.clone(),
+                    TaskState::Error,
+                    Reason::ReasonTaskInvalid,
+                    message,
+                    Some(task.agent_id.clone()),
+                );
+                self.send_framework(fid, Event::Update { status });
+                continue;
+            }
+            let mut needed = task.resources.clone();
+            if executor_is_new {
+                if let Some(exec) = &task.executor {
+                    needed += &exec.resources;
+                }
+            }
+            if !remaining.contains(&needed) {
+                let status = master_status(
+                    task.task_id.clone(),
+                    TaskState::Error,
+                    Reason::ReasonInsufficientResources,
+                    format!("task needs {needed}; the offers have {remaining} left"),
+                    Some(task.agent_id.clone()),
+                );
+                self.send_framework(fid, Event::Update { status });
+                continue;
+            }
+            remaining = remaining.saturating_sub(&needed);
+            in_this_launch.insert(task.task_id.clone());
+            let Some(agent) = self.agents.get_mut(&agent_id) else {
+                continue;
+            };
+            agent.used += &needed;
+            agent.tasks.insert((fid.clone(), task.task_id.clone()));
+            if let (true, Some(exec)) = (executor_is_new, &task.executor) {
+                new_executors.insert(exec.executor_id.clone());
+                agent
+                    .executors
+                    .insert((fid.clone(), exec.executor_id.clone()), exec.clone());
+            }
+            let record = Task::new(fid.clone(), task.clone(), TaskState::Staging);
+            if let Some(fw) = self.frameworks.get_mut(fid) {
+                if let Some(old) = fw.tasks.insert(task.task_id.clone(), record) {
+                    // A terminal task whose id is reused: it is done.
+                    let state = old.state;
+                    self.complete_task(old, state);
+                }
+            }
+            tracing::info!(framework_id = %fid, agent_id = %agent_id, task_id = %task.task_id, "launching task");
+            self.send_agent(
+                &agent_id,
+                agent::Event::RunTask {
+                    framework: framework_info.clone(),
+                    task,
+                },
+            );
+        }
+        if !remaining.is_empty() {
+            let refuse = self.refuse_duration(filters);
+            self.allocator
+                .recover(fid, &agent_id, &remaining, refuse, now);
+            self.schedule_allocation(now);
+        }
+    }
+
+    /// Checks one task of a launch; fills in the executor's framework id.
+    /// Returns whether the task starts a new custom executor.
+    fn validate_task(
+        &self,
+        fid: &FrameworkId,
+        agent_id: &AgentId,
+        task: &mut TaskInfo,
+        in_this_launch: &HashSet<TaskId>,
+        new_executors: &HashSet<ExecutorId>,
+    ) -> (bool, Result<(), String>) {
+        let fail = |m: String| (false, Err(m));
+        if let Err(e) = task.task_id.validate() {
+            return fail(format!("invalid task id: {e}"));
+        }
+        if in_this_launch.contains(&task.task_id) {
+            return fail(format!(
+                "task id {} appears twice in this launch",
+                task.task_id
+            ));
+        }
+        let live = self
+            .frameworks
+            .get(fid)
+            .and_then(|f| f.tasks.get(&task.task_id))
+            .is_some_and(|t| !t.state.is_terminal());
+        if live {
+            return fail(format!(
+                "task id {} is already in use by a live task",
+                task.task_id
+            ));
+        }
+        if task.agent_id != *agent_id {
+            return fail(format!(
+                "task agent_id {} does not match the offers' agent {agent_id}",
+                task.agent_id
+            ));
+        }
+        if task.executor.is_some() == task.command.is_some() {
+            return fail("exactly one of executor and command must be set".into());
+        }
+        if task.resources.is_empty() {
+            return fail("task resources must not be empty".into());
+        }
+        let Some(agent) = self.agents.get(agent_id) else {
+            return fail(format!("agent {agent_id} is gone"));
+        };
+        match &mut task.executor {
+            None => {
+                let eid = ExecutorId::new(task.task_id.as_str());
+                if agent.executors.contains_key(&(fid.clone(), eid))
+                    || new_executors.contains(&ExecutorId::new(task.task_id.as_str()))
+                {
+                    return fail(format!(
+                        "a custom executor with id {} runs on the agent; command tasks use their task id as executor id",
+                        task.task_id
+                    ));
+                }
+                (false, Ok(()))
+            }
+            Some(exec) => {
+                if let Err(e) = exec.executor_id.validate() {
+                    return fail(format!("invalid executor id: {e}"));
+                }
+                match &exec.framework_id {
+                    Some(other) if other != fid => {
+                        return fail(format!(
+                            "executor framework_id {other} is not this framework"
+                        ));
+                    }
+                    _ => exec.framework_id = Some(fid.clone()),
+                }
+                if new_executors.contains(&exec.executor_id) {
+                    return (false, Ok(()));
+                }
+                match agent
+                    .executors
+                    .get(&(fid.clone(), exec.executor_id.clone()))
+                {
+                    Some(running) if running.command != exec.command => fail(format!(
+                        "executor {} already runs on the agent with a different command",
+                        exec.executor_id
+                    )),
+                    Some(_) => (false, Ok(())),
+                    None => (true, Ok(())),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Tasks: status updates from agents (recorded, forwarded, freed when
+//! terminal), acknowledgements forwarded to agents, kill, reconciliation
+//! and the bounded list of recently completed tasks.
+
+use agora_proto::scheduler::{Event, ReconcileTask};
+use agora_proto::{
+    agent, AgentId, ExecutorId, FrameworkId, Reason, Resources, TaskId, TaskInfo, TaskState,
+    TaskStatus,
+};
+use tokio::time::Instant;
+
+use crate::master::{master_status, ConnId, Master};
+
+/// A task the master tracks.
+#[derive(Debug, Clone)]
+pub(crate) struct Task {
+    pub(crate) info: TaskInfo,
+    pub(crate) framework_id: FrameworkId,
+    pub(crate) agent_id: AgentId,
+    pub(crate) executor_id: ExecutorId,
+    pub(crate) state: TaskState,
+    /// The task's own resources (its executor's are accounted on the agent).
+    pub(crate) resources: Resources,
+    pub(crate) latest_status: Option<TaskStatus>,
+    /// The latest reliable update, until the scheduler acknowledges it.
+    pub(crate) pending_update: Option<TaskStatus>,
+}
+
+/// A task that reached a terminal state and was forgotten.
+#[derive(Debug, Clone)]
+pub(crate) struct CompletedTask {
+    pub(crate) framework_id: FrameworkId,
+    pub(crate) task_id: TaskId,
+    pub(crate) name: String,
+    pub(crate) agent_id: AgentId,
+    pub(crate) state: TaskState,
+    pub(crate) resources: Resources,
+    pub(crate) finished_at: f64,
+}
+
+// === impl Task ===
+
+impl Task {
+    pub(crate) fn new(framework_id: FrameworkId, info: TaskInfo, state: TaskState) -> Self {
+        let executor_id = match &info.executor {
+            Some(e) => e.executor_id.clone(),
+            None => ExecutorId::new(info.task_id.as_str()),
+        };
+        Task {
+            framework_id,
+            agent_id: info.agent_id.clone(),
+            executor_id,
+            state,
+            resources: info.resources.clone(),
+            latest_status: None,
+            pending_update: None,
+            info,
+        }
+    }
+
+    fn reconciliation_status(&self) -> TaskStatus {
+        let mut status = master_status(
+            self.info.task_id.clone(),
+            self.state,
+            Reason::ReasonReconciliation,
+            "reconciliation",
+            Some(self.agent_id.clone()),
+        );
+        if let Some(latest) = &self.latest_status {
+            status.message = latest.message.clone().or(status.message);
+            status.data = latest.data.clone();
+        }
+        status.executor_id = Some(self.executor_id.clone());
+        status
+    }
+}
+
+// === impl Master: tasks ===
+
+impl Master {
+    /// Moves a task to the bounded completed list.
+    pub(crate) fn complete_task(&mut self, task: Task, state: TaskState) {
+        self.completed.push_back(CompletedTask {
+            framework_id: task.framework_id,
+            task_id: task.info.task_id,
+            name: task.info.name,
+            agent_id: task.agent_id,
+            state,
+            resources: task.resources,
+            finished_at: agora_proto::now_timestamp(),
+        });
+        while self.completed.len() > self.config.max_completed_tasks {
+            self.completed.pop_front();
+        }
+    }
+
+    pub(crate) fn status_update(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        aid: &AgentId,
+        fid: FrameworkId,
+        mut status: TaskStatus,
+    ) {
+        let Some(uuid) = status.uuid.clone() else {
+            return self.agent_error(conn, "STATUS_UPDATE must carry a uuid");
+        };
+        status.agent_id.get_or_insert_with(|| aid.clone());
+        let Some(fw) = self.frameworks.get_mut(&fid) else {
+            // The framework is gone: acknowledge ourselves so the agent's
+            // stream drains.
+            tracing::debug!(framework_id = %fid, task_id = %status.task_id, "update for a removed framework; acknowledging it");
+            return self.send_agent_conn(
+                conn,
+                agent::Event::Acknowledge {
+                    framework_id: fid,
+                    task_id: status.task_id,
+                    uuid,
+                },
+            );
+        };
+        let mut freed: Option<(AgentId, Resources)> = None;
+        if let Some(task) = fw.tasks.get_mut(&status.task_id) {
+            let was_terminal = task.state.is_terminal();
+            if !was_terminal {
+                task.state = status.state;
+                if status.state.is_terminal() {
+                    freed = Some((task.agent_id.clone(), task.resources.clone()));
+                }
+            }
+            task.latest_status = Some(status.clone());
+            task.pending_update = Some(status.clone());
+        }
+        let conn_fw = fw.conn;
+        if let Some((task_agent, resources)) = freed {
+            if let Some(agent) = self.agents.get_mut(&task_agent) {
+                agent.used = agent.used.saturating_sub(&resources);
+            }
+            self.allocator
+                .recover(&fid, &task_agent, &resources, None, now);
+            self.schedule_allocation(now);
+        }
+        if let Some(conn) = conn_fw {
+            self.send_scheduler(conn, Event::Update { status });
+        }
+    }
+
+    pub(crate) fn acknowledge(
+        &mut self,
+        fid: &FrameworkId,
+        agent_id: AgentId,
+        task_id: TaskId,
+        uuid: String,
+    ) {
+        let mut done = None;
+        if let Some(fw) = self.frameworks.get_mut(fid) {
+            if let Some(task) = fw.tasks.get_mut(&task_id) {
+                if task
+                    .pending_update
+                    .as_ref()
+                    .is_some_and(|u| u.uuid.as_deref() == Some(uuid.as_str()))
+                {
+                    task.pending_update = None;
+                    if task.state.is_terminal() {
+                        done = fw.tasks.remove(&task_id);
+                    }
+                }
+            }
+        }
+        if let Some(task) = done {
+            if let Some(agent) = self.agents.get_mut(&task.agent_id) {
+                agent.tasks.remove(&(fid.clone(), task_id.clone()));
+            }
+            let state = task.state;
+            self.complete_task(task, state);
+        }
+        let sent = self.send_agent(
+            &agent_id,
+            agent::Event::Acknowledge {
+                framework_id: fid.clone(),
+                task_id,
+                uuid,
+            },
+        );
+        if !sent {
+            // The agent re-sends the update when it is back; that one is
+            // acknowledged then.
+            tracing::debug!(agent_id = %agent_id, "acknowledgement for an agent that is not connected dropped");
+        }
+    }
+
+    pub(crate) fn kill(&mut self, fid: &FrameworkId, task_id: TaskId, agent_id: Option<AgentId>) {
+        let task_agent = self
+            .frameworks
+            .get(fid)
+            .and_then(|f| f.tasks.get(&task_id))
+            .map(|t| t.agent_id.clone());
+        match task_agent {
+            Some(aid) => {
+                let sent = self.send_agent(
+                    &aid,
+                    agent::Event::KillTask {
+                        framework_id: fid.clone(),
+                        task_id: task_id.clone(),
+                    },
+                );
+                if !sent {
+                    tracing::info!(task_id = %task_id, agent_id = %aid, "kill for a task on a disconnected agent; it is sent no further");
+                }
+            }
+            None => {
+                let status = master_status(
+                    task_id,
+                    TaskState::Lost,
+                    Reason::ReasonTaskUnknown,
+                    "unknown task",
+                    agent_id,
+                );
+                self.send_framework(fid, Event::Update { status });
+            }
+        }
+    }
+
+    pub(crate) fn reconcile(&mut self, fid: &FrameworkId, tasks: Vec<ReconcileTask>) {
+        let Some(fw) = self.frameworks.get(fid) else {
+            return;
+        };
+        let statuses: Vec<TaskStatus> = if tasks.is_empty() {
+            fw.tasks.values().map(Task::reconciliation_status).collect()
+        } else {
+            tasks
+                .into_iter()
+                .map(|t| {
+                    if let Some(task) = fw.tasks.get(&t.task_id) {
+                        return task.reconciliation_status();
+                    }
+                    if let Some(done) = self
+                        .completed
+                        .iter()
+                        .rev()
+                        .find(|c| c.framework_id == *fid && c.task_id == t.task_id)
+                    {
+                        return master_status(
+                            t.task_id,
+                            done.state,
+                            Reason::ReasonReconciliation,
+                            "reconciliation: task completed",
+                            Some(done.agent_id.clone()),
+                        );
+                    }
+                    master_status(
+                        t.task_id,
+                        TaskState::Lost,
+                        Reason::ReasonReconciliation,
+                        "unknown task",
+                        t.agent_id,
+                    )
+                })
+                .collect()
+        };
+        for status in statuses {
+            self.send_framework(fid, Event::Update { status });
+        }
+    }
+}
