@@ -1,1 +1,162 @@
-//! placeholder
+//! The Agora agent: runs on every machine of the cluster, registers its
+//! resources with the master, forks the executors that run tasks, and
+//! delivers their tasks' status updates to the master reliably.
+//!
+//! [`run`] serves one port: the executor WebSocket (`/api/executor`) and
+//! HTTP `/health`, `/state` and `/version`. It keeps a connection to the
+//! master's `/api/agent`, re-registering after every drop. State lives in
+//! one task (the core); the status update streams are a sans-IO state
+//! machine in [`status_updates`]; frameworks that set `checkpoint` have
+//! their executors, tasks and updates checkpointed under `WORK_DIR/meta`
+//! so a restarted agent recovers them (see [`RecoverMode`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), agora_agent::AgentError> {
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:5051").await?;
+//! let config = agora_agent::Config::new("127.0.0.1:5050", "/var/lib/agora".into());
+//! agora_agent::run(listener, config, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+mod agent;
+mod checkpoint;
+mod config;
+mod http;
+pub mod launcher;
+mod master;
+pub mod paths;
+pub mod status_updates;
+mod sys;
+
+pub use config::{parse_duration, Config, DurationParseError, RecoverMode};
+
+/// Why the agent could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is unusable.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The work dir cannot be created or used.
+    #[error("work dir {path}: {source}; check that it exists and is writable")]
+    WorkDir {
+        /// The work dir.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A socket or thread could not be set up.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The master refused this agent with a fatal error.
+    #[error("the master refused this agent: {0}")]
+    Refused(String),
+}
+
+/// What every connection task shares: the configuration, the agent's
+/// addresses and the connection id counter.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) config: Arc<Config>,
+    /// `host:port` reported to the master.
+    pub(crate) address: String,
+    /// `ws://host:port/api/executor`, given to executors.
+    pub(crate) executor_endpoint: String,
+    next_conn: Arc<AtomicU64>,
+}
+
+impl Shared {
+    pub(crate) fn next_conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Runs an agent on `listener` until `shutdown` completes (or the master
+/// refuses the agent). On shutdown, executors of frameworks that
+/// checkpoint keep running so a restarted agent can recover them (with
+/// [`RecoverMode::Reconnect`]); all others are killed.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    mut config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AgentError> {
+    if config.master.trim().is_empty() {
+        return Err(AgentError::InvalidConfig("master address is empty".into()));
+    }
+    if config.command_executor.first().is_none_or(|p| p.is_empty()) {
+        return Err(AgentError::InvalidConfig(
+            "command executor program is empty".into(),
+        ));
+    }
+    std::fs::create_dir_all(&config.work_dir).map_err(|source| AgentError::WorkDir {
+        path: config.work_dir.clone(),
+        source,
+    })?;
+    // Sandboxes handed to executors must be absolute paths.
+    config.work_dir =
+        std::fs::canonicalize(&config.work_dir).map_err(|source| AgentError::WorkDir {
+            path: config.work_dir.clone(),
+            source,
+        })?;
+    let local = listener.local_addr()?;
+    let shared = Shared {
+        address: advertised_address(&config.hostname, local),
+        executor_endpoint: format!("ws://{}/api/executor", loopback_if_unspecified(local)),
+        config: Arc::new(config),
+        next_conn: Arc::new(AtomicU64::new(1)),
+    };
+    let writer = checkpoint::Writer::start()?;
+    let (core_tx, core_rx) = mpsc::channel(agent::CORE_QUEUE);
+    let mut core = agent::Core::new(shared.clone(), core_tx.clone(), writer);
+    core.recover();
+
+    let cancel = CancellationToken::new();
+    let app = http::router(shared.clone(), core_tx.clone());
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(cancel.clone().cancelled_owned())
+            .into_future(),
+    );
+    let link = tokio::spawn(master::run(shared.clone(), core_tx, cancel.clone()));
+    tracing::info!(address = %local, master = %shared.config.master, "agent started");
+
+    let stop = core.run(core_rx, shutdown).await;
+    cancel.cancel();
+    let _ = link.await;
+    let mut server = server;
+    if tokio::time::timeout(Duration::from_secs(2), &mut server)
+        .await
+        .is_err()
+    {
+        server.abort();
+    }
+    tracing::info!("agent stopped");
+    match stop {
+        agent::Stop::Requested => Ok(()),
+        agent::Stop::Refused(message) => Err(AgentError::Refused(message)),
+    }
+}
+
+fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
+    } else {
+        addr
+    }
+}
+
+fn advertised_address(hostname: &str, addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        format!("{hostname}:{}", addr.port())
+    } else {
+        addr.to_string()
+    }
+}

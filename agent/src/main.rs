@@ -1,1 +1,232 @@
-fn main() {}
+//! `agora-agent`: parses flags, sets up logging and runs
+//! [`agora_agent::run`] until Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agora_agent::{parse_duration, Config, RecoverMode};
+use agora_proto::{Attributes, Resources};
+use clap::Parser;
+
+/// Runs an Agora agent: offers this machine's resources to the master and
+/// runs the executors of the tasks launched on it.
+#[derive(Debug, Parser)]
+#[command(name = "agora-agent", version)]
+struct Flags {
+    /// The master, HOST:PORT.
+    #[arg(long)]
+    master: String,
+    /// Address to serve executors and HTTP on.
+    #[arg(long, default_value = "127.0.0.1:5051")]
+    listen: SocketAddr,
+    /// Directory for sandboxes and checkpoints.
+    #[arg(long)]
+    work_dir: PathBuf,
+    /// Resources to offer, Mesos syntax, e.g.
+    /// `cpus:4;mem:8192;disk:20000;ports:[31000-32000]` (default: detected).
+    #[arg(long, value_parser = parse_resources)]
+    resources: Option<Resources>,
+    /// Attributes, e.g. `rack:a;zone:b`.
+    #[arg(long, value_parser = parse_attributes)]
+    attributes: Option<Attributes>,
+    /// Host name reported to the master (default: this machine's).
+    #[arg(long)]
+    hostname: Option<String>,
+    /// Program of the built-in command executor (default:
+    /// `agora-command-executor` next to this binary).
+    #[arg(long)]
+    command_executor: Option<String>,
+    /// Time an executor has to subscribe before it is killed.
+    #[arg(long, default_value = "1m", value_parser = duration)]
+    executor_registration_timeout: Duration,
+    /// Time between asking an executor to stop and SIGKILL.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    executor_shutdown_grace_period: Duration,
+    /// First retry interval of an unacknowledged status update.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    status_update_retry_min: Duration,
+    /// Cap of the status update retry interval.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    status_update_retry_max: Duration,
+    /// Cap of the delay between attempts to reach the master.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    reconnect_backoff_max: Duration,
+    /// How long checkpointing executors wait for a restarted agent.
+    #[arg(long, default_value = "15m", value_parser = duration)]
+    executor_recovery_timeout: Duration,
+    /// What to do with executors found on restart: reconnect or cleanup.
+    #[arg(long, default_value = "reconnect")]
+    recover: RecoverMode,
+    /// Log format: text or json (filter with RUST_LOG).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text).map_err(|e| e.to_string())
+}
+
+fn parse_resources(text: &str) -> Result<Resources, String> {
+    Resources::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_attributes(text: &str) -> Result<Attributes, String> {
+    Attributes::parse(text).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_logging(&flags.log_format);
+    if flags.status_update_retry_min > flags.status_update_retry_max {
+        eprintln!("error: --status-update-retry-min must not exceed --status-update-retry-max");
+        return ExitCode::from(2);
+    }
+    let mut config = Config::new(flags.master, flags.work_dir);
+    if let Some(resources) = flags.resources {
+        config.resources = resources;
+    }
+    if let Some(attributes) = flags.attributes {
+        config.attributes = attributes;
+    }
+    if let Some(hostname) = flags.hostname {
+        config.hostname = hostname;
+    }
+    if let Some(program) = flags.command_executor {
+        config.command_executor = vec![program];
+    }
+    config.executor_registration_timeout = flags.executor_registration_timeout;
+    config.executor_shutdown_grace_period = flags.executor_shutdown_grace_period;
+    config.status_update_retry_min = flags.status_update_retry_min;
+    config.status_update_retry_max = flags.status_update_retry_max;
+    config.reconnect_backoff_max = flags.reconnect_backoff_max;
+    config.executor_recovery_timeout = flags.executor_recovery_timeout;
+    config.recover = flags.recover;
+
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(flags.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: cannot listen on {}: {e}", flags.listen);
+                return ExitCode::FAILURE;
+            }
+        };
+        match listener.local_addr() {
+            Ok(addr) => println!("agora-agent listening on {addr}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        match agora_agent::run(listener, config, shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutdown requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Flags, clap::Error> {
+        let mut argv = vec!["agora-agent", "--master", "m:5050", "--work-dir", "/tmp/w"];
+        argv.extend_from_slice(args);
+        Flags::try_parse_from(argv)
+    }
+
+    #[test]
+    fn defaults() {
+        let f = parse(&[]).unwrap();
+        assert_eq!(f.listen, "127.0.0.1:5051".parse().unwrap());
+        assert_eq!(f.executor_registration_timeout, Duration::from_secs(60));
+        assert_eq!(f.executor_shutdown_grace_period, Duration::from_secs(5));
+        assert_eq!(f.status_update_retry_min, Duration::from_secs(10));
+        assert_eq!(f.status_update_retry_max, Duration::from_secs(600));
+        assert_eq!(f.recover, RecoverMode::Reconnect);
+        assert!(f.resources.is_none());
+    }
+
+    #[test]
+    fn values_are_parsed() {
+        let f = parse(&[
+            "--resources",
+            "cpus:2;mem:512;ports:[31000-31009]",
+            "--attributes",
+            "rack:a",
+            "--executor-registration-timeout",
+            "500ms",
+            "--status-update-retry-min",
+            "2",
+            "--recover",
+            "cleanup",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        let r = f.resources.unwrap();
+        assert_eq!(r.cpus(), 2.0);
+        assert_eq!(r.range_count("ports"), 10);
+        assert_eq!(f.attributes.unwrap().text("rack"), Some("a"));
+        assert_eq!(f.executor_registration_timeout, Duration::from_millis(500));
+        assert_eq!(f.status_update_retry_min, Duration::from_secs(2));
+        assert_eq!(f.recover, RecoverMode::Cleanup);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(parse(&["--resources", "cpus:-1"]).is_err());
+        assert!(parse(&["--attributes", "rack"]).is_err());
+        assert!(parse(&["--recover", "maybe"]).is_err());
+        assert!(parse(&["--executor-shutdown-grace-period", "soon"]).is_err());
+        assert!(parse(&["--log-format", "xml"]).is_err());
+        assert!(Flags::try_parse_from(["agora-agent", "--work-dir", "/w"]).is_err());
+    }
+}

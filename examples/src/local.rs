@@ -38,8 +38,10 @@ pub struct LocalCluster {
     pub master_addr: SocketAddr,
     /// Where each agent serves.
     pub agent_addrs: Vec<SocketAddr>,
-    stop: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    stop_agents: watch::Sender<bool>,
+    stop_master: watch::Sender<bool>,
+    agent_tasks: Vec<JoinHandle<()>>,
+    master_task: JoinHandle<()>,
 }
 
 // === impl LocalOptions ===
@@ -70,7 +72,8 @@ impl LocalCluster {
         }
         std::fs::create_dir_all(&opts.work_dir)
             .with_context(|| format!("creating work dir {}", opts.work_dir.display()))?;
-        let (stop, stopped) = watch::channel(false);
+        let (stop_master, master_stopped) = watch::channel(false);
+        let (stop_agents, agents_stopped) = watch::channel(false);
         let wait_stop = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
@@ -83,13 +86,13 @@ impl LocalCluster {
             work_dir: Some(opts.work_dir.join("master")),
             ..agora_master::Config::default()
         };
-        let mut tasks = Vec::new();
-        let shutdown = wait_stop(stopped.clone());
-        tasks.push(tokio::spawn(async move {
+        let shutdown = wait_stop(master_stopped);
+        let master_task = tokio::spawn(async move {
             if let Err(e) = agora_master::run(listener, master_config, shutdown).await {
                 eprintln!("master stopped: {e}");
             }
-        }));
+        });
+        let mut agent_tasks = Vec::new();
 
         let mut agent_addrs = Vec::new();
         for i in 0..opts.agents {
@@ -103,8 +106,8 @@ impl LocalCluster {
             config.attributes = Attributes::parse(&format!("rack:r{};agent:{i}", i % 2))?;
             config.hostname = "localhost".to_string();
             config.command_executor = opts.command_executor.clone();
-            let shutdown = wait_stop(stopped.clone());
-            tasks.push(tokio::spawn(async move {
+            let shutdown = wait_stop(agents_stopped.clone());
+            agent_tasks.push(tokio::spawn(async move {
                 if let Err(e) = agora_agent::run(listener, config, shutdown).await {
                     eprintln!("agent {i} stopped: {e}");
                 }
@@ -113,8 +116,10 @@ impl LocalCluster {
         let cluster = LocalCluster {
             master_addr,
             agent_addrs,
-            stop,
-            tasks,
+            stop_agents,
+            stop_master,
+            agent_tasks,
+            master_task,
         };
         cluster
             .wait_for_agents(opts.agents, Duration::from_secs(30))
@@ -127,12 +132,14 @@ impl LocalCluster {
         wait_for_agents(self.master_addr, n, timeout).await
     }
 
-    /// Stops every server and waits for them to finish.
+    /// Stops the agents (which kill their executors), then the master.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        for task in self.tasks {
+        let _ = self.stop_agents.send(true);
+        for task in self.agent_tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
+        let _ = self.stop_master.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.master_task).await;
     }
 }
 

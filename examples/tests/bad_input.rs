@@ -95,7 +95,8 @@ async fn malformed_frames_get_errors_and_the_master_keeps_serving() {
     };
     assert!(e["message"].as_str().unwrap().contains("cpus"), "{e}");
 
-    // An agent registering impossible resources is refused with a reason.
+    // An agent registering impossible resources is refused with a reason:
+    // the agent cannot fix its own configuration, so this is fatal.
     let mut agent = connect(&addr, "/api/agent").await;
     agent
         .send(Message::text(
@@ -103,7 +104,9 @@ async fn malformed_frames_get_errors_and_the_master_keeps_serving() {
         ))
         .await
         .unwrap();
-    expect_error(&mut agent, "malformed").await;
+    let e = expect_error(&mut agent, "registration refused").await;
+    assert_eq!(e["fatal"], true, "{e}");
+    let mut agent = connect(&addr, "/api/agent").await;
     // A wrong protocol version is fatal.
     agent
         .send(Message::text(
@@ -152,10 +155,20 @@ async fn malformed_frames_get_errors_and_the_master_keeps_serving() {
         raw.write_all(&[b'x'; 10]).unwrap();
     }
 
-    // The first connection still works, and so does a whole job.
-    ws.send(Message::text(r#"{"type":"REVIVE"}"#))
+    // The first connection still works: tear its framework down through
+    // it, which also gives the offer it holds back to the cluster.
+    ws.send(Message::text(r#"{"type":"TEARDOWN"}"#))
         .await
         .unwrap();
+    let e = loop {
+        let e = next_json(&mut ws).await;
+        if e["type"] == "ERROR" {
+            break e;
+        }
+    };
+    assert_eq!(e["fatal"], true, "{e}");
+
+    // And a whole job runs.
     let (ok, out, err) = tokio::task::spawn_blocking(move || {
         let result = cluster.run_bin(
             "agora-execute",

@@ -168,7 +168,11 @@ fn killing_a_running_task_yields_task_killed_and_ends_its_processes() {
         "cpus:0.5;mem:64",
     );
     driver
-        .launch_tasks(&[offer.id.clone()], vec![task], Filters::default())
+        .launch_tasks(
+            std::slice::from_ref(&offer.id),
+            vec![task],
+            Filters::default(),
+        )
         .unwrap();
     let running = next_update(&rx, "sleeper");
     assert_eq!(running.state, TaskState::Running, "{running:?}");
@@ -224,7 +228,11 @@ fn launches_on_stale_offers_and_invalid_tasks_get_error_updates() {
         .unwrap();
     let task = command_task("on-stale", &stale, "true", "cpus:0.1;mem:32");
     driver
-        .launch_tasks(&[stale.id.clone()], vec![task], Filters::default())
+        .launch_tasks(
+            std::slice::from_ref(&stale.id),
+            vec![task],
+            Filters::default(),
+        )
         .unwrap();
     let dropped = next_update(&rx, "on-stale");
     assert_eq!(dropped.state, TaskState::Dropped, "{dropped:?}");
@@ -241,7 +249,7 @@ fn launches_on_stale_offers_and_invalid_tasks_get_error_updates() {
     let huge = command_task("huge", &offer, "true", "cpus:1000;mem:32");
     driver
         .launch_tasks(
-            &[offer.id.clone()],
+            std::slice::from_ref(&offer.id),
             vec![twin_a, twin_b, huge],
             Filters::default(),
         )

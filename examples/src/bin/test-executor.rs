@@ -74,12 +74,9 @@ impl Executor for TestExecutor {
     }
 
     fn kill_task(&mut self, _driver: &ExecutorDriver, task_id: &TaskId) {
-        match self.pings.remove(task_id) {
-            Some(tx) => {
-                let _ = tx.send(false);
-            }
-            // Already ended: its terminal update is sent; nothing to kill.
-            None => {}
+        // A task that already ended has sent its terminal update: nothing to kill.
+        if let Some(tx) = self.pings.remove(task_id) {
+            let _ = tx.send(false);
         }
     }
 

@@ -1,0 +1,264 @@
+//! The agent's configuration: what it offers, where it keeps its state and
+//! how patient it is with executors and the master. [`Config::new`] detects
+//! the machine's resources the way Mesos does; the binary overrides fields
+//! from flags.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agora_proto::{Attributes, Resources};
+
+/// Memory held back from offers, like Mesos: `min(1 GiB, half of total)`.
+const MEM_RESERVE_MIB: u64 = 1024;
+/// Disk held back from offers, like Mesos: `min(5 GiB, half of available)`.
+const DISK_RESERVE_MIB: u64 = 5 * 1024;
+/// Disk offered when the work dir's file system cannot be inspected.
+const FALLBACK_DISK_MIB: u64 = 10 * 1024;
+/// Ports offered by default, as in Mesos.
+const DEFAULT_PORTS: &str = "[31000-32000]";
+
+/// What a restarted agent does with executors it finds checkpointed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoverMode {
+    /// Re-attach to executors that are still alive and let them
+    /// re-subscribe; tasks of dead ones get terminal updates.
+    #[default]
+    Reconnect,
+    /// Kill every executor found and report its tasks terminal.
+    Cleanup,
+}
+
+/// Configuration of one agent. Build it with [`Config::new`] and adjust
+/// fields as needed.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `HOST:PORT` of the master.
+    pub master: String,
+    /// Directory for sandboxes (`frameworks/...`) and checkpoints (`meta/...`).
+    pub work_dir: PathBuf,
+    /// Everything the agent offers.
+    pub resources: Resources,
+    /// Facts about the machine, sent with offers.
+    pub attributes: Attributes,
+    /// Host name reported to the master.
+    pub hostname: String,
+    /// Program (and leading arguments) of the built-in command executor.
+    /// Default: `agora-command-executor` next to the running executable.
+    pub command_executor: Vec<String>,
+    /// How long a forked executor has to subscribe (and a recovered one to
+    /// re-subscribe) before it is killed.
+    pub executor_registration_timeout: Duration,
+    /// Time between asking an executor to stop (SIGTERM) and SIGKILL.
+    pub executor_shutdown_grace_period: Duration,
+    /// First retry interval of an unacknowledged status update.
+    pub status_update_retry_min: Duration,
+    /// Cap of the status update retry interval.
+    pub status_update_retry_max: Duration,
+    /// First delay before reconnecting to the master.
+    pub reconnect_backoff_min: Duration,
+    /// Cap of the reconnect delay.
+    pub reconnect_backoff_max: Duration,
+    /// How long a checkpointing executor waits for a restarted agent
+    /// (passed to it as `AGORA_RECOVERY_TIMEOUT`).
+    pub executor_recovery_timeout: Duration,
+    /// What to do with executors found on restart.
+    pub recover: RecoverMode,
+}
+
+/// A duration flag value that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {0:?}: use e.g. 500ms, 5s, 2m, 1h or a number of seconds")]
+pub struct DurationParseError(pub String);
+
+// === impl Config ===
+
+impl Config {
+    /// A configuration with detected resources (all cpus, memory minus a
+    /// reserve, disk of the work dir's file system minus a reserve, ports
+    /// 31000-32000) and Mesos's defaults elsewhere.
+    pub fn new(master: impl Into<String>, work_dir: PathBuf) -> Self {
+        let resources = detect_resources(&work_dir);
+        Config {
+            master: master.into(),
+            work_dir,
+            resources,
+            attributes: Attributes::default(),
+            hostname: detect_hostname(),
+            command_executor: vec![default_command_executor()],
+            executor_registration_timeout: Duration::from_secs(60),
+            executor_shutdown_grace_period: Duration::from_secs(5),
+            status_update_retry_min: Duration::from_secs(10),
+            status_update_retry_max: Duration::from_secs(600),
+            reconnect_backoff_min: Duration::from_millis(100),
+            reconnect_backoff_max: Duration::from_secs(5),
+            executor_recovery_timeout: Duration::from_secs(15 * 60),
+            recover: RecoverMode::Reconnect,
+        }
+    }
+}
+
+impl std::str::FromStr for RecoverMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "reconnect" => Ok(RecoverMode::Reconnect),
+            "cleanup" => Ok(RecoverMode::Cleanup),
+            other => Err(format!(
+                "invalid recover mode {other:?}: use reconnect or cleanup"
+            )),
+        }
+    }
+}
+
+/// Parses `500ms`, `5s`, `2m`, `1h`, `1d` or bare (possibly fractional)
+/// seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, DurationParseError> {
+    let err = || DurationParseError(text.to_string());
+    let t = text.trim();
+    let (number, unit_secs) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else if let Some(n) = t.strip_suffix('d') {
+        (n, 86400.0)
+    } else {
+        (t, 1.0)
+    };
+    let value: f64 = number.trim().parse().map_err(|_| err())?;
+    let secs = value * unit_secs;
+    if !secs.is_finite() || !(0.0..=1e10).contains(&secs) {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The resources Mesos would offer on this machine.
+pub(crate) fn detect_resources(work_dir: &Path) -> Resources {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| parse_meminfo_total_mib(&text))
+        .map(offerable_mem_mib)
+        .unwrap_or(1024);
+    let disk = detect_disk_mib(work_dir);
+    let text = format!("cpus:{cpus};mem:{mem};disk:{disk};ports:{DEFAULT_PORTS}");
+    Resources::parse(&text).unwrap_or_default()
+}
+
+/// `MemTotal` of `/proc/meminfo`, in MiB.
+pub(crate) fn parse_meminfo_total_mib(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut words = line["MemTotal:".len()..].split_whitespace();
+    let value: u64 = words.next()?.parse().ok()?;
+    let factor_kib = match words.next().unwrap_or("kB") {
+        "kB" | "KB" | "kb" => 1,
+        "mB" | "MB" => 1024,
+        "gB" | "GB" => 1024 * 1024,
+        _ => return None,
+    };
+    Some(value * factor_kib / 1024)
+}
+
+/// Total memory minus `min(1 GiB, half)`.
+pub(crate) fn offerable_mem_mib(total_mib: u64) -> u64 {
+    total_mib - MEM_RESERVE_MIB.min(total_mib / 2)
+}
+
+/// Available disk minus `min(5 GiB, half)`.
+pub(crate) fn offerable_disk_mib(available_mib: u64) -> u64 {
+    available_mib - DISK_RESERVE_MIB.min(available_mib / 2)
+}
+
+fn detect_disk_mib(work_dir: &Path) -> u64 {
+    // The work dir may not exist yet: measure its nearest existing ancestor.
+    let probe = work_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| Path::new("/"));
+    match nix::sys::statvfs::statvfs(probe) {
+        Ok(st) => {
+            let bytes = (st.blocks_available() as u128) * (st.fragment_size() as u128);
+            offerable_disk_mib((bytes / (1024 * 1024)).min(u64::MAX as u128) as u64)
+        }
+        Err(_) => FALLBACK_DISK_MIB,
+    }
+}
+
+fn detect_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// `agora-command-executor` in the directory of the running executable.
+pub(crate) fn default_command_executor() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("agora-command-executor")))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "agora-command-executor".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("abc").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("nan").is_err());
+    }
+
+    #[test]
+    fn meminfo_parsing_and_reserve() {
+        let text = "MemTotal:       16303484 kB\nMemFree:         1234 kB\n";
+        assert_eq!(parse_meminfo_total_mib(text), Some(15921));
+        assert_eq!(parse_meminfo_total_mib("MemFree: 1 kB\n"), None);
+        assert_eq!(offerable_mem_mib(16 * 1024), 15 * 1024);
+        assert_eq!(offerable_mem_mib(1024), 512);
+        assert_eq!(offerable_disk_mib(100 * 1024), 95 * 1024);
+        assert_eq!(offerable_disk_mib(4096), 2048);
+    }
+
+    #[test]
+    fn detected_resources_are_sane() {
+        let dir = std::env::temp_dir().join("does/not/exist/yet");
+        let r = detect_resources(&dir);
+        assert!(r.cpus() >= 1.0);
+        assert!(r.mem() > 0.0);
+        assert!(r.disk() > 0.0);
+        assert_eq!(r.range_count("ports"), 1001);
+        let c = Config::new("127.0.0.1:5050", dir);
+        assert_eq!(c.executor_registration_timeout, Duration::from_secs(60));
+        assert_eq!(c.status_update_retry_max, Duration::from_secs(600));
+        assert!(c.command_executor[0].ends_with("agora-command-executor"));
+    }
+
+    #[test]
+    fn recover_mode() {
+        assert_eq!("cleanup".parse::<RecoverMode>(), Ok(RecoverMode::Cleanup));
+        assert_eq!(
+            "reconnect".parse::<RecoverMode>(),
+            Ok(RecoverMode::Reconnect)
+        );
+        assert!("x".parse::<RecoverMode>().is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! The connection to the master: connects to `ws://MASTER/api/agent`,
+//! answers pings, forwards every other event to the agent core, writes
+//! what the core sends, and reconnects with exponential backoff when the
+//! connection drops or the master falls silent.
+//!
+//! The link only moves frames; the core decides what to register with and
+//! what to do with events (see [`crate::agent`]). The core can force a new
+//! connection by dropping the sender it was given.
+
+use std::time::Duration;
+
+use agora_proto::agent::{Call, Event};
+use futures::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::CoreEvent;
+use crate::Shared;
+
+/// Calls queued for one master connection.
+pub(crate) const MASTER_OUTBOX: usize = 10_000;
+/// Pings the master may skip before the agent gives up on the connection.
+pub(crate) const MASTER_SILENT_PINGS: u32 = 3;
+/// How long to wait for `REGISTERED` before trying another connection.
+pub(crate) const REGISTRATION_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs until `cancel` fires.
+pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: CancellationToken) {
+    let url = format!("ws://{}/api/agent", shared.config.master);
+    let min = shared
+        .config
+        .reconnect_backoff_min
+        .max(Duration::from_millis(1));
+    let max = shared.config.reconnect_backoff_max.max(min);
+    let mut backoff = min;
+    loop {
+        let ws_config = WebSocketConfig::default()
+            .max_message_size(Some(agora_proto::MAX_FRAME_BYTES))
+            .max_frame_size(Some(agora_proto::MAX_FRAME_BYTES));
+        let connect = tokio_tungstenite::connect_async_with_config(&url, Some(ws_config), true);
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = tokio::time::timeout(REGISTRATION_WAIT, connect) => r,
+        };
+        match result {
+            Ok(Ok((ws, _))) => {
+                tracing::info!(master = %shared.config.master, "connected to master");
+                let registered = serve(&shared, ws, &core, &cancel).await;
+                if cancel.is_cancelled() {
+                    return;
+                }
+                if registered {
+                    backoff = min;
+                }
+                tracing::warn!(master = %shared.config.master, "master connection lost; reconnecting");
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(master = %shared.config.master, error = %e, "cannot connect to master")
+            }
+            Err(_) => {
+                tracing::debug!(master = %shared.config.master, "connecting to master timed out")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(max);
+    }
+}
+
+/// Serves one connection; returns whether the agent got registered on it.
+async fn serve<S>(
+    shared: &Shared,
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    core: &mpsc::Sender<CoreEvent>,
+    cancel: &CancellationToken,
+) -> bool
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut sink, mut stream) = ws.split();
+    let conn = shared.next_conn_id();
+    let (tx, mut outbox) = mpsc::channel::<Call>(MASTER_OUTBOX);
+    if core
+        .send(CoreEvent::MasterConnected { conn, tx })
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut registered = false;
+    let mut silence_limit = REGISTRATION_WAIT;
+    let mut deadline = Instant::now() + silence_limit;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                let _ = sink.send(Message::Close(None)).await;
+                break;
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(silent_for = ?silence_limit, "master is silent; dropping the connection");
+                break;
+            }
+            call = outbox.recv() => match call {
+                Some(call) => {
+                    if sink.send(Message::text(agora_proto::encode(&call))).await.is_err() {
+                        break;
+                    }
+                }
+                // The core asked for a fresh connection.
+                None => {
+                    let _ = sink.send(Message::Close(None)).await;
+                    break;
+                }
+            },
+            frame = stream.next() => {
+                let text = match frame {
+                    None => break,
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "master connection failed");
+                        break;
+                    }
+                    Some(Ok(Message::Text(text))) => text,
+                    Some(Ok(Message::Close(_))) => break,
+                    Some(Ok(Message::Binary(_))) => {
+                        tracing::warn!("master sent a binary frame; ignored");
+                        continue;
+                    }
+                    Some(Ok(_)) => continue,
+                };
+                deadline = Instant::now() + silence_limit;
+                let event = match agora_proto::decode::<Event>(text.as_str()) {
+                    Ok(event) => event,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "undecodable frame from master; ignored");
+                        continue;
+                    }
+                };
+                match &event {
+                    Event::Ping => {
+                        if sink.send(Message::text(agora_proto::encode(&Call::Pong))).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    Event::Registered { ping_interval_seconds, .. } => {
+                        registered = true;
+                        let interval = if ping_interval_seconds.is_finite() && *ping_interval_seconds > 0.0 {
+                            Duration::from_secs_f64(ping_interval_seconds.min(86_400.0))
+                        } else {
+                            Duration::from_secs(15)
+                        };
+                        silence_limit = interval * (MASTER_SILENT_PINGS + 1);
+                        deadline = Instant::now() + silence_limit;
+                    }
+                    _ => {}
+                }
+                if core.send(CoreEvent::MasterEvent { conn, event: Box::new(event) }).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = core.send(CoreEvent::MasterDisconnected { conn }).await;
+    registered
+}

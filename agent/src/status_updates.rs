@@ -1,0 +1,490 @@
+//! The status update manager: one ordered, deduplicated stream of reliable
+//! updates per task, of which only the head is in flight to the master.
+//!
+//! Sans-IO: the agent feeds it updates, acknowledgements, connection
+//! changes and the current time, and sends what it returns. The head of a
+//! stream is re-sent with exponential backoff (`retry_min` doubling up to
+//! `retry_max`) until the master acknowledges exactly that uuid; then the
+//! next update becomes the head. A stream ends, and the task may be
+//! forgotten, when its terminal update is acknowledged.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use agora_proto::{FrameworkId, TaskId, TaskStatus};
+use tokio::time::Instant;
+
+/// Identifies a stream: the task within its framework.
+pub type StreamKey = (FrameworkId, TaskId);
+
+/// What happened to an update given to [`StatusUpdateManager::update`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpdateOutcome {
+    /// Appended; `send` is the update to send now (it became the head
+    /// while the master is connected).
+    Added {
+        /// Send this to the master now.
+        send: Option<TaskStatus>,
+    },
+    /// The stream already has this uuid; nothing changed.
+    Duplicate,
+    /// The stream already holds a terminal update; this one is dropped.
+    AfterTerminal,
+    /// The update has no uuid and cannot be streamed.
+    MissingUuid,
+}
+
+/// What happened to an acknowledgement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AckOutcome {
+    /// Not the head of a known stream (stale or duplicate): ignored.
+    Ignored,
+    /// The head was acknowledged.
+    Acknowledged {
+        /// The acknowledged update.
+        acked: Box<TaskStatus>,
+        /// The new head, to send now when connected.
+        next: Option<Box<TaskStatus>>,
+        /// The terminal update was acknowledged: the stream is gone.
+        ended: bool,
+    },
+}
+
+/// All streams of one agent.
+#[derive(Debug)]
+pub struct StatusUpdateManager {
+    streams: HashMap<StreamKey, Stream>,
+    retry_min: Duration,
+    retry_max: Duration,
+    connected: bool,
+}
+
+#[derive(Debug)]
+struct Stream {
+    pending: VecDeque<TaskStatus>,
+    /// Every uuid this stream has taken, acknowledged or not.
+    seen: HashSet<String>,
+    terminal: bool,
+    /// When the head was last sent and the current backoff.
+    in_flight: Option<InFlight>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    next_retry: Instant,
+    backoff: Duration,
+}
+
+// === impl StatusUpdateManager ===
+
+impl StatusUpdateManager {
+    /// An empty manager, disconnected from any master.
+    pub fn new(retry_min: Duration, retry_max: Duration) -> Self {
+        StatusUpdateManager {
+            streams: HashMap::new(),
+            retry_min: retry_min.max(Duration::from_millis(1)),
+            retry_max: retry_max.max(retry_min),
+            connected: false,
+        }
+    }
+
+    /// Appends `status` to the stream of `(framework_id, status.task_id)`.
+    pub fn update(
+        &mut self,
+        framework_id: &FrameworkId,
+        status: TaskStatus,
+        now: Instant,
+    ) -> UpdateOutcome {
+        let Some(uuid) = status.uuid.clone() else {
+            return UpdateOutcome::MissingUuid;
+        };
+        let key = (framework_id.clone(), status.task_id.clone());
+        let stream = self.streams.entry(key).or_insert_with(|| Stream {
+            pending: VecDeque::new(),
+            seen: HashSet::new(),
+            terminal: false,
+            in_flight: None,
+        });
+        if stream.seen.contains(&uuid) {
+            return UpdateOutcome::Duplicate;
+        }
+        if stream.terminal {
+            return UpdateOutcome::AfterTerminal;
+        }
+        stream.seen.insert(uuid);
+        stream.terminal = status.state.is_terminal();
+        stream.pending.push_back(status);
+        let send = if self.connected && stream.in_flight.is_none() {
+            stream.in_flight = Some(InFlight {
+                next_retry: now + self.retry_min,
+                backoff: self.retry_min,
+            });
+            stream.pending.front().cloned()
+        } else {
+            None
+        };
+        UpdateOutcome::Added { send }
+    }
+
+    /// Handles the master's acknowledgement of `uuid` for a task.
+    pub fn acknowledge(
+        &mut self,
+        framework_id: &FrameworkId,
+        task_id: &TaskId,
+        uuid: &str,
+        now: Instant,
+    ) -> AckOutcome {
+        let key = (framework_id.clone(), task_id.clone());
+        let Some(stream) = self.streams.get_mut(&key) else {
+            return AckOutcome::Ignored;
+        };
+        if stream.pending.front().and_then(|s| s.uuid.as_deref()) != Some(uuid) {
+            return AckOutcome::Ignored;
+        }
+        let Some(acked) = stream.pending.pop_front() else {
+            return AckOutcome::Ignored;
+        };
+        stream.in_flight = None;
+        if stream.pending.is_empty() && stream.terminal {
+            self.streams.remove(&key);
+            return AckOutcome::Acknowledged {
+                acked: Box::new(acked),
+                next: None,
+                ended: true,
+            };
+        }
+        let next = if self.connected && !stream.pending.is_empty() {
+            stream.in_flight = Some(InFlight {
+                next_retry: now + self.retry_min,
+                backoff: self.retry_min,
+            });
+            stream.pending.front().cloned().map(Box::new)
+        } else {
+            None
+        };
+        AckOutcome::Acknowledged {
+            acked: Box::new(acked),
+            next,
+            ended: false,
+        }
+    }
+
+    /// The agent (re-)registered: every head is to be sent at once.
+    pub fn connected(&mut self, now: Instant) -> Vec<(FrameworkId, TaskStatus)> {
+        self.connected = true;
+        let retry_min = self.retry_min;
+        let mut out = Vec::new();
+        for ((framework_id, _), stream) in self.streams.iter_mut() {
+            if let Some(head) = stream.pending.front() {
+                stream.in_flight = Some(InFlight {
+                    next_retry: now + retry_min,
+                    backoff: retry_min,
+                });
+                out.push((framework_id.clone(), head.clone()));
+            }
+        }
+        out
+    }
+
+    /// The master connection dropped: nothing is in flight any more.
+    pub fn disconnected(&mut self) {
+        self.connected = false;
+        for stream in self.streams.values_mut() {
+            stream.in_flight = None;
+        }
+    }
+
+    /// Heads whose retry time has come; their backoff doubles.
+    pub fn due_retries(&mut self, now: Instant) -> Vec<(FrameworkId, TaskStatus)> {
+        if !self.connected {
+            return Vec::new();
+        }
+        let retry_max = self.retry_max;
+        let mut out = Vec::new();
+        for ((framework_id, _), stream) in self.streams.iter_mut() {
+            let (Some(flight), Some(head)) = (stream.in_flight.as_mut(), stream.pending.front())
+            else {
+                continue;
+            };
+            if flight.next_retry <= now {
+                flight.backoff = (flight.backoff * 2).min(retry_max);
+                flight.next_retry = now + flight.backoff;
+                out.push((framework_id.clone(), head.clone()));
+            }
+        }
+        out
+    }
+
+    /// The earliest pending retry, for the caller's timer.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.streams
+            .values()
+            .filter_map(|s| s.in_flight.map(|f| f.next_retry))
+            .min()
+    }
+
+    /// Unacknowledged updates of a task, oldest first.
+    pub fn pending(&self, framework_id: &FrameworkId, task_id: &TaskId) -> Vec<TaskStatus> {
+        self.streams
+            .get(&(framework_id.clone(), task_id.clone()))
+            .map(|s| s.pending.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether the stream of a task exists (it has not ended).
+    pub fn has_stream(&self, framework_id: &FrameworkId, task_id: &TaskId) -> bool {
+        self.streams
+            .contains_key(&(framework_id.clone(), task_id.clone()))
+    }
+
+    /// Whether the stream already took an update with this uuid.
+    pub fn has_uuid(&self, framework_id: &FrameworkId, task_id: &TaskId, uuid: &str) -> bool {
+        self.streams
+            .get(&(framework_id.clone(), task_id.clone()))
+            .is_some_and(|s| s.seen.contains(uuid))
+    }
+
+    /// Drops every stream of a framework (it is gone) or of all (`None`).
+    pub fn forget(&mut self, framework_id: Option<&FrameworkId>) {
+        match framework_id {
+            Some(fid) => self.streams.retain(|(f, _), _| f != fid),
+            None => self.streams.clear(),
+        }
+    }
+
+    /// Rebuilds a stream from a checkpoint: `seen` are all uuids the stream
+    /// took, `pending` the unacknowledged ones in order.
+    pub fn restore(
+        &mut self,
+        framework_id: &FrameworkId,
+        task_id: &TaskId,
+        seen: HashSet<String>,
+        pending: Vec<TaskStatus>,
+        terminal: bool,
+    ) {
+        if pending.is_empty() && terminal {
+            return;
+        }
+        self.streams.insert(
+            (framework_id.clone(), task_id.clone()),
+            Stream {
+                pending: pending.into(),
+                seen,
+                terminal,
+                in_flight: None,
+            },
+        );
+    }
+
+    /// Number of live streams.
+    pub fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Whether there are no live streams.
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agora_proto::{Source, TaskState};
+
+    fn st(task: &str, state: TaskState, uuid: &str) -> TaskStatus {
+        let mut s = TaskStatus::new(TaskId::new(task), state, Source::SourceExecutor);
+        s.uuid = Some(uuid.to_string());
+        s
+    }
+
+    fn uuid_of<S: std::borrow::Borrow<TaskStatus>>(s: &Option<S>) -> Option<&str> {
+        s.as_ref().and_then(|s| s.borrow().uuid.as_deref())
+    }
+
+    fn mgr() -> StatusUpdateManager {
+        StatusUpdateManager::new(Duration::from_secs(10), Duration::from_secs(600))
+    }
+
+    #[test]
+    fn only_head_in_flight_and_order_kept() {
+        let f = FrameworkId::new("f");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        assert!(m.connected(t0).is_empty());
+        let out = m.update(&f, st("t", TaskState::Running, "u1"), t0);
+        assert_eq!(
+            out,
+            UpdateOutcome::Added {
+                send: Some(st_like(&out))
+            }
+        );
+        // Second update queues behind the head.
+        assert_eq!(
+            m.update(&f, st("t", TaskState::Finished, "u2"), t0),
+            UpdateOutcome::Added { send: None }
+        );
+        // Another task's stream is independent.
+        match m.update(&f, st("other", TaskState::Running, "x1"), t0) {
+            UpdateOutcome::Added { send } => assert_eq!(uuid_of(&send), Some("x1")),
+            o => panic!("{o:?}"),
+        }
+        match m.acknowledge(&f, &TaskId::new("t"), "u1", t0) {
+            AckOutcome::Acknowledged { next, ended, .. } => {
+                assert_eq!(uuid_of(&next), Some("u2"));
+                assert!(!ended);
+            }
+            o => panic!("{o:?}"),
+        }
+        match m.acknowledge(&f, &TaskId::new("t"), "u2", t0) {
+            AckOutcome::Acknowledged { next, ended, .. } => {
+                assert!(next.is_none());
+                assert!(ended);
+            }
+            o => panic!("{o:?}"),
+        }
+        assert!(!m.has_stream(&f, &TaskId::new("t")));
+        assert_eq!(m.len(), 1);
+    }
+
+    fn st_like(out: &UpdateOutcome) -> TaskStatus {
+        match out {
+            UpdateOutcome::Added { send: Some(s) } => s.clone(),
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn dedupe_by_uuid_and_after_terminal() {
+        let f = FrameworkId::new("f");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        assert!(matches!(
+            m.update(&f, st("t", TaskState::Running, "u1"), t0),
+            UpdateOutcome::Added { send: None }
+        ));
+        assert_eq!(
+            m.update(&f, st("t", TaskState::Running, "u1"), t0),
+            UpdateOutcome::Duplicate
+        );
+        m.update(&f, st("t", TaskState::Failed, "u2"), t0);
+        assert_eq!(
+            m.update(&f, st("t", TaskState::Finished, "u3"), t0),
+            UpdateOutcome::AfterTerminal
+        );
+        let mut no_uuid = st("t", TaskState::Running, "x");
+        no_uuid.uuid = None;
+        assert_eq!(m.update(&f, no_uuid, t0), UpdateOutcome::MissingUuid);
+        assert_eq!(m.pending(&f, &TaskId::new("t")).len(), 2);
+        // Even after the head is acknowledged, its uuid is still a duplicate.
+        m.connected(t0);
+        m.acknowledge(&f, &TaskId::new("t"), "u1", t0);
+        assert_eq!(
+            m.update(&f, st("t", TaskState::Running, "u1"), t0),
+            UpdateOutcome::Duplicate
+        );
+    }
+
+    #[test]
+    fn ack_of_non_head_is_ignored() {
+        let f = FrameworkId::new("f");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        m.connected(t0);
+        m.update(&f, st("t", TaskState::Running, "u1"), t0);
+        m.update(&f, st("t", TaskState::Finished, "u2"), t0);
+        assert_eq!(
+            m.acknowledge(&f, &TaskId::new("t"), "u2", t0),
+            AckOutcome::Ignored
+        );
+        assert_eq!(
+            m.acknowledge(&f, &TaskId::new("nope"), "u1", t0),
+            AckOutcome::Ignored
+        );
+        assert_eq!(m.pending(&f, &TaskId::new("t")).len(), 2);
+        assert!(matches!(
+            m.acknowledge(&f, &TaskId::new("t"), "u1", t0),
+            AckOutcome::Acknowledged { .. }
+        ));
+        // A repeated ack of the old head is ignored too.
+        assert_eq!(
+            m.acknowledge(&f, &TaskId::new("t"), "u1", t0),
+            AckOutcome::Ignored
+        );
+    }
+
+    #[test]
+    fn retry_backoff_doubles_to_cap() {
+        let f = FrameworkId::new("f");
+        let t0 = Instant::now();
+        let mut m = StatusUpdateManager::new(Duration::from_secs(10), Duration::from_secs(35));
+        m.connected(t0);
+        m.update(&f, st("t", TaskState::Running, "u1"), t0);
+        assert_eq!(m.next_retry(), Some(t0 + Duration::from_secs(10)));
+        assert!(m.due_retries(t0 + Duration::from_secs(9)).is_empty());
+        let mut now = t0 + Duration::from_secs(10);
+        let mut intervals = Vec::new();
+        for _ in 0..4 {
+            let due = m.due_retries(now);
+            assert_eq!(due.len(), 1);
+            assert_eq!(due[0].1.uuid.as_deref(), Some("u1"));
+            let next = m.next_retry().unwrap();
+            intervals.push((next - now).as_secs());
+            now = next;
+        }
+        assert_eq!(intervals, vec![20, 35, 35, 35]);
+        // Ack resets: the next head starts at retry_min again.
+        m.update(&f, st("t", TaskState::Finished, "u2"), now);
+        m.acknowledge(&f, &TaskId::new("t"), "u1", now);
+        assert_eq!(m.next_retry(), Some(now + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn registration_sends_all_heads_and_disconnect_stops_retries() {
+        let f = FrameworkId::new("f");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        m.update(&f, st("a", TaskState::Running, "a1"), t0);
+        m.update(&f, st("a", TaskState::Finished, "a2"), t0);
+        m.update(&f, st("b", TaskState::Running, "b1"), t0);
+        assert_eq!(m.next_retry(), None);
+        let mut heads: Vec<_> = m
+            .connected(t0)
+            .into_iter()
+            .map(|(_, s)| s.uuid.unwrap())
+            .collect();
+        heads.sort();
+        assert_eq!(heads, vec!["a1", "b1"]);
+        m.disconnected();
+        assert_eq!(m.next_retry(), None);
+        assert!(m.due_retries(t0 + Duration::from_secs(3600)).is_empty());
+        // While disconnected an ack still advances the stream but sends nothing.
+        match m.acknowledge(&f, &TaskId::new("a"), "a1", t0) {
+            AckOutcome::Acknowledged { next, .. } => assert!(next.is_none()),
+            o => panic!("{o:?}"),
+        }
+        assert_eq!(m.connected(t0).len(), 2);
+    }
+
+    #[test]
+    fn restore_rebuilds_pending() {
+        let f = FrameworkId::new("f");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        let seen: HashSet<String> = ["u1".to_string(), "u2".to_string()].into();
+        m.restore(
+            &f,
+            &TaskId::new("t"),
+            seen,
+            vec![st("t", TaskState::Finished, "u2")],
+            true,
+        );
+        assert_eq!(
+            m.update(&f, st("t", TaskState::Running, "u1"), t0),
+            UpdateOutcome::Duplicate
+        );
+        assert_eq!(m.connected(t0).len(), 1);
+        m.restore(&f, &TaskId::new("done"), HashSet::new(), vec![], true);
+        assert!(!m.has_stream(&f, &TaskId::new("done")));
+    }
+}

@@ -1,0 +1,576 @@
+//! An in-process agent against a fake master (and a fake executor client):
+//! registration, pings, task launch through the command executor, the
+//! executor channel, status update delivery and agent-generated updates.
+
+mod support;
+
+use std::time::Duration;
+
+use agora_proto::agent::{Call as AgentCall, Event as AgentEvent};
+use agora_proto::executor::{Call as ExecCall, Event as ExecEvent};
+use agora_proto::{FrameworkId, Reason, Source, TaskId, TaskState};
+use support::*;
+use tokio_tungstenite::tungstenite::Message;
+
+#[tokio::test]
+async fn registers_pongs_launches_and_delivers_updates() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+
+    let mut conn = master.accept().await;
+    match conn.register("agent-1").await {
+        AgentCall::Register {
+            protocol,
+            agent_info,
+            tasks,
+            ..
+        } => {
+            assert_eq!(protocol, agora_proto::PROTOCOL_VERSION);
+            assert_eq!(agent_info.id, None);
+            assert_eq!(agent_info.hostname, "test-host");
+            assert_eq!(agent_info.resources.cpus(), 2.0);
+            assert!(tasks.is_empty());
+        }
+        _ => unreachable!(),
+    }
+    conn.send(&AgentEvent::Ping).await;
+    assert_eq!(conn.recv_any().await, AgentCall::Pong);
+
+    let (status, body) = agent.get("/health").await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw-1", false),
+        task: command_task("task-1"),
+    })
+    .await;
+    let (sandbox, env) = executor_env(&work, "fw-1", "task-1").await;
+    let sandbox_s = std::fs::canonicalize(&sandbox).unwrap();
+    let sandbox_s = sandbox_s.to_str().unwrap();
+    assert_eq!(env["AGORA_FRAMEWORK_ID"], "fw-1");
+    assert_eq!(env["MESOS_FRAMEWORK_ID"], "fw-1");
+    assert_eq!(env["AGORA_EXECUTOR_ID"], "task-1");
+    assert_eq!(env["MESOS_EXECUTOR_ID"], "task-1");
+    assert_eq!(env["AGORA_AGENT_ID"], "agent-1");
+    assert_eq!(env["MESOS_SLAVE_ID"], "agent-1");
+    assert_eq!(env["AGORA_SANDBOX"], sandbox_s);
+    assert_eq!(env["MESOS_SANDBOX"], sandbox_s);
+    assert_eq!(env["MESOS_DIRECTORY"], sandbox_s);
+    assert_eq!(env["PWD"], sandbox_s);
+    assert_eq!(env["AGORA_CHECKPOINT"], "0");
+    assert_eq!(env["TASK_VAR"], "task-value");
+    assert_eq!(
+        env["AGORA_AGENT_ENDPOINT"],
+        format!("ws://{}/api/executor", agent.addr)
+    );
+    assert!(env["AGORA_EXECUTOR_TOKEN"].len() >= 16);
+    assert!(env.contains_key("AGORA_SHUTDOWN_GRACE_PERIOD"));
+    assert!(env.contains_key("AGORA_RECOVERY_TIMEOUT"));
+
+    // /state shows the executor with its pid and sandbox.
+    let (status, body) = agent.get("/state").await;
+    assert_eq!(status, 200);
+    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(state["id"], "agent-1");
+    let ex = &state["frameworks"][0]["executors"][0];
+    assert_eq!(ex["id"], "task-1");
+    let pid = ex["pid"].as_u64().unwrap() as i32;
+    assert_eq!(ex["sandbox"], sandbox_s);
+    assert_eq!(ex["tasks"][0]["state"], "TASK_STAGING");
+    let stat = agora_agent::launcher::proc_stat(pid).unwrap();
+    assert_eq!(stat.session, pid);
+
+    // Act as the executor: a wrong token is refused.
+    let endpoint = env["AGORA_AGENT_ENDPOINT"].clone();
+    let mut bad = ExecClient::connect(&endpoint).await;
+    let mut wrong = env.clone();
+    wrong.insert("AGORA_EXECUTOR_TOKEN".into(), "nope".into());
+    bad.send(&subscribe(&wrong, vec![], vec![])).await;
+    assert!(matches!(
+        bad.recv().await,
+        ExecEvent::Error { fatal: true, .. }
+    ));
+
+    let mut exec = ExecClient::connect(&endpoint).await;
+    // Calls before SUBSCRIBE and undecodable frames get non-fatal errors.
+    exec.send(&ExecCall::Message { data: "x".into() }).await;
+    match exec.recv().await {
+        ExecEvent::Error { message, fatal } => {
+            assert!(!fatal);
+            assert!(message.contains("subscribe first"));
+        }
+        e => panic!("{e:?}"),
+    }
+    exec.send_raw(Message::text("{not json")).await;
+    assert!(matches!(
+        exec.recv().await,
+        ExecEvent::Error { fatal: false, .. }
+    ));
+    exec.send_raw(Message::text(r#"{"type":"FROM_THE_FUTURE"}"#))
+        .await;
+    assert!(matches!(
+        exec.recv().await,
+        ExecEvent::Error { fatal: false, .. }
+    ));
+
+    exec.send(&subscribe(&env, vec![], vec![])).await;
+    match exec.recv().await {
+        ExecEvent::Subscribed {
+            executor_info,
+            framework_info,
+            agent_id,
+            hostname,
+        } => {
+            assert_eq!(executor_info.executor_id.as_str(), "task-1");
+            assert_eq!(framework_info.id, Some(FrameworkId::new("fw-1")));
+            assert_eq!(agent_id.as_str(), "agent-1");
+            assert_eq!(hostname, "test-host");
+        }
+        e => panic!("{e:?}"),
+    }
+    match exec.recv().await {
+        ExecEvent::Launch { task } => assert_eq!(task.task_id.as_str(), "task-1"),
+        e => panic!("{e:?}"),
+    }
+
+    // RUNNING: acknowledged to the executor, forwarded to the master.
+    let running = executor_status("task-1", TaskState::Running);
+    let uuid1 = running.uuid.clone().unwrap();
+    exec.send(&ExecCall::Update {
+        status: running.clone(),
+    })
+    .await;
+    match exec.recv().await {
+        ExecEvent::Acknowledged { task_id, uuid } => {
+            assert_eq!(task_id.as_str(), "task-1");
+            assert_eq!(uuid, uuid1);
+        }
+        e => panic!("{e:?}"),
+    }
+    // A duplicate is acknowledged again but not forwarded twice.
+    exec.send(&ExecCall::Update {
+        status: running.clone(),
+    })
+    .await;
+    assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
+    let finished = executor_status("task-1", TaskState::Finished);
+    exec.send(&ExecCall::Update {
+        status: finished.clone(),
+    })
+    .await;
+    assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
+
+    // Only the head is in flight: RUNNING first, FINISHED after its ack.
+    let (fid, s) = conn.recv_update(false).await;
+    assert_eq!(fid.as_str(), "fw-1");
+    assert_eq!(s.state, TaskState::Running);
+    assert_eq!(s.uuid.as_deref(), Some(uuid1.as_str()));
+    assert_eq!(s.agent_id.as_ref().map(|a| a.as_str()), Some("agent-1"));
+    assert_eq!(s.executor_id.as_ref().map(|a| a.as_str()), Some("task-1"));
+    // An ack for a non-head uuid is ignored; the real one releases FINISHED.
+    conn.send(&AgentEvent::Acknowledge {
+        framework_id: fid.clone(),
+        task_id: TaskId::new("task-1"),
+        uuid: finished.uuid.clone().unwrap(),
+    })
+    .await;
+    conn.send(&AgentEvent::Acknowledge {
+        framework_id: fid.clone(),
+        task_id: TaskId::new("task-1"),
+        uuid: uuid1,
+    })
+    .await;
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.state, TaskState::Finished);
+
+    // The executor "exits": kill the script; the master hears about it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    match conn.recv().await {
+        AgentCall::ExecutorExited {
+            framework_id,
+            executor_id,
+            status,
+            message,
+        } => {
+            assert_eq!(framework_id.as_str(), "fw-1");
+            assert_eq!(executor_id.as_str(), "task-1");
+            assert_eq!(status, Some(137));
+            assert!(message.contains("SIGKILL"), "{message}");
+        }
+        c => panic!("{c:?}"),
+    }
+    // Everything is forgotten once the terminal update is acknowledged.
+    let mut forgotten = false;
+    for _ in 0..100 {
+        let (_, body) = agent.get("/state").await;
+        let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if state["frameworks"].as_array().is_some_and(|a| a.is_empty()) {
+            forgotten = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(forgotten);
+
+    // KILL_TASK for an unknown task → TASK_LOST (REASON_TASK_UNKNOWN).
+    conn.send(&AgentEvent::KillTask {
+        framework_id: FrameworkId::new("fw-1"),
+        task_id: TaskId::new("ghost"),
+    })
+    .await;
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.task_id.as_str(), "ghost");
+    assert_eq!(s.state, TaskState::Lost);
+    assert_eq!(s.reason, Some(Reason::ReasonTaskUnknown));
+    assert_eq!(s.source, Source::SourceAgent);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-1").await;
+
+    // Task a: the executor subscribes, then dies → TASK_FAILED.
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: command_task("a"),
+    })
+    .await;
+    let (_, env) = executor_env(&work, "fw", "a").await;
+    let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
+    exec.send(&subscribe(&env, vec![], vec![])).await;
+    assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
+    assert!(matches!(exec.recv().await, ExecEvent::Launch { .. }));
+    let (_, body) = agent.get("/state").await;
+    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let pid = state["frameworks"][0]["executors"][0]["pid"]
+        .as_u64()
+        .unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut saw_update = false;
+    let mut saw_exit = false;
+    while !(saw_update && saw_exit) {
+        match conn.recv().await {
+            AgentCall::StatusUpdate {
+                framework_id,
+                status,
+            } => {
+                assert_eq!(status.task_id.as_str(), "a");
+                assert_eq!(status.state, TaskState::Failed);
+                assert_eq!(status.reason, Some(Reason::ReasonExecutorTerminated));
+                assert_eq!(status.source, Source::SourceAgent);
+                assert!(status.uuid.is_some());
+                assert!(
+                    status.message.as_deref().unwrap_or("").contains("SIGTERM"),
+                    "{status:?}"
+                );
+                conn.send(&AgentEvent::Acknowledge {
+                    framework_id,
+                    task_id: status.task_id.clone(),
+                    uuid: status.uuid.clone().unwrap(),
+                })
+                .await;
+                saw_update = true;
+            }
+            AgentCall::ExecutorExited { status, .. } => {
+                assert_eq!(status, Some(128 + 15));
+                saw_exit = true;
+            }
+            c => panic!("{c:?}"),
+        }
+    }
+
+    // Task b: killed while still queued (its executor never subscribed).
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: command_task("b"),
+    })
+    .await;
+    executor_env(&work, "fw", "b").await;
+    conn.send(&AgentEvent::KillTask {
+        framework_id: FrameworkId::new("fw"),
+        task_id: TaskId::new("b"),
+    })
+    .await;
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.task_id.as_str(), "b");
+    assert_eq!(s.state, TaskState::Killed);
+    assert_eq!(s.source, Source::SourceAgent);
+    // Its executor has nothing left to do and is stopped.
+    match conn.recv().await {
+        AgentCall::ExecutorExited { executor_id, .. } => assert_eq!(executor_id.as_str(), "b"),
+        c => panic!("{c:?}"),
+    }
+
+    // Invalid task: neither command nor executor → TASK_ERROR.
+    let mut bad = command_task("c");
+    bad.command = None;
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: bad,
+    })
+    .await;
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.state, TaskState::Error);
+    assert_eq!(s.reason, Some(Reason::ReasonTaskInvalid));
+
+    // An executor id that would escape the sandbox → TASK_ERROR.
+    let mut escape = command_task("d");
+    escape.command = None;
+    escape.executor = Some(agora_proto::ExecutorInfo {
+        executor_id: agora_proto::ExecutorId::new(".."),
+        framework_id: None,
+        command: agora_proto::CommandInfo {
+            value: "true".into(),
+            shell: true,
+            ..Default::default()
+        },
+        resources: Default::default(),
+        name: String::new(),
+        source: String::new(),
+    });
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: escape,
+    })
+    .await;
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.state, TaskState::Error);
+    assert!(s.message.unwrap().contains("executor id"));
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn registration_timeout_and_launch_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let mut cfg = config(&master.addr(), &work, &script);
+    cfg.executor_registration_timeout = Duration::from_millis(300);
+    let agent = Agent::start(cfg).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-1").await;
+
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: command_task("slow"),
+    })
+    .await;
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.state, TaskState::Failed);
+    assert_eq!(s.reason, Some(Reason::ReasonExecutorRegistrationTimeout));
+    assert!(matches!(
+        conn.recv().await,
+        AgentCall::ExecutorExited { .. }
+    ));
+
+    // A custom executor whose program does not exist.
+    let mut task = command_task("custom");
+    task.command = None;
+    task.executor = Some(agora_proto::ExecutorInfo {
+        executor_id: agora_proto::ExecutorId::new("exec-x"),
+        framework_id: None,
+        command: agora_proto::CommandInfo {
+            value: "/nonexistent/executor".into(),
+            shell: false,
+            arguments: vec!["executor".into()],
+            ..Default::default()
+        },
+        resources: Default::default(),
+        name: String::new(),
+        source: String::new(),
+    });
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task,
+    })
+    .await;
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.state, TaskState::Failed);
+    assert_eq!(s.reason, Some(Reason::ReasonExecutorLaunchFailed));
+    assert!(s.message.unwrap().contains("No such file"));
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn reconnects_and_reregisters_with_its_id_and_resends_heads() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-7").await;
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: command_task("t"),
+    })
+    .await;
+    let (_, env) = executor_env(&work, "fw", "t").await;
+    let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
+    exec.send(&subscribe(&env, vec![], vec![])).await;
+    assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
+    assert!(matches!(exec.recv().await, ExecEvent::Launch { .. }));
+    let running = executor_status("t", TaskState::Running);
+    exec.send(&ExecCall::Update {
+        status: running.clone(),
+    })
+    .await;
+    assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
+    let (_, s) = conn.recv_update(false).await;
+    assert_eq!(s.uuid, running.uuid);
+
+    // The master connection drops without an ack.
+    drop(conn);
+    let mut conn = master.accept().await;
+    match conn.register("agent-7").await {
+        AgentCall::Register {
+            agent_info,
+            tasks,
+            executors,
+            frameworks,
+            ..
+        } => {
+            assert_eq!(agent_info.id.as_ref().map(|a| a.as_str()), Some("agent-7"));
+            assert_eq!(tasks.len(), 1);
+            assert_eq!(tasks[0].state, TaskState::Running);
+            assert_eq!(executors.len(), 1);
+            assert_eq!(frameworks.len(), 1);
+        }
+        _ => unreachable!(),
+    }
+    // The unacknowledged head is sent again on re-registration.
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.uuid, running.uuid);
+    assert_eq!(
+        std::fs::read_to_string(work.join("agent_id"))
+            .unwrap()
+            .trim(),
+        "agent-7"
+    );
+
+    // SHUTDOWN_FRAMEWORK: the executor is told to shut down, then killed.
+    conn.send(&AgentEvent::ShutdownFramework {
+        framework_id: FrameworkId::new("fw"),
+    })
+    .await;
+    assert!(matches!(exec.recv().await, ExecEvent::Shutdown { .. }));
+    let mut saw_killed = false;
+    let mut saw_exit = false;
+    while !(saw_killed && saw_exit) {
+        match conn.recv().await {
+            AgentCall::StatusUpdate { status, .. } => {
+                assert_eq!(status.state, TaskState::Killed);
+                assert_eq!(status.reason, Some(Reason::ReasonFrameworkRemoved));
+                saw_killed = true;
+            }
+            AgentCall::ExecutorExited { .. } => saw_exit = true,
+            c => panic!("{c:?}"),
+        }
+    }
+
+    // SHUTDOWN from the master: forget the id and register anew.
+    conn.send(&AgentEvent::Shutdown {
+        message: "removed".into(),
+    })
+    .await;
+    let mut conn = master.accept().await;
+    match conn.register("agent-8").await {
+        AgentCall::Register {
+            agent_info, tasks, ..
+        } => {
+            assert_eq!(agent_info.id, None);
+            assert!(tasks.is_empty());
+        }
+        _ => unreachable!(),
+    }
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn bad_frames_are_errors_and_oversize_frames_close_with_1009() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+    let endpoint = format!("ws://{}/api/executor", agent.addr);
+
+    let mut exec = ExecClient::connect(&endpoint).await;
+    exec.send_raw(Message::binary(vec![1, 2, 3])).await;
+    match exec.recv().await {
+        ExecEvent::Error { message, fatal } => {
+            assert!(!fatal);
+            assert!(message.contains("binary"), "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+    // Subscribing as an executor the agent does not run is refused.
+    let env = [
+        ("AGORA_FRAMEWORK_ID".to_string(), "fw".to_string()),
+        ("AGORA_EXECUTOR_ID".to_string(), "nobody".to_string()),
+        ("AGORA_EXECUTOR_TOKEN".to_string(), "t".to_string()),
+    ]
+    .into();
+    exec.send(&subscribe(&env, vec![], vec![])).await;
+    assert!(matches!(
+        exec.recv().await,
+        ExecEvent::Error { fatal: true, .. }
+    ));
+
+    // The close (code 1009) is written before the agent drops the
+    // connection; a peer still busy writing may see a reset instead.
+    let (ws, _) = tokio_tungstenite::connect_async(endpoint.as_str())
+        .await
+        .unwrap();
+    let (mut sink, mut stream) = futures::StreamExt::split(ws);
+    let payload = format!(
+        "{{\"type\":\"MESSAGE\",\"data\":\"{}\"}}",
+        "A".repeat(agora_proto::MAX_FRAME_BYTES + 10)
+    );
+    tokio::spawn(async move {
+        let _ = futures::SinkExt::send(&mut sink, Message::text(payload)).await;
+    });
+    let mut outcome = "nothing";
+    while let Ok(Some(frame)) =
+        tokio::time::timeout(WAIT, futures::StreamExt::next(&mut stream)).await
+    {
+        match frame {
+            Ok(Message::Close(Some(f))) => {
+                assert_eq!(u16::from(f.code), 1009);
+                assert!(f.reason.contains("limit"));
+                outcome = "close 1009";
+                break;
+            }
+            Ok(_) => continue,
+            Err(_) => {
+                outcome = "reset";
+                break;
+            }
+        }
+    }
+    eprintln!("oversize frame outcome: {outcome}");
+    assert_ne!(outcome, "nothing");
+    // The agent is unaffected.
+    let (status, _) = agent.get("/health").await;
+    assert_eq!(status, 200);
+    agent.stop().await;
+}

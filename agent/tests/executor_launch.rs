@@ -1,0 +1,178 @@
+//! Forks real short processes through the agent's executor launcher and
+//! checks what an operator relies on: each executor runs in its own session
+//! and process group, in its sandbox, with its output in the sandbox; a
+//! kill ends everything it started; its exit status is reported correctly.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agora_agent::launcher::{self, LaunchSpec};
+
+fn shell(script: &str, sandbox: &Path) -> LaunchSpec {
+    LaunchSpec {
+        program: "/bin/sh".into(),
+        argv0: None,
+        args: vec!["-c".into(), script.into()],
+        env: vec![("AGORA_TEST_VALUE".into(), "forty-two".into())],
+        sandbox: sandbox.to_path_buf(),
+    }
+}
+
+async fn wait_for_file(path: &Path, needle: &str) -> String {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.contains(needle) {
+                return text;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{} never contained {needle:?}", path.display());
+}
+
+async fn wait_gone(pid: i32) -> bool {
+    for _ in 0..200 {
+        if !launcher::is_alive(pid as u32, None) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
+fn sandbox() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = dir.path().join("frameworks/f/executors/e/runs/r");
+    std::fs::create_dir_all(&sandbox).unwrap();
+    (dir, sandbox)
+}
+
+#[tokio::test]
+async fn executor_runs_in_own_session_with_output_in_sandbox() {
+    let (_dir, sandbox) = sandbox();
+    let spec = shell(
+        "echo \"hello $AGORA_TEST_VALUE\"; pwd; echo oops >&2; sleep 30",
+        &sandbox,
+    );
+    let mut launched = launcher::spawn(&spec).unwrap();
+    let pid = launched.pid as i32;
+    let stat = launcher::proc_stat(pid).unwrap();
+    assert_eq!(stat.pgrp, pid, "executor leads its own process group");
+    assert_eq!(stat.session, pid, "executor leads its own session");
+    let me = launcher::proc_stat(std::process::id() as i32).unwrap();
+    assert_ne!(stat.session, me.session);
+    assert_eq!(launched.start_time, Some(stat.start_time));
+
+    let out = wait_for_file(&sandbox.join("stdout"), "hello forty-two").await;
+    let cwd = std::fs::canonicalize(&sandbox).unwrap();
+    assert!(
+        out.contains(cwd.to_str().unwrap()),
+        "cwd is the sandbox: {out}"
+    );
+    wait_for_file(&sandbox.join("stderr"), "oops").await;
+
+    launcher::terminate_session(launched.pid, Duration::from_secs(2)).await;
+    let status = launched.child.wait().await.unwrap();
+    assert_eq!(launcher::wait_status_code(&status), Some(128 + 15));
+    assert_eq!(
+        launcher::describe_exit(&status),
+        "terminated by signal SIGTERM"
+    );
+}
+
+#[tokio::test]
+async fn kill_ends_grandchildren_and_other_groups_of_the_session() {
+    let (_dir, sandbox) = sandbox();
+    let has_perl = Path::new("/usr/bin/perl").exists();
+    // A grandchild in the executor's group, and (with perl) one that moved
+    // to a process group of its own, like a command executor's task.
+    let script = if has_perl {
+        "sleep 30 & echo $! > grandchild.pid; \
+         perl -e 'setpgrp(0,0); sleep 30' & echo $! > own-group.pid; wait"
+    } else {
+        "sleep 30 & echo $! > grandchild.pid; wait"
+    };
+    let mut launched = launcher::spawn(&shell(script, &sandbox)).unwrap();
+    let grandchild: i32 = wait_for_file(&sandbox.join("grandchild.pid"), "\n")
+        .await
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(launcher::is_alive(grandchild as u32, None));
+    let own_group = if has_perl {
+        let pid: i32 = wait_for_file(&sandbox.join("own-group.pid"), "\n")
+            .await
+            .trim()
+            .parse()
+            .unwrap();
+        // Wait until perl has called setpgrp.
+        for _ in 0..200 {
+            if launcher::proc_stat(pid).is_some_and(|s| s.pgrp == pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let stat = launcher::proc_stat(pid).unwrap();
+        assert_eq!(stat.pgrp, pid);
+        assert_eq!(stat.session, launched.pid as i32);
+        Some(pid)
+    } else {
+        None
+    };
+    assert!(launcher::session_members(launched.pid).contains(&grandchild));
+
+    launcher::terminate_session(launched.pid, Duration::from_secs(2)).await;
+    let status = launched.child.wait().await.unwrap();
+    assert!(launcher::wait_status_code(&status).is_some());
+    assert!(wait_gone(grandchild).await, "grandchild survived the kill");
+    if let Some(pid) = own_group {
+        assert!(wait_gone(pid).await, "member of another group survived");
+    }
+}
+
+#[tokio::test]
+async fn sigterm_ignoring_executor_is_killed_after_grace() {
+    let (_dir, sandbox) = sandbox();
+    let spec = shell(
+        "trap '' TERM; echo ready; while :; do sleep 1; done",
+        &sandbox,
+    );
+    let mut launched = launcher::spawn(&spec).unwrap();
+    wait_for_file(&sandbox.join("stdout"), "ready").await;
+    let started = std::time::Instant::now();
+    launcher::terminate_session(launched.pid, Duration::from_millis(300)).await;
+    let status = launched.child.wait().await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(launcher::wait_status_code(&status), Some(128 + 9));
+}
+
+#[tokio::test]
+async fn exit_codes_are_reported() {
+    let (_dir, sandbox) = sandbox();
+    let mut launched = launcher::spawn(&shell("exit 3", &sandbox)).unwrap();
+    let status = launched.child.wait().await.unwrap();
+    assert_eq!(launcher::wait_status_code(&status), Some(3));
+    assert_eq!(launcher::describe_exit(&status), "exited with status 3");
+
+    let mut launched = launcher::spawn(&shell("kill -KILL $$", &sandbox)).unwrap();
+    let status = launched.child.wait().await.unwrap();
+    assert_eq!(launcher::wait_status_code(&status), Some(137));
+    assert_eq!(
+        launcher::describe_exit(&status),
+        "terminated by signal SIGKILL"
+    );
+}
+
+#[tokio::test]
+async fn missing_program_is_a_launch_error() {
+    let (_dir, sandbox) = sandbox();
+    let spec = LaunchSpec {
+        program: "/nonexistent/agora-executor".into(),
+        argv0: None,
+        args: vec![],
+        env: vec![],
+        sandbox,
+    };
+    let err = launcher::spawn(&spec).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}
