@@ -239,19 +239,24 @@ impl Master {
             }
         }
 
-        // Tasks the master sent to this agent that it no longer has are lost.
+        // Tasks the master sent to this agent that it does not report: one
+        // still STAGING that the agent never reported on was most likely
+        // lost in flight with the old connection (its RUN_TASK never
+        // arrived), so it is sent again; any other is lost.
         let mut lost = Vec::new();
+        let mut resend = Vec::new();
         if known {
             for key in agent.tasks.iter() {
                 if reported.contains(key) {
                     continue;
                 }
-                if let Some(task) = self
-                    .frameworks
-                    .get(&key.0)
-                    .and_then(|f| f.tasks.get(&key.1))
-                {
-                    if !task.state.is_terminal() {
+                let Some(fw) = self.frameworks.get(&key.0) else {
+                    continue;
+                };
+                if let Some(task) = fw.tasks.get(&key.1) {
+                    if task.state == TaskState::Staging && task.latest_status.is_none() {
+                        resend.push((fw.info.clone(), task.info.clone()));
+                    } else if !task.state.is_terminal() {
                         lost.push(key.clone());
                     }
                 }
@@ -318,7 +323,7 @@ impl Master {
         self.send_agent_conn(
             conn,
             Event::Registered {
-                agent_id: aid,
+                agent_id: aid.clone(),
                 ping_interval_seconds: self.config.agent_ping_interval.as_secs_f64(),
                 master_info: self.info.clone(),
                 reregistered: true,
@@ -326,6 +331,10 @@ impl Master {
         );
         for framework_id in shutdown_frameworks {
             self.send_agent_conn(conn, Event::ShutdownFramework { framework_id });
+        }
+        for (framework, task) in resend {
+            tracing::info!(agent_id = %aid, task_id = %task.task_id, "re-sending a task the re-registered agent never received");
+            self.send_agent_conn(conn, Event::RunTask { framework, task });
         }
         self.schedule_allocation(now);
     }

@@ -5,6 +5,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agora_proto::{Resources, Value, DEFAULT_ROLE};
+
+/// Default [`Config::offer_timeout`].
+pub const DEFAULT_OFFER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How the master runs. [`Config::default`] gives Mesos's defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -22,7 +27,11 @@ pub struct Config {
     pub max_missed_pings: u32,
     /// How often connected schedulers get a `HEARTBEAT` (default 15 s).
     pub heartbeat_interval: Duration,
-    /// Outstanding offers older than this are rescinded (default: never).
+    /// Outstanding offers older than this are rescinded and their
+    /// resources re-offered (default 60 s; `None` never rescinds). Long
+    /// enough for any live scheduler to answer (they answer in
+    /// milliseconds; the scheduler heartbeat is 15 s), short enough that a
+    /// stuck or hoarding framework cannot pin a cluster's resources.
     pub offer_timeout: Option<Duration>,
     /// `refuse_seconds` used when a decline or launch gives no filter (default 5).
     pub default_refuse_seconds: f64,
@@ -32,6 +41,9 @@ pub struct Config {
     pub min_offer_mem: f64,
     /// DRF weight per role; roles not listed weigh 1.0.
     pub role_weights: BTreeMap<String, f64>,
+    /// Guaranteed minimum per role (scalars, e.g. `cpus:4;mem:1024`),
+    /// allocated before fair sharing; none by default.
+    pub role_quotas: BTreeMap<String, Resources>,
     /// How long a framework learnt only from agents' reports (after a
     /// master restart) is kept without its scheduler subscribing, at least
     /// (its own `failover_timeout` applies when longer; default 10 min).
@@ -58,11 +70,12 @@ impl Default for Config {
             agent_ping_interval: Duration::from_secs(15),
             max_missed_pings: 5,
             heartbeat_interval: Duration::from_secs(15),
-            offer_timeout: None,
+            offer_timeout: Some(DEFAULT_OFFER_TIMEOUT),
             default_refuse_seconds: agora_proto::DEFAULT_REFUSE_SECONDS,
             min_offer_cpus: 0.01,
             min_offer_mem: 32.0,
             role_weights: BTreeMap::new(),
+            role_quotas: BTreeMap::new(),
             recovered_framework_timeout: Duration::from_secs(600),
             max_completed_tasks: 1000,
             max_removed_agents: 100_000,
@@ -102,6 +115,21 @@ impl Config {
         for (role, w) in &self.role_weights {
             if !w.is_finite() || *w <= 0.0 {
                 return Err(format!("weight of role {role} must be a positive number"));
+            }
+        }
+        for (role, quota) in &self.role_quotas {
+            if role.is_empty() || role == DEFAULT_ROLE {
+                return Err(format!("quota needs a named role, not {role:?}"));
+            }
+            if quota.iter().any(|r| !matches!(r.value, Value::Scalar(_))) {
+                return Err(format!(
+                    "quota of role {role} may only name scalar resources"
+                ));
+            }
+            if quota.iter().any(|r| r.role != DEFAULT_ROLE) {
+                return Err(format!(
+                    "quota of role {role} is written without roles (cpus:4, not cpus(web):4)"
+                ));
             }
         }
         if self.connection_queue_capacity == 0 || self.event_queue_capacity == 0 {

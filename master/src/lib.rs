@@ -7,7 +7,7 @@
 //! `docs/protocol.md`) and HTTP `/health`, `/version` and `/state`.
 //! Inside, one task owns all state as a sans-IO state machine (`master`);
 //! connection tasks only parse, forward and write; the [`allocator`]
-//! (default: weighted DRF) is a pure component behind a trait.
+//! (default: hierarchical weighted DRF with quota) is a pure component behind a trait.
 
 mod agents;
 pub mod allocator;
@@ -78,11 +78,7 @@ pub async fn run(
         version: agora_proto::VERSION.to_string(),
     };
     tracing::info!(master_id = %info.id, %address, "master starting");
-    let allocator = DrfAllocator::new(AllocatorOptions {
-        min_offer_cpus: config.min_offer_cpus,
-        min_offer_mem: config.min_offer_mem,
-        role_weights: config.role_weights.clone(),
-    });
+    let allocator = DrfAllocator::new(AllocatorOptions::from(&config));
     let master = master::Master::new(config.clone(), info, Box::new(allocator), Instant::now());
     let (input_tx, input_rx) = mpsc::channel(config.event_queue_capacity);
     let (snapshot_tx, snapshot_rx) = watch::channel(Arc::new(master.snapshot()));

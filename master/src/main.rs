@@ -33,9 +33,10 @@ struct Flags {
     /// How often schedulers get a heartbeat.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     heartbeat_interval: Duration,
-    /// Rescind offers outstanding longer than this (default: never).
-    #[arg(long, value_parser = parse_duration)]
-    offer_timeout: Option<Duration>,
+    /// Rescind offers outstanding longer than this and re-offer their
+    /// resources, so no framework hoards them; 0 never rescinds.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    offer_timeout: Duration,
     /// refuse_seconds for declines and launches without a filter.
     #[arg(long, default_value_t = agora_proto::DEFAULT_REFUSE_SECONDS)]
     default_refuse_seconds: f64,
@@ -48,6 +49,12 @@ struct Flags {
     /// DRF weights per role, e.g. `web=2,batch=0.5` (others weigh 1).
     #[arg(long, value_parser = parse_weights, default_value = "")]
     weights: BTreeMap<String, f64>,
+    /// Guaranteed minimum for a role, allocated before fair sharing:
+    /// `ROLE=RESOURCES` with scalar resources in the agent syntax, e.g.
+    /// `--quota 'web=cpus:4;mem:1024'`. Repeat the flag, or separate roles
+    /// with `,`: `--quota 'web=cpus:4;mem:1024,batch=cpus:2'`.
+    #[arg(long = "quota", value_name = "ROLE=RESOURCES", value_parser = parse_quotas)]
+    quotas: Vec<Vec<(String, agora_proto::Resources)>>,
     /// How long a framework known only from agents' reports waits for its scheduler.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     recovered_framework_timeout: Duration,
@@ -112,6 +119,19 @@ fn parse_weights(text: &str) -> Result<BTreeMap<String, f64>, String> {
     Ok(out)
 }
 
+fn parse_quotas(text: &str) -> Result<Vec<(String, agora_proto::Resources)>, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (role, resources) = part.split_once('=').ok_or_else(|| {
+            format!("{part:?}: expected ROLE=RESOURCES, e.g. web=cpus:4;mem:1024")
+        })?;
+        let resources = agora_proto::Resources::parse(resources.trim())
+            .map_err(|e| format!("{part:?}: {e}"))?;
+        out.push((role.trim().to_string(), resources));
+    }
+    Ok(out)
+}
+
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -153,11 +173,12 @@ async fn main() -> anyhow::Result<()> {
         agent_ping_interval: flags.agent_ping_interval,
         max_missed_pings: flags.max_missed_pings,
         heartbeat_interval: flags.heartbeat_interval,
-        offer_timeout: flags.offer_timeout,
+        offer_timeout: (!flags.offer_timeout.is_zero()).then_some(flags.offer_timeout),
         default_refuse_seconds: flags.default_refuse_seconds,
         min_offer_cpus: flags.min_offer_cpus,
         min_offer_mem: flags.min_offer_mem,
         role_weights: flags.weights,
+        role_quotas: flags.quotas.into_iter().flatten().collect(),
         recovered_framework_timeout: flags.recovered_framework_timeout,
         max_completed_tasks: flags.max_completed_tasks,
         max_removed_agents: flags.max_removed_agents,

@@ -95,6 +95,10 @@ pub(crate) struct Master {
     pub(crate) next_offer_seq: u64,
     /// Something changed since the last `/state` snapshot.
     pub(crate) dirty: bool,
+    /// When this master started: agents of an earlier master have until
+    /// the ping timeout after this to re-register (see
+    /// [`Master::agents_may_reregister`]).
+    pub(crate) started: Instant,
     outbox: Vec<Output>,
 }
 
@@ -136,6 +140,7 @@ impl Master {
             next_agent_seq: 0,
             next_offer_seq: 0,
             dirty: true,
+            started: now,
             outbox: Vec::new(),
         }
     }
@@ -190,6 +195,19 @@ impl Master {
         next
     }
 
+    /// Whether agents that registered with an earlier master (before a
+    /// restart) may still be on their way back: the master's first ping
+    /// timeout (`agent_ping_interval × max_missed_pings`). Until then the
+    /// master cannot tell a task it does not know from one on an agent
+    /// that has not re-registered yet.
+    pub(crate) fn agents_may_reregister(&self, now: Instant) -> bool {
+        let window = self
+            .config
+            .agent_ping_interval
+            .saturating_mul(self.config.max_missed_pings.max(1));
+        now.saturating_duration_since(self.started) < window
+    }
+
     /// Everything pushed since the last call, in order.
     pub(crate) fn take_outputs(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.outbox)
@@ -235,7 +253,7 @@ impl Master {
                 task_id,
                 uuid,
             } => self.acknowledge(&fid, agent_id, task_id, uuid),
-            Call::Reconcile { tasks } => self.reconcile(&fid, tasks),
+            Call::Reconcile { tasks } => self.reconcile(now, &fid, tasks),
             Call::Message {
                 agent_id,
                 executor_id,

@@ -63,6 +63,7 @@ impl Master {
                     .filter(|(f, _)| *f == a.framework_id)
                     .map(|(_, e)| e.clone())
                     .collect(),
+                allocation_role: Some(a.role.clone()),
             };
             agent.offered += &a.resources;
             agent.offers.insert(id.clone());

@@ -24,6 +24,11 @@ pub(crate) struct Task {
     pub(crate) latest_status: Option<TaskStatus>,
     /// The latest reliable update, until the scheduler acknowledges it.
     pub(crate) pending_update: Option<TaskStatus>,
+    /// The state of the latest reliable update received for the task (and
+    /// forwarded, or pending for the scheduler). `state` may run ahead of
+    /// it when an agent's report says more than its update stream has
+    /// delivered yet; reconciliation answers never do.
+    pub(crate) update_state: Option<TaskState>,
 }
 
 /// A task that reached a terminal state and was forgotten.
@@ -54,14 +59,25 @@ impl Task {
             resources: info.resources.clone(),
             latest_status: None,
             pending_update: None,
+            update_state: None,
             info,
         }
     }
 
-    fn reconciliation_status(&self) -> TaskStatus {
+    /// The reconciliation answer: the state the scheduler has been (or is
+    /// being) told through reliable updates, so that the answer never
+    /// overtakes the task's update stream. `None` when the only newer
+    /// state known is a terminal one from an agent's report: its reliable
+    /// update is on its way.
+    fn reconciliation_status(&self) -> Option<TaskStatus> {
+        let state = match self.update_state {
+            Some(state) => state,
+            None if self.state.is_terminal() => return None,
+            None => self.state,
+        };
         let mut status = master_status(
             self.info.task_id.clone(),
-            self.state,
+            state,
             Reason::ReasonReconciliation,
             "reconciliation",
             Some(self.agent_id.clone()),
@@ -71,7 +87,7 @@ impl Task {
             status.data = latest.data.clone();
         }
         status.executor_id = Some(self.executor_id.clone());
-        status
+        Some(status)
     }
 }
 
@@ -106,6 +122,16 @@ impl Master {
             return self.agent_error(conn, "STATUS_UPDATE must carry a uuid");
         };
         status.agent_id.get_or_insert_with(|| aid.clone());
+        if !self.frameworks.contains_key(&fid)
+            && !self.removed_frameworks.contains(&fid)
+            && self.agents_may_reregister(now)
+        {
+            // After a restart the master learns frameworks from agents'
+            // reports and from schedulers re-subscribing; this one may be
+            // on its way. Not acknowledged: the agent re-sends it.
+            tracing::debug!(framework_id = %fid, task_id = %status.task_id, "update for a framework not yet re-subscribed; leaving it to the agent's retry");
+            return;
+        }
         let Some(fw) = self.frameworks.get_mut(&fid) else {
             // The framework is gone: acknowledge ourselves so the agent's
             // stream drains.
@@ -119,6 +145,30 @@ impl Master {
                 },
             );
         };
+        let completed = !fw.tasks.contains_key(&status.task_id)
+            && self
+                .completed
+                .iter()
+                .any(|c| c.framework_id == fid && c.task_id == status.task_id);
+        if completed {
+            // The task's terminal state is settled: either the scheduler
+            // acknowledged it (this is a re-send whose acknowledgement was
+            // lost) or the master decided it (TASK_LOST). Forwarding would
+            // show the scheduler a second terminal state; acknowledge it
+            // so the agent's stream drains.
+            tracing::debug!(framework_id = %fid, task_id = %status.task_id, state = %status.state, "update for a completed task; acknowledging it without forwarding");
+            return self.send_agent_conn(
+                conn,
+                agent::Event::Acknowledge {
+                    framework_id: fid,
+                    task_id: status.task_id,
+                    uuid,
+                },
+            );
+        }
+        let Some(fw) = self.frameworks.get_mut(&fid) else {
+            return;
+        };
         let mut freed: Option<(AgentId, Resources)> = None;
         if let Some(task) = fw.tasks.get_mut(&status.task_id) {
             let was_terminal = task.state.is_terminal();
@@ -130,6 +180,7 @@ impl Master {
             }
             task.latest_status = Some(status.clone());
             task.pending_update = Some(status.clone());
+            task.update_state = Some(status.state);
         }
         let conn_fw = fw.conn;
         if let Some((task_agent, resources)) = freed {
@@ -160,8 +211,13 @@ impl Master {
                     .as_ref()
                     .is_some_and(|u| u.uuid.as_deref() == Some(uuid.as_str()))
                 {
-                    task.pending_update = None;
-                    if task.state.is_terminal() {
+                    // Only the acknowledgement of the terminal update itself
+                    // ends the task: later updates may still be on their way.
+                    let terminal = task
+                        .pending_update
+                        .take()
+                        .is_some_and(|u| u.state.is_terminal());
+                    if terminal && task.state.is_terminal() {
                         done = fw.tasks.remove(&task_id);
                     }
                 }
@@ -221,16 +277,26 @@ impl Master {
         }
     }
 
-    pub(crate) fn reconcile(&mut self, fid: &FrameworkId, tasks: Vec<ReconcileTask>) {
+    /// Answers `RECONCILE`: the latest known state of each named task (of
+    /// every task when none is named). A task the master does not know is
+    /// `TASK_LOST` — except one said to be on an agent the master has not
+    /// heard of while agents of an earlier master may still re-register
+    /// ([`Master::agents_may_reregister`]): that one gets no answer yet,
+    /// as in Mesos, and the framework asks again later.
+    pub(crate) fn reconcile(&mut self, now: Instant, fid: &FrameworkId, tasks: Vec<ReconcileTask>) {
+        let transitional = self.agents_may_reregister(now);
         let Some(fw) = self.frameworks.get(fid) else {
             return;
         };
         let statuses: Vec<TaskStatus> = if tasks.is_empty() {
-            fw.tasks.values().map(Task::reconciliation_status).collect()
+            fw.tasks
+                .values()
+                .filter_map(Task::reconciliation_status)
+                .collect()
         } else {
             tasks
                 .into_iter()
-                .map(|t| {
+                .filter_map(|t| {
                     if let Some(task) = fw.tasks.get(&t.task_id) {
                         return task.reconciliation_status();
                     }
@@ -240,21 +306,28 @@ impl Master {
                         .rev()
                         .find(|c| c.framework_id == *fid && c.task_id == t.task_id)
                     {
-                        return master_status(
+                        return Some(master_status(
                             t.task_id,
                             done.state,
                             Reason::ReasonReconciliation,
                             "reconciliation: task completed",
                             Some(done.agent_id.clone()),
-                        );
+                        ));
                     }
-                    master_status(
+                    let unheard_agent = t.agent_id.as_ref().is_some_and(|aid| {
+                        !self.agents.contains_key(aid) && !self.removed_agents.contains(aid)
+                    });
+                    if transitional && unheard_agent {
+                        tracing::debug!(framework_id = %fid, task_id = %t.task_id, "reconciliation of a task on an agent that may still re-register; not answered yet");
+                        return None;
+                    }
+                    Some(master_status(
                         t.task_id,
                         TaskState::Lost,
                         Reason::ReasonReconciliation,
                         "unknown task",
                         t.agent_id,
-                    )
+                    ))
                 })
                 .collect()
         };

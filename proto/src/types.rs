@@ -93,6 +93,10 @@ pub struct Offer {
     /// Executors of this framework already running on the agent.
     #[serde(default)]
     pub executor_ids: Vec<ExecutorId>,
+    /// The role the resources are allocated to (one of the framework's
+    /// roles); tasks launched on the offer count towards that role's share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_role: Option<String>,
 }
 
 /// A shell command or program to run. The default is an empty shell command.

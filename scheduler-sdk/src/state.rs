@@ -129,6 +129,8 @@ pub(crate) struct DriverCore {
     implicit_acknowledgements: bool,
     conn: Conn,
     subscribed_before: bool,
+    /// Started with a framework id: the first subscription is a failover.
+    failover: bool,
     queued: VecDeque<Call>,
     finished: bool,
     backoff_min: Duration,
@@ -143,6 +145,7 @@ impl DriverCore {
         let backoff_min = config.reconnect_backoff_min.max(Duration::from_millis(1));
         let backoff_max = config.reconnect_backoff_max.max(backoff_min);
         DriverCore {
+            failover: framework.id.is_some(),
             framework,
             implicit_acknowledgements: config.implicit_acknowledgements,
             conn: Conn::Disconnected,
@@ -188,8 +191,11 @@ impl DriverCore {
             protocol: PROTOCOL_VERSION,
             framework_info: self.framework.clone(),
             // After our own earlier subscription the master may still hold
-            // the old (half-open) connection: take over from it.
-            force: self.subscribed_before,
+            // the old (half-open) connection: take over from it. A driver
+            // started with a framework id is a failover scheduler: the
+            // master may not yet have noticed that the old one died
+            // (Mesos's driver fails over the same way).
+            force: self.subscribed_before || self.failover,
         })]
     }
 
@@ -543,6 +549,20 @@ mod tests {
             }
             other => panic!("expected one SUBSCRIBE, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_driver_started_with_an_id_takes_the_framework_over() {
+        let now = Instant::now();
+        let mut info = FrameworkInfo::new("test");
+        info.id = Some(FrameworkId::new("fw-1"));
+        let mut core = DriverCore::new(info, &config(true));
+        let (info, force) = subscribe_call(&core.on_connected(now));
+        assert_eq!(info.id, Some(FrameworkId::new("fw-1")));
+        assert!(
+            force,
+            "a failover scheduler replaces a connection the master still holds"
+        );
     }
 
     #[test]

@@ -1,12 +1,18 @@
 //! `agora-execute`: run K copies of a shell command on an Agora cluster and
 //! print every status update. Exits 0 only when all K finished.
+//!
+//! With `--state-file` (and `--failover-timeout`) it survives its own
+//! death: run it again with the same state file (and `--framework-id`) and
+//! it takes the framework over, reconciles what it had launched and
+//! launches only the rest. `--ledger` records everything it saw.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use agora_examples::cli::{init_logging, parse_duration};
 use agora_examples::execute::{execute, ExecuteOptions};
-use agora_proto::Resources;
+use agora_proto::{FrameworkId, Resources};
 use clap::Parser;
 
 /// Run a shell command as K tasks on an Agora cluster.
@@ -40,6 +46,21 @@ struct Args {
     /// Give up after this long (e.g. 10m).
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
+    /// Take over this existing framework (scheduler failover) instead of
+    /// registering a new one.
+    #[arg(long)]
+    framework_id: Option<String>,
+    /// Append every launch and status update received to this file, one
+    /// JSON object per line.
+    #[arg(long)]
+    ledger: Option<PathBuf>,
+    /// Durable record of launched and finished instances; a restart with
+    /// the same file launches only what was never launched.
+    #[arg(long)]
+    state_file: Option<PathBuf>,
+    /// Reconcile launched instances silent for this long.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    reconcile_interval: Duration,
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
@@ -64,6 +85,10 @@ async fn main() -> ExitCode {
         failover_timeout: args.failover_timeout.as_secs_f64(),
         timeout: args.timeout,
         print_updates: !args.quiet,
+        framework_id: args.framework_id.map(FrameworkId::new),
+        ledger: args.ledger,
+        state_file: args.state_file,
+        reconcile_interval: args.reconcile_interval,
     };
     match execute(opts).await {
         Ok(report) => {

@@ -98,6 +98,11 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
                 failover_timeout: 0.0,
                 timeout: Some(args.timeout),
                 print_updates: !args.quiet,
+                ..ExecuteOptions::new(
+                    cluster.master_addr.to_string(),
+                    command.clone(),
+                    args.instances,
+                )
             })
             .await;
             match report {

@@ -8,10 +8,13 @@
 
 #![allow(dead_code)]
 
+pub mod ledger;
+pub mod lossy_proxy;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -189,6 +192,33 @@ impl Proc {
         self.start();
     }
 
+    /// Starts the process again on the address it had (its `--listen`
+    /// becomes that address), so peers that know the address reconnect
+    /// to the new process. Retries while the port is not yet free.
+    pub fn restart_same_port(&mut self) {
+        self.kill();
+        let addr = self.addr.to_string();
+        match self.args.iter().position(|a| a == "--listen") {
+            Some(i) if i + 1 < self.args.len() => self.args[i + 1] = addr,
+            _ => {
+                self.args.push("--listen".into());
+                self.args.push(addr);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.start()));
+            match started {
+                Ok(()) => return,
+                Err(panic) if Instant::now() >= deadline => std::panic::resume_unwind(panic),
+                Err(_) => {
+                    self.kill();
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
     /// The last lines of its log.
     pub fn log_tail(&self) -> String {
         tail(&self.log)
@@ -207,11 +237,139 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
+/// A client process (e.g. `agora-execute`) running in the background with
+/// stdout and stderr in files: it can be SIGKILLed, waited for, and is
+/// killed when dropped.
+pub struct Background {
+    /// What it is, for messages.
+    pub name: String,
+    /// Where its stdout goes.
+    pub stdout: PathBuf,
+    /// Where its stderr goes.
+    pub stderr: PathBuf,
+    child: Option<Child>,
+}
+
+// === impl Background ===
+
+impl Background {
+    /// Starts `program args…`; output goes to `LOG_DIR/NAME.stdout` and
+    /// `.stderr` (appended, so a restart keeps the earlier run's output).
+    pub fn spawn(name: &str, program: &Path, args: &[String], log_dir: &Path) -> Background {
+        let stdout = log_dir.join(format!("{name}.stdout"));
+        let stderr = log_dir.join(format!("{name}.stderr"));
+        let open = |path: &Path| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .expect("log file")
+        };
+        let child = Command::new(program)
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(open(&stdout))
+            .stderr(open(&stderr))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+        Background {
+            name: name.to_string(),
+            stdout,
+            stderr,
+            child: Some(child),
+        }
+    }
+
+    /// The process id (0 once reaped).
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// SIGKILLs the process and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its output so far, for failure messages.
+    pub fn output(&self) -> String {
+        format!(
+            "--- {} stdout ---\n{}\n--- {} stderr ---\n{}",
+            self.name,
+            tail(&self.stdout),
+            self.name,
+            tail(&self.stderr)
+        )
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `cond` every 20 ms until it returns something, or panics with
+/// `what` (and `context()`) after `timeout`.
+pub fn wait_until<T>(
+    timeout: Duration,
+    what: &str,
+    context: impl Fn() -> String,
+    mut cond: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = cond() {
+            return found;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                context()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 // === impl TestCluster ===
 
 impl TestCluster {
     /// A master (with `master_flags`) and `agents` agents advertising `resources`.
     pub fn start_with(agents: usize, resources: &str, master_flags: &[&str]) -> TestCluster {
+        Self::start_full(agents, resources, master_flags, &[])
+    }
+
+    /// A master (with `master_flags`) and `agents` agents advertising
+    /// `resources`, each started with `agent_flags`.
+    pub fn start_full(
+        agents: usize,
+        resources: &str,
+        master_flags: &[&str],
+        agent_flags: &[&str],
+    ) -> TestCluster {
         let dir = tempfile::Builder::new()
             .prefix("agora-test-")
             .tempdir()
@@ -238,7 +396,7 @@ impl TestCluster {
             agents: Vec::new(),
         };
         for _ in 0..agents {
-            cluster.add_agent(resources, &[]);
+            cluster.add_agent(resources, agent_flags);
         }
         cluster.wait_agents(agents);
         cluster
@@ -251,12 +409,19 @@ impl TestCluster {
 
     /// Starts one more agent.
     pub fn add_agent(&mut self, resources: &str, extra: &[&str]) -> usize {
+        let master = self.master.addr.to_string();
+        self.add_agent_via(&master, resources, extra)
+    }
+
+    /// Starts one more agent that reaches the master at `master` (e.g. a
+    /// proxy in front of it).
+    pub fn add_agent_via(&mut self, master: &str, resources: &str, extra: &[&str]) -> usize {
         let i = self.agents.len();
         let work_dir = self.dir.path().join(format!("agent-{i}"));
         std::fs::create_dir_all(&work_dir).expect("agent dir");
         let mut args = vec![
             "--master".to_string(),
-            self.master.addr.to_string(),
+            master.to_string(),
             "--listen".to_string(),
             "127.0.0.1:0".to_string(),
             "--work-dir".to_string(),

@@ -1,42 +1,125 @@
-//! Dominant resource fairness. Each cycle visits the agents with free
-//! resources (starting at a rotating position) and hands each agent's free
-//! resources to the active framework with the lowest weighted dominant
-//! share that may use them and has not filtered them. Frameworks are kept
-//! in a `BTreeSet` ordered by share, so a cycle costs about
-//! `agents × log(frameworks)` plus the filtered pairs it skips.
+//! Hierarchical dominant resource fairness with quota.
+//!
+//! **Shares.** Every scalar resource name is interned to an index, so a
+//! share is a few float divisions over a small vector. A role's share is
+//! the dominant share (max over resources of allocated / cluster total) of
+//! everything allocated *for that role*, divided by the role's weight. A
+//! framework's share in a role is the dominant share of what is allocated
+//! to it for that role; a framework in several roles is a client of each.
+//!
+//! **A cycle** runs three stages over the agents, starting at a rotating
+//! position so no agent is always first:
+//!
+//! 1. resource requests (`REQUEST`), served once, ahead of fairness;
+//! 2. quota: each role below its guarantee, lowest share first, is offered
+//!    what it still needs (quota'd scalars capped at the shortfall);
+//! 3. fair share: each agent's free resources go to the role with the
+//!    lowest weighted share that has an eligible framework, then to that
+//!    role's framework with the lowest share. Unreserved resources that
+//!    unsatisfied quotas still need (the *headroom*) are held back from
+//!    roles that are not themselves short of quota.
+//!
+//! Reserved resources (`cpus(web):4`) are only ever offered to frameworks
+//! of that role, in an allocation for that role.
+//!
+//! **Cost.** Per cycle: `O(F log F)` to order the eligible frameworks, then
+//! per agent with something free `O(log F)` per allocation plus one O(1)
+//! filter probe per framework skipped because it filtered the agent (at
+//! most the agent's live filters). Filters are indexed by agent and by
+//! framework, so revive and removal cost the filters they touch, not the
+//! cluster. No stage is quadratic; `benches/allocator.rs` measures it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
 use agora_proto::scheduler::ResourceRequest;
-use agora_proto::{AgentId, FrameworkId, Resources, DEFAULT_ROLE};
+use agora_proto::{round_scalar, AgentId, FrameworkId, Resource, Resources, Value, DEFAULT_ROLE};
 use tokio::time::Instant;
 
 use super::{Allocation, Allocator, AllocatorOptions};
 
-/// The default [`Allocator`]: weighted DRF with role reservations.
+/// The default [`Allocator`]: hierarchical weighted DRF with reservations
+/// and quota. See the module documentation.
 #[derive(Debug)]
 pub struct DrfAllocator {
     options: AllocatorOptions,
+    /// Interned scalar resource names; a [`Scalars`] is indexed by these.
+    names: Vec<String>,
     frameworks: Vec<Option<Fw>>,
     free_frameworks: Vec<usize>,
     framework_index: HashMap<FrameworkId, usize>,
     agents: Vec<Option<Ag>>,
     free_agents: Vec<usize>,
     agent_index: HashMap<AgentId, usize>,
-    cluster_total: Resources,
+    roles: Vec<Role>,
+    role_index: HashMap<String, usize>,
+    /// Sum of every agent's total, per scalar name.
+    total: Scalars,
     cursor: usize,
+}
+
+/// Maps keyed by dense slot indexes, hashed with one multiply instead of
+/// SipHash (the keys come from this allocator, not from peers).
+type IdxMap<V> = HashMap<usize, V, BuildHasherDefault<IdxHasher>>;
+type IdxSet = HashSet<usize, BuildHasherDefault<IdxHasher>>;
+
+/// (agent, framework) pairs already served in this cycle.
+type GivenSet = HashSet<(usize, usize), BuildHasherDefault<IdxHasher>>;
+
+#[derive(Default)]
+struct IdxHasher(u64);
+
+impl Hasher for IdxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Quantities per interned scalar name; missing entries are zero.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Scalars(Vec<f64>);
+
+#[derive(Debug)]
+struct Role {
+    name: String,
+    weight: f64,
+    /// The guarantee, per scalar name (empty when the role has no quota).
+    quota: Scalars,
+    /// Everything allocated for this role, to any framework.
+    allocated: Scalars,
 }
 
 #[derive(Debug)]
 struct Fw {
     id: FrameworkId,
-    roles: Vec<String>,
-    suppressed: BTreeSet<String>,
     active: bool,
-    allocated: Resources,
-    per_agent: HashMap<usize, Resources>,
+    /// Every role the framework subscribed to or still holds resources for.
+    roles: Vec<FwRole>,
+    /// Per agent: what is allocated there, per role (in allocation order).
+    per_agent: IdxMap<Vec<(usize, Resources)>>,
+    /// Agents holding a filter of this framework.
+    filtered_agents: IdxSet,
     requests: Vec<ResourceRequest>,
+}
+
+#[derive(Debug)]
+struct FwRole {
+    role: usize,
+    subscribed: bool,
+    suppressed: bool,
+    allocated: Scalars,
 }
 
 #[derive(Debug)]
@@ -44,21 +127,75 @@ struct Ag {
     id: AgentId,
     total: Resources,
     available: Resources,
+    /// `cpus` and `mem` of `available`, to skip full agents in O(1).
+    free_cpus: f64,
+    free_mem: f64,
+    /// Fingerprint of `available` (see [`fingerprint`]).
+    free_sig: u64,
+    /// Whether `available` holds any reserved resource.
+    free_reserved: bool,
     active: bool,
-    filters: HashMap<usize, Filter>,
-    frameworks: BTreeSet<usize>,
+    /// Filters by framework index (few per agent).
+    filters: IdxMap<Filter>,
+    /// Frameworks with something allocated here.
+    holders: BTreeSet<usize>,
 }
 
 #[derive(Debug)]
 struct Filter {
     until: Instant,
     refused: Resources,
+    /// `cpus` and `mem` of `refused`, to rule out most non-matches cheaply.
+    cpus: f64,
+    mem: f64,
+    /// Fingerprint of `refused`: an offer of an agent's whole free pool
+    /// with the same fingerprint (and cpus and mem) is what was refused,
+    /// and is skipped without walking either resource list.
+    sig: u64,
 }
 
-/// Per-cycle view of a framework.
-struct Candidate {
-    active_roles: Vec<String>,
-    weight: f64,
+/// What may be offered on an agent, with its `cpus` and `mem`.
+struct Offerable<'a> {
+    resources: Cow<'a, Resources>,
+    cpus: f64,
+    mem: f64,
+}
+
+/// Per-cycle ordering of one role's eligible frameworks.
+#[derive(Debug, Default)]
+struct RoleQueue {
+    clients: BTreeSet<(u64, usize)>,
+    key: u64,
+}
+
+// === impl Scalars ===
+
+impl Scalars {
+    fn get(&self, i: usize) -> f64 {
+        self.0.get(i).copied().unwrap_or(0.0)
+    }
+
+    fn add(&mut self, i: usize, v: f64) {
+        if self.0.len() <= i {
+            self.0.resize(i + 1, 0.0);
+        }
+        self.0[i] = round_scalar(self.0[i] + v).max(0.0);
+    }
+
+    fn is_zero(&self) -> bool {
+        self.0.iter().all(|v| *v <= 0.0)
+    }
+
+    /// Dominant share of `self` over `total` (resources with a positive total).
+    fn share(&self, total: &Scalars) -> f64 {
+        let mut s = 0.0f64;
+        for (i, &t) in total.0.iter().enumerate() {
+            if t > 0.0 {
+                s = s.max(self.get(i) / t);
+            }
+        }
+        s
+    }
 }
 
 // === impl DrfAllocator ===
@@ -66,20 +203,28 @@ struct Candidate {
 impl DrfAllocator {
     /// An empty allocator.
     pub fn new(options: AllocatorOptions) -> Self {
-        DrfAllocator {
+        let mut alloc = DrfAllocator {
             options,
+            names: Vec::new(),
             frameworks: Vec::new(),
             free_frameworks: Vec::new(),
             framework_index: HashMap::new(),
             agents: Vec::new(),
             free_agents: Vec::new(),
             agent_index: HashMap::new(),
-            cluster_total: Resources::new(),
+            roles: Vec::new(),
+            role_index: HashMap::new(),
+            total: Scalars::default(),
             cursor: 0,
+        };
+        let quota_roles: Vec<String> = alloc.options.role_quotas.keys().cloned().collect();
+        for role in quota_roles {
+            alloc.role_idx(&role);
         }
+        alloc
     }
 
-    /// What is allocated to the framework on the agent (for tests and /state).
+    /// What is allocated to the framework on the agent, over all its roles.
     pub fn allocated(&self, framework_id: &FrameworkId, agent_id: &AgentId) -> Resources {
         let (Some(&f), Some(&a)) = (
             self.framework_index.get(framework_id),
@@ -87,9 +232,13 @@ impl DrfAllocator {
         ) else {
             return Resources::new();
         };
-        self.fw(f)
-            .and_then(|fw| fw.per_agent.get(&a).cloned())
-            .unwrap_or_default()
+        let mut out = Resources::new();
+        if let Some(buckets) = self.fw(f).and_then(|fw| fw.per_agent.get(&a)) {
+            for (_, r) in buckets {
+                out += r;
+            }
+        }
+        out
     }
 
     /// What is free on the agent.
@@ -101,14 +250,57 @@ impl DrfAllocator {
             .unwrap_or_default()
     }
 
-    /// The framework's weighted dominant share, 0 when unknown.
+    /// The framework's dominant share of the cluster over everything
+    /// allocated to it (all roles, unweighted); 0 when unknown.
     pub fn dominant_share(&self, framework_id: &FrameworkId) -> f64 {
-        let totals = self.totals();
-        self.framework_index
+        let Some(fw) = self
+            .framework_index
             .get(framework_id)
             .and_then(|&f| self.fw(f))
-            .map(|fw| share(&fw.allocated, &totals) / self.weight(&fw.roles))
-            .unwrap_or(0.0)
+        else {
+            return 0.0;
+        };
+        let mut sum = Scalars::default();
+        for fr in &fw.roles {
+            for (i, v) in fr.allocated.0.iter().enumerate() {
+                sum.add(i, *v);
+            }
+        }
+        sum.share(&self.total)
+    }
+
+    /// The framework's dominant share in one role (unweighted); 0 when unknown.
+    pub fn framework_share(&self, framework_id: &FrameworkId, role: &str) -> f64 {
+        let (Some(fw), Some(&r)) = (
+            self.framework_index
+                .get(framework_id)
+                .and_then(|&f| self.fw(f)),
+            self.role_index.get(role),
+        ) else {
+            return 0.0;
+        };
+        fw.roles
+            .iter()
+            .find(|fr| fr.role == r)
+            .map_or(0.0, |fr| fr.allocated.share(&self.total))
+    }
+
+    /// The role's dominant share divided by its weight; 0 when unknown.
+    pub fn role_share(&self, role: &str) -> f64 {
+        self.role_index
+            .get(role)
+            .map_or(0.0, |&r| self.weighted_role_share(r))
+    }
+
+    /// Scalars allocated for the role (by name), e.g. to check a quota.
+    pub fn role_allocated(&self, role: &str, name: &str) -> f64 {
+        match (
+            self.role_index.get(role),
+            self.names.iter().position(|n| n == name),
+        ) {
+            (Some(&r), Some(i)) => self.roles[r].allocated.get(i),
+            _ => 0.0,
+        }
     }
 
     fn fw(&self, f: usize) -> Option<&Fw> {
@@ -119,95 +311,597 @@ impl DrfAllocator {
         self.agents.get(a).and_then(Option::as_ref)
     }
 
-    fn totals(&self) -> Vec<(String, f64)> {
-        self.cluster_total
-            .scalar_totals()
-            .into_iter()
-            .filter(|(_, v)| *v > 0.0)
-            .map(|(n, v)| (n.to_string(), v))
-            .collect()
+    fn name_idx(names: &mut Vec<String>, name: &str) -> usize {
+        match names.iter().position(|n| n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name.to_string());
+                names.len() - 1
+            }
+        }
     }
 
-    fn weight(&self, roles: &[String]) -> f64 {
-        let w = roles
-            .iter()
-            .map(|r| self.options.role_weights.get(r).copied().unwrap_or(1.0))
-            .fold(f64::MIN, f64::max);
-        if w.is_finite() && w > 0.0 {
-            w
-        } else {
-            1.0
+    /// Adds (`sign` 1.0) or subtracts (-1.0) the scalars of `r` to `into`.
+    fn accumulate(names: &mut Vec<String>, into: &mut Scalars, r: &Resources, sign: f64) {
+        for item in r.iter() {
+            if let Value::Scalar(v) = item.value {
+                let i = Self::name_idx(names, &item.name);
+                into.add(i, sign * v);
+            }
         }
+    }
+
+    fn role_idx(&mut self, name: &str) -> usize {
+        if let Some(&r) = self.role_index.get(name) {
+            return r;
+        }
+        let weight = self
+            .options
+            .role_weights
+            .get(name)
+            .copied()
+            .filter(|w| w.is_finite() && *w > 0.0)
+            .unwrap_or(1.0);
+        let mut quota = Scalars::default();
+        if let Some(q) = self.options.role_quotas.get(name) {
+            let q = q.clone();
+            Self::accumulate(&mut self.names, &mut quota, &q, 1.0);
+        }
+        self.roles.push(Role {
+            name: name.to_string(),
+            weight,
+            quota,
+            allocated: Scalars::default(),
+        });
+        self.role_index
+            .insert(name.to_string(), self.roles.len() - 1);
+        self.roles.len() - 1
+    }
+
+    fn weighted_role_share(&self, r: usize) -> f64 {
+        let role = &self.roles[r];
+        role.allocated.share(&self.total) / role.weight
+    }
+
+    /// The role's unmet guarantee per scalar name (all zero when met or none).
+    fn quota_shortfall(&self, r: usize) -> Scalars {
+        let role = &self.roles[r];
+        Scalars(
+            role.quota
+                .0
+                .iter()
+                .enumerate()
+                .map(|(i, q)| round_scalar(q - role.allocated.get(i)).max(0.0))
+                .collect(),
+        )
     }
 
     fn worth_offering(&self, r: &Resources) -> bool {
-        r.at_least(self.options.min_offer_cpus, self.options.min_offer_mem)
-            && (r.cpus() > 0.0 || r.mem() > 0.0)
+        let (cpus, mem) = (r.cpus(), r.mem());
+        (cpus >= self.options.min_offer_cpus || mem >= self.options.min_offer_mem)
+            && (cpus > 0.0 || mem > 0.0)
+    }
+
+    fn worth_offering_free(&self, ag: &Ag) -> bool {
+        (ag.free_cpus >= self.options.min_offer_cpus || ag.free_mem >= self.options.min_offer_mem)
+            && (ag.free_cpus > 0.0 || ag.free_mem > 0.0)
+    }
+
+    fn set_framework_roles(&mut self, f: usize, roles: &[String]) {
+        let roles = normalized_roles(roles);
+        let idx: Vec<usize> = roles.iter().map(|r| self.role_idx(r)).collect();
+        let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
+            return;
+        };
+        for fr in &mut fw.roles {
+            fr.subscribed = idx.contains(&fr.role);
+        }
+        for r in idx {
+            if !fw.roles.iter().any(|fr| fr.role == r) {
+                fw.roles.push(FwRole {
+                    role: r,
+                    subscribed: true,
+                    suppressed: false,
+                    allocated: Scalars::default(),
+                });
+            }
+        }
+        // Roles left behind with nothing allocated are forgotten.
+        fw.roles
+            .retain(|fr| fr.subscribed || !fr.allocated.is_zero());
     }
 
     /// Moves `resources` (capped to what is free) from the agent's free
-    /// pool to the framework. Returns what was actually moved.
-    fn take(&mut self, f: usize, a: usize, resources: &Resources) -> Resources {
+    /// pool to the framework, for `role`. Returns what was actually moved.
+    fn take(&mut self, f: usize, a: usize, role: usize, resources: &Resources) -> Resources {
         let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) else {
             return Resources::new();
         };
-        let rest = ag.available.saturating_sub(resources);
-        let taken = ag.available.saturating_sub(&rest);
-        ag.available = rest;
-        ag.frameworks.insert(f);
-        if let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) {
-            fw.allocated += &taken;
-            fw.per_agent.entry(a).or_default().add_all(&taken);
+        let taken = if ag.available.contains(resources) {
+            resources.clone()
+        } else {
+            let rest = ag.available.saturating_sub(resources);
+            ag.available.saturating_sub(&rest)
+        };
+        if taken.is_empty() {
+            return taken;
         }
+        ag.available = ag.available.saturating_sub(&taken);
+        ag.refresh();
+        self.book(f, a, role, &taken);
         taken
     }
 
-    fn candidate(&self, fw: &Fw) -> Option<Candidate> {
-        if !fw.active {
-            return None;
+    /// Records `taken` (already out of the agent's free pool) as allocated
+    /// to the framework for `role`.
+    fn book(&mut self, f: usize, a: usize, role: usize, taken: &Resources) {
+        if taken.is_empty() {
+            return;
         }
-        let active_roles: Vec<String> = fw
-            .roles
-            .iter()
-            .filter(|r| !fw.suppressed.contains(*r))
-            .cloned()
-            .collect();
-        if active_roles.is_empty() {
-            return None;
+        if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
+            ag.holders.insert(f);
         }
-        Some(Candidate {
-            weight: self.weight(&fw.roles),
-            active_roles,
+        let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
+            return;
+        };
+        let buckets = fw.per_agent.entry(a).or_default();
+        match buckets.iter_mut().find(|(r, _)| *r == role) {
+            Some((_, res)) => res.add_all(taken),
+            None => buckets.push((role, taken.clone())),
+        }
+        let fr = match fw.roles.iter().position(|fr| fr.role == role) {
+            Some(i) => &mut fw.roles[i],
+            None => {
+                fw.roles.push(FwRole {
+                    role,
+                    subscribed: false,
+                    suppressed: false,
+                    allocated: Scalars::default(),
+                });
+                fw.roles.last_mut().expect("just pushed")
+            }
+        };
+        Self::accumulate(&mut self.names, &mut fr.allocated, taken, 1.0);
+        Self::accumulate(&mut self.names, &mut self.roles[role].allocated, taken, 1.0);
+    }
+
+    /// Takes `resources` out of the framework's books on the agent and
+    /// returns what it really held of them.
+    fn release(&mut self, f: usize, a: usize, resources: &Resources) -> Resources {
+        let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
+            return Resources::new();
+        };
+        let Some(buckets) = fw.per_agent.get_mut(&a) else {
+            return Resources::new();
+        };
+        let mut left = resources.clone();
+        let mut freed = Resources::new();
+        // Reserved resources belong to their role's bucket; unreserved ones
+        // come back from the buckets in allocation order.
+        let mut order: Vec<usize> = (0..buckets.len()).collect();
+        order.sort_by_key(|&b| {
+            let role = &self.roles[buckets[b].0].name;
+            !left.iter().any(|r| r.role == *role)
+        });
+        for b in order {
+            if left.is_empty() {
+                break;
+            }
+            let (role, held) = &mut buckets[b];
+            let rest = held.saturating_sub(&left);
+            let part = held.saturating_sub(&rest);
+            if part.is_empty() {
+                continue;
+            }
+            *held = rest;
+            left = left.saturating_sub(&part);
+            if let Some(fr) = fw.roles.iter_mut().find(|fr| fr.role == *role) {
+                Self::accumulate(&mut self.names, &mut fr.allocated, &part, -1.0);
+            }
+            Self::accumulate(
+                &mut self.names,
+                &mut self.roles[*role].allocated,
+                &part,
+                -1.0,
+            );
+            freed += &part;
+        }
+        buckets.retain(|(_, r)| !r.is_empty());
+        if buckets.is_empty() {
+            fw.per_agent.remove(&a);
+            if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
+                ag.holders.remove(&f);
+            }
+        }
+        fw.roles
+            .retain(|fr| fr.subscribed || !fr.allocated.is_zero());
+        freed
+    }
+
+    fn give_back(&mut self, a: usize, freed: &Resources) {
+        if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
+            ag.available += freed;
+            ag.refresh();
+        }
+    }
+
+    /// The role a framework's used resources count for when the caller
+    /// does not say: the role they are reserved for, else its first role.
+    fn usage_role(&mut self, f: usize, r: &Resource) -> usize {
+        if r.role != DEFAULT_ROLE {
+            return self.role_idx(&r.role.clone());
+        }
+        let first = self
+            .fw(f)
+            .and_then(|fw| fw.roles.iter().find(|fr| fr.subscribed).map(|fr| fr.role));
+        match first {
+            Some(role) => role,
+            None => self.role_idx(DEFAULT_ROLE),
+        }
+    }
+
+    fn use_resources(&mut self, f: usize, a: usize, resources: &Resources) {
+        let mut by_role: Vec<(usize, Resources)> = Vec::new();
+        for item in resources.iter() {
+            let role = self.usage_role(f, item);
+            match by_role.iter_mut().find(|(r, _)| *r == role) {
+                Some((_, res)) => res.add_resource(item.clone()),
+                None => {
+                    let mut res = Resources::new();
+                    res.add_resource(item.clone());
+                    by_role.push((role, res));
+                }
+            }
+        }
+        for (role, res) in by_role {
+            self.take(f, a, role, &res);
+        }
+    }
+
+    /// Whether a live filter of `f` on the agent covers `offer`; drops it
+    /// when expired.
+    fn filtered(ag: &Ag, f: usize, offer: &Offerable<'_>, now: Instant) -> bool {
+        ag.filters.get(&f).is_some_and(|filter| {
+            filter.until > now
+                && offer.cpus <= filter.cpus
+                && offer.mem <= filter.mem
+                && ((matches!(offer.resources, Cow::Borrowed(_))
+                    && filter.sig == ag.free_sig
+                    && offer.cpus == filter.cpus
+                    && offer.mem == filter.mem)
+                    || filter.refused.contains(&offer.resources))
         })
     }
 
-    /// What of `available` the candidate may be offered, unless filtered.
-    fn offerable(
-        available: &Resources,
-        unreserved_only: bool,
-        cand: &Candidate,
-        filter: Option<&Filter>,
-        now: Instant,
-    ) -> Option<Resources> {
-        let offer = if unreserved_only {
-            available.clone()
-        } else {
-            available.allocatable_to(&cand.active_roles)
-        };
-        if let Some(filter) = filter {
-            if filter.until > now && filter.refused.contains(&offer) {
-                return None;
+    fn allocation(&self, f: usize, a: usize, role: usize, resources: Resources) -> Allocation {
+        Allocation {
+            framework_id: self.fw(f).map(|fw| fw.id.clone()).unwrap_or_default(),
+            agent_id: self.ag(a).map(|ag| ag.id.clone()).unwrap_or_default(),
+            role: self.roles[role].name.clone(),
+            resources,
+        }
+    }
+
+    /// Eligible frameworks per role, ordered by share in the role, and the
+    /// roles with at least one, ordered by weighted share.
+    fn queues(&self) -> (Vec<RoleQueue>, BTreeSet<(u64, usize)>) {
+        let mut queues: Vec<RoleQueue> = (0..self.roles.len())
+            .map(|_| RoleQueue::default())
+            .collect();
+        for (f, slot) in self.frameworks.iter().enumerate() {
+            let Some(fw) = slot else { continue };
+            if !fw.active {
+                continue;
+            }
+            for fr in &fw.roles {
+                if fr.subscribed && !fr.suppressed {
+                    queues[fr.role]
+                        .clients
+                        .insert((share_key(fr.allocated.share(&self.total)), f));
+                }
             }
         }
-        Some(offer)
+        let mut order = BTreeSet::new();
+        for (r, q) in queues.iter_mut().enumerate() {
+            if !q.clients.is_empty() {
+                q.key = share_key(self.weighted_role_share(r));
+                order.insert((q.key, r));
+            }
+        }
+        (queues, order)
+    }
+
+    /// After `take` for (f, role): re-sorts f in its role and the role.
+    fn requeue(
+        &self,
+        queues: &mut [RoleQueue],
+        order: &mut BTreeSet<(u64, usize)>,
+        f: usize,
+        old_fkey: u64,
+        role: usize,
+    ) {
+        let q = &mut queues[role];
+        if q.clients.remove(&(old_fkey, f)) {
+            let new = self
+                .fw(f)
+                .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
+                .map_or(0.0, |fr| fr.allocated.share(&self.total));
+            q.clients.insert((share_key(new), f));
+        }
+        if order.remove(&(q.key, role)) {
+            q.key = share_key(self.weighted_role_share(role));
+            order.insert((q.key, role));
+        }
+    }
+
+    /// What of the agent's free resources may go to `role` (borrowed
+    /// when it is all of them).
+    fn for_role<'a>(available: &'a Resources, role: &str) -> Cow<'a, Resources> {
+        if available
+            .iter()
+            .all(|r| r.role == DEFAULT_ROLE || r.role == role)
+        {
+            Cow::Borrowed(available)
+        } else {
+            Cow::Owned(available.filter_roles(|r| r == DEFAULT_ROLE || r == role))
+        }
+    }
+
+    /// Lowest-share framework of the role that may get `offer` on agent `a`.
+    #[allow(clippy::too_many_arguments)]
+    fn pick_client(
+        &self,
+        q: &RoleQueue,
+        ag: &Ag,
+        a: usize,
+        offer: &Offerable<'_>,
+        given: &GivenSet,
+        local: &[usize],
+        now: Instant,
+    ) -> Option<(u64, usize)> {
+        let check_given = !given.is_empty();
+        q.clients.iter().copied().find(|&(_, f)| {
+            !(local.contains(&f)
+                || (check_given && given.contains(&(a, f)))
+                || Self::filtered(ag, f, offer, now))
+        })
+    }
+
+    fn serve_requests(
+        &mut self,
+        queues: &mut [RoleQueue],
+        order: &mut BTreeSet<(u64, usize)>,
+        given: &mut GivenSet,
+        out: &mut Vec<Allocation>,
+    ) {
+        for f in 0..self.frameworks.len() {
+            let role = match self.frameworks[f].as_mut() {
+                Some(fw) if fw.active && !fw.requests.is_empty() => {
+                    match fw.roles.iter().find(|fr| fr.subscribed && !fr.suppressed) {
+                        Some(fr) => fr.role,
+                        None => continue,
+                    }
+                }
+                _ => continue,
+            };
+            let requests = match self.frameworks[f].as_mut() {
+                Some(fw) => std::mem::take(&mut fw.requests),
+                None => continue,
+            };
+            let role_name = self.roles[role].name.clone();
+            for req in requests {
+                let fits = |this: &Self, a: usize| {
+                    this.ag(a).is_some_and(|ag| {
+                        let offer = Self::for_role(&ag.available, &role_name);
+                        ag.active
+                            && !given.contains(&(a, f))
+                            && this.worth_offering(&offer)
+                            && (req.agent_id.is_some() || offer.contains(&req.resources))
+                    })
+                };
+                let pick = match &req.agent_id {
+                    Some(id) => self.agent_index.get(id).copied().filter(|&a| fits(self, a)),
+                    None => (0..self.agents.len()).find(|&a| fits(self, a)),
+                };
+                let Some(a) = pick else { continue };
+                let Some(offer) = self
+                    .ag(a)
+                    .map(|ag| Self::for_role(&ag.available, &role_name).into_owned())
+                else {
+                    continue;
+                };
+                let old = self.fkey(f, role);
+                let taken = self.take(f, a, role, &offer);
+                self.requeue(queues, order, f, old, role);
+                given.insert((a, f));
+                out.push(self.allocation(f, a, role, taken));
+            }
+        }
+    }
+
+    fn fkey(&self, f: usize, role: usize) -> u64 {
+        share_key(
+            self.fw(f)
+                .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
+                .map_or(0.0, |fr| fr.allocated.share(&self.total)),
+        )
+    }
+
+    /// Stage 2: each role short of quota gets what it still needs.
+    fn serve_quotas(
+        &mut self,
+        now: Instant,
+        agent_order: &[usize],
+        queues: &mut [RoleQueue],
+        order: &mut BTreeSet<(u64, usize)>,
+        given: &mut GivenSet,
+        out: &mut Vec<Allocation>,
+    ) {
+        let quota_roles: Vec<usize> = (0..self.roles.len())
+            .filter(|&r| !self.roles[r].quota.is_zero() && !queues[r].clients.is_empty())
+            .collect();
+        if quota_roles.is_empty() {
+            return;
+        }
+        for &a in agent_order {
+            let mut short: Vec<(u64, usize, Scalars)> = quota_roles
+                .iter()
+                .map(|&r| {
+                    (
+                        share_key(self.weighted_role_share(r)),
+                        r,
+                        self.quota_shortfall(r),
+                    )
+                })
+                .filter(|(_, _, need)| !need.is_zero())
+                .collect();
+            if short.is_empty() {
+                return;
+            }
+            short.sort_by_key(|(k, r, _)| (*k, *r));
+            for (_, r, need) in short {
+                let Some(ag) = self.ag(a) else { break };
+                if !ag.active || !self.worth_offering_free(ag) {
+                    break;
+                }
+                let offer = self.capped_to(&ag.available, r, &need);
+                if !self.worth_offering(&offer) {
+                    continue;
+                }
+                let offer = Offerable {
+                    cpus: offer.cpus(),
+                    mem: offer.mem(),
+                    resources: Cow::Owned(offer),
+                };
+                let Some((fkey, f)) = self.pick_client(&queues[r], ag, a, &offer, given, &[], now)
+                else {
+                    continue;
+                };
+                let taken = self.take(f, a, r, &offer.resources);
+                self.requeue(queues, order, f, fkey, r);
+                given.insert((a, f));
+                out.push(self.allocation(f, a, r, taken));
+            }
+        }
+    }
+
+    /// The part of `available` a role short of quota is offered: what is
+    /// reserved for it, and the unreserved rest with each scalar named in
+    /// the role's quota capped at what the guarantee still lacks (after the
+    /// reserved part); resources the quota does not name come along whole.
+    fn capped_to(&self, available: &Resources, r: usize, need: &Scalars) -> Resources {
+        let role = &self.roles[r];
+        let mut reserved = Scalars::default();
+        for item in available.iter().filter(|it| it.role == role.name) {
+            if let (Value::Scalar(v), Some(i)) = (&item.value, self.name_pos(&item.name)) {
+                reserved.add(i, *v);
+            }
+        }
+        let mut out = Resources::new();
+        for item in available.iter() {
+            if item.role == role.name {
+                out.add_resource(item.clone());
+            } else if item.role == DEFAULT_ROLE {
+                match (&item.value, self.name_pos(&item.name)) {
+                    (Value::Scalar(v), Some(i)) if role.quota.get(i) > 0.0 => {
+                        let cap = round_scalar(need.get(i) - reserved.get(i)).max(0.0);
+                        let amount = round_scalar(v.min(cap));
+                        if amount > 0.0 {
+                            out.add_resource(Resource {
+                                name: item.name.clone(),
+                                role: item.role.clone(),
+                                value: Value::Scalar(amount),
+                            });
+                        }
+                    }
+                    _ => out.add_resource(item.clone()),
+                }
+            }
+        }
+        out
+    }
+
+    fn name_pos(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// Unreserved free scalars on active agents minus what unsatisfied
+    /// quotas still need: what other roles may take. `None` when no quota
+    /// is short (no limit).
+    fn headroom_slack(&self) -> Option<Scalars> {
+        let mut required = Scalars::default();
+        for r in 0..self.roles.len() {
+            for (i, v) in self.quota_shortfall(r).0.iter().enumerate() {
+                required.add(i, *v);
+            }
+        }
+        if required.is_zero() {
+            return None;
+        }
+        let mut free = Scalars::default();
+        for ag in self.agents.iter().flatten().filter(|ag| ag.active) {
+            for item in ag.available.iter().filter(|r| r.role == DEFAULT_ROLE) {
+                if let (Value::Scalar(v), Some(i)) = (&item.value, self.name_pos(&item.name)) {
+                    free.add(i, *v);
+                }
+            }
+        }
+        Some(Scalars(
+            required
+                .0
+                .iter()
+                .enumerate()
+                .map(|(i, req)| {
+                    if *req > 0.0 {
+                        free.get(i) - req
+                    } else {
+                        f64::INFINITY
+                    }
+                })
+                .collect(),
+        ))
     }
 }
 
-fn share(allocated: &Resources, totals: &[(String, f64)]) -> f64 {
-    totals
-        .iter()
-        .map(|(name, total)| allocated.scalar(name) / total)
-        .fold(0.0, f64::max)
+// === impl Ag ===
+
+impl Ag {
+    /// Re-derives the cached views of `available` after it changed.
+    fn refresh(&mut self) {
+        self.free_cpus = self.available.cpus();
+        self.free_mem = self.available.mem();
+        self.free_sig = fingerprint(&self.available);
+        self.free_reserved = self.available.iter().any(|r| r.role != DEFAULT_ROLE);
+    }
+}
+
+/// A 64-bit hash of a resource list's exact content. Equal lists have
+/// equal fingerprints; a collision between different lists (about 2^-64,
+/// and cpus and mem must match too) could only make a filter hold a
+/// little longer, never hand out a resource twice.
+fn fingerprint(r: &Resources) -> u64 {
+    use std::hash::Hash;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for item in r.iter() {
+        item.name.hash(&mut h);
+        item.role.hash(&mut h);
+        match &item.value {
+            Value::Scalar(v) => (0u8, v.to_bits()).hash(&mut h),
+            Value::Ranges(rs) => {
+                1u8.hash(&mut h);
+                for x in rs {
+                    (x.begin, x.end).hash(&mut h);
+                }
+            }
+            Value::Set(items) => {
+                2u8.hash(&mut h);
+                for x in items {
+                    x.hash(&mut h);
+                }
+            }
+        }
+    }
+    h.finish()
 }
 
 fn share_key(s: f64) -> u64 {
@@ -222,68 +916,229 @@ fn normalized_roles(roles: &[String]) -> Vec<String> {
     if roles.is_empty() {
         vec![DEFAULT_ROLE.to_string()]
     } else {
-        roles.to_vec()
+        let mut out: Vec<String> = Vec::with_capacity(roles.len());
+        for r in roles {
+            if !out.contains(r) {
+                out.push(r.clone());
+            }
+        }
+        out
+    }
+}
+
+impl DrfAllocator {
+    /// Stage 3: fair sharing, role level first, then frameworks in the role.
+    fn serve_fair_share(
+        &mut self,
+        now: Instant,
+        agent_order: &[usize],
+        queues: &mut [RoleQueue],
+        order: &mut BTreeSet<(u64, usize)>,
+        given: &mut GivenSet,
+        out: &mut Vec<Allocation>,
+    ) {
+        let mut slack = self.headroom_slack();
+        let short: Vec<bool> = (0..self.roles.len())
+            .map(|r| !self.quota_shortfall(r).is_zero())
+            .collect();
+        let mut local: Vec<usize> = Vec::new();
+        for &a in agent_order {
+            self.drop_expired_filters(a, now);
+            local.clear();
+            while let Some(ag) = self.ag(a) {
+                if !ag.active || !self.worth_offering_free(ag) {
+                    break;
+                }
+                // (role, framework key, framework, what to take: None = all)
+                let mut pick: Option<(usize, u64, usize, Option<Resources>)> = None;
+                for &(_, r) in order.iter() {
+                    let role_name = &self.roles[r].name;
+                    let mut resources = if ag.free_reserved {
+                        Self::for_role(&ag.available, role_name)
+                    } else {
+                        Cow::Borrowed(&ag.available)
+                    };
+                    if let (Some(slack), false) = (&slack, short[r]) {
+                        if !self.fits_slack(&resources, slack) {
+                            // Unreserved resources would eat into quota
+                            // headroom: only the role's reservations go.
+                            resources = Cow::Owned(
+                                resources.filter_roles(|x| x == role_name && x != DEFAULT_ROLE),
+                            );
+                        }
+                    }
+                    let offer = match resources {
+                        Cow::Borrowed(_) => Offerable {
+                            resources,
+                            cpus: ag.free_cpus,
+                            mem: ag.free_mem,
+                        },
+                        Cow::Owned(r) => Offerable {
+                            cpus: r.cpus(),
+                            mem: r.mem(),
+                            resources: Cow::Owned(r),
+                        },
+                    };
+                    if !self.worth_offering_scalars(offer.cpus, offer.mem) {
+                        continue;
+                    }
+                    if let Some((fkey, f)) =
+                        self.pick_client(&queues[r], ag, a, &offer, given, &local, now)
+                    {
+                        let part = match offer.resources {
+                            Cow::Borrowed(_) => None,
+                            Cow::Owned(r) => Some(r),
+                        };
+                        pick = Some((r, fkey, f, part));
+                        break;
+                    }
+                }
+                let Some((r, fkey, f, part)) = pick else {
+                    break;
+                };
+                let taken = match part {
+                    Some(part) => self.take(f, a, r, &part),
+                    None => self.take_all(f, a, r),
+                };
+                if let Some(slack) = slack.as_mut() {
+                    if !short[r] {
+                        self.spend_slack(&taken, slack);
+                    }
+                }
+                self.requeue(queues, order, f, fkey, r);
+                local.push(f);
+                out.push(self.allocation(f, a, r, taken));
+            }
+        }
+    }
+
+    /// [`DrfAllocator::take`] of everything free on the agent: moves it
+    /// instead of subtracting.
+    fn take_all(&mut self, f: usize, a: usize, role: usize) -> Resources {
+        let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) else {
+            return Resources::new();
+        };
+        let taken = std::mem::take(&mut ag.available);
+        ag.refresh();
+        self.book(f, a, role, &taken);
+        taken
+    }
+
+    fn worth_offering_scalars(&self, cpus: f64, mem: f64) -> bool {
+        (cpus >= self.options.min_offer_cpus || mem >= self.options.min_offer_mem)
+            && (cpus > 0.0 || mem > 0.0)
+    }
+
+    /// Whether the unreserved scalars of `offer` fit in the headroom slack.
+    fn fits_slack(&self, offer: &Resources, slack: &Scalars) -> bool {
+        offer.iter().filter(|r| r.role == DEFAULT_ROLE).all(|item| {
+            match (&item.value, self.name_pos(&item.name)) {
+                (Value::Scalar(v), Some(i)) => i >= slack.0.len() || *v <= slack.0[i] + 1e-9,
+                _ => true,
+            }
+        })
+    }
+
+    fn spend_slack(&self, offer: &Resources, slack: &mut Scalars) {
+        for item in offer.iter().filter(|r| r.role == DEFAULT_ROLE) {
+            if let (Value::Scalar(v), Some(i)) = (&item.value, self.name_pos(&item.name)) {
+                if i < slack.0.len() {
+                    slack.0[i] -= v;
+                }
+            }
+        }
+    }
+
+    fn drop_expired_filters(&mut self, a: usize, now: Instant) {
+        let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) else {
+            return;
+        };
+        if ag.filters.is_empty() {
+            return;
+        }
+        let mut expired = Vec::new();
+        ag.filters.retain(|&f, filter| {
+            let live = filter.until > now;
+            if !live {
+                expired.push(f);
+            }
+            live
+        });
+        for f in expired {
+            if let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) {
+                fw.filtered_agents.remove(&a);
+            }
+        }
+    }
+
+    fn clear_filters(&mut self, f: usize) {
+        let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
+            return;
+        };
+        for a in std::mem::take(&mut fw.filtered_agents) {
+            if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
+                ag.filters.remove(&f);
+            }
+        }
     }
 }
 
 impl Allocator for DrfAllocator {
     fn add_framework(&mut self, framework_id: &FrameworkId, roles: &[String], active: bool) {
-        if let Some(&f) = self.framework_index.get(framework_id) {
-            if let Some(fw) = self.frameworks[f].as_mut() {
-                fw.roles = normalized_roles(roles);
-                fw.active = active;
-            }
-            return;
-        }
-        let fw = Fw {
-            id: framework_id.clone(),
-            roles: normalized_roles(roles),
-            suppressed: BTreeSet::new(),
-            active,
-            allocated: Resources::new(),
-            per_agent: HashMap::new(),
-            requests: Vec::new(),
-        };
-        let f = match self.free_frameworks.pop() {
-            Some(f) => {
-                self.frameworks[f] = Some(fw);
+        let f = match self.framework_index.get(framework_id) {
+            Some(&f) => f,
+            None => {
+                let fw = Fw {
+                    id: framework_id.clone(),
+                    active,
+                    roles: Vec::new(),
+                    per_agent: IdxMap::default(),
+                    filtered_agents: IdxSet::default(),
+                    requests: Vec::new(),
+                };
+                let f = match self.free_frameworks.pop() {
+                    Some(f) => {
+                        self.frameworks[f] = Some(fw);
+                        f
+                    }
+                    None => {
+                        self.frameworks.push(Some(fw));
+                        self.frameworks.len() - 1
+                    }
+                };
+                self.framework_index.insert(framework_id.clone(), f);
                 f
             }
-            None => {
-                self.frameworks.push(Some(fw));
-                self.frameworks.len() - 1
-            }
         };
-        self.framework_index.insert(framework_id.clone(), f);
+        if let Some(fw) = self.frameworks[f].as_mut() {
+            fw.active = active;
+        }
+        self.set_framework_roles(f, roles);
     }
 
     fn update_framework(&mut self, framework_id: &FrameworkId, roles: &[String]) {
-        if let Some(fw) = self
-            .framework_index
-            .get(framework_id)
-            .and_then(|&f| self.frameworks[f].as_mut())
-        {
-            fw.roles = normalized_roles(roles);
+        if let Some(&f) = self.framework_index.get(framework_id) {
+            self.set_framework_roles(f, roles);
         }
     }
 
     fn remove_framework(&mut self, framework_id: &FrameworkId) {
-        let Some(f) = self.framework_index.remove(framework_id) else {
+        let Some(&f) = self.framework_index.get(framework_id) else {
             return;
         };
-        let Some(fw) = self.frameworks[f].take() else {
-            return;
-        };
+        self.clear_filters(f);
+        let agents: Vec<usize> = self
+            .fw(f)
+            .map(|fw| fw.per_agent.keys().copied().collect())
+            .unwrap_or_default();
+        for a in agents {
+            let held = self.allocated_on(f, a);
+            let freed = self.release(f, a, &held);
+            self.give_back(a, &freed);
+        }
+        self.framework_index.remove(framework_id);
+        self.frameworks[f] = None;
         self.free_frameworks.push(f);
-        for (a, res) in fw.per_agent {
-            if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
-                ag.available += &res;
-                ag.frameworks.remove(&f);
-            }
-        }
-        for ag in self.agents.iter_mut().flatten() {
-            ag.filters.remove(&f);
-        }
     }
 
     fn activate_framework(&mut self, framework_id: &FrameworkId) {
@@ -316,14 +1171,19 @@ impl Allocator for DrfAllocator {
         if self.agent_index.contains_key(agent_id) {
             self.remove_agent(agent_id);
         }
-        let ag = Ag {
+        let mut ag = Ag {
             id: agent_id.clone(),
             total: total.clone(),
             available: total.clone(),
+            free_cpus: 0.0,
+            free_mem: 0.0,
+            free_sig: 0,
+            free_reserved: false,
             active,
-            filters: HashMap::new(),
-            frameworks: BTreeSet::new(),
+            filters: IdxMap::default(),
+            holders: BTreeSet::new(),
         };
+        ag.refresh();
         let a = match self.free_agents.pop() {
             Some(a) => {
                 self.agents[a] = Some(ag);
@@ -335,30 +1195,43 @@ impl Allocator for DrfAllocator {
             }
         };
         self.agent_index.insert(agent_id.clone(), a);
-        self.cluster_total += total;
+        Self::accumulate(&mut self.names, &mut self.total, total, 1.0);
+        for item in total.iter().filter(|r| r.role != DEFAULT_ROLE) {
+            let role = item.role.clone();
+            self.role_idx(&role);
+        }
         for (fid, res) in used {
             if let Some(&f) = self.framework_index.get(fid) {
-                self.take(f, a, res);
+                self.use_resources(f, a, res);
             }
         }
     }
 
     fn remove_agent(&mut self, agent_id: &AgentId) {
-        let Some(a) = self.agent_index.remove(agent_id) else {
+        let Some(&a) = self.agent_index.get(agent_id) else {
             return;
         };
-        let Some(ag) = self.agents[a].take() else {
-            return;
+        let (holders, filters): (Vec<usize>, Vec<usize>) = match self.ag(a) {
+            Some(ag) => (
+                ag.holders.iter().copied().collect(),
+                ag.filters.keys().copied().collect(),
+            ),
+            None => return,
         };
-        self.free_agents.push(a);
-        self.cluster_total = self.cluster_total.saturating_sub(&ag.total);
-        for f in ag.frameworks {
+        for f in holders {
+            let held = self.allocated_on(f, a);
+            self.release(f, a, &held);
+        }
+        for f in filters {
             if let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) {
-                if let Some(res) = fw.per_agent.remove(&a) {
-                    fw.allocated = fw.allocated.saturating_sub(&res);
-                }
+                fw.filtered_agents.remove(&a);
             }
         }
+        self.agent_index.remove(agent_id);
+        if let Some(ag) = self.agents[a].take() {
+            Self::accumulate(&mut self.names, &mut self.total, &ag.total, -1.0);
+        }
+        self.free_agents.push(a);
     }
 
     fn activate_agent(&mut self, agent_id: &AgentId) {
@@ -391,7 +1264,7 @@ impl Allocator for DrfAllocator {
             self.framework_index.get(framework_id),
             self.agent_index.get(agent_id),
         ) {
-            self.take(f, a, resources);
+            self.use_resources(f, a, resources);
         }
     }
 
@@ -409,48 +1282,45 @@ impl Allocator for DrfAllocator {
         ) else {
             return;
         };
-        let Some(fw) = self.frameworks[f].as_mut() else {
-            return;
-        };
-        let Some(mine) = fw.per_agent.get_mut(&a) else {
-            return;
-        };
         // Only what is really allocated to this framework comes back, so a
         // confused caller can never make resources appear twice.
-        let rest = mine.saturating_sub(resources);
-        let freed = mine.saturating_sub(&rest);
-        *mine = rest;
-        if mine.is_empty() {
-            fw.per_agent.remove(&a);
+        let freed = self.release(f, a, resources);
+        self.give_back(a, &freed);
+        let Some(until) = refuse
+            .filter(|d| !d.is_zero())
+            .and_then(|d| now.checked_add(d))
+        else {
+            return;
+        };
+        if freed.is_empty() {
+            return;
         }
-        fw.allocated = fw.allocated.saturating_sub(&freed);
-        let still_there = fw.per_agent.contains_key(&a);
         let Some(ag) = self.agents[a].as_mut() else {
             return;
         };
-        ag.available += &freed;
-        if !still_there {
-            ag.frameworks.remove(&f);
-        }
-        if let Some(until) = refuse
-            .filter(|d| !d.is_zero())
-            .and_then(|d| now.checked_add(d))
-        {
-            match ag.filters.get_mut(&f) {
-                Some(filter) if filter.until > now => {
-                    filter.until = filter.until.max(until);
-                    filter.refused += &freed;
-                }
-                _ => {
-                    ag.filters.insert(
-                        f,
-                        Filter {
-                            until,
-                            refused: freed,
-                        },
-                    );
-                }
+        match ag.filters.get_mut(&f) {
+            Some(filter) if filter.until > now => {
+                filter.until = filter.until.max(until);
+                filter.refused += &freed;
+                filter.cpus = filter.refused.cpus();
+                filter.mem = filter.refused.mem();
+                filter.sig = fingerprint(&filter.refused);
             }
+            _ => {
+                ag.filters.insert(
+                    f,
+                    Filter {
+                        until,
+                        cpus: freed.cpus(),
+                        mem: freed.mem(),
+                        sig: fingerprint(&freed),
+                        refused: freed,
+                    },
+                );
+            }
+        }
+        if let Some(fw) = self.frameworks[f].as_mut() {
+            fw.filtered_agents.insert(a);
         }
     }
 
@@ -458,32 +1328,36 @@ impl Allocator for DrfAllocator {
         let Some(&f) = self.framework_index.get(framework_id) else {
             return;
         };
+        let roles: Vec<usize> = roles
+            .iter()
+            .filter_map(|r| self.role_index.get(r).copied())
+            .collect();
+        let all = roles.is_empty();
         if let Some(fw) = self.frameworks[f].as_mut() {
-            if roles.is_empty() {
-                fw.suppressed.clear();
-            } else {
-                for r in roles {
-                    fw.suppressed.remove(r);
+            for fr in &mut fw.roles {
+                if all || roles.contains(&fr.role) {
+                    fr.suppressed = false;
                 }
             }
         }
-        for ag in self.agents.iter_mut().flatten() {
-            ag.filters.remove(&f);
-        }
+        self.clear_filters(f);
     }
 
     fn suppress(&mut self, framework_id: &FrameworkId, roles: &[String]) {
-        if let Some(fw) = self
-            .framework_index
-            .get(framework_id)
-            .and_then(|&f| self.frameworks[f].as_mut())
-        {
-            let roles = if roles.is_empty() {
-                fw.roles.clone()
-            } else {
-                roles.to_vec()
-            };
-            fw.suppressed.extend(roles);
+        let Some(&f) = self.framework_index.get(framework_id) else {
+            return;
+        };
+        let roles: Vec<usize> = roles
+            .iter()
+            .filter_map(|r| self.role_index.get(r).copied())
+            .collect();
+        let all = roles.is_empty();
+        if let Some(fw) = self.frameworks[f].as_mut() {
+            for fr in &mut fw.roles {
+                if all || roles.contains(&fr.role) {
+                    fr.suppressed = true;
+                }
+            }
         }
     }
 
@@ -502,133 +1376,55 @@ impl Allocator for DrfAllocator {
 
     fn allocate(&mut self, now: Instant) -> Vec<Allocation> {
         let mut out = Vec::new();
-        if self.agents.is_empty() || self.frameworks.is_empty() {
+        if self.agent_index.is_empty() || self.framework_index.is_empty() {
             return out;
         }
-        let totals = self.totals();
-        let mut candidates: Vec<Option<Candidate>> = Vec::with_capacity(self.frameworks.len());
-        let mut order: BTreeSet<(u64, usize)> = BTreeSet::new();
-        for (f, slot) in self.frameworks.iter().enumerate() {
-            let cand = slot.as_ref().and_then(|fw| self.candidate(fw));
-            if let (Some(c), Some(fw)) = (&cand, slot) {
-                order.insert((share_key(share(&fw.allocated, &totals) / c.weight), f));
-            }
-            candidates.push(cand);
-        }
-        // Expired filters go first, so they are not looked at again.
-        for ag in self.agents.iter_mut().flatten() {
-            ag.filters.retain(|_, filter| filter.until > now);
-        }
+        let (mut queues, mut order) = self.queues();
         if order.is_empty() {
             return out;
         }
-        let mut given: HashMap<usize, Vec<usize>> = HashMap::new();
-
-        // Resource requests are served first, ahead of fairness, once.
-        for (f, cand) in candidates.iter().enumerate() {
-            let Some(cand) = cand.as_ref() else {
-                continue;
-            };
-            let requests = match self.frameworks[f].as_mut() {
-                Some(fw) if !fw.requests.is_empty() => std::mem::take(&mut fw.requests),
-                _ => continue,
-            };
-            for req in requests {
-                let pick = match &req.agent_id {
-                    Some(id) => self.agent_index.get(id).copied().filter(|a| {
-                        self.ag(*a).is_some_and(|ag| {
-                            ag.active
-                                && !given.get(a).is_some_and(|g| g.contains(&f))
-                                && self.worth_offering(
-                                    &ag.available.allocatable_to(&cand.active_roles),
-                                )
-                        })
-                    }),
-                    None => self.agents.iter().enumerate().find_map(|(a, slot)| {
-                        let ag = slot.as_ref()?;
-                        let offer = ag.available.allocatable_to(&cand.active_roles);
-                        (ag.active
-                            && !given.get(&a).is_some_and(|g| g.contains(&f))
-                            && offer.contains(&req.resources)
-                            && self.worth_offering(&offer))
-                        .then_some(a)
-                    }),
-                };
-                let Some(a) = pick else { continue };
-                let offer = match self.ag(a) {
-                    Some(ag) => ag.available.allocatable_to(&cand.active_roles),
-                    None => continue,
-                };
-                let old = self
-                    .fw(f)
-                    .map(|fw| share_key(share(&fw.allocated, &totals) / cand.weight));
-                let taken = self.take(f, a, &offer);
-                if let (Some(old), Some(fw)) = (old, self.fw(f)) {
-                    order.remove(&(old, f));
-                    order.insert((share_key(share(&fw.allocated, &totals) / cand.weight), f));
-                }
-                given.entry(a).or_default().push(f);
-                out.push(self.allocation(f, a, taken));
-            }
-        }
+        let mut given = GivenSet::default();
+        self.serve_requests(&mut queues, &mut order, &mut given, &mut out);
 
         let n = self.agents.len();
         let start = self.cursor % n;
         self.cursor = self.cursor.wrapping_add(1);
-        for i in 0..n {
-            let a = (start + i) % n;
-            while let Some(ag) = self.ag(a) {
-                if !ag.active || !self.worth_offering(&ag.available) {
-                    break;
-                }
-                let unreserved_only = ag.available.iter().all(|r| r.role == DEFAULT_ROLE);
-                let done = given.get(&a);
-                let mut pick = None;
-                for &(key, f) in order.iter() {
-                    if done.is_some_and(|g| g.contains(&f)) {
-                        continue;
-                    }
-                    let Some(cand) = candidates[f].as_ref() else {
-                        continue;
-                    };
-                    let Some(offer) = Self::offerable(
-                        &ag.available,
-                        unreserved_only,
-                        cand,
-                        ag.filters.get(&f),
-                        now,
-                    ) else {
-                        continue;
-                    };
-                    if !self.worth_offering(&offer) {
-                        continue;
-                    }
-                    pick = Some((key, f, offer, cand.weight));
-                    break;
-                }
-                let Some((key, f, offer, weight)) = pick else {
-                    break;
-                };
-                let taken = self.take(f, a, &offer);
-                order.remove(&(key, f));
-                if let Some(fw) = self.fw(f) {
-                    order.insert((share_key(share(&fw.allocated, &totals) / weight), f));
-                }
-                given.entry(a).or_default().push(f);
-                out.push(self.allocation(f, a, taken));
-            }
-        }
+        let agent_order: Vec<usize> = (start..n)
+            .chain(0..start)
+            .filter(|&a| {
+                self.ag(a)
+                    .is_some_and(|ag| ag.active && self.worth_offering_free(ag))
+            })
+            .collect();
+        self.serve_quotas(
+            now,
+            &agent_order,
+            &mut queues,
+            &mut order,
+            &mut given,
+            &mut out,
+        );
+        self.serve_fair_share(
+            now,
+            &agent_order,
+            &mut queues,
+            &mut order,
+            &mut given,
+            &mut out,
+        );
         out
     }
 }
 
 impl DrfAllocator {
-    fn allocation(&self, f: usize, a: usize, resources: Resources) -> Allocation {
-        Allocation {
-            framework_id: self.fw(f).map(|fw| fw.id.clone()).unwrap_or_default(),
-            agent_id: self.ag(a).map(|ag| ag.id.clone()).unwrap_or_default(),
-            resources,
+    fn allocated_on(&self, f: usize, a: usize) -> Resources {
+        let mut out = Resources::new();
+        if let Some(buckets) = self.fw(f).and_then(|fw| fw.per_agent.get(&a)) {
+            for (_, r) in buckets {
+                out += r;
+            }
         }
+        out
     }
 }
 
@@ -645,7 +1441,7 @@ mod tests {
         AllocatorOptions {
             min_offer_cpus: 0.01,
             min_offer_mem: 32.0,
-            role_weights: Default::default(),
+            ..AllocatorOptions::default()
         }
     }
 
@@ -689,7 +1485,7 @@ mod tests {
         let mut alloc = DrfAllocator::new(AllocatorOptions {
             min_offer_cpus: 1.0,
             min_offer_mem: 1024.0,
-            role_weights: Default::default(),
+            ..AllocatorOptions::default()
         });
         alloc.add_framework(&fid("a"), &[], true);
         alloc.add_framework(&fid("b"), &[], true);
@@ -856,6 +1652,223 @@ mod tests {
         assert_eq!(out[0].framework_id, fid("b"));
     }
 
+    fn role_opts(weights: &[(&str, f64)], quotas: &[(&str, &str)]) -> AllocatorOptions {
+        AllocatorOptions {
+            role_weights: weights.iter().map(|(r, w)| (r.to_string(), *w)).collect(),
+            role_quotas: quotas.iter().map(|(r, q)| (r.to_string(), r_(q))).collect(),
+            ..opts()
+        }
+    }
+
+    fn r_(s: &str) -> Resources {
+        r(s)
+    }
+
+    fn count(out: &[Allocation], f: &str) -> usize {
+        out.iter().filter(|a| a.framework_id == fid(f)).count()
+    }
+
+    #[test]
+    fn roles_are_shared_before_frameworks() {
+        // Role a has two frameworks, role b one: the roles split the
+        // cluster evenly, then a's frameworks split a's half (flat DRF
+        // across frameworks would give a third each).
+        let mut alloc = DrfAllocator::new(opts());
+        alloc.add_framework(&fid("a1"), &["a".into()], true);
+        alloc.add_framework(&fid("a2"), &["a".into()], true);
+        alloc.add_framework(&fid("b1"), &["b".into()], true);
+        for i in 0..12 {
+            alloc.add_agent(&aid(&format!("s{i}")), &r("cpus:1;mem:1024"), &[], true);
+        }
+        let out = alloc.allocate(Instant::now());
+        assert_eq!(out.len(), 12);
+        assert_eq!(count(&out, "b1"), 6, "{out:?}");
+        assert_eq!((count(&out, "a1"), count(&out, "a2")), (3, 3));
+        assert!(out.iter().all(|a| a.role
+            == if a.framework_id == fid("b1") {
+                "b"
+            } else {
+                "a"
+            }));
+        assert!((alloc.role_share("a") - 0.5).abs() < 1e-9);
+        assert!((alloc.framework_share(&fid("a1"), "a") - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn role_weights_scale_shares_in_proportion() {
+        let mut alloc = DrfAllocator::new(role_opts(&[("web", 2.0), ("batch", 0.5)], &[]));
+        alloc.add_framework(&fid("w"), &["web".into()], true);
+        alloc.add_framework(&fid("d"), &[], true);
+        alloc.add_framework(&fid("b"), &["batch".into()], true);
+        for i in 0..14 {
+            alloc.add_agent(&aid(&format!("s{i}")), &r("cpus:1;mem:1024"), &[], true);
+        }
+        let out = alloc.allocate(Instant::now());
+        // Weights 2 : 1 : 0.5 over 14 agents: 8, 4, 2.
+        assert_eq!(
+            (count(&out, "w"), count(&out, "d"), count(&out, "b")),
+            (8, 4, 2)
+        );
+        let (w, d, b) = (
+            alloc.role_share("web"),
+            alloc.role_share("*"),
+            alloc.role_share("batch"),
+        );
+        assert!(
+            (w - d).abs() < 1e-9 && (d - b).abs() < 1e-9,
+            "weighted shares equal: {w} {d} {b}"
+        );
+    }
+
+    #[test]
+    fn a_framework_in_two_roles_is_counted_per_role() {
+        let mut alloc = DrfAllocator::new(opts());
+        alloc.add_framework(&fid("x"), &["web".into(), "batch".into()], true);
+        alloc.add_framework(&fid("y"), &["batch".into()], true);
+        alloc.add_agent(&aid("s1"), &r("cpus(web):4;mem(web):1024"), &[], true);
+        alloc.add_agent(&aid("s2"), &r("cpus:4;mem:1024"), &[], true);
+        let out = alloc.allocate(Instant::now());
+        let web: Vec<_> = out.iter().filter(|a| a.role == "web").collect();
+        assert_eq!(web.len(), 1);
+        assert_eq!(web[0].framework_id, fid("x"));
+        assert!(alloc.framework_share(&fid("x"), "web") > 0.0);
+        // x's web allocation does not count in batch: the unreserved agent
+        // goes to whichever batch client is lowest there (both at 0; x or y),
+        // and x's batch share only holds what it got for batch.
+        let batch: Vec<_> = out.iter().filter(|a| a.role == "batch").collect();
+        assert_eq!(batch.len(), 1);
+        let x_batch = alloc.framework_share(&fid("x"), "batch");
+        let expect = if batch[0].framework_id == fid("x") {
+            0.5
+        } else {
+            0.0
+        };
+        assert!((x_batch - expect).abs() < 1e-9);
+        // Recovering the reserved resources takes them off the web account.
+        alloc.recover(
+            &fid("x"),
+            &aid("s1"),
+            &web[0].resources,
+            None,
+            Instant::now(),
+        );
+        assert_eq!(alloc.framework_share(&fid("x"), "web"), 0.0);
+        assert!((alloc.framework_share(&fid("x"), "batch") - expect).abs() < 1e-9);
+    }
+
+    #[test]
+    fn quota_is_satisfied_before_fair_sharing() {
+        // q already holds more than the other role, so plain DRF would
+        // favour "other"; q's guarantee of 8 cpus is met first.
+        let mut alloc = DrfAllocator::new(role_opts(&[], &[("q", "cpus:8")]));
+        alloc.add_framework(&fid("qf"), &["q".into()], true);
+        alloc.add_framework(&fid("other"), &[], true);
+        alloc.add_agent(
+            &aid("s0"),
+            &r("cpus:2;mem:1024"),
+            &[(fid("qf"), r("cpus:2;mem:1024"))],
+            true,
+        );
+        for i in 1..5 {
+            alloc.add_agent(&aid(&format!("s{i}")), &r("cpus:2;mem:1024"), &[], true);
+        }
+        let out = alloc.allocate(Instant::now());
+        assert_eq!(alloc.role_allocated("q", "cpus"), 8.0, "{out:?}");
+        assert_eq!(count(&out, "qf"), 3);
+        assert_eq!(count(&out, "other"), 1);
+    }
+
+    #[test]
+    fn quota_caps_its_offer_at_the_shortfall() {
+        let mut alloc = DrfAllocator::new(role_opts(&[], &[("q", "cpus:1")]));
+        alloc.add_framework(&fid("qf"), &["q".into()], true);
+        alloc.add_agent(&aid("s0"), &r("cpus:4;mem:1024"), &[], true);
+        let out = alloc.allocate(Instant::now());
+        // Stage 2 offers exactly the missing cpu; fair sharing then gives
+        // q the rest too, in a second allocation on the next cycle.
+        assert_eq!(out[0].resources, r("cpus:1;mem:1024"));
+        assert_eq!(out[0].role, "q");
+    }
+
+    #[test]
+    fn quota_headroom_is_held_back_from_other_roles() {
+        let mut alloc = DrfAllocator::new(role_opts(&[], &[("q", "cpus:4")]));
+        alloc.add_framework(&fid("other"), &[], true);
+        for i in 0..4 {
+            alloc.add_agent(&aid(&format!("s{i}")), &r("cpus:2;mem:1024"), &[], true);
+        }
+        let t0 = Instant::now();
+        let out = alloc.allocate(t0);
+        // 8 cpus free, 4 guaranteed to q (no framework yet): other gets 4.
+        assert_eq!(count(&out, "other"), 2, "{out:?}");
+        assert!(alloc.allocate(t0).is_empty(), "the rest is headroom");
+        alloc.add_framework(&fid("qf"), &["q".into()], true);
+        let out = alloc.allocate(t0);
+        assert_eq!(count(&out, "qf"), 2);
+        assert_eq!(alloc.role_allocated("q", "cpus"), 4.0);
+    }
+
+    #[test]
+    fn reserved_resources_are_allocated_for_their_role() {
+        let mut alloc = DrfAllocator::new(opts());
+        alloc.add_framework(&fid("web"), &["web".into(), "*".into()], true);
+        alloc.add_agent(&aid("s1"), &r("cpus(web):4;mem(web):1024"), &[], true);
+        let out = alloc.allocate(Instant::now());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].role, "web");
+        // Reserved for a role nobody is in: never offered.
+        alloc.add_agent(&aid("s2"), &r("cpus(db):4;mem(db):1024"), &[], true);
+        assert!(alloc.allocate(Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn suppressing_one_role_keeps_the_others() {
+        let mut alloc = DrfAllocator::new(opts());
+        alloc.add_framework(&fid("x"), &["a".into(), "b".into()], true);
+        alloc.add_agent(&aid("sa"), &r("cpus(a):1;mem(a):64"), &[], true);
+        alloc.add_agent(&aid("sb"), &r("cpus(b):1;mem(b):64"), &[], true);
+        alloc.suppress(&fid("x"), &["a".into()]);
+        let out = alloc.allocate(Instant::now());
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            (out[0].agent_id.as_str(), out[0].role.as_str()),
+            ("sb", "b")
+        );
+        alloc.revive(&fid("x"), &["a".into()]);
+        let out = alloc.allocate(Instant::now());
+        assert_eq!(
+            (out[0].agent_id.as_str(), out[0].role.as_str()),
+            ("sa", "a")
+        );
+    }
+
+    #[test]
+    fn unbounded_decline_filters_never_expire_but_revive_clears_them() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_framework(&fid("b"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:2;mem:1024"), &[], true);
+        let year = Duration::from_secs(365 * 24 * 3600);
+        for _ in 0..2 {
+            let out = alloc.allocate(t0);
+            assert_eq!(out.len(), 1);
+            alloc.recover(
+                &out[0].framework_id,
+                &out[0].agent_id,
+                &out[0].resources,
+                Some(year),
+                t0,
+            );
+        }
+        assert!(alloc.allocate(t0 + Duration::from_secs(3600)).is_empty());
+        alloc.revive(&fid("b"), &[]);
+        assert_eq!(
+            alloc.allocate(t0 + Duration::from_secs(3600))[0].framework_id,
+            fid("b")
+        );
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Allocate,
@@ -894,7 +1907,8 @@ mod tests {
         /// inactive framework.
         #[test]
         fn never_double_allocates(ops in proptest::collection::vec(op(), 1..80)) {
-            let mut alloc = DrfAllocator::new(opts());
+            // Three roles, one with a quota, reservations for two of them.
+            let mut alloc = DrfAllocator::new(role_opts(&[("batch", 0.5)], &[("web", "cpus:3;mem:512")]));
             let mut now = Instant::now();
             let mut agents: Vec<(AgentId, Resources)> = Vec::new();
             let mut frameworks: Vec<FrameworkId> = Vec::new();
@@ -903,14 +1917,20 @@ mod tests {
             // Model: what is held (offered or used) per (framework, agent).
             let mut held: Vec<Allocation> = Vec::new();
             let mut next = 0;
-            let roles = [vec![], vec!["web".to_string()]];
-            for _ in 0..2 {
+            let roles = [
+                vec![],
+                vec!["web".to_string()],
+                vec!["web".to_string(), "batch".to_string()],
+            ];
+            let mut framework_roles: HashMap<FrameworkId, Vec<String>> = HashMap::new();
+            for _ in 0..3 {
                 let id = aid(&format!("s{next}"));
-                let total = r("cpus:4;mem:4096;cpus(web):2;ports:[1-100]");
+                let total = r("cpus:4;mem:4096;cpus(web):2;mem(batch):256;ports:[1-100]");
                 alloc.add_agent(&id, &total, &[], true);
                 agents.push((id, total));
                 let f = fid(&format!("f{next}"));
-                alloc.add_framework(&f, &roles[next % 2], true);
+                alloc.add_framework(&f, &roles[next % 3], true);
+                framework_roles.insert(f.clone(), normalized_roles(&roles[next % 3]));
                 frameworks.push(f);
                 next += 1;
             }
@@ -924,6 +1944,10 @@ mod tests {
                             prop_assert!(!suppressed.contains(&a.framework_id));
                             prop_assert!(!inactive.contains(&a.framework_id));
                             prop_assert!(frameworks.contains(&a.framework_id));
+                            // Allocated for one of the framework's roles, and
+                            // reserved resources only for that very role.
+                            prop_assert!(framework_roles[&a.framework_id].contains(&a.role));
+                            prop_assert!(a.resources.iter().all(|x| x.role == DEFAULT_ROLE || x.role == a.role));
                             held.push(a);
                         }
                     }
@@ -965,7 +1989,7 @@ mod tests {
                     Op::AddAgent => {
                         let id = aid(&format!("s{next}"));
                         next += 1;
-                        let total = r("cpus:2;mem:2048");
+                        let total = r("cpus:2;mem:2048;cpus(batch):1");
                         alloc.add_agent(&id, &total, &[], true);
                         agents.push((id, total));
                     }
@@ -983,7 +2007,8 @@ mod tests {
                     },
                     Op::AddFramework => {
                         let f = fid(&format!("f{next}"));
-                        alloc.add_framework(&f, &roles[next % 2], true);
+                        alloc.add_framework(&f, &roles[next % 3], true);
+                        framework_roles.insert(f.clone(), normalized_roles(&roles[next % 3]));
                         next += 1;
                         frameworks.push(f);
                     }
@@ -997,6 +2022,10 @@ mod tests {
                     }
                     prop_assert_eq!(&sum, total, "agent {} accounting broke", id);
                 }
+                // Invariant: the roles' books add up to what is held.
+                let booked: f64 = ["*", "web", "batch"].iter().map(|role| alloc.role_allocated(role, "cpus")).sum();
+                let held_cpus: f64 = held.iter().map(|a| a.resources.cpus()).sum();
+                prop_assert!((booked - held_cpus).abs() < 1e-6, "roles book {} cpus, {} held", booked, held_cpus);
             }
         }
     }

@@ -4,16 +4,21 @@
 //! [`Allocator::allocate`] with the current time; it never touches a
 //! socket or a clock itself, so it is tested and benchmarked in isolation.
 //!
-//! The default implementation is [`DrfAllocator`] (dominant resource
-//! fairness, weighted by role).
+//! The default implementation is [`DrfAllocator`]: hierarchical dominant
+//! resource fairness (roles first, by weighted share; then the frameworks
+//! of a role, by their share in that role), with quota guarantees served
+//! before fair sharing and quota headroom held back from other roles.
 
 mod drf;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use agora_proto::scheduler::ResourceRequest;
 use agora_proto::{AgentId, FrameworkId, Resources};
 use tokio::time::Instant;
+
+use crate::Config;
 
 pub use drf::DrfAllocator;
 
@@ -26,6 +31,10 @@ pub struct Allocation {
     pub framework_id: FrameworkId,
     /// Where they are.
     pub agent_id: AgentId,
+    /// The role the resources are allocated for: the framework's share in
+    /// this role grows by them. Reserved resources in an allocation are
+    /// always reserved for this role.
+    pub role: String,
     /// What is allocated (to become one offer).
     pub resources: Resources,
 }
@@ -37,8 +46,36 @@ pub struct AllocatorOptions {
     pub min_offer_cpus: f64,
     /// See `min_offer_cpus`.
     pub min_offer_mem: f64,
-    /// Weight per role (default 1.0); a framework weighs as its heaviest role.
-    pub role_weights: std::collections::BTreeMap<String, f64>,
+    /// Weight per role (default 1.0): a role's dominant share is divided
+    /// by its weight, so a role of weight 2 gets twice the resources of a
+    /// role of weight 1 when both want more.
+    pub role_weights: BTreeMap<String, f64>,
+    /// Guaranteed minimum per role (scalar resources only, unreserved or
+    /// reserved for the role). Served before fair sharing; other roles are
+    /// not given unreserved resources that an unsatisfied quota still needs.
+    pub role_quotas: BTreeMap<String, Resources>,
+}
+
+impl Default for AllocatorOptions {
+    fn default() -> Self {
+        AllocatorOptions {
+            min_offer_cpus: 0.01,
+            min_offer_mem: 32.0,
+            role_weights: BTreeMap::new(),
+            role_quotas: BTreeMap::new(),
+        }
+    }
+}
+
+impl From<&Config> for AllocatorOptions {
+    fn from(config: &Config) -> Self {
+        AllocatorOptions {
+            min_offer_cpus: config.min_offer_cpus,
+            min_offer_mem: config.min_offer_mem,
+            role_weights: config.role_weights.clone(),
+            role_quotas: config.role_quotas.clone(),
+        }
+    }
 }
 
 /// What an allocator must do. Every method is cheap except
@@ -85,7 +122,9 @@ pub trait Allocator: Send {
     /// Gives back resources allocated to the framework on the agent
     /// (declined, left over from a launch, a finished task). With `refuse`,
     /// the framework is not offered these resources on that agent again
-    /// before `now + refuse` (unless more become free there).
+    /// before `now + refuse` (unless more become free there). Reserved
+    /// resources come back to their role's account; unreserved ones to the
+    /// framework's roles in the order they were allocated on that agent.
     fn recover(
         &mut self,
         framework_id: &FrameworkId,

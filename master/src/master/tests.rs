@@ -32,11 +32,7 @@ struct H {
 impl H {
     fn with(config: Config) -> H {
         let now = Instant::now();
-        let alloc = DrfAllocator::new(AllocatorOptions {
-            min_offer_cpus: config.min_offer_cpus,
-            min_offer_mem: config.min_offer_mem,
-            role_weights: config.role_weights.clone(),
-        });
+        let alloc = DrfAllocator::new(AllocatorOptions::from(&config));
         let info = MasterInfo {
             id: "m".into(),
             address: "127.0.0.1:5050".into(),
@@ -921,7 +917,14 @@ fn failover_timeout_tears_down_after_expiry() {
 
 #[test]
 fn agent_is_removed_after_missed_pings() {
-    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    // No offer timeout: the offer must still be outstanding when the agent goes.
+    let mut h = H::with(Config {
+        offer_timeout: None,
+        ..Config::default()
+    });
+    let fid = h.subscribe(S1, "fw");
+    let aid = h.register(A1, "cpus:4;mem:4096");
+    let offer = h.offers(S1).remove(0);
     h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
     let offer2 = h.advance(Duration::from_secs(6));
     let offer2 = offers_in(&offer2, S1).remove(0);
@@ -1010,6 +1013,7 @@ fn disconnected_agent_keeps_tasks_and_reregisters() {
 fn reregistering_agent_without_a_task_marks_it_lost() {
     let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
     h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    h.status(A1, &fid, "t1", TaskState::Running, "u1");
     h.input(Input::AgentClosed { conn: A1 });
     let out = h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![]);
     let u = &updates(&out, S1)[0];
@@ -1019,6 +1023,24 @@ fn reregistering_agent_without_a_task_marks_it_lost() {
     );
     assert!(h.m.agents[&aid].used.is_empty());
     let _ = fid;
+}
+
+#[test]
+fn reregistering_agent_gets_a_staging_task_it_never_received_again() {
+    let (mut h, _fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    // The RUN_TASK died with the connection: the agent reports nothing.
+    h.input(Input::AgentClosed { conn: A1 });
+    let out = h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![]);
+    assert!(
+        updates(&out, S1).is_empty(),
+        "no update: the task is not lost"
+    );
+    assert!(agent_events(&out, A2).iter().any(|e| matches!(
+        e,
+        agent::Event::RunTask { task, .. } if task.task_id.as_str() == "t1"
+    )));
+    assert_eq!(h.m.agents[&aid].used, r("cpus:1"));
 }
 
 #[test]
@@ -1115,4 +1137,87 @@ fn snapshot_reflects_state() {
     assert_eq!(snap.frameworks[0].tasks[0].state, TaskState::Staging);
     let json = serde_json::to_value(&snap).unwrap();
     assert_eq!(json["agents"][0]["connected"], true);
+}
+
+#[test]
+fn resent_update_of_an_acknowledged_terminal_task_is_acknowledged_not_forwarded() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    h.sched(
+        S1,
+        scheduler::Call::Acknowledge {
+            agent_id: aid.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "u1".into(),
+        },
+    );
+    // The acknowledgement was lost on the way to the agent: it re-sends.
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    assert!(updates(&out, S1).is_empty(), "no second terminal update");
+    assert!(agent_events(&out, A1).iter().any(|e| matches!(
+        e,
+        agent::Event::Acknowledge { uuid, .. } if uuid == "u1"
+    )));
+}
+
+#[test]
+fn reconciliation_waits_for_agents_that_may_still_reregister() {
+    let mut h = H::new();
+    let fid = h.subscribe(S1, "fw");
+    let reconcile = || scheduler::Call::Reconcile {
+        tasks: vec![ReconcileTask {
+            task_id: TaskId::new("t1"),
+            agent_id: Some(AgentId::new("agent-of-the-old-master")),
+        }],
+    };
+    // Just after a (re)start the agent may be on its way back: no answer.
+    let out = h.sched(S1, reconcile());
+    assert!(updates(&out, S1).is_empty());
+    // After the ping timeout it is not coming back: the task is lost.
+    let config = Config::default();
+    h.advance(config.agent_ping_interval * config.max_missed_pings);
+    let out = h.sched(S1, reconcile());
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 1, "{out:?}");
+    assert_eq!(ups[0].state, TaskState::Lost);
+    let _ = fid;
+}
+
+#[test]
+fn update_for_a_framework_not_yet_resubscribed_after_restart_is_left_to_retry() {
+    let mut h = H::new();
+    let aid = h.register(A1, "cpus:4;mem:4096");
+    let fid = FrameworkId::new("fw-of-the-old-master");
+    let out = h.status(A1, &fid, "t1", TaskState::Running, "u1");
+    assert!(
+        agent_events(&out, A1).is_empty(),
+        "not acknowledged: the agent re-sends it once the framework is back"
+    );
+    let _ = aid;
+}
+
+#[test]
+fn reconciliation_never_overtakes_the_update_stream() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    h.input(Input::AgentClosed { conn: A1 });
+    // The agent's executor already finished the task, but its stream
+    // still holds TASK_RUNNING and TASK_FINISHED, undelivered.
+    let report = TaskReport {
+        framework_id: fid.clone(),
+        task: command_task("t1", &aid, "cpus:1"),
+        state: TaskState::Finished,
+        latest_status: None,
+    };
+    h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![report]);
+    let reconcile = || scheduler::Call::Reconcile { tasks: vec![] };
+    let out = h.sched(S1, reconcile());
+    assert!(
+        updates(&out, S1).is_empty(),
+        "a terminal answer now would come before TASK_RUNNING"
+    );
+    h.status(A2, &fid, "t1", TaskState::Running, "u1");
+    let out = h.sched(S1, reconcile());
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Running);
 }
