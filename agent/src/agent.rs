@@ -20,11 +20,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::checkpoint::{self, ExecutorRecord, LogRecord, Op, Writer};
+use crate::checkpoint::{self, ExecutorRecord, Op, Writer};
 use crate::http::ExecOut;
 use crate::launcher::{self, LaunchSpec};
 use crate::paths;
 use crate::status_updates::{AckOutcome, StatusUpdateManager, StreamKey, UpdateOutcome};
+use crate::wal::{StreamState, WalRecord};
 use crate::{RecoverMode, Shared};
 
 /// Events queued for the core.
@@ -82,6 +83,13 @@ pub(crate) enum CoreEvent {
         framework_id: FrameworkId,
         status: TaskStatus,
         ack_to: Option<ExecKey>,
+        result: Result<(), String>,
+    },
+    /// A checkpointed acknowledgement reached the disk (or failed to):
+    /// the stream's next update may go.
+    AckDurable {
+        framework_id: FrameworkId,
+        task_id: TaskId,
         result: Result<(), String>,
     },
     /// `/state` wants a snapshot.
@@ -157,6 +165,8 @@ pub(crate) struct Core {
     updates: StatusUpdateManager,
     /// Updates submitted to the checkpoint writer, not yet durable.
     pending_durable: HashSet<(FrameworkId, TaskId, String)>,
+    /// Status updates whose acknowledgement came back from the master.
+    acknowledged: u64,
     writer: Writer,
     kills: JoinSet<()>,
 }
@@ -180,6 +190,7 @@ impl Core {
             exec_conns: HashMap::new(),
             updates,
             pending_durable: HashSet::new(),
+            acknowledged: 0,
             writer,
             kills: JoinSet::new(),
         }
@@ -344,6 +355,26 @@ impl Core {
                     }
                 }
             }
+            CoreEvent::AckDurable {
+                framework_id,
+                task_id,
+                result,
+            } => {
+                if let Err(e) = result {
+                    // Go on regardless: a duplicate after a restart is
+                    // better than a stalled stream.
+                    tracing::error!(%framework_id, %task_id, error = %e, "could not checkpoint an acknowledgement");
+                }
+                if let Some(status) = self
+                    .updates
+                    .release(&framework_id, &task_id, Instant::now())
+                {
+                    self.send_master(agent_api::Call::StatusUpdate {
+                        framework_id,
+                        status,
+                    });
+                }
+            }
             CoreEvent::State { reply } => {
                 let _ = reply.send(self.snapshot());
             }
@@ -504,9 +535,12 @@ impl Core {
         self.pending_durable.clear();
         let work_dir = &self.shared.config.work_dir;
         self.writer.submit(
-            vec![Op::RemoveDir {
-                path: paths::meta_root(work_dir),
-            }],
+            vec![
+                Op::WalForget(None),
+                Op::RemoveDir {
+                    path: paths::meta_root(work_dir).join("frameworks"),
+                },
+            ],
             None,
         );
         if let Err(e) = std::fs::remove_file(paths::agent_id_file(work_dir)) {
@@ -743,22 +777,40 @@ impl Core {
     }
 
     fn acknowledge(&mut self, fid: FrameworkId, task_id: TaskId, uuid: String) {
+        let key = (fid.clone(), task_id.clone());
+        let checkpointed = self.task_meta_dir(&key).is_some();
         match self
             .updates
-            .acknowledge(&fid, &task_id, &uuid, Instant::now())
+            .acknowledge(&fid, &task_id, &uuid, checkpointed, Instant::now())
         {
             AckOutcome::Ignored => {
                 tracing::debug!(framework_id = %fid, %task_id, %uuid, "acknowledgement for a non-head update ignored");
             }
             AckOutcome::Acknowledged { next, ended, .. } => {
+                self.acknowledged += 1;
                 let key = (fid.clone(), task_id.clone());
-                if let Some(dir) = self.task_meta_dir(&key) {
+                if checkpointed {
+                    // The next update goes out once the acknowledgement is
+                    // durable: after a crash the stream resumes exactly
+                    // where the master left it.
+                    let done: Option<checkpoint::Done> = (!ended).then(|| {
+                        let tx = self.tx.clone();
+                        let (fid, task_id) = (fid.clone(), task_id.clone());
+                        Box::new(move |result: std::io::Result<()>| {
+                            let _ = tx.blocking_send(CoreEvent::AckDurable {
+                                framework_id: fid,
+                                task_id,
+                                result: result.map_err(|e| e.to_string()),
+                            });
+                        }) as checkpoint::Done
+                    });
                     self.writer.submit(
-                        vec![Op::Append {
-                            path: dir.join("updates.log"),
-                            line: checkpoint::log_line(&LogRecord::Ack(uuid)),
-                        }],
-                        None,
+                        vec![Op::Wal(WalRecord::Ack {
+                            framework_id: fid.clone(),
+                            task_id: task_id.clone(),
+                            uuid,
+                        })],
+                        done,
                     );
                 }
                 if let Some(status) = next {
@@ -781,7 +833,16 @@ impl Core {
         };
         tracing::debug!(framework_id = %key.0, task_id = %key.1, "task forgotten");
         if let Some(dir) = dir {
-            self.writer.submit(vec![Op::RemoveDir { path: dir }], None);
+            self.writer.submit(
+                vec![
+                    Op::Wal(WalRecord::End {
+                        framework_id: key.0.clone(),
+                        task_id: key.1.clone(),
+                    }),
+                    Op::RemoveDir { path: dir },
+                ],
+                None,
+            );
         }
         let ekey = (key.0.clone(), task.executor_id);
         if let Some(ex) = self.executors.get_mut(&ekey) {
@@ -870,18 +931,22 @@ impl Core {
             return;
         }
         let key = (fid.clone(), status.task_id.clone());
-        let Some(dir) = self.task_meta_dir(&key) else {
+        let Some(executor_id) = self
+            .task_meta_dir(&key)
+            .and_then(|_| self.tasks.get(&key).map(|t| t.executor_id.clone()))
+        else {
             self.append_to_stream(fid, status, ack_to);
             return;
         };
         self.pending_durable.insert(pkey);
-        let line = checkpoint::log_line(&LogRecord::Update(status.clone()));
+        let record = WalRecord::Update {
+            framework_id: fid.clone(),
+            executor_id,
+            status: status.clone(),
+        };
         let tx = self.tx.clone();
         self.writer.submit(
-            vec![Op::Append {
-                path: dir.join("updates.log"),
-                line,
-            }],
+            vec![Op::Wal(record)],
             Some(Box::new(move |result| {
                 let _ = tx.blocking_send(CoreEvent::UpdateDurable {
                     framework_id: fid,
@@ -1447,10 +1512,21 @@ impl Core {
     /// Loads the agent id and the checkpoints, re-attaches to executors
     /// that survived (or kills them with [`RecoverMode::Cleanup`]) and
     /// gives the tasks of dead ones terminal updates.
-    pub(crate) fn recover(&mut self) {
+    pub(crate) fn recover(&mut self, streams: Vec<StreamState>) {
         let config = self.shared.config.clone();
         self.agent_id = checkpoint::read_agent_id(&config.work_dir).map(AgentId::new);
-        for fw in checkpoint::load(&config.work_dir) {
+        let (frameworks, orphans) = checkpoint::load(&config.work_dir, streams);
+        for stream in orphans {
+            tracing::debug!(framework_id = %stream.framework_id, task_id = %stream.task_id, "dropping the update stream of a forgotten task");
+            self.writer.submit(
+                vec![Op::Wal(WalRecord::End {
+                    framework_id: stream.framework_id,
+                    task_id: stream.task_id,
+                })],
+                None,
+            );
+        }
+        for fw in frameworks {
             let Some(fid) = fw.info.id.clone() else {
                 continue;
             };
@@ -1461,13 +1537,15 @@ impl Core {
                 let mut fresh = Vec::new();
                 for rt in rex.tasks {
                     let tid = rt.info.task_id.clone();
-                    let last_acked = rt
-                        .updates
-                        .iter()
-                        .rposition(|u| u.uuid.as_ref().is_some_and(|id| rt.acked.contains(id)));
-                    let pending: Vec<TaskStatus> =
-                        rt.updates[last_acked.map_or(0, |i| i + 1)..].to_vec();
-                    let terminal = rt.updates.last().is_some_and(|u| u.state.is_terminal());
+                    let (latest, pending, seen, terminal) = match rt.stream {
+                        Some(stream) => (
+                            stream.latest().cloned(),
+                            stream.pending.clone(),
+                            stream.seen(),
+                            stream.is_terminal(),
+                        ),
+                        None => (None, Vec::new(), HashSet::new(), false),
+                    };
                     if terminal && pending.is_empty() {
                         if let Ok(dir) = paths::meta_task_dir(
                             &config.work_dir,
@@ -1475,13 +1553,20 @@ impl Core {
                             eid.as_str(),
                             tid.as_str(),
                         ) {
-                            self.writer.submit(vec![Op::RemoveDir { path: dir }], None);
+                            self.writer.submit(
+                                vec![
+                                    Op::Wal(WalRecord::End {
+                                        framework_id: fid.clone(),
+                                        task_id: tid.clone(),
+                                    }),
+                                    Op::RemoveDir { path: dir },
+                                ],
+                                None,
+                            );
                         }
                         continue;
                     }
-                    let seen = rt.updates.iter().filter_map(|u| u.uuid.clone()).collect();
                     self.updates.restore(&fid, &tid, seen, pending, terminal);
-                    let latest = rt.updates.last().cloned();
                     if latest.is_none() {
                         fresh.push(tid.clone());
                     }
@@ -1609,6 +1694,7 @@ impl Core {
 
     fn snapshot(&self) -> serde_json::Value {
         let config = &self.shared.config;
+        let wal = self.writer.stats();
         let task_json = |fid: &FrameworkId, eid: &ExecutorId| -> Vec<serde_json::Value> {
             let mut tasks: Vec<_> = self
                 .tasks
@@ -1698,6 +1784,13 @@ impl Core {
             "attributes": config.attributes,
             "frameworks": frameworks,
             "status_update_streams": self.updates.len(),
+            "status_updates_acknowledged": self.acknowledged,
+            "checkpoint": {
+                "wal_bytes": wal.bytes,
+                "wal_records": wal.records,
+                "wal_syncs": wal.syncs,
+                "wal_compactions": wal.compactions,
+            },
         })
     }
 }

@@ -2,32 +2,44 @@
 //! needs to find its executors again and to finish delivering their tasks'
 //! status updates. Layout in [`crate::paths`].
 //!
-//! All writes go through one writer thread, in order. Status updates are
-//! appended to a per-task `updates.log` (one JSON record per line) and made
-//! durable with `fdatasync` before the agent acknowledges them to the
-//! executor. The writer commits in groups: it takes every request queued
-//! while it was busy, writes them all, syncs each touched file once and only
-//! then reports each request done, so concurrent updates share an fsync
-//! instead of queueing one behind another.
+//! Frameworks, executors and tasks are small JSON files, each replaced
+//! atomically (write temp, fsync, rename, fsync dir). Status updates and
+//! their acknowledgements go to one agent-wide write-ahead log
+//! ([`crate::wal`]).
+//!
+//! All writes go through one writer thread, in order. It commits in
+//! groups: it takes every request queued while it was busy, carries out
+//! the file operations, appends every log record of the batch with one
+//! `write`, makes them durable with one `fdatasync`, and only then reports
+//! each request done. Many concurrent updates (of any number of tasks)
+//! thus share one fsync, and none is reported durable before it is.
 
-use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use agora_proto::{ExecutorInfo, FrameworkId, FrameworkInfo, TaskInfo, TaskStatus};
+use agora_proto::{ExecutorInfo, FrameworkId, FrameworkInfo, TaskInfo};
 use serde::{Deserialize, Serialize};
+
+use crate::wal::{self, Limits, StreamState, Wal, WalRecord, WalStats};
 
 /// A callback run on the writer thread once a request is durable (or failed).
 pub(crate) type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
 
 /// One file system operation.
+// Ops are moved straight into the writer's batch; boxing the record would
+// only add an allocation per status update.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Op {
     /// Replace a file atomically (write temp, fsync, rename, fsync dir).
     Replace { path: PathBuf, bytes: Vec<u8> },
-    /// Append a line to a log, synced before the request completes.
-    Append { path: PathBuf, line: Vec<u8> },
+    /// Append a record to the status update log, synced before the
+    /// request completes.
+    Wal(WalRecord),
+    /// Drop every stream of a framework (or all) from the log.
+    WalForget(Option<FrameworkId>),
     /// Remove a directory tree (not synced; losing it only means more to
     /// clean up on recovery).
     RemoveDir { path: PathBuf },
@@ -43,6 +55,7 @@ struct Request {
 #[derive(Clone)]
 pub(crate) struct Writer {
     tx: std::sync::mpsc::Sender<Request>,
+    stats: Arc<Mutex<WalStats>>,
 }
 
 /// An executor as checkpointed.
@@ -58,22 +71,12 @@ pub(crate) struct ExecutorRecord {
     pub is_command: bool,
 }
 
-/// One line of `updates.log`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum LogRecord {
-    Update(TaskStatus),
-    Ack(String),
-}
-
 /// What a checkpoint holds about one task.
 #[derive(Debug, Clone)]
 pub(crate) struct RecoveredTask {
     pub info: TaskInfo,
-    /// Updates in stream order, each at most once, none after a terminal one.
-    pub updates: Vec<TaskStatus>,
-    /// Uuids the master acknowledged.
-    pub acked: HashSet<String>,
+    /// Its update stream; `None` when it took no update yet.
+    pub stream: Option<StreamState>,
 }
 
 /// What a checkpoint holds about one executor.
@@ -96,19 +99,40 @@ pub(crate) struct RecoveredFramework {
 // === impl Writer ===
 
 impl Writer {
-    /// Starts the writer thread.
-    pub(crate) fn start() -> io::Result<Writer> {
+    /// Opens the status update log under `work_dir` (reading back and
+    /// compacting what it holds) and starts the writer thread. Returns the
+    /// streams the log held.
+    pub(crate) fn start(work_dir: &Path) -> io::Result<(Writer, Vec<StreamState>)> {
+        Self::start_with(
+            work_dir,
+            Limits {
+                compact_bytes: wal::COMPACT_BYTES,
+                reset_bytes: wal::RESET_BYTES,
+            },
+        )
+    }
+
+    /// [`Writer::start`] with explicit compaction limits.
+    pub(crate) fn start_with(
+        work_dir: &Path,
+        limits: Limits,
+    ) -> io::Result<(Writer, Vec<StreamState>)> {
+        let path = crate::paths::meta_root(work_dir).join(wal::WAL_FILE);
+        let mut wal = Wal::open(&path, limits)?;
+        let streams = wal.streams().states().cloned().collect();
+        let stats = Arc::new(Mutex::new(wal.stats()));
         let (tx, rx) = std::sync::mpsc::channel::<Request>();
+        let shared = stats.clone();
         std::thread::Builder::new()
             .name("agora-checkpoint".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
                     let mut batch = vec![first];
                     batch.extend(rx.try_iter());
-                    commit(batch);
+                    commit(&mut wal, batch, &shared);
                 }
             })?;
-        Ok(Writer { tx })
+        Ok((Writer { tx, stats }, streams))
     }
 
     /// Queues `ops`; `done` runs once they are durable.
@@ -119,22 +143,40 @@ impl Writer {
             }
         }
     }
+
+    /// The log's counters after the latest batch.
+    pub(crate) fn stats(&self) -> WalStats {
+        *self.stats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
-/// Writes a batch, syncs each touched log once, then completes every request.
-fn commit(batch: Vec<Request>) {
-    let mut open: HashMap<PathBuf, File> = HashMap::new();
-    let mut results: Vec<(Option<Done>, io::Result<()>, Vec<PathBuf>)> = Vec::new();
+/// Carries out a batch: file operations in order, every log record with
+/// one write and one fdatasync, then completes every request.
+fn commit(wal: &mut Wal, batch: Vec<Request>, stats: &Mutex<WalStats>) {
+    let mut records = Vec::new();
+    let mut results: Vec<(Option<Done>, io::Result<()>, bool)> = Vec::with_capacity(batch.len());
+    let mut wal_error: Option<String> = None;
     for req in batch {
         let mut result = Ok(());
-        let mut touched = Vec::new();
+        let mut logged = false;
         for op in req.ops {
             let r = match op {
                 Op::Replace { path, bytes } => replace_file(&path, &bytes),
-                Op::Append { path, line } => {
-                    let r = append(&mut open, &path, &line);
-                    touched.push(path);
-                    r
+                Op::Wal(record) => {
+                    records.push(record);
+                    logged = true;
+                    Ok(())
+                }
+                Op::WalForget(framework_id) => {
+                    logged = true;
+                    let mut r = wal.append(std::mem::take(&mut records));
+                    if r.is_ok() {
+                        r = wal.forget(framework_id.as_ref());
+                    }
+                    if let Err(e) = &r {
+                        wal_error.get_or_insert_with(|| e.to_string());
+                    }
+                    Ok(())
                 }
                 Op::RemoveDir { path } => match std::fs::remove_dir_all(&path) {
                     Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
@@ -147,43 +189,25 @@ fn commit(batch: Vec<Request>) {
                 break;
             }
         }
-        results.push((req.done, result, touched));
+        results.push((req.done, result, logged));
     }
-    let mut synced: HashMap<PathBuf, Result<(), String>> = HashMap::new();
-    for (path, file) in &open {
-        synced.insert(path.clone(), file.sync_data().map_err(|e| e.to_string()));
+    let mut synced = wal.append(records);
+    if synced.is_ok() {
+        synced = wal.sync();
     }
-    for (done, mut result, touched) in results {
-        if result.is_ok() {
-            if let Some(Err(e)) = touched
-                .iter()
-                .find_map(|p| synced.get(p).filter(|r| r.is_err()))
-            {
-                result = Err(io::Error::other(format!("fdatasync failed: {e}")));
-            }
+    if let Err(e) = synced {
+        tracing::error!(error = %e, "status update log write failed");
+        wal_error.get_or_insert_with(|| e.to_string());
+    }
+    *stats.lock().unwrap_or_else(PoisonError::into_inner) = wal.stats();
+    for (done, mut result, logged) in results {
+        if let (Ok(()), true, Some(e)) = (&result, logged, &wal_error) {
+            result = Err(io::Error::other(format!("status update log: {e}")));
         }
         if let Some(done) = done {
             done(result);
         }
     }
-}
-
-fn append(open: &mut HashMap<PathBuf, File>, path: &Path, line: &[u8]) -> io::Result<()> {
-    if !open.contains_key(path) {
-        let existed = path.exists();
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
-        if !existed {
-            sync_dir(path)?;
-        }
-        open.insert(path.to_path_buf(), file);
-    }
-    let file = open
-        .get_mut(path)
-        .ok_or_else(|| io::Error::other("log file vanished from the batch"))?;
-    file.write_all(line)
 }
 
 fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -208,13 +232,6 @@ fn sync_dir(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Serializes a record as one log line.
-pub(crate) fn log_line(record: &LogRecord) -> Vec<u8> {
-    let mut line = serde_json::to_vec(record).unwrap_or_default();
-    line.push(b'\n');
-    line
-}
-
 /// Serializes a JSON checkpoint file.
 pub(crate) fn json_bytes<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec_pretty(value).unwrap_or_default()
@@ -233,9 +250,20 @@ pub(crate) fn read_agent_id(work_dir: &Path) -> Option<String> {
         .filter(|s| agora_proto::validate_id(s).is_ok())
 }
 
-/// Reads every checkpointed framework. Unreadable pieces are logged and
-/// skipped; a torn last log line (a crash mid-append) is ignored.
-pub(crate) fn load(work_dir: &Path) -> Vec<RecoveredFramework> {
+/// Reads every checkpointed framework, attaching to each task its stream
+/// from `streams` (what [`Writer::start`] read from the log). Unreadable
+/// pieces are logged and skipped. Streams with no checkpointed task are
+/// returned in the second list (their task was forgotten while the end of
+/// the stream was not yet durable).
+pub(crate) fn load(
+    work_dir: &Path,
+    streams: Vec<StreamState>,
+) -> (Vec<RecoveredFramework>, Vec<StreamState>) {
+    let mut by_task: std::collections::HashMap<(FrameworkId, agora_proto::TaskId), StreamState> =
+        streams
+            .into_iter()
+            .map(|s| ((s.framework_id.clone(), s.task_id.clone()), s))
+            .collect();
     let root = crate::paths::meta_root(work_dir).join("frameworks");
     let mut out = Vec::new();
     for fdir in subdirs(&root) {
@@ -243,6 +271,10 @@ pub(crate) fn load(work_dir: &Path) -> Vec<RecoveredFramework> {
             tracing::warn!(dir = %fdir.display(), "checkpointed framework without framework.json: skipped");
             continue;
         };
+        let fid = info
+            .id
+            .clone()
+            .unwrap_or_else(|| FrameworkId::new(file_name(&fdir)));
         let mut executors = Vec::new();
         for edir in subdirs(&fdir.join("executors")) {
             let executor_id = file_name(&edir);
@@ -252,12 +284,8 @@ pub(crate) fn load(work_dir: &Path) -> Vec<RecoveredFramework> {
                 let Some(info) = read_json::<TaskInfo>(&tdir.join("task.json")) else {
                     continue;
                 };
-                let (updates, acked) = read_log(&tdir.join("updates.log"));
-                tasks.push(RecoveredTask {
-                    info,
-                    updates,
-                    acked,
-                });
+                let stream = by_task.remove(&(fid.clone(), info.task_id.clone()));
+                tasks.push(RecoveredTask { info, stream });
             }
             executors.push(RecoveredExecutor {
                 executor_id,
@@ -267,36 +295,7 @@ pub(crate) fn load(work_dir: &Path) -> Vec<RecoveredFramework> {
         }
         out.push(RecoveredFramework { info, executors });
     }
-    out
-}
-
-fn read_log(path: &Path) -> (Vec<TaskStatus>, HashSet<String>) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut updates: Vec<TaskStatus> = Vec::new();
-    let mut seen = HashSet::new();
-    let mut acked = HashSet::new();
-    let mut terminal = false;
-    for line in text.lines() {
-        match serde_json::from_str::<LogRecord>(line) {
-            Ok(LogRecord::Update(status)) => {
-                let Some(uuid) = status.uuid.clone() else {
-                    continue;
-                };
-                if terminal || !seen.insert(uuid) {
-                    continue;
-                }
-                terminal = status.state.is_terminal();
-                updates.push(status);
-            }
-            Ok(LogRecord::Ack(uuid)) => {
-                acked.insert(uuid);
-            }
-            Err(e) => {
-                tracing::warn!(log = %path.display(), error = %e, "skipping unreadable update record")
-            }
-        }
-    }
-    (updates, acked)
+    (out, by_task.into_values().collect())
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
@@ -332,56 +331,99 @@ fn file_name(p: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agora_proto::{Source, TaskId, TaskState};
+    use agora_proto::{ExecutorId, Source, TaskId, TaskState, TaskStatus};
 
-    fn status(state: TaskState, uuid: &str) -> TaskStatus {
-        let mut s = TaskStatus::new(TaskId::new("t"), state, Source::SourceExecutor);
+    fn update(task: &str, state: TaskState, uuid: &str) -> Op {
+        let mut s = TaskStatus::new(TaskId::new(task), state, Source::SourceExecutor);
         s.uuid = Some(uuid.into());
-        s
+        Op::Wal(WalRecord::Update {
+            framework_id: FrameworkId::new("f"),
+            executor_id: ExecutorId::new("e"),
+            status: s,
+        })
     }
 
     #[test]
-    fn group_commit_writes_and_reads_back() {
+    fn concurrent_requests_share_one_fsync() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::start().unwrap();
-        let log = dir.path().join("a/updates.log");
+        let path = crate::paths::meta_root(dir.path()).join(wal::WAL_FILE);
+        let limits = Limits {
+            compact_bytes: 1 << 30,
+            reset_bytes: 1 << 30,
+        };
+        let mut log = Wal::open(&path, limits).unwrap();
+        // 200 requests queued while the writer was busy: one batch.
         let (tx, rx) = std::sync::mpsc::channel();
-        for (state, uuid) in [
-            (TaskState::Running, "u1"),
-            (TaskState::Running, "u1"),
-            (TaskState::Finished, "u2"),
-            (TaskState::Failed, "u3"),
-        ] {
-            let tx = tx.clone();
+        let batch: Vec<Request> = (0..200)
+            .map(|i| {
+                let tx = tx.clone();
+                Request {
+                    ops: vec![update(
+                        &format!("t{i}"),
+                        TaskState::Running,
+                        &format!("u{i}"),
+                    )],
+                    done: Some(Box::new(move |r: io::Result<()>| {
+                        tx.send(r.is_ok()).unwrap()
+                    })),
+                }
+            })
+            .collect();
+        commit(&mut log, batch, &Mutex::new(WalStats::default()));
+        assert_eq!(log.stats().syncs, 1, "one fdatasync for the whole batch");
+        assert_eq!(rx.try_iter().filter(|ok| *ok).count(), 200);
+    }
+
+    #[test]
+    fn writer_reads_back_streams_and_tasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let task_dir = crate::paths::meta_task_dir(dir.path(), "f", "e", "t").unwrap();
+        let mut fw = FrameworkInfo::new("fw");
+        fw.id = Some(FrameworkId::new("f"));
+        fw.checkpoint = true;
+        let task = TaskInfo {
+            name: "t".into(),
+            task_id: TaskId::new("t"),
+            agent_id: agora_proto::AgentId::new("a"),
+            resources: agora_proto::Resources::default(),
+            executor: None,
+            command: None,
+            data: None,
+            kill_grace_period: None,
+            labels: Default::default(),
+        };
+        {
+            let (writer, streams) = Writer::start(dir.path()).unwrap();
+            assert!(streams.is_empty());
+            let (tx, rx) = std::sync::mpsc::channel();
+            let meta_fw = crate::paths::meta_framework_dir(dir.path(), "f").unwrap();
             writer.submit(
-                vec![Op::Append {
-                    path: log.clone(),
-                    line: log_line(&LogRecord::Update(status(state, uuid))),
-                }],
+                vec![
+                    Op::Replace {
+                        path: meta_fw.join("framework.json"),
+                        bytes: json_bytes(&fw),
+                    },
+                    Op::Replace {
+                        path: task_dir.join("task.json"),
+                        bytes: json_bytes(&task),
+                    },
+                    update("t", TaskState::Running, "u1"),
+                    update("orphan", TaskState::Running, "o1"),
+                ],
                 Some(Box::new(move |r| tx.send(r.is_ok()).unwrap())),
             );
-        }
-        writer.submit(
-            vec![Op::Append {
-                path: log.clone(),
-                line: log_line(&LogRecord::Ack("u1".into())),
-            }],
-            None,
-        );
-        for _ in 0..4 {
             assert!(rx.recv().unwrap());
+            assert!(writer.stats().syncs >= 1);
         }
-        // Append a torn line, as after a crash mid-write.
-        let mut f = OpenOptions::new().append(true).open(&log).unwrap();
-        f.write_all(b"{\"update\":{\"task_").unwrap();
-        drop(f);
-        let (tx, rx) = std::sync::mpsc::channel();
-        writer.submit(vec![], Some(Box::new(move |r| tx.send(r.is_ok()).unwrap())));
-        assert!(rx.recv().unwrap());
-        let (updates, acked) = read_log(&log);
-        let uuids: Vec<_> = updates.iter().map(|u| u.uuid.clone().unwrap()).collect();
-        assert_eq!(uuids, vec!["u1", "u2"]);
-        assert!(acked.contains("u1"));
+        let (_writer, streams) = Writer::start(dir.path()).unwrap();
+        assert_eq!(streams.len(), 2);
+        let (frameworks, orphans) = load(dir.path(), streams);
+        assert_eq!(frameworks.len(), 1);
+        let t = &frameworks[0].executors[0].tasks[0];
+        let stream = t.stream.as_ref().unwrap();
+        assert_eq!(stream.pending[0].uuid.as_deref(), Some("u1"));
+        assert_eq!(orphans.len(), 1);
+        assert_eq!(orphans[0].task_id.as_str(), "orphan");
     }
 
     #[test]

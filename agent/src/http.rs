@@ -1,20 +1,30 @@
 //! The agent's port: the executor WebSocket at `/api/executor`, and HTTP
-//! `/health`, `/state` and `/version`.
+//! `/health`, `/state`, `/version`, `/metrics` (Prometheus text) and
+//! `/files/FID/EID[/PATH]` (an executor's sandbox, confined by
+//! [`crate::files`]; see `docs/http.md`). HTTP answers carry
+//! `Access-Control-Allow-Origin: *` so the master's web UI can read them.
 //!
 //! An executor connection task only decodes, forwards to the core and
 //! writes what the core sends back; the core checks tokens and owns all
 //! state. Bad frames get a non-fatal `Error`; a frame over
 //! [`agora_proto::MAX_FRAME_BYTES`] closes the connection with code 1009.
 
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use agora_proto::executor::{Call, Event};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::agent::CoreEvent;
+use crate::files::{self, FileError, Target};
 use crate::Shared;
 
 /// Events queued for one executor connection.
@@ -33,6 +43,27 @@ pub(crate) enum ExecOut {
 struct AppState {
     shared: Shared,
     core: mpsc::Sender<CoreEvent>,
+    counters: Arc<FileCounters>,
+}
+
+/// What `/files` served and refused, for `/metrics`.
+#[derive(Debug, Default)]
+struct FileCounters {
+    reads: AtomicU64,
+    listings: AtomicU64,
+    forbidden: AtomicU64,
+    not_found: AtomicU64,
+}
+
+/// `?offset=&length=&run=` of `/files`.
+#[derive(Debug, Default, Deserialize)]
+struct FileParams {
+    /// Byte offset (default 0).
+    offset: Option<u64>,
+    /// Bytes to read (default 64 KiB, at most 1 MiB).
+    length: Option<usize>,
+    /// Run id (default: the executor's latest run).
+    run: Option<String>,
 }
 
 /// The router for the agent's port.
@@ -42,25 +73,261 @@ pub(crate) fn router(shared: Shared, core: mpsc::Sender<CoreEvent>) -> Router {
         .route("/health", get(|| async { "ok" }))
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
-        .with_state(AppState { shared, core })
+        .route("/metrics", get(metrics))
+        .route("/files/{framework_id}/{executor_id}", get(files_root))
+        .route(
+            "/files/{framework_id}/{executor_id}/{*path}",
+            get(files_path),
+        )
+        .layer(axum::middleware::map_response(allow_cross_origin))
+        .with_state(AppState {
+            shared,
+            core,
+            counters: Arc::default(),
+        })
+}
+
+async fn allow_cross_origin(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    response
+}
+
+/// The core's `/state` JSON, or `None` when the agent is stopping.
+async fn core_state(app: &AppState) -> Option<serde_json::Value> {
+    let (reply, rx) = oneshot::channel();
+    app.core.send(CoreEvent::State { reply }).await.ok()?;
+    rx.await.ok()
+}
+
+/// Prometheus text: gauges counted from the core's state, plus what
+/// `/files` served.
+async fn metrics(State(app): State<AppState>) -> Response {
+    let Some(state) = core_state(&app).await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    };
+    let body = render_metrics(&state, &app.counters);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+fn render_metrics(state: &serde_json::Value, c: &FileCounters) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, series: &[(String, f64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in series {
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {v}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+            }
+        }
+    };
+    let one = |v: f64| vec![(String::new(), v)];
+    let registered = state["registered"].as_bool().unwrap_or(false);
+    metric(
+        "agora_agent_registered",
+        "gauge",
+        "1 while registered with a master",
+        &one(if registered { 1.0 } else { 0.0 }),
+    );
+    let frameworks = state["frameworks"].as_array().cloned().unwrap_or_default();
+    metric(
+        "agora_agent_frameworks",
+        "gauge",
+        "Frameworks with executors or tasks here",
+        &one(frameworks.len() as f64),
+    );
+    let (mut running, mut gone) = (0.0, 0.0);
+    let mut tasks: std::collections::BTreeMap<String, f64> = Default::default();
+    let mut used: std::collections::BTreeMap<String, f64> = Default::default();
+    for ex in frameworks
+        .iter()
+        .flat_map(|f| f["executors"].as_array().into_iter().flatten())
+    {
+        if ex["running"].as_bool().unwrap_or(false) {
+            running += 1.0;
+        } else {
+            gone += 1.0;
+        }
+        for t in ex["tasks"].as_array().into_iter().flatten() {
+            let task_state = t["state"].as_str().unwrap_or("UNKNOWN").to_string();
+            let terminal = serde_json::from_value::<agora_proto::TaskState>(t["state"].clone())
+                .is_ok_and(|s| s.is_terminal());
+            *tasks.entry(task_state).or_default() += 1.0;
+            if terminal {
+                continue;
+            }
+            if let Ok(r) = serde_json::from_value::<agora_proto::Resources>(t["resources"].clone())
+            {
+                for (name, v) in r.scalar_totals() {
+                    *used.entry(name.to_string()).or_default() += v;
+                }
+            }
+        }
+    }
+    metric(
+        "agora_agent_executors",
+        "gauge",
+        "Executors by whether their process runs",
+        &[
+            ("state=\"running\"".into(), running),
+            ("state=\"exited\"".into(), gone),
+        ],
+    );
+    let tasks: Vec<(String, f64)> = tasks
+        .into_iter()
+        .map(|(s, n)| (format!("state=\"{s}\""), n))
+        .collect();
+    metric(
+        "agora_agent_tasks",
+        "gauge",
+        "Tasks by latest state",
+        &tasks,
+    );
+    let mut resources: Vec<(String, f64)> = Vec::new();
+    if let Ok(total) = serde_json::from_value::<agora_proto::Resources>(state["resources"].clone())
+    {
+        for (name, v) in total.scalar_totals() {
+            resources.push((format!("name=\"{name}\",kind=\"total\""), v));
+            let u = used.get(name).copied().unwrap_or(0.0);
+            resources.push((format!("name=\"{name}\",kind=\"used\""), u));
+        }
+    }
+    metric(
+        "agora_agent_resources",
+        "gauge",
+        "Scalar resources: total advertised, used by active tasks",
+        &resources,
+    );
+    metric(
+        "agora_agent_status_update_streams",
+        "gauge",
+        "Tasks with status updates not yet acknowledged",
+        &one(state["status_update_streams"].as_f64().unwrap_or(0.0)),
+    );
+    metric(
+        "agora_agent_status_updates_acknowledged_total",
+        "counter",
+        "Status updates acknowledged by the scheduler (through the master)",
+        &one(state["status_updates_acknowledged"].as_f64().unwrap_or(0.0)),
+    );
+    if let Some(cp) = state["checkpoint"].as_object() {
+        let series: Vec<(String, f64)> = cp
+            .iter()
+            .filter_map(|(k, v)| Some((format!("stat=\"{k}\""), v.as_f64()?)))
+            .collect();
+        metric(
+            "agora_agent_checkpoint",
+            "gauge",
+            "Status update log statistics",
+            &series,
+        );
+    }
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+    metric(
+        "agora_agent_files_requests_total",
+        "counter",
+        "Sandbox file requests, by outcome",
+        &[
+            ("outcome=\"read\"".into(), load(&c.reads)),
+            ("outcome=\"listed\"".into(), load(&c.listings)),
+            ("outcome=\"forbidden\"".into(), load(&c.forbidden)),
+            ("outcome=\"not_found\"".into(), load(&c.not_found)),
+        ],
+    );
+    out
+}
+
+async fn files_root(
+    State(app): State<AppState>,
+    Path((framework_id, executor_id)): Path<(String, String)>,
+    Query(params): Query<FileParams>,
+) -> Response {
+    serve_file(app, framework_id, executor_id, String::new(), params).await
+}
+
+async fn files_path(
+    State(app): State<AppState>,
+    Path((framework_id, executor_id, path)): Path<(String, String, String)>,
+    Query(params): Query<FileParams>,
+) -> Response {
+    serve_file(app, framework_id, executor_id, path, params).await
+}
+
+/// A sandbox file window as JSON ([`files::FileChunk`]) or a directory
+/// listing ([`files::Listing`]); 403 for escapes, 404 for what is missing.
+async fn serve_file(
+    app: AppState,
+    framework_id: String,
+    executor_id: String,
+    path: String,
+    params: FileParams,
+) -> Response {
+    let work_dir = app.shared.config.work_dir.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        match files::open(
+            &work_dir,
+            &framework_id,
+            &executor_id,
+            params.run.as_deref(),
+            &path,
+        )? {
+            Target::Dir(listing) => Ok(serde_json::to_value(listing).unwrap_or_default()),
+            Target::File { mut file, run_id } => {
+                let chunk = files::read_chunk(
+                    &mut file,
+                    &path,
+                    run_id,
+                    params.offset.unwrap_or(0),
+                    params.length.unwrap_or(files::DEFAULT_READ_LENGTH),
+                )?;
+                Ok(serde_json::to_value(chunk).unwrap_or_default())
+            }
+        }
+    })
+    .await;
+    let c = &app.counters;
+    match result {
+        Ok(Ok(value)) => {
+            if value.get("entries").is_some() {
+                c.listings.fetch_add(1, Ordering::Relaxed);
+            } else {
+                c.reads.fetch_add(1, Ordering::Relaxed);
+            }
+            Json(value).into_response()
+        }
+        Ok(Err(e)) => {
+            let code = match &e {
+                FileError::Forbidden(_) => {
+                    c.forbidden.fetch_add(1, Ordering::Relaxed);
+                    StatusCode::FORBIDDEN
+                }
+                FileError::NotFound(_) => {
+                    c.not_found.fetch_add(1, Ordering::Relaxed);
+                    StatusCode::NOT_FOUND
+                }
+                FileError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            tracing::debug!(error = %e, "sandbox file request refused");
+            (code, e.to_string()).into_response()
+        }
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "file read failed").into_response(),
+    }
 }
 
 async fn state(State(app): State<AppState>) -> Response {
-    let (reply, rx) = oneshot::channel();
-    if app.core.send(CoreEvent::State { reply }).await.is_err() {
-        return (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "agent stopping",
-        )
-            .into_response();
-    }
-    match rx.await {
-        Ok(v) => Json(v).into_response(),
-        Err(_) => (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "agent stopping",
-        )
-            .into_response(),
+    match core_state(&app).await {
+        Some(v) => Json(v).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
     }
 }
 

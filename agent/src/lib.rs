@@ -30,12 +30,14 @@ use tokio_util::sync::CancellationToken;
 mod agent;
 mod checkpoint;
 mod config;
+pub mod files;
 mod http;
 pub mod launcher;
 mod master;
 pub mod paths;
 pub mod status_updates;
 mod sys;
+mod wal;
 
 pub use config::{parse_duration, Config, DurationParseError, RecoverMode};
 
@@ -113,10 +115,16 @@ pub async fn run(
         config: Arc::new(config),
         next_conn: Arc::new(AtomicU64::new(1)),
     };
-    let writer = checkpoint::Writer::start()?;
+    let (writer, streams) =
+        checkpoint::Writer::start(&shared.config.work_dir).map_err(|source| {
+            AgentError::WorkDir {
+                path: shared.config.work_dir.clone(),
+                source,
+            }
+        })?;
     let (core_tx, core_rx) = mpsc::channel(agent::CORE_QUEUE);
     let mut core = agent::Core::new(shared.clone(), core_tx.clone(), writer);
-    core.recover();
+    core.recover(streams);
 
     let cancel = CancellationToken::new();
     let app = http::router(shared.clone(), core_tx.clone());

@@ -15,8 +15,9 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "agora-agent", version)]
 struct Flags {
-    /// The master, HOST:PORT.
-    #[arg(long)]
+    /// The master, HOST:PORT; with high-availability masters,
+    /// etcd://HOST:PORT/PREFIX to follow the current leader.
+    #[arg(long, value_parser = parse_master)]
     master: String,
     /// Address to serve executors and HTTP on.
     #[arg(long, default_value = "127.0.0.1:5051")]
@@ -74,6 +75,21 @@ fn parse_resources(text: &str) -> Result<Resources, String> {
 
 fn parse_attributes(text: &str) -> Result<Attributes, String> {
     Attributes::parse(text).map_err(|e| e.to_string())
+}
+
+/// `HOST:PORT`, or `etcd://HOST:PORT/PREFIX` when built with etcd support.
+fn parse_master(text: &str) -> Result<String, String> {
+    if text.trim().starts_with("etcd://") {
+        #[cfg(feature = "etcd")]
+        return match agora_proto::etcd::EtcdUrl::parse(text) {
+            Some(Ok(url)) => Ok(url.to_string()),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err(format!("{text:?} is not an etcd:// URL")),
+        };
+        #[cfg(not(feature = "etcd"))]
+        return Err("this agora-agent was built without etcd support (feature `etcd`)".into());
+    }
+    Ok(text.to_string())
 }
 
 fn main() -> ExitCode {

@@ -3,6 +3,11 @@
 //! what the core sends, and reconnects with exponential backoff when the
 //! connection drops or the master falls silent.
 //!
+//! With `--master etcd://HOST:PORT/PREFIX` (feature `etcd`) it reads the
+//! current leader from etcd before every attempt, and while connected it
+//! checks every [`LEADER_CHECK`] that the leader is still the master it
+//! is connected to, reconnecting (and re-registering) when it changed.
+//!
 //! The link only moves frames; the core decides what to register with and
 //! what to do with events (see [`crate::agent`]). The core can force a new
 //! connection by dropping the sender it was given.
@@ -27,16 +32,93 @@ pub(crate) const MASTER_SILENT_PINGS: u32 = 3;
 /// How long to wait for `REGISTERED` before trying another connection.
 pub(crate) const REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
+/// How often a connected agent checks etcd for a leader change.
+#[cfg(feature = "etcd")]
+pub(crate) const LEADER_CHECK: Duration = Duration::from_millis(500);
+/// How long an agent that lost a master waits for etcd to name another.
+#[cfg(feature = "etcd")]
+const NEW_LEADER_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Completes when the master we are connected to is no longer the leader.
+type LeaderChanged = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Where the master is: given, or detected in etcd.
+enum Target {
+    Fixed(String),
+    #[cfg(feature = "etcd")]
+    Etcd(agora_proto::etcd::EtcdUrl),
+}
+
+// === impl Target ===
+
+impl Target {
+    fn new(master: &str) -> Target {
+        #[cfg(feature = "etcd")]
+        if let Some(Ok(url)) = agora_proto::etcd::EtcdUrl::parse(master) {
+            return Target::Etcd(url);
+        }
+        Target::Fixed(master.to_string())
+    }
+
+    /// The master's `HOST:PORT` now, and what tells us it stopped leading.
+    /// `previous` is the master just lost or not reached: through etcd, a
+    /// different leader is awaited for a moment.
+    async fn resolve(&self, previous: Option<&str>) -> Option<(String, LeaderChanged)> {
+        match self {
+            Target::Fixed(address) => {
+                let _ = previous;
+                Some((address.clone(), Box::pin(std::future::pending())))
+            }
+            #[cfg(feature = "etcd")]
+            Target::Etcd(url) => {
+                match agora_proto::etcd::detect_new_leader(url, previous, NEW_LEADER_PATIENCE).await
+                {
+                    Ok(Some(leader)) => {
+                        let (url, address) = (url.clone(), leader.address.clone());
+                        let changed = async move {
+                            agora_proto::etcd::leader_changed(&url, &address, LEADER_CHECK).await
+                        };
+                        Some((leader.address, Box::pin(changed)))
+                    }
+                    Ok(None) => {
+                        tracing::debug!(%url, "no leading master yet");
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!(%url, error = %e, "cannot read the leading master from etcd");
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Runs until `cancel` fires.
 pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: CancellationToken) {
-    let url = format!("ws://{}/api/agent", shared.config.master);
+    let target = Target::new(&shared.config.master);
     let min = shared
         .config
         .reconnect_backoff_min
         .max(Duration::from_millis(1));
     let max = shared.config.reconnect_backoff_max.max(min);
     let mut backoff = min;
+    let mut previous: Option<String> = None;
     loop {
+        let resolved = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = target.resolve(previous.as_deref()) => r,
+        };
+        let Some((master, leader_changed)) = resolved else {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(max);
+            continue;
+        };
+        let url = format!("ws://{master}/api/agent");
+        previous = Some(master.clone());
         let ws_config = WebSocketConfig::default()
             .max_message_size(Some(agora_proto::MAX_FRAME_BYTES))
             .max_frame_size(Some(agora_proto::MAX_FRAME_BYTES));
@@ -47,21 +129,21 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
         };
         match result {
             Ok(Ok((ws, _))) => {
-                tracing::info!(master = %shared.config.master, "connected to master");
-                let registered = serve(&shared, ws, &core, &cancel).await;
+                tracing::info!(%master, "connected to master");
+                let registered = serve(&shared, ws, &core, &cancel, leader_changed).await;
                 if cancel.is_cancelled() {
                     return;
                 }
                 if registered {
                     backoff = min;
                 }
-                tracing::warn!(master = %shared.config.master, "master connection lost; reconnecting");
+                tracing::warn!(%master, "master connection lost; reconnecting");
             }
             Ok(Err(e)) => {
-                tracing::debug!(master = %shared.config.master, error = %e, "cannot connect to master")
+                tracing::debug!(%master, error = %e, "cannot connect to master")
             }
             Err(_) => {
-                tracing::debug!(master = %shared.config.master, "connecting to master timed out")
+                tracing::debug!(%master, "connecting to master timed out")
             }
         }
         tokio::select! {
@@ -78,6 +160,7 @@ async fn serve<S>(
     ws: tokio_tungstenite::WebSocketStream<S>,
     core: &mpsc::Sender<CoreEvent>,
     cancel: &CancellationToken,
+    mut leader_changed: LeaderChanged,
 ) -> bool
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -98,6 +181,11 @@ where
     loop {
         tokio::select! {
             _ = cancel.cancelled() => {
+                let _ = sink.send(Message::Close(None)).await;
+                break;
+            }
+            _ = &mut leader_changed => {
+                tracing::warn!("this master no longer leads; reconnecting to the new leader");
                 let _ = sink.send(Message::Close(None)).await;
                 break;
             }

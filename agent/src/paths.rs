@@ -8,7 +8,7 @@
 //! WORK_DIR/meta/frameworks/FID/framework.json              checkpoints
 //! WORK_DIR/meta/frameworks/FID/executors/EID/executor.json
 //! WORK_DIR/meta/frameworks/FID/executors/EID/tasks/TID/task.json
-//! WORK_DIR/meta/frameworks/FID/executors/EID/tasks/TID/updates.log
+//! WORK_DIR/meta/updates.wal                                status update log
 //! ```
 
 use std::path::{Path, PathBuf};

@@ -67,6 +67,10 @@ struct Stream {
     terminal: bool,
     /// When the head was last sent and the current backoff.
     in_flight: Option<InFlight>,
+    /// The previous head's acknowledgement is not durable yet: the head
+    /// waits for [`StatusUpdateManager::release`], so that a restart can
+    /// never re-send an older update after a newer one.
+    held: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +108,7 @@ impl StatusUpdateManager {
             seen: HashSet::new(),
             terminal: false,
             in_flight: None,
+            held: false,
         });
         if stream.seen.contains(&uuid) {
             return UpdateOutcome::Duplicate;
@@ -114,7 +119,7 @@ impl StatusUpdateManager {
         stream.seen.insert(uuid);
         stream.terminal = status.state.is_terminal();
         stream.pending.push_back(status);
-        let send = if self.connected && stream.in_flight.is_none() {
+        let send = if self.connected && stream.in_flight.is_none() && !stream.held {
             stream.in_flight = Some(InFlight {
                 next_retry: now + self.retry_min,
                 backoff: self.retry_min,
@@ -126,12 +131,15 @@ impl StatusUpdateManager {
         UpdateOutcome::Added { send }
     }
 
-    /// Handles the master's acknowledgement of `uuid` for a task.
+    /// Handles the master's acknowledgement of `uuid` for a task. With
+    /// `hold`, the next head is not sent until [`StatusUpdateManager::release`]
+    /// (the caller is making the acknowledgement durable first).
     pub fn acknowledge(
         &mut self,
         framework_id: &FrameworkId,
         task_id: &TaskId,
         uuid: &str,
+        hold: bool,
         now: Instant,
     ) -> AckOutcome {
         let key = (framework_id.clone(), task_id.clone());
@@ -153,7 +161,8 @@ impl StatusUpdateManager {
                 ended: true,
             };
         }
-        let next = if self.connected && !stream.pending.is_empty() {
+        stream.held = hold;
+        let next = if self.connected && !hold && !stream.pending.is_empty() {
             stream.in_flight = Some(InFlight {
                 next_retry: now + self.retry_min,
                 backoff: self.retry_min,
@@ -169,12 +178,38 @@ impl StatusUpdateManager {
         }
     }
 
+    /// The held stream of a task may go on: returns its head to send now
+    /// (when connected and nothing is in flight).
+    pub fn release(
+        &mut self,
+        framework_id: &FrameworkId,
+        task_id: &TaskId,
+        now: Instant,
+    ) -> Option<TaskStatus> {
+        let stream = self
+            .streams
+            .get_mut(&(framework_id.clone(), task_id.clone()))?;
+        stream.held = false;
+        if !self.connected || stream.in_flight.is_some() {
+            return None;
+        }
+        let head = stream.pending.front().cloned()?;
+        stream.in_flight = Some(InFlight {
+            next_retry: now + self.retry_min,
+            backoff: self.retry_min,
+        });
+        Some(head)
+    }
+
     /// The agent (re-)registered: every head is to be sent at once.
     pub fn connected(&mut self, now: Instant) -> Vec<(FrameworkId, TaskStatus)> {
         self.connected = true;
         let retry_min = self.retry_min;
         let mut out = Vec::new();
         for ((framework_id, _), stream) in self.streams.iter_mut() {
+            if stream.held {
+                continue;
+            }
             if let Some(head) = stream.pending.front() {
                 stream.in_flight = Some(InFlight {
                     next_retry: now + retry_min,
@@ -272,6 +307,7 @@ impl StatusUpdateManager {
                 seen,
                 terminal,
                 in_flight: None,
+                held: false,
             },
         );
     }
@@ -329,14 +365,14 @@ mod tests {
             UpdateOutcome::Added { send } => assert_eq!(uuid_of(&send), Some("x1")),
             o => panic!("{o:?}"),
         }
-        match m.acknowledge(&f, &TaskId::new("t"), "u1", t0) {
+        match m.acknowledge(&f, &TaskId::new("t"), "u1", false, t0) {
             AckOutcome::Acknowledged { next, ended, .. } => {
                 assert_eq!(uuid_of(&next), Some("u2"));
                 assert!(!ended);
             }
             o => panic!("{o:?}"),
         }
-        match m.acknowledge(&f, &TaskId::new("t"), "u2", t0) {
+        match m.acknowledge(&f, &TaskId::new("t"), "u2", false, t0) {
             AckOutcome::Acknowledged { next, ended, .. } => {
                 assert!(next.is_none());
                 assert!(ended);
@@ -378,7 +414,7 @@ mod tests {
         assert_eq!(m.pending(&f, &TaskId::new("t")).len(), 2);
         // Even after the head is acknowledged, its uuid is still a duplicate.
         m.connected(t0);
-        m.acknowledge(&f, &TaskId::new("t"), "u1", t0);
+        m.acknowledge(&f, &TaskId::new("t"), "u1", false, t0);
         assert_eq!(
             m.update(&f, st("t", TaskState::Running, "u1"), t0),
             UpdateOutcome::Duplicate
@@ -394,21 +430,21 @@ mod tests {
         m.update(&f, st("t", TaskState::Running, "u1"), t0);
         m.update(&f, st("t", TaskState::Finished, "u2"), t0);
         assert_eq!(
-            m.acknowledge(&f, &TaskId::new("t"), "u2", t0),
+            m.acknowledge(&f, &TaskId::new("t"), "u2", false, t0),
             AckOutcome::Ignored
         );
         assert_eq!(
-            m.acknowledge(&f, &TaskId::new("nope"), "u1", t0),
+            m.acknowledge(&f, &TaskId::new("nope"), "u1", false, t0),
             AckOutcome::Ignored
         );
         assert_eq!(m.pending(&f, &TaskId::new("t")).len(), 2);
         assert!(matches!(
-            m.acknowledge(&f, &TaskId::new("t"), "u1", t0),
+            m.acknowledge(&f, &TaskId::new("t"), "u1", false, t0),
             AckOutcome::Acknowledged { .. }
         ));
         // A repeated ack of the old head is ignored too.
         assert_eq!(
-            m.acknowledge(&f, &TaskId::new("t"), "u1", t0),
+            m.acknowledge(&f, &TaskId::new("t"), "u1", false, t0),
             AckOutcome::Ignored
         );
     }
@@ -435,7 +471,7 @@ mod tests {
         assert_eq!(intervals, vec![20, 35, 35, 35]);
         // Ack resets: the next head starts at retry_min again.
         m.update(&f, st("t", TaskState::Finished, "u2"), now);
-        m.acknowledge(&f, &TaskId::new("t"), "u1", now);
+        m.acknowledge(&f, &TaskId::new("t"), "u1", false, now);
         assert_eq!(m.next_retry(), Some(now + Duration::from_secs(10)));
     }
 
@@ -459,11 +495,32 @@ mod tests {
         assert_eq!(m.next_retry(), None);
         assert!(m.due_retries(t0 + Duration::from_secs(3600)).is_empty());
         // While disconnected an ack still advances the stream but sends nothing.
-        match m.acknowledge(&f, &TaskId::new("a"), "a1", t0) {
+        match m.acknowledge(&f, &TaskId::new("a"), "a1", false, t0) {
             AckOutcome::Acknowledged { next, .. } => assert!(next.is_none()),
             o => panic!("{o:?}"),
         }
         assert_eq!(m.connected(t0).len(), 2);
+    }
+
+    #[test]
+    fn held_head_waits_for_release() {
+        let f = FrameworkId::new("f");
+        let t = TaskId::new("t");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        m.connected(t0);
+        m.update(&f, st("t", TaskState::Running, "u1"), t0);
+        m.update(&f, st("t", TaskState::Finished, "u2"), t0);
+        match m.acknowledge(&f, &t, "u1", true, t0) {
+            AckOutcome::Acknowledged { next, .. } => assert!(next.is_none()),
+            o => panic!("{o:?}"),
+        }
+        // Neither retries nor a re-registration send the held head.
+        assert_eq!(m.next_retry(), None);
+        assert!(m.connected(t0).is_empty());
+        assert_eq!(m.release(&f, &t, t0).unwrap().uuid.as_deref(), Some("u2"));
+        assert!(m.release(&f, &t, t0).is_none(), "already in flight");
+        assert_eq!(m.next_retry(), Some(t0 + Duration::from_secs(10)));
     }
 
     #[test]

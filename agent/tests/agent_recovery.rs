@@ -61,8 +61,8 @@ async fn restarted_agent_reattaches_and_resends_pending_updates() {
     })
     .await;
     assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
-    // Acknowledged means durable: the update is in the task's log.
-    let log = work.join("meta/frameworks/fw/executors/t/tasks/t/updates.log");
+    // Acknowledged means durable: the update is in the agent's log.
+    let log = work.join("meta/updates.wal");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains(running.uuid.as_deref().unwrap()));
     let (_, s) = conn.recv_update(false).await;

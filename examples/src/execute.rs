@@ -78,6 +78,24 @@ pub struct ExecuteOptions {
     /// How long a launched instance may stay silent before it is
     /// reconciled explicitly (default 10 s).
     pub reconcile_interval: Duration,
+    /// Called with each instance's task id and state as the job moves:
+    /// `TASK_STAGING` when it is launched, then every status update
+    /// (possibly repeated). For progress displays; `None` by default.
+    pub on_state: Option<StateHook>,
+}
+
+/// A callback for [`ExecuteOptions::on_state`]. It runs on the driver's
+/// callback thread and must not block.
+#[derive(Clone)]
+pub struct StateHook(pub Arc<StateFn>);
+
+/// The function inside a [`StateHook`].
+pub type StateFn = dyn Fn(&TaskId, TaskState) + Send + Sync;
+
+impl std::fmt::Debug for StateHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateHook")
+    }
 }
 
 /// How a run ended.
@@ -166,6 +184,7 @@ impl ExecuteOptions {
             ledger: None,
             state_file: None,
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
+            on_state: None,
         }
     }
 }
@@ -352,6 +371,9 @@ impl Scheduler for ExecuteScheduler {
                     "task_id": task.task_id.as_str(),
                     "agent_id": offer.agent_id.as_str(),
                 }));
+                if let Some(hook) = &self.opts.on_state {
+                    (hook.0)(&task.task_id, TaskState::Staging);
+                }
             }
             let _ = driver.launch_tasks(
                 std::slice::from_ref(&offer.id),
@@ -377,6 +399,9 @@ impl Scheduler for ExecuteScheduler {
                 .map(|m| format!(" ({m})"))
                 .unwrap_or_default();
             println!("{} {}{}", status.task_id, status.state, message);
+        }
+        if let Some(hook) = &self.opts.on_state {
+            (hook.0)(&status.task_id, status.state);
         }
         let mut job = self.lock();
         // Recorded before this callback returns, that is before the

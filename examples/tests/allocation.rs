@@ -62,7 +62,7 @@ impl Scheduler for Greedy {
             *self.live.lock().unwrap() += 1;
             // The rest goes back at once, to whoever has the lowest share.
             let _ = driver.launch_tasks(
-                &[offer.id.clone()],
+                std::slice::from_ref(&offer.id),
                 vec![task],
                 Filters {
                     refuse_seconds: Some(0.0),

@@ -35,6 +35,8 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the core's clock rules (flush bound) are checked.
 const TICK: Duration = Duration::from_millis(100);
+/// Most queued commands handled (and their frames written) in one go.
+const COMMAND_BATCH: usize = 256;
 
 /// Handle to an executor driver: the executor's connection to its agent.
 ///
@@ -467,7 +469,17 @@ impl Io {
                     }
                 },
                 command = commands.recv() => {
-                    core.on_command(command.unwrap_or(Command::Abort), Instant::now())
+                    let now = Instant::now();
+                    let mut actions = core.on_command(command.unwrap_or(Command::Abort), now);
+                    // Take what else is queued, so a burst of updates goes
+                    // out in one write.
+                    for _ in 0..COMMAND_BATCH {
+                        match commands.try_recv() {
+                            Ok(command) => actions.extend(core.on_command(command, now)),
+                            Err(_) => break,
+                        }
+                    }
+                    actions
                 }
                 _ = tick.tick() => core.on_tick(Instant::now()),
             };
@@ -481,9 +493,12 @@ impl Io {
         flow
     }
 
-    /// Carries out the core's actions in order.
+    /// Carries out the core's actions in order. Frames are queued on the
+    /// sink and flushed once at the end, so a batch of calls costs one
+    /// write.
     async fn apply(&self, actions: Vec<Action>, mut sink: Option<&mut WsSink>) -> Flow {
         let mut flow = Flow::Continue;
+        let mut unflushed = false;
         for action in actions {
             match action {
                 Action::Send(call) => {
@@ -495,8 +510,8 @@ impl Io {
                         continue;
                     }
                     let frame = Message::text(agora_proto::encode(&call));
-                    match tokio::time::timeout(SEND_TIMEOUT, sink.send(frame)).await {
-                        Ok(Ok(())) => {}
+                    match tokio::time::timeout(SEND_TIMEOUT, sink.feed(frame)).await {
+                        Ok(Ok(())) => unflushed = true,
                         Ok(Err(error)) => {
                             tracing::warn!(%error, "cannot write to the agent");
                             flow = Flow::Reconnect;
@@ -533,6 +548,25 @@ impl Io {
                         }
                     });
                     flow = Flow::Finish(outcome);
+                }
+            }
+        }
+        if unflushed && !matches!(flow, Flow::Reconnect) {
+            if let Some(sink) = sink {
+                match tokio::time::timeout(SEND_TIMEOUT, sink.flush()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "cannot write to the agent");
+                        if matches!(flow, Flow::Continue) {
+                            flow = Flow::Reconnect;
+                        }
+                    }
+                    Err(_) => {
+                        tracing::warn!(timeout = ?SEND_TIMEOUT, "writing to the agent timed out");
+                        if matches!(flow, Flow::Continue) {
+                            flow = Flow::Reconnect;
+                        }
+                    }
                 }
             }
         }
@@ -590,6 +624,9 @@ fn callback_loop(
             Callback::LaunchTask(task) => executor.launch_task(d, task),
             Callback::KillTask(task_id) => executor.kill_task(d, &task_id),
             Callback::FrameworkMessage(data) => executor.framework_message(d, &data),
+            Callback::Acknowledged { task_id, uuid } => {
+                executor.status_update_acknowledged(d, &task_id, &uuid)
+            }
             Callback::Shutdown => {
                 tracing::info!("the agent asked the executor to shut down");
                 executor.shutdown(d);

@@ -108,6 +108,19 @@ pub trait Executor: Send + 'static {
     /// Bytes from the scheduler. Best effort.
     fn framework_message(&mut self, driver: &ExecutorDriver, data: &[u8]) {}
 
+    /// The agent acknowledged the update `uuid` of `task_id`: it is
+    /// checkpointed (when the framework checkpoints) and the agent now
+    /// delivers it to the scheduler reliably, so the driver no longer keeps
+    /// it. Informational; not called for acknowledgements that arrive while
+    /// the driver is stopping.
+    fn status_update_acknowledged(
+        &mut self,
+        driver: &ExecutorDriver,
+        task_id: &TaskId,
+        uuid: &str,
+    ) {
+    }
+
     /// Kill all tasks and send their terminal updates; the driver stops
     /// after this returns and pending updates are acknowledged (bounded by
     /// the shutdown grace period, after which the agent kills the process

@@ -8,6 +8,7 @@
 //! frames, user commands and clock ticks and carries out the [`Action`]s it
 //! returns.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use agora_proto::executor::{Call, Event};
@@ -51,6 +52,11 @@ pub(crate) enum Callback {
     LaunchTask(TaskInfo),
     KillTask(TaskId),
     FrameworkMessage(Vec<u8>),
+    /// The agent acknowledged (checkpointed) an update.
+    Acknowledged {
+        task_id: TaskId,
+        uuid: String,
+    },
     /// Run `shutdown`, then stop the driver.
     Shutdown,
     /// The final callback after an abort the driver decided on.
@@ -100,7 +106,7 @@ pub(crate) struct DriverCore {
     conn: Conn,
     subscribed_before: bool,
     /// Oldest first.
-    unacknowledged: Vec<Pending>,
+    unacknowledged: VecDeque<Pending>,
     /// In launch order.
     unacknowledged_tasks: Vec<TaskInfo>,
     /// When the agent was lost (or, before the first subscription, when
@@ -123,7 +129,7 @@ impl DriverCore {
             config,
             conn: Conn::Disconnected,
             subscribed_before: false,
-            unacknowledged: Vec::new(),
+            unacknowledged: VecDeque::new(),
             unacknowledged_tasks: Vec::new(),
             lost_since: Some(now),
             flush_deadline: None,
@@ -332,14 +338,24 @@ impl DriverCore {
     }
 
     fn on_acknowledged(&mut self, task_id: TaskId, uuid: String, now: Instant) -> Vec<Action> {
-        let before = self.unacknowledged.len();
-        self.unacknowledged
-            .retain(|p| p.status.uuid.as_deref() != Some(uuid.as_str()));
-        if self.unacknowledged.len() == before {
-            tracing::debug!(%task_id, %uuid, "acknowledgement for an unknown update");
+        // Acknowledgements come roughly in sending order: search from the
+        // oldest.
+        let found = self
+            .unacknowledged
+            .iter()
+            .position(|p| p.status.uuid.as_deref() == Some(uuid.as_str()));
+        if !self.unacknowledged_tasks.is_empty() {
+            self.unacknowledged_tasks.retain(|t| t.task_id != task_id);
         }
-        self.unacknowledged_tasks.retain(|t| t.task_id != task_id);
-        self.finish_flush_if_done(now)
+        let Some(i) = found else {
+            tracing::debug!(%task_id, %uuid, "acknowledgement for an unknown update");
+            return self.finish_flush_if_done(now);
+        };
+        self.unacknowledged.remove(i);
+        if self.flush_deadline.is_some() {
+            return self.finish_flush_if_done(now);
+        }
+        vec![Action::Callback(Callback::Acknowledged { task_id, uuid })]
     }
 
     /// A user command.
@@ -361,7 +377,7 @@ impl DriverCore {
                         status: pending.status.clone(),
                     }));
                 }
-                self.unacknowledged.push(pending);
+                self.unacknowledged.push_back(pending);
                 actions
             }
             Command::Message(data) => {

@@ -13,6 +13,7 @@ use agora_proto::{
 use tokio::time::Instant;
 
 use crate::master::{master_status, ConnId, Master, Output, CLOSE_POLICY};
+use crate::registry::{AgentRecord, RegistryOp};
 use crate::tasks::Task;
 
 /// An agent the master knows.
@@ -34,6 +35,8 @@ pub(crate) struct Agent {
     pub(crate) missed_pings: u32,
     pub(crate) awaiting_pong: bool,
     pub(crate) registered_at: f64,
+    /// Known from the registry, not re-registered with this master yet.
+    pub(crate) recovering: bool,
 }
 
 // === impl Agent ===
@@ -54,7 +57,23 @@ impl Agent {
             missed_pings: 0,
             awaiting_pong: false,
             registered_at: agora_proto::now_timestamp(),
+            recovering: false,
         }
+    }
+
+    /// An agent the registry lists, waiting to re-register.
+    pub(crate) fn recovered(id: AgentId, info: AgentInfo) -> Self {
+        let mut agent = Agent::new(id, info, 0);
+        agent.conn = None;
+        agent.recovering = true;
+        agent
+    }
+
+    fn record(&self) -> RegistryOp {
+        RegistryOp::PutAgent(AgentRecord {
+            id: self.id.clone(),
+            info: self.info.clone(),
+        })
     }
 }
 
@@ -91,6 +110,7 @@ impl Master {
                 let agent = Agent::new(aid.clone(), info, conn);
                 self.allocator.add_agent(&aid, &agent.total, &[], true);
                 tracing::info!(agent_id = %aid, hostname = %agent.info.hostname, resources = %agent.total, "agent registered");
+                self.persist(agent.record());
                 self.agents.insert(aid.clone(), agent);
                 self.agent_conns.insert(conn, aid.clone());
                 self.send_agent_conn(
@@ -153,10 +173,16 @@ impl Master {
             .agents
             .remove(&aid)
             .unwrap_or_else(|| Agent::new(aid.clone(), info.clone(), conn));
+        // Recorded again only when new to the registry or changed.
+        let recorded = known.then(|| agent.info.clone());
         agent.info = AgentInfo {
             id: Some(aid.clone()),
             ..info
         };
+        if recorded.as_ref() != Some(&agent.info) {
+            self.persist(agent.record());
+        }
+        agent.recovering = false;
         agent.total = agent.info.resources.clone();
         agent.conn = Some(conn);
         agent.missed_pings = 0;
@@ -392,6 +418,7 @@ impl Master {
         let Some(agent) = self.agents.remove(aid) else {
             return;
         };
+        self.metrics.agents_removed.inc();
         if let Some(conn) = agent.conn {
             self.agent_conns.remove(&conn);
             self.send_agent_conn(
@@ -431,6 +458,7 @@ impl Master {
         }
         self.allocator.remove_agent(aid);
         self.removed_agents.insert(aid.clone());
+        self.persist(RegistryOp::RemoveAgent { id: aid.clone() });
         let conns: Vec<ConnId> = self.frameworks.values().filter_map(|f| f.conn).collect();
         for conn in conns {
             self.send_scheduler(
@@ -440,6 +468,27 @@ impl Master {
                     executor_id: None,
                     status: None,
                 },
+            );
+        }
+    }
+
+    /// Removes the agents of the registry that did not re-register within
+    /// the `agent_reregister_timeout` after a restart. Their tasks were
+    /// never rebuilt: frameworks hear `agent_lost` now, and `TASK_LOST`
+    /// when they reconcile them.
+    pub(crate) fn remove_unreturned_agents(&mut self, now: Instant) {
+        let gone: Vec<AgentId> = self
+            .agents
+            .values()
+            .filter(|a| a.recovering)
+            .map(|a| a.id.clone())
+            .collect();
+        for aid in gone {
+            tracing::warn!(agent_id = %aid, timeout = ?self.config.agent_reregister_timeout, "agent did not re-register after the master restarted; removing it");
+            self.remove_agent(
+                now,
+                &aid,
+                "agent removed: it did not re-register within agent_reregister_timeout after a master restart",
             );
         }
     }

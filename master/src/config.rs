@@ -10,10 +10,15 @@ use agora_proto::{Resources, Value, DEFAULT_ROLE};
 /// Default [`Config::offer_timeout`].
 pub const DEFAULT_OFFER_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default [`Config::agent_reregister_timeout`].
+pub const DEFAULT_AGENT_REREGISTER_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// How the master runs. [`Config::default`] gives Mesos's defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Directory for the master's own files (created at start when set).
+    /// When set, the registry (admitted agents, frameworks, removed ids)
+    /// is kept in `WORK_DIR/registry` and reloaded on start.
     pub work_dir: Option<PathBuf>,
     /// Period of the regular allocation cycle (default 1 s).
     pub allocation_interval: Duration,
@@ -48,6 +53,13 @@ pub struct Config {
     /// master restart) is kept without its scheduler subscribing, at least
     /// (its own `failover_timeout` applies when longer; default 10 min).
     pub recovered_framework_timeout: Duration,
+    /// After a restart that reloaded the registry, how long agents it
+    /// lists have to re-register before they are removed (their tasks
+    /// then count as lost). Default 10 min, Mesos's: long enough for an
+    /// agent host to reboot and for agents' reconnect backoff, since
+    /// removing a live agent kills its tasks; short enough that
+    /// frameworks learn of truly gone agents the same hour.
+    pub agent_reregister_timeout: Duration,
     /// Completed tasks kept for `/state` and reconciliation (default 1000).
     pub max_completed_tasks: usize,
     /// Removed agent ids remembered, to refuse them with `SHUTDOWN` (default 100 000).
@@ -59,7 +71,31 @@ pub struct Config {
     pub event_queue_capacity: usize,
     /// Least time between two `/state` snapshots (default 100 ms).
     pub state_snapshot_interval: Duration,
+    /// High availability: campaign for leadership in etcd and keep the
+    /// registry there (then `work_dir` holds no registry). `None`: a
+    /// single master.
+    #[cfg(feature = "etcd")]
+    pub etcd: Option<EtcdOptions>,
 }
+
+/// Where and how a master campaigns for leadership (see `docs/protocol.md`,
+/// "High availability").
+#[cfg(feature = "etcd")]
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdOptions {
+    /// etcd's client endpoint, `http://HOST:PORT` or `HOST:PORT`.
+    pub endpoint: String,
+    /// Prefix of every key this cluster uses, e.g. `/agora`.
+    pub prefix: String,
+    /// TTL of the leader's lease (whole seconds, rounded up; default 2 s):
+    /// a dead leader is replaced this long after its last renewal, and a
+    /// leader cut off from etcd stops after at most this long.
+    pub lease_ttl: Duration,
+}
+
+/// Default [`EtcdOptions::lease_ttl`].
+#[cfg(feature = "etcd")]
+pub const DEFAULT_ETCD_LEASE_TTL: Duration = Duration::from_secs(2);
 
 impl Default for Config {
     fn default() -> Self {
@@ -77,11 +113,14 @@ impl Default for Config {
             role_weights: BTreeMap::new(),
             role_quotas: BTreeMap::new(),
             recovered_framework_timeout: Duration::from_secs(600),
+            agent_reregister_timeout: DEFAULT_AGENT_REREGISTER_TIMEOUT,
             max_completed_tasks: 1000,
             max_removed_agents: 100_000,
             connection_queue_capacity: 10_000,
             event_queue_capacity: 8192,
             state_snapshot_interval: Duration::from_millis(100),
+            #[cfg(feature = "etcd")]
+            etcd: None,
         }
     }
 }
@@ -93,6 +132,7 @@ impl Config {
             ("allocation_interval", self.allocation_interval),
             ("agent_ping_interval", self.agent_ping_interval),
             ("heartbeat_interval", self.heartbeat_interval),
+            ("agent_reregister_timeout", self.agent_reregister_timeout),
         ];
         for (name, d) in positive {
             if d.is_zero() {
@@ -130,6 +170,18 @@ impl Config {
                 return Err(format!(
                     "quota of role {role} is written without roles (cpus:4, not cpus(web):4)"
                 ));
+            }
+        }
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = &self.etcd {
+            if !etcd.prefix.starts_with('/') || etcd.prefix.trim_end_matches('/').is_empty() {
+                return Err(format!(
+                    "etcd prefix must start with / and name something, not {:?}",
+                    etcd.prefix
+                ));
+            }
+            if etcd.lease_ttl < Duration::from_secs(1) {
+                return Err("etcd lease TTL must be at least 1 s".into());
             }
         }
         if self.connection_queue_capacity == 0 || self.event_queue_capacity == 0 {

@@ -1,6 +1,17 @@
 //! The state task: the one task that owns the [`Master`]. It takes inputs
-//! from the bounded queue all connections share, runs the timers, writes
-//! the outbox to the connections' queues and publishes `/state` snapshots.
+//! from the bounded queue all connections share, runs the timers, makes
+//! the batch's registry changes durable, then writes the outbox to the
+//! connections' queues, and publishes `/state` snapshots.
+//!
+//! The registry write comes first and the task waits for it: nothing the
+//! master says depends on a change that could still be lost. If the
+//! write fails, the master stops (as Mesos's does) rather than act on
+//! state it cannot keep; its peers reconnect when it is restarted.
+//!
+//! In high-availability mode the task also holds a [`Leadership`]: it
+//! checks it before each write and each delivery, and stops the master
+//! the moment leadership is gone (a lease that ran out while the process
+//! was frozen or cut off from etcd), so a deposed leader sends nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,20 +22,34 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http::{Outbound, Registry};
 use crate::master::{Input, Master, Output};
+use crate::registry::{Registry as Store, RegistryOp};
 use crate::state::StateSnapshot;
 
 /// Inputs handled per wake-up before timers and writes get their turn.
 const MAX_BATCH: usize = 512;
 
-/// Runs until `shutdown` is cancelled or every input sender is gone.
+/// Whether this master may still act as the leader.
+pub(crate) trait Leadership: Send + Sync {
+    /// True while leadership surely holds at `now`.
+    fn holds(&self, now: Instant) -> bool;
+    /// Records that the state task stopped for `reason`.
+    fn lost(&self, reason: &str);
+}
+
+/// Runs until `shutdown` is cancelled or every input sender is gone, or
+/// until a registry write fails or `leadership` ends: then it cancels
+/// `shutdown` and returns (the error, for a failed write).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     mut master: Master,
     mut inputs: mpsc::Receiver<Input>,
+    mut store: Option<Box<dyn Store>>,
     registry: Registry,
     snapshots: watch::Sender<Arc<StateSnapshot>>,
     snapshot_interval: Duration,
     shutdown: CancellationToken,
-) {
+    leadership: Option<Box<dyn Leadership>>,
+) -> Result<(), crate::RegistryError> {
     let mut last_snapshot = Instant::now();
     loop {
         let mut wake = master.next_deadline();
@@ -51,6 +76,21 @@ pub(crate) async fn run(
         if now >= master.next_deadline() {
             master.tick(now);
         }
+        if !still_leading(leadership.as_deref(), &shutdown) {
+            return Ok(());
+        }
+        let ops = master.take_registry_ops();
+        if let Some(store) = store.as_mut() {
+            if let Err(e) = persist(store.as_mut(), &ops) {
+                tracing::error!(error = %e, "cannot write the registry; the master stops rather than act on changes it cannot keep");
+                shutdown.cancel();
+                return Err(e);
+            }
+        }
+        // The write may have taken a while: check again before speaking.
+        if !still_leading(leadership.as_deref(), &shutdown) {
+            return Ok(());
+        }
         deliver(&registry, master.take_outputs());
         if master.dirty && now >= last_snapshot + snapshot_interval {
             snapshots.send_replace(Arc::new(master.snapshot()));
@@ -59,6 +99,39 @@ pub(crate) async fn run(
         }
     }
     tracing::debug!("state task stopped");
+    Ok(())
+}
+
+/// False (and the master told to stop) once `leadership` no longer holds.
+fn still_leading(leadership: Option<&dyn Leadership>, shutdown: &CancellationToken) -> bool {
+    match leadership {
+        Some(l) if !l.holds(Instant::now()) => {
+            let reason = "the leader lease ran out; acting no further";
+            tracing::error!("{reason}");
+            l.lost(reason);
+            shutdown.cancel();
+            false
+        }
+        _ => true,
+    }
+}
+
+/// Applies `ops` to the store. The write blocks the state task by design;
+/// on a multi-threaded runtime the connection tasks move to other workers
+/// meanwhile.
+pub(crate) fn persist(
+    store: &mut dyn Store,
+    ops: &[RegistryOp],
+) -> Result<(), crate::RegistryError> {
+    if ops.is_empty() {
+        return Ok(());
+    }
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+            tokio::task::block_in_place(|| store.apply(ops))
+        }
+        _ => store.apply(ops),
+    }
 }
 
 /// Queues each output on its connection. A connection whose queue is full

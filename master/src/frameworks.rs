@@ -13,6 +13,7 @@ use agora_proto::{
 use tokio::time::Instant;
 
 use crate::master::{peer_seconds, ConnId, Master, CLOSE_NORMAL, CLOSE_POLICY};
+use crate::registry::{FrameworkRecord, RegistryOp};
 use crate::tasks::Task;
 
 /// A framework the master knows.
@@ -55,6 +56,14 @@ impl Framework {
 
     pub(crate) fn roles(&self) -> Vec<String> {
         self.info.effective_roles()
+    }
+
+    fn record(&self, disconnected_at: Option<f64>) -> RegistryOp {
+        RegistryOp::PutFramework(FrameworkRecord {
+            id: self.id.clone(),
+            info: self.info.clone(),
+            disconnected_at,
+        })
     }
 }
 
@@ -172,11 +181,13 @@ impl Master {
         };
         fw.conn = Some(conn);
         fw.failover_deadline = None;
+        let record = fw.record(None);
         let pending: Vec<_> = fw
             .tasks
             .values()
             .filter_map(|t| t.pending_update.clone())
             .collect();
+        self.persist(record);
         self.scheduler_conns.insert(conn, fid.clone());
         self.allocator.activate_framework(&fid);
         tracing::info!(framework_id = %fid, reregistered, "framework subscribed");
@@ -189,6 +200,9 @@ impl Master {
                 reregistered,
             },
         );
+        self.metrics
+            .status_updates_retried
+            .add(pending.len() as u64);
         for status in pending {
             self.send_scheduler(conn, Event::Update { status });
         }
@@ -211,6 +225,8 @@ impl Master {
             Some(deadline) => {
                 if let Some(fw) = self.frameworks.get_mut(&fid) {
                     fw.failover_deadline = Some(deadline);
+                    let record = fw.record(Some(agora_proto::now_timestamp()));
+                    self.persist(record);
                 }
             }
             None => self.teardown(
@@ -283,6 +299,7 @@ impl Master {
         }
         self.allocator.remove_framework(fid);
         self.removed_frameworks.insert(fid.clone());
+        self.persist(RegistryOp::RemoveFramework { id: fid.clone() });
         if let Some(conn) = fw.conn {
             self.scheduler_conns.remove(&conn);
             self.scheduler_fatal(conn, reason, CLOSE_NORMAL);

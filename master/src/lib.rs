@@ -8,15 +8,27 @@
 //! Inside, one task owns all state as a sans-IO state machine (`master`);
 //! connection tasks only parse, forward and write; the [`allocator`]
 //! (default: hierarchical weighted DRF with quota) is a pure component behind a trait.
+//! With a work directory, the `registry` keeps admitted agents,
+//! frameworks and removed ids durable (written before the master acts on
+//! a change) and a restarted master recovers them.
+//! With the `etcd` feature and [`Config`]'s `etcd` set, several masters
+//! campaign for leadership in etcd and the leader keeps the registry
+//! there (`ha`; see `docs/protocol.md`, "High availability").
 
 mod agents;
 pub mod allocator;
+#[doc(hidden)]
+pub mod bench;
 mod config;
 mod event_loop;
 mod frameworks;
+#[cfg(feature = "etcd")]
+mod ha;
 mod http;
 mod master;
+mod metrics;
 mod offers;
+mod registry;
 mod state;
 mod tasks;
 
@@ -32,6 +44,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
+#[cfg(feature = "etcd")]
+pub use config::{EtcdOptions, DEFAULT_ETCD_LEASE_TTL};
+pub use registry::RegistryError;
+
+use registry::Registry as _;
 
 use allocator::{AllocatorOptions, DrfAllocator};
 
@@ -52,6 +69,17 @@ pub enum MasterError {
         /// Why.
         source: std::io::Error,
     },
+    /// The registry in the work directory could not be loaded or written
+    /// (a failed write stops the master: it does not act on changes it
+    /// cannot keep).
+    #[error("registry: {0}")]
+    Registry(#[from] RegistryError),
+    /// This master was the leader and lost its lease (it was cut off
+    /// from etcd, or frozen past the lease's TTL): it stopped acting at
+    /// once. Restart it to campaign again.
+    #[cfg(feature = "etcd")]
+    #[error("deposed: {0}")]
+    Deposed(String),
     /// Serving on the listener failed.
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
@@ -59,6 +87,10 @@ pub enum MasterError {
 
 /// Runs a master on `listener` until `shutdown` completes, then closes
 /// every connection (code 1001) and returns.
+///
+/// With [`Config`]'s `etcd` set (feature `etcd`), the master serves at
+/// once as a standby and acts only once it has won the leader election;
+/// it returns [`MasterError::Deposed`] when it loses leadership.
 pub async fn run(
     listener: tokio::net::TcpListener,
     config: Config,
@@ -78,36 +110,129 @@ pub async fn run(
         version: agora_proto::VERSION.to_string(),
     };
     tracing::info!(master_id = %info.id, %address, "master starting");
+    #[cfg(feature = "etcd")]
+    let election = match &config.etcd {
+        Some(options) => {
+            let me = agora_proto::etcd::LeaderInfo {
+                address: info.address.clone(),
+                master_id: info.id.clone(),
+            };
+            let (election, role) = ha::Election::new(options, me)
+                .map_err(|e| MasterError::InvalidConfig(e.to_string()))?;
+            Some((election, role))
+        }
+        None => None,
+    };
+    #[cfg(feature = "etcd")]
+    let high_availability = election.is_some();
+    #[cfg(not(feature = "etcd"))]
+    let high_availability = false;
+
     let allocator = DrfAllocator::new(AllocatorOptions::from(&config));
-    let master = master::Master::new(config.clone(), info, Box::new(allocator), Instant::now());
+    let mut master = master::Master::new(config.clone(), info, Box::new(allocator), Instant::now());
+    let store: Option<Box<dyn registry::Registry>> = match &config.work_dir {
+        Some(dir) if !high_availability => {
+            let mut store =
+                registry::FileRegistry::open(&dir.join("registry"), config.max_removed_agents)?;
+            master.recover(store.state(), Instant::now(), agora_proto::now_timestamp());
+            // Teardowns decided at recovery are durable before serving.
+            store.apply(&master.take_registry_ops())?;
+            master.take_outputs();
+            Some(Box::new(store))
+        }
+        _ => None,
+    };
     let (input_tx, input_rx) = mpsc::channel(config.event_queue_capacity);
     let (snapshot_tx, snapshot_rx) = watch::channel(Arc::new(master.snapshot()));
+    let metrics = master.metrics.clone();
     let token = CancellationToken::new();
     let registry: http::Registry = Arc::default();
 
-    let state_task = tokio::spawn(event_loop::run(
-        master,
-        input_rx,
-        registry.clone(),
-        snapshot_tx,
-        config.state_snapshot_interval,
-        token.clone(),
-    ));
     let app = http::AppState {
         inputs: input_tx,
-        registry,
+        registry: registry.clone(),
         next_conn: Arc::new(AtomicU64::new(1)),
         snapshot: snapshot_rx,
         shutdown: token.clone(),
         queue_capacity: config.connection_queue_capacity,
+        metrics,
     };
+    #[allow(unused_mut)]
+    let mut router = http::router(app);
+    #[cfg(feature = "etcd")]
+    let election = election.map(|(election, role)| {
+        router =
+            std::mem::take(&mut router).layer(axum::middleware::from_fn_with_state(role, ha::gate));
+        election
+    });
+
+    let state_token = token.clone();
+    let snapshot_interval = config.state_snapshot_interval;
+    #[cfg(feature = "etcd")]
+    let removed_capacity = config.max_removed_agents;
+    let state_task = tokio::spawn(async move {
+        #[cfg(feature = "etcd")]
+        if let Some(election) = election {
+            let Some(won) = election.campaign(removed_capacity, &state_token).await else {
+                return Ok(());
+            };
+            let won = match won {
+                Ok(won) => won,
+                Err(e) => {
+                    state_token.cancel();
+                    return Err(MasterError::Registry(e));
+                }
+            };
+            let mut store = won.store;
+            master.recover(store.state(), Instant::now(), agora_proto::now_timestamp());
+            let ops = master.take_registry_ops();
+            if let Err(e) = event_loop::persist(&mut store, &ops) {
+                state_token.cancel();
+                return Err(MasterError::Registry(e));
+            }
+            master.take_outputs();
+            snapshot_tx.send_replace(Arc::new(master.snapshot()));
+            election.open();
+            tracing::info!("leading: serving schedulers and agents");
+            let lease = won.lease;
+            let result = event_loop::run(
+                master,
+                input_rx,
+                Some(Box::new(store)),
+                registry,
+                snapshot_tx,
+                snapshot_interval,
+                state_token,
+                Some(Box::new(lease.clone())),
+            )
+            .await;
+            return match (result, lease.lost_reason()) {
+                (Err(registry::RegistryError::NotLeader(reason)), _) | (_, Some(reason)) => {
+                    Err(MasterError::Deposed(reason))
+                }
+                (r, None) => r.map_err(MasterError::Registry),
+            };
+        }
+        event_loop::run(
+            master,
+            input_rx,
+            store,
+            registry,
+            snapshot_tx,
+            snapshot_interval,
+            state_token,
+            None,
+        )
+        .await
+        .map_err(MasterError::Registry)
+    });
     let trigger = token.clone();
     tokio::spawn(async move {
         shutdown.await;
         trigger.cancel();
     });
-    let server = axum::serve(listener, http::router(app))
-        .with_graceful_shutdown(token.clone().cancelled_owned());
+    let server =
+        axum::serve(listener, router).with_graceful_shutdown(token.clone().cancelled_owned());
     let mut server = tokio::spawn(async move { server.await });
     let result = tokio::select! {
         r = &mut server => r,
@@ -120,7 +245,9 @@ pub async fn run(
         },
     };
     token.cancel();
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, state_task).await;
+    if let Ok(Ok(Err(e))) = tokio::time::timeout(SHUTDOWN_GRACE, state_task).await {
+        return Err(e);
+    }
     tracing::info!("master stopped");
     match result {
         Ok(r) => r.map_err(MasterError::Io),

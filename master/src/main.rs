@@ -15,7 +15,8 @@ struct Flags {
     /// Address to serve WebSockets and HTTP on.
     #[arg(long, default_value = "127.0.0.1:5050")]
     listen: SocketAddr,
-    /// Directory for the master's own files.
+    /// Directory for the master's own files, including the registry of
+    /// admitted agents and frameworks that a restarted master reloads.
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Period of the regular allocation cycle (500ms, 5s, 2m, 1h or seconds).
@@ -58,6 +59,10 @@ struct Flags {
     /// How long a framework known only from agents' reports waits for its scheduler.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     recovered_framework_timeout: Duration,
+    /// After a restart, how long agents in the registry have to
+    /// re-register before they are removed (needs --work-dir).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    agent_reregister_timeout: Duration,
     /// Completed tasks kept for /state and reconciliation.
     #[arg(long, default_value_t = 1000)]
     max_completed_tasks: usize,
@@ -73,6 +78,22 @@ struct Flags {
     /// Least time between two /state snapshots.
     #[arg(long, default_value = "100ms", value_parser = parse_duration)]
     state_snapshot_interval: Duration,
+    /// High availability: campaign for leadership in the etcd at this
+    /// client URL (e.g. http://127.0.0.1:2379) and keep the registry there.
+    /// A master that loses leadership exits non-zero: run it under a
+    /// supervisor that restarts it.
+    #[cfg(feature = "etcd")]
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
+    /// Prefix of this cluster's keys in etcd (with --etcd).
+    #[cfg(feature = "etcd")]
+    #[arg(long, default_value = "/agora", requires = "etcd")]
+    etcd_prefix: String,
+    /// TTL of the leader's lease (with --etcd): a dead leader is replaced
+    /// within about this long; whole seconds.
+    #[cfg(feature = "etcd")]
+    #[arg(long, default_value = "2s", value_parser = parse_duration, requires = "etcd")]
+    etcd_lease_ttl: Duration,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -180,11 +201,18 @@ async fn main() -> anyhow::Result<()> {
         role_weights: flags.weights,
         role_quotas: flags.quotas.into_iter().flatten().collect(),
         recovered_framework_timeout: flags.recovered_framework_timeout,
+        agent_reregister_timeout: flags.agent_reregister_timeout,
         max_completed_tasks: flags.max_completed_tasks,
         max_removed_agents: flags.max_removed_agents,
         connection_queue_capacity: flags.connection_queue_capacity,
         event_queue_capacity: flags.event_queue_capacity,
         state_snapshot_interval: flags.state_snapshot_interval,
+        #[cfg(feature = "etcd")]
+        etcd: flags.etcd.map(|endpoint| agora_master::EtcdOptions {
+            endpoint,
+            prefix: flags.etcd_prefix,
+            lease_ttl: flags.etcd_lease_ttl,
+        }),
     };
     config
         .validate()

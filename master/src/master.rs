@@ -23,6 +23,7 @@ use crate::agents::Agent;
 use crate::allocator::Allocator;
 use crate::frameworks::Framework;
 use crate::offers::OfferEntry;
+use crate::registry::{RegistryOp, RegistryState};
 use crate::tasks::CompletedTask;
 use crate::Config;
 
@@ -99,7 +100,16 @@ pub(crate) struct Master {
     /// the ping timeout after this to re-register (see
     /// [`Master::agents_may_reregister`]).
     pub(crate) started: Instant,
+    /// Counters for `/metrics`, shared with the HTTP handlers.
+    pub(crate) metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Whether changes to the registered state are recorded as
+    /// [`RegistryOp`]s for a registry (set by [`Master::recover`]).
+    pub(crate) persistent: bool,
+    /// After [`Master::recover`]: when agents of the registry that have
+    /// not re-registered yet are removed.
+    pub(crate) reregister_deadline: Option<Instant>,
     outbox: Vec<Output>,
+    registry_ops: Vec<RegistryOp>,
 }
 
 /// A set that forgets its oldest members beyond a capacity.
@@ -141,8 +151,89 @@ impl Master {
             next_offer_seq: 0,
             dirty: true,
             started: now,
+            metrics: std::sync::Arc::new(crate::metrics::Metrics::new()),
+            persistent: false,
+            reregister_deadline: None,
             outbox: Vec::new(),
+            registry_ops: Vec::new(),
         }
+    }
+
+    /// Loads what a registry kept and records changes for it from now
+    /// on. Agents it lists wait (unconnected, offering nothing) for up to
+    /// `agent_reregister_timeout` to re-register; frameworks it lists are
+    /// known but disconnected: one that was connected when the previous
+    /// master stopped has its failover timeout (at least the
+    /// `recovered_framework_timeout`) from now to re-subscribe; one that
+    /// was disconnected keeps the deadline it had, counted in wall time
+    /// across the downtime, and is torn down now if that has passed.
+    /// `wall_now` is Unix time in seconds.
+    pub(crate) fn recover(&mut self, state: &RegistryState, now: Instant, wall_now: f64) {
+        self.persistent = true;
+        for aid in &state.removed_agents {
+            self.removed_agents.insert(aid.clone());
+        }
+        for fid in &state.removed_frameworks {
+            self.removed_frameworks.insert(fid.clone());
+        }
+        for record in state.agents.values() {
+            self.agents.insert(
+                record.id.clone(),
+                Agent::recovered(record.id.clone(), record.info.clone()),
+            );
+        }
+        if !state.agents.is_empty() {
+            self.reregister_deadline = now.checked_add(self.config.agent_reregister_timeout);
+        }
+        let mut expired = Vec::new();
+        for record in state.frameworks.values() {
+            let fid = record.id.clone();
+            let timeout = peer_seconds(record.info.failover_timeout);
+            let mut fw = Framework::new(fid.clone(), record.info.clone());
+            fw.recovered = true;
+            fw.failover_deadline = match record.disconnected_at {
+                None => now.checked_add(
+                    timeout
+                        .unwrap_or(Duration::ZERO)
+                        .max(self.config.recovered_framework_timeout),
+                ),
+                Some(at) => {
+                    let down = Duration::try_from_secs_f64(wall_now - at).unwrap_or(Duration::ZERO);
+                    match timeout.and_then(|t| t.checked_sub(down)) {
+                        Some(left) if !left.is_zero() => now.checked_add(left),
+                        _ => {
+                            expired.push(fid.clone());
+                            Some(now)
+                        }
+                    }
+                }
+            };
+            self.allocator.add_framework(&fid, &fw.roles(), false);
+            self.frameworks.insert(fid, fw);
+        }
+        tracing::info!(
+            agents = state.agents.len(),
+            frameworks = state.frameworks.len(),
+            removed_agents = state.removed_agents.len(),
+            "registry recovered"
+        );
+        for fid in expired {
+            tracing::info!(framework_id = %fid, "failover timeout passed while the master was down; tearing down");
+            self.teardown(now, &fid, "framework removed: failover timeout expired");
+        }
+    }
+
+    /// Records a change for the registry (when there is one). The state
+    /// task makes it durable before it delivers the outputs pushed with it.
+    pub(crate) fn persist(&mut self, op: RegistryOp) {
+        if self.persistent {
+            self.registry_ops.push(op);
+        }
+    }
+
+    /// Registry changes recorded since the last call, in order.
+    pub(crate) fn take_registry_ops(&mut self) -> Vec<RegistryOp> {
+        std::mem::take(&mut self.registry_ops)
     }
 
     /// Handles one input at time `now`.
@@ -168,6 +259,10 @@ impl Master {
             self.ping_agents(now);
             self.next_ping = now + self.config.agent_ping_interval;
         }
+        if self.reregister_deadline.is_some_and(|d| now >= d) {
+            self.reregister_deadline = None;
+            self.remove_unreturned_agents(now);
+        }
         self.expire_frameworks(now);
         self.expire_offers(now);
         if now >= self.next_allocation {
@@ -182,6 +277,9 @@ impl Master {
             .next_allocation
             .min(self.next_heartbeat)
             .min(self.next_ping);
+        if let Some(d) = self.reregister_deadline {
+            next = next.min(d);
+        }
         for fw in self.frameworks.values() {
             if let Some(d) = fw.failover_deadline {
                 next = next.min(d);
@@ -196,11 +294,17 @@ impl Master {
     }
 
     /// Whether agents that registered with an earlier master (before a
-    /// restart) may still be on their way back: the master's first ping
-    /// timeout (`agent_ping_interval × max_missed_pings`). Until then the
-    /// master cannot tell a task it does not know from one on an agent
-    /// that has not re-registered yet.
+    /// restart) may still be on their way back. With a registry: while
+    /// one it lists has not re-registered and the
+    /// `agent_reregister_timeout` runs. Without one: the master's first
+    /// ping timeout (`agent_ping_interval × max_missed_pings`). Until then
+    /// the master cannot tell a task it does not know from one on an
+    /// agent that has not re-registered yet.
     pub(crate) fn agents_may_reregister(&self, now: Instant) -> bool {
+        if self.persistent {
+            return self.reregister_deadline.is_some_and(|d| now < d)
+                && self.agents.values().any(|a| a.recovering);
+        }
         let window = self
             .config
             .agent_ping_interval
@@ -338,6 +442,7 @@ impl Master {
     }
 
     pub(crate) fn scheduler_error(&mut self, conn: ConnId, message: impl Into<String>) {
+        self.metrics.errors_scheduler.inc();
         self.send_scheduler(
             conn,
             scheduler::Event::Error {
@@ -349,6 +454,7 @@ impl Master {
 
     /// A fatal error, then the connection is closed.
     pub(crate) fn scheduler_fatal(&mut self, conn: ConnId, message: impl Into<String>, code: u16) {
+        self.metrics.errors_scheduler_fatal.inc();
         let message = message.into();
         self.send_scheduler(
             conn,
@@ -365,6 +471,7 @@ impl Master {
     }
 
     pub(crate) fn agent_error(&mut self, conn: ConnId, message: impl Into<String>) {
+        self.metrics.errors_agent.inc();
         self.send_agent_conn(
             conn,
             agent::Event::Error {
@@ -375,6 +482,7 @@ impl Master {
     }
 
     pub(crate) fn agent_fatal(&mut self, conn: ConnId, message: impl Into<String>) {
+        self.metrics.errors_agent_fatal.inc();
         let message = message.into();
         self.send_agent_conn(
             conn,

@@ -29,6 +29,8 @@ pub(crate) struct OfferEntry {
 impl Master {
     /// One allocation cycle: asks the allocator and sends the offers.
     pub(crate) fn allocate(&mut self, now: Instant) {
+        // Wall time for the histogram only; the logic uses the injected `now`.
+        let cycle_started = Instant::now();
         let allocations = self.allocator.allocate(now);
         let mut by_framework: Vec<(FrameworkId, Vec<Offer>)> = Vec::new();
         for a in allocations {
@@ -67,6 +69,7 @@ impl Master {
             };
             agent.offered += &a.resources;
             agent.offers.insert(id.clone());
+            self.metrics.offers_made.inc();
             if let Some(fw) = self.frameworks.get_mut(&a.framework_id) {
                 fw.offers.insert(id.clone());
             }
@@ -95,6 +98,9 @@ impl Master {
                 );
             }
         }
+        self.metrics
+            .allocation_cycles
+            .observe(cycle_started.elapsed());
     }
 
     /// Takes an offer out of the books and gives its resources back to
@@ -117,6 +123,7 @@ impl Master {
             now,
         );
         if notify {
+            self.metrics.offers_rescinded.inc();
             self.send_framework(
                 &offer.framework_id,
                 Event::Rescind {
@@ -180,6 +187,7 @@ impl Master {
             self.offer_expiry.pop_front();
             if self.offers.contains_key(&id) {
                 tracing::debug!(offer_id = %id, "offer timed out; rescinding");
+                self.metrics.offers_expired.inc();
                 self.withdraw_offer(now, &id, true, None);
             }
         }
@@ -208,6 +216,7 @@ impl Master {
                 .get(id)
                 .is_some_and(|o| o.offer.framework_id == *fid)
             {
+                self.metrics.offers_declined.inc();
                 self.withdraw_offer(now, id, false, refuse);
             }
         }
@@ -271,6 +280,7 @@ impl Master {
                     self.withdraw_offer(now, id, false, None);
                 }
                 for task in tasks {
+                    self.metrics.tasks_rejected.inc();
                     let status = master_status(
                         task.task_id,
                         TaskState::Dropped,
@@ -287,6 +297,7 @@ impl Master {
         let mut remaining = Resources::new();
         for id in &valid {
             if let Some(entry) = self.take_offer(id) {
+                self.metrics.offers_accepted.inc();
                 remaining += &entry.offer.resources;
             }
         }
@@ -301,6 +312,7 @@ impl Master {
             let (executor_is_new, check) =
                 self.validate_task(fid, &agent_id, &mut task, &in_this_launch, &new_executors);
             if let Err(message) = check {
+                self.metrics.tasks_rejected.inc();
                 let status = master_status(
                     task.task_id.clone(),
                     TaskState::Error,
@@ -318,6 +330,7 @@ impl Master {
                 }
             }
             if !remaining.contains(&needed) {
+                self.metrics.tasks_rejected.inc();
                 let status = master_status(
                     task.task_id.clone(),
                     TaskState::Error,
@@ -350,6 +363,7 @@ impl Master {
                 }
             }
             tracing::info!(framework_id = %fid, agent_id = %agent_id, task_id = %task.task_id, "launching task");
+            self.metrics.tasks_launched.inc();
             self.send_agent(
                 &agent_id,
                 agent::Event::RunTask {

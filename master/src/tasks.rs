@@ -38,6 +38,7 @@ pub(crate) struct CompletedTask {
     pub(crate) task_id: TaskId,
     pub(crate) name: String,
     pub(crate) agent_id: AgentId,
+    pub(crate) executor_id: ExecutorId,
     pub(crate) state: TaskState,
     pub(crate) resources: Resources,
     pub(crate) finished_at: f64,
@@ -101,6 +102,7 @@ impl Master {
             task_id: task.info.task_id,
             name: task.info.name,
             agent_id: task.agent_id,
+            executor_id: task.executor_id,
             state,
             resources: task.resources,
             finished_at: agora_proto::now_timestamp(),
@@ -118,6 +120,7 @@ impl Master {
         fid: FrameworkId,
         mut status: TaskStatus,
     ) {
+        self.metrics.status_updates_received.inc();
         let Some(uuid) = status.uuid.clone() else {
             return self.agent_error(conn, "STATUS_UPDATE must carry a uuid");
         };
@@ -192,6 +195,7 @@ impl Master {
             self.schedule_allocation(now);
         }
         if let Some(conn) = conn_fw {
+            self.metrics.status_updates_sent.inc();
             self.send_scheduler(conn, Event::Update { status });
         }
     }
@@ -238,7 +242,9 @@ impl Master {
                 uuid,
             },
         );
-        if !sent {
+        if sent {
+            self.metrics.status_updates_acked.inc();
+        } else {
             // The agent re-sends the update when it is back; that one is
             // acknowledged then.
             tracing::debug!(agent_id = %agent_id, "acknowledgement for an agent that is not connected dropped");
@@ -315,7 +321,10 @@ impl Master {
                         ));
                     }
                     let unheard_agent = t.agent_id.as_ref().is_some_and(|aid| {
-                        !self.agents.contains_key(aid) && !self.removed_agents.contains(aid)
+                        match self.agents.get(aid) {
+                            Some(agent) => agent.recovering,
+                            None => !self.removed_agents.contains(aid),
+                        }
                     });
                     if transitional && unheard_agent {
                         tracing::debug!(framework_id = %fid, task_id = %t.task_id, "reconciliation of a task on an agent that may still re-register; not answered yet");

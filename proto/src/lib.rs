@@ -18,6 +18,8 @@ pub mod agent;
 mod attributes;
 mod codec;
 pub mod env;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod executor;
 mod ids;
 mod resources;

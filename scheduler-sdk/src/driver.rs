@@ -28,7 +28,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tracing::Instrument;
 
-use crate::endpoint::scheduler_url;
+use crate::endpoint::{Endpoint, LeaderChanged};
 use crate::state::{Action, Callback, Command, DriverCore, Outcome};
 use crate::{DriverConfig, DriverError, DriverStatus, Scheduler};
 
@@ -131,7 +131,7 @@ impl SchedulerDriver {
     /// [`DriverConfig::master`] is not `HOST:PORT` or a `ws://` URL, and
     /// with [`DriverError::AlreadyStarted`] on a second call.
     pub fn start(&self) -> Result<(), DriverError> {
-        let url = scheduler_url(&self.inner.config.master)
+        let url = Endpoint::parse(&self.inner.config.master)
             .ok_or_else(|| DriverError::InvalidMaster(self.inner.config.master.clone()))?;
         let mut shared = self.inner.lock();
         if shared.status != DriverStatus::NotStarted {
@@ -445,19 +445,27 @@ impl Io {
     async fn run(
         self,
         mut core: DriverCore,
-        url: String,
+        endpoint: Endpoint,
         mut commands: UnboundedReceiver<Command>,
     ) {
-        tracing::debug!(%url, "scheduler driver started");
+        tracing::debug!(%endpoint, "scheduler driver started");
+        // The master last lost or not reached, so detection can wait for
+        // a different leader.
+        let mut previous: Option<String> = None;
         let outcome = 'driver: loop {
-            let connecting = connect(&url);
+            let connecting = async {
+                let (url, leader_changed) = endpoint.resolve(previous.as_deref()).await?;
+                previous = Some(url.clone());
+                let ws = connect(&url).await.map_err(|e| format!("{url}: {e}"))?;
+                Ok::<_, String>((ws, leader_changed))
+            };
             tokio::pin!(connecting);
             let ws = loop {
                 tokio::select! {
                     result = &mut connecting => match result {
                         Ok(ws) => break Some(ws),
                         Err(error) => {
-                            tracing::warn!(%url, %error, "cannot connect to the master");
+                            tracing::warn!(%endpoint, %error, "cannot connect to the master");
                             break None;
                         }
                     },
@@ -469,8 +477,11 @@ impl Io {
                     }
                 }
             };
-            if let Some(ws) = ws {
-                if let Flow::Finish(outcome) = self.serve(&mut core, ws, &mut commands).await {
+            if let Some((ws, leader_changed)) = ws {
+                if let Flow::Finish(outcome) = self
+                    .serve(&mut core, ws, &mut commands, leader_changed)
+                    .await
+                {
                     break 'driver outcome;
                 }
                 self.apply(core.on_disconnected(), None).await;
@@ -500,6 +511,7 @@ impl Io {
         core: &mut DriverCore,
         ws: Ws,
         commands: &mut UnboundedReceiver<Command>,
+        mut leader_changed: LeaderChanged,
     ) -> Flow {
         let (mut sink, mut stream) = ws.split();
         tracing::info!("connected to the master; subscribing");
@@ -535,6 +547,11 @@ impl Io {
                 },
                 command = commands.recv() => core.on_command(command.unwrap_or(Command::Abort)),
                 _ = tick.tick() => core.on_tick(Instant::now()),
+                _ = &mut leader_changed => {
+                    tracing::info!("this master no longer leads; reconnecting to the new leader");
+                    flow = Flow::Reconnect;
+                    break;
+                }
             };
             flow = self.apply(actions, Some(&mut sink)).await;
         }

@@ -183,7 +183,11 @@ pub trait Scheduler: Send + 'static {
 pub struct DriverConfig {
     /// The master: `HOST:PORT` (the driver connects to
     /// `ws://HOST:PORT/api/scheduler`), or a full `ws://` URL (used as is;
-    /// `/api/scheduler` is appended when it has no path).
+    /// `/api/scheduler` is appended when it has no path). With the `etcd`
+    /// feature also `etcd://HOST:PORT/PREFIX`: the driver reads the
+    /// leading master from etcd before each connection attempt and, while
+    /// connected, leaves a master that stopped leading, so it follows
+    /// leader changes (re-subscribing as after any reconnect).
     pub master: String,
     /// Acknowledge each reliable status update when
     /// [`Scheduler::status_update`] returns. Default `true`.
@@ -217,7 +221,7 @@ pub enum DriverError {
     #[error("the driver was already started")]
     AlreadyStarted,
     /// The master address is neither `HOST:PORT` nor a `ws://` URL.
-    #[error("invalid master address {0:?}: expected HOST:PORT or ws://HOST:PORT[/PATH]")]
+    #[error("invalid master address {0:?}: expected HOST:PORT, ws://HOST:PORT[/PATH] or (feature etcd) etcd://HOST:PORT/PREFIX")]
     InvalidMaster(String),
     /// The driver's threads or runtime could not be created.
     #[error("could not start the driver: {0}")]

@@ -19,7 +19,8 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(name = "agora-execute", version)]
 struct Args {
-    /// Master address, HOST:PORT.
+    /// Master address, HOST:PORT, or etcd://HOST:PORT/PREFIX to follow
+    /// the leading master of a high-availability cluster (feature `etcd`).
     #[arg(long)]
     master: String,
     /// Framework name; tasks are NAME-0 .. NAME-(K-1).
@@ -89,6 +90,7 @@ async fn main() -> ExitCode {
         ledger: args.ledger,
         state_file: args.state_file,
         reconcile_interval: args.reconcile_interval,
+        on_state: None,
     };
     match execute(opts).await {
         Ok(report) => {

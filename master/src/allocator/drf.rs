@@ -1084,6 +1084,14 @@ impl DrfAllocator {
 }
 
 impl Allocator for DrfAllocator {
+    fn framework_share(&self, framework_id: &FrameworkId, role: &str) -> Option<f64> {
+        Some(DrfAllocator::framework_share(self, framework_id, role))
+    }
+
+    fn role_share(&self, role: &str) -> Option<f64> {
+        Some(DrfAllocator::role_share(self, role))
+    }
+
     fn add_framework(&mut self, framework_id: &FrameworkId, roles: &[String], active: bool) {
         let f = match self.framework_index.get(framework_id) {
             Some(&f) => f,

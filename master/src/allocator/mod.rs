@@ -142,4 +142,14 @@ pub trait Allocator: Send {
     /// One allocation cycle: at most one allocation per agent per
     /// framework; returned resources are now allocated.
     fn allocate(&mut self, now: Instant) -> Vec<Allocation>;
+    /// The framework's dominant share in `role` (unweighted), for `/state`;
+    /// `None` when the allocator does not compute shares.
+    fn framework_share(&self, _framework_id: &FrameworkId, _role: &str) -> Option<f64> {
+        None
+    }
+    /// The role's dominant share divided by its weight, for `/state`;
+    /// `None` when the allocator does not compute shares.
+    fn role_share(&self, _role: &str) -> Option<f64> {
+        None
+    }
 }

@@ -1,7 +1,13 @@
 //! HTTP and WebSocket serving on the master's one port: `/api/scheduler`
-//! and `/api/agent` (WebSocket), `/health`, `/version` and `/state`.
-//! Connection tasks only parse, forward to the state task and write.
+//! and `/api/agent` (WebSocket); `/health`, `/version`, `/state`,
+//! `/metrics`; the web UI at `/` with its list endpoints under `/api/v1/`
+//! and its live feed at `/events` (see `docs/http.md`).
+//! Connection tasks only parse, forward to the state task and write; every
+//! HTTP answer comes from the latest published snapshot or from atomics,
+//! never from the state task.
 
+mod api;
+mod ui;
 mod ws;
 
 use std::sync::atomic::AtomicU64;
@@ -9,7 +15,7 @@ use std::sync::Arc;
 
 use agora_proto::{agent, scheduler, MAX_FRAME_BYTES};
 use axum::extract::{State, WebSocketUpgrade};
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -18,6 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::master::{ConnId, Input};
+use crate::metrics::Metrics;
 use crate::state::StateSnapshot;
 
 /// A frame queued towards one connection.
@@ -48,6 +55,7 @@ pub(crate) struct AppState {
     pub(crate) snapshot: watch::Receiver<Arc<StateSnapshot>>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) queue_capacity: usize,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// Which channel a WebSocket speaks.
@@ -59,9 +67,17 @@ pub(crate) enum Kind {
 
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(health))
         .route("/version", get(version))
         .route("/state", get(state_json))
+        .route("/metrics", get(metrics))
+        .route("/events", get(api::events))
+        .route("/api/v1/summary", get(api::summary))
+        .route("/api/v1/agents", get(api::agents))
+        .route("/api/v1/frameworks", get(api::frameworks))
+        .route("/api/v1/tasks", get(api::tasks))
+        .route("/", get(ui::index))
+        .route("/ui/{file}", get(ui::asset))
         .route("/api/scheduler", get(scheduler_ws))
         .route("/api/agent", get(agent_ws))
         .with_state(state)
@@ -73,9 +89,42 @@ async fn version() -> Json<serde_json::Value> {
     )
 }
 
+/// `ok` as text (load balancers, scripts); with `Accept: application/json`,
+/// `{"status": "serving", "master_id", "address", "uptime_seconds"}`.
+async fn health(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    let wants_json = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"));
+    if !wants_json {
+        return "ok".into_response();
+    }
+    let snapshot = app.snapshot.borrow().clone();
+    Json(serde_json::json!({
+        "status": "serving",
+        "master_id": snapshot.master.id,
+        "address": snapshot.master.address,
+        "uptime_seconds": (agora_proto::now_timestamp() - snapshot.started_at).max(0.0),
+    }))
+    .into_response()
+}
+
+/// Prometheus text format 0.0.4.
+async fn metrics(State(app): State<AppState>) -> Response {
+    let snapshot = app.snapshot.borrow().clone();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.metrics.render(&snapshot),
+    )
+        .into_response()
+}
+
 async fn state_json(State(app): State<AppState>) -> Response {
     let snapshot = app.snapshot.borrow().clone();
-    match serde_json::to_string(&*snapshot) {
+    match snapshot.json() {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,

@@ -36,6 +36,7 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
 
     let writer_cancel = cancel.clone();
     let shutdown = app.shutdown.clone();
+    let metrics = app.metrics.clone();
     let mut writer = tokio::spawn(async move {
         loop {
             let next = tokio::select! {
@@ -45,6 +46,7 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
                     let (code, reason) = if shutdown.is_cancelled() {
                         (CLOSE_GOING_AWAY, "master shutting down")
                     } else {
+                        metrics.errors_slow_peer.inc();
                         (1008, "peer is not reading its events")
                     };
                     let frame = Message::Close(Some(CloseFrame { code, reason: reason.into() }));
@@ -68,6 +70,12 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
                 r = sink.send(message) => r.is_ok(),
                 _ = writer_cancel.cancelled() => false,
             };
+            if sent && !last {
+                match kind {
+                    Kind::Scheduler => metrics.frames_out_scheduler.inc(),
+                    Kind::Agent => metrics.frames_out_agent.inc(),
+                }
+            }
             if !sent || last {
                 break;
             }
@@ -81,6 +89,12 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
             _ = cancel.cancelled() => break,
             frame = stream.next() => frame,
         };
+        if let Some(Ok(Message::Text(_) | Message::Binary(_))) = &frame {
+            match kind {
+                Kind::Scheduler => app.metrics.frames_in_scheduler.inc(),
+                Kind::Agent => app.metrics.frames_in_agent.inc(),
+            }
+        }
         match frame {
             None | Some(Ok(Message::Close(_))) => break,
             Some(Ok(Message::Text(text))) => match parse(kind, conn, text.as_str()) {
@@ -94,6 +108,7 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
                     }
                 }
                 Err(Refusal { message, fatal }) => {
+                    app.metrics.errors_decode.inc();
                     let _ = tx.try_send(error_event(kind, message.clone(), fatal));
                     if fatal {
                         let _ = tx.try_send(Outbound::Close {
@@ -105,6 +120,7 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
                 }
             },
             Some(Ok(Message::Binary(_))) => {
+                app.metrics.errors_decode.inc();
                 let _ = tx.try_send(error_event(kind, DecodeError::Binary.to_string(), false));
             }
             Some(Ok(_)) => {}
@@ -112,6 +128,7 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
                 let text = e.to_string();
                 if text.contains("Space limit exceeded") || text.contains("too long") {
                     tracing::info!(conn, error = %text, "frame over the size limit; closing the connection");
+                    app.metrics.errors_frame_too_large.inc();
                     let _ = tx.try_send(Outbound::Close {
                         code: CLOSE_TOO_BIG,
                         reason: format!("frame exceeds the {MAX_FRAME_BYTES}-byte limit"),

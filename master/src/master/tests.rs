@@ -1221,3 +1221,184 @@ fn reconciliation_never_overtakes_the_update_stream() {
     let out = h.sched(S1, reconcile());
     assert_eq!(updates(&out, S1)[0].state, TaskState::Running);
 }
+
+// --- registry: what is recorded, and recovery after a restart ---
+
+fn ops(h: &mut H) -> Vec<RegistryOp> {
+    h.m.take_registry_ops()
+}
+
+#[test]
+fn registered_state_changes_are_recorded_for_the_registry() {
+    let mut h = H::new();
+    h.m.recover(&RegistryState::default(), h.now, 1000.0);
+    let aid = h.register(A1, "cpus:4;mem:4096");
+    assert!(matches!(&ops(&mut h)[..], [RegistryOp::PutAgent(a)] if a.id == aid));
+    let mut info = FrameworkInfo::new("fw");
+    info.failover_timeout = 60.0;
+    let out = h.subscribe_info(S1, info, false);
+    let fid = match &sched_events(&out, S1)[0] {
+        Event::Subscribed { framework_id, .. } => framework_id.clone(),
+        e => panic!("{e:?}"),
+    };
+    assert!(matches!(&ops(&mut h)[..],
+        [RegistryOp::PutFramework(f)] if f.id == fid && f.disconnected_at.is_none() && f.info.failover_timeout == 60.0));
+    // Unchanged re-registration writes nothing; a change is recorded.
+    h.input(Input::AgentClosed { conn: A1 });
+    h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![]);
+    assert!(ops(&mut h).is_empty());
+    h.input(Input::SchedulerClosed { conn: S1 });
+    assert!(matches!(&ops(&mut h)[..],
+        [RegistryOp::PutFramework(f)] if f.id == fid && f.disconnected_at.is_some()));
+    h.advance(Duration::from_secs(61));
+    assert!(ops(&mut h).contains(&RegistryOp::RemoveFramework { id: fid }));
+    let config = Config::default();
+    h.input(Input::AgentClosed { conn: A2 });
+    h.advance(config.agent_ping_interval * (config.max_missed_pings + 1));
+    assert!(ops(&mut h).contains(&RegistryOp::RemoveAgent { id: aid }));
+}
+
+#[test]
+fn without_a_registry_nothing_is_recorded() {
+    let mut h = H::new();
+    h.register(A1, "cpus:4;mem:4096");
+    h.subscribe(S1, "fw");
+    assert!(ops(&mut h).is_empty());
+}
+
+#[test]
+fn recovery_rebuilds_agents_frameworks_and_refusals() {
+    use crate::registry::{AgentRecord, FrameworkRecord};
+    let wall = 10_000.0;
+    let mut state = RegistryState::default();
+    let back = AgentId::new("back");
+    let gone = AgentId::new("gone");
+    for aid in [&back, &gone] {
+        state.agents.insert(
+            aid.clone(),
+            AgentRecord {
+                id: aid.clone(),
+                info: agent_info(Some(aid), "cpus:4;mem:4096"),
+            },
+        );
+    }
+    let removed = AgentId::new("removed");
+    state.removed_agents.push_back(removed.clone());
+    let framework = |id: &str, failover: f64, disconnected_at: Option<f64>| {
+        let mut info = FrameworkInfo::new(id);
+        info.id = Some(FrameworkId::new(id));
+        info.failover_timeout = failover;
+        FrameworkRecord {
+            id: FrameworkId::new(id),
+            info,
+            disconnected_at,
+        }
+    };
+    // Connected when the master died; disconnected and expired during the
+    // downtime; disconnected with time left.
+    for record in [
+        framework("live", 60.0, None),
+        framework("expired", 30.0, Some(wall - 100.0)),
+        framework("waiting", 60.0, Some(wall - 10.0)),
+    ] {
+        state.frameworks.insert(record.id.clone(), record);
+    }
+    let config = Config {
+        agent_reregister_timeout: Duration::from_secs(30),
+        recovered_framework_timeout: Duration::from_secs(120),
+        ..Config::default()
+    };
+    let mut h = H::with(config);
+    h.m.recover(&state, h.now, wall);
+    let live = FrameworkId::new("live");
+    let expired = FrameworkId::new("expired");
+    let waiting = FrameworkId::new("waiting");
+    assert_eq!(
+        ops(&mut h),
+        [RegistryOp::RemoveFramework {
+            id: expired.clone()
+        }]
+    );
+    assert!(!h.m.frameworks.contains_key(&expired));
+    assert_eq!(
+        h.m.frameworks[&waiting].failover_deadline,
+        Some(h.now + Duration::from_secs(50))
+    );
+    assert_eq!(
+        h.m.frameworks[&live].failover_deadline,
+        Some(h.now + Duration::from_secs(120))
+    );
+
+    // A removed agent is refused.
+    let out = h.register_info(A2, agent_info(Some(&removed), "cpus:1;mem:64"), vec![]);
+    assert!(matches!(
+        &agent_events(&out, A2)[..],
+        [agent::Event::Shutdown { .. }]
+    ));
+
+    // A returning agent gets its tasks rebuilt; the expired framework's
+    // tasks are shut down.
+    let report = |fid: &FrameworkId, tid: &str| TaskReport {
+        framework_id: fid.clone(),
+        task: command_task(tid, &back, "cpus:1;mem:128"),
+        state: TaskState::Running,
+        latest_status: None,
+    };
+    let out = h.register_info(
+        A1,
+        agent_info(Some(&back), "cpus:4;mem:4096"),
+        vec![report(&live, "t1"), report(&expired, "t2")],
+    );
+    let events = agent_events(&out, A1);
+    assert!(matches!(
+        &events[0],
+        agent::Event::Registered {
+            reregistered: true,
+            ..
+        }
+    ));
+    assert!(events.iter().any(
+        |e| matches!(e, agent::Event::ShutdownFramework { framework_id } if *framework_id == expired)
+    ));
+    assert!(ops(&mut h).is_empty(), "the agent's record is unchanged");
+    assert!(!h.m.agents[&back].recovering);
+    assert_eq!(h.m.agents[&back].used, r("cpus:1;mem:128"));
+
+    // The framework comes back; the expired one is refused.
+    let mut info = FrameworkInfo::new("live");
+    info.id = Some(live.clone());
+    let out = h.subscribe_info(S1, info, false);
+    assert!(matches!(
+        &sched_events(&out, S1)[0],
+        Event::Subscribed {
+            reregistered: true,
+            ..
+        }
+    ));
+    let mut info = FrameworkInfo::new("expired");
+    info.id = Some(expired.clone());
+    let out = h.subscribe_info(S2, info, false);
+    assert!(fatal_error(&out, S2).is_some_and(|m| m.contains("removed")));
+
+    // A task on the agent that has not come back yet: no answer while it
+    // may; TASK_LOST once it is removed after the timeout.
+    let reconcile = || scheduler::Call::Reconcile {
+        tasks: vec![ReconcileTask {
+            task_id: TaskId::new("t9"),
+            agent_id: Some(gone.clone()),
+        }],
+    };
+    let out = h.sched(S1, reconcile());
+    assert!(updates(&out, S1).is_empty());
+    let out = h.advance(Duration::from_secs(31));
+    // The agent that came back is offered meanwhile.
+    assert!(offers_in(&out, S1).iter().all(|o| o.agent_id == back));
+    assert!(!offers_in(&out, S1).is_empty());
+    assert!(sched_events(&out, S1).iter().any(
+        |e| matches!(e, Event::Failure { agent_id, executor_id: None, .. } if *agent_id == gone)
+    ));
+    assert!(ops(&mut h).contains(&RegistryOp::RemoveAgent { id: gone.clone() }));
+    let out = h.sched(S1, reconcile());
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Lost);
+    assert!(h.m.agents.contains_key(&back));
+}

@@ -1,0 +1,337 @@
+//! Reading executors' sandbox files over HTTP (`GET /files/FID/EID/PATH`),
+//! confined to the sandbox.
+//!
+//! A request names a framework, an executor, optionally a run (default:
+//! the executor's most recent run) and a path inside that run's sandbox.
+//! Confinement is layered:
+//!
+//! 1. the ids must pass [`agora_proto::validate_id`] and the path may only
+//!    have plain components: no `..`, `.`, empty components, absolute paths
+//!    or NUL bytes (refused with [`FileError::Forbidden`], HTTP 403);
+//! 2. the sandbox and the target are canonicalized (every symlink
+//!    resolved) and the target must still lie inside the canonical sandbox,
+//!    so a symlink an executor plants that points outside is refused (403);
+//! 3. the file is opened without following a final symlink and without
+//!    blocking (a FIFO cannot hang the reader), must be a regular file, and
+//!    on Linux its open descriptor's real path is checked again, so a
+//!    component swapped for a symlink between check and open is refused.
+//!
+//! Missing sandboxes and files are [`FileError::NotFound`] (404).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+/// Bytes returned when the request gives no `length`.
+pub const DEFAULT_READ_LENGTH: usize = 64 * 1024;
+/// Largest `length` honoured.
+pub const MAX_READ_LENGTH: usize = 1024 * 1024;
+/// Entries listed per directory at most.
+const MAX_LISTING: usize = 10_000;
+
+/// Why a file cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The request tries to leave the sandbox or names something that is
+    /// not a readable regular file or directory (HTTP 403).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// No such sandbox, run or file (HTTP 404).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Reading failed (HTTP 500).
+    #[error("cannot read: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A window of a file, as `GET /files/…` answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileChunk {
+    /// The path inside the sandbox, as requested.
+    pub path: String,
+    /// The run whose sandbox was read.
+    pub run_id: String,
+    /// Where `data` starts, in bytes.
+    pub offset: u64,
+    /// How many bytes of the file `data` holds: ask next from
+    /// `offset + length`. It may be less than asked, so that `data` never
+    /// ends inside a UTF-8 character.
+    pub length: u64,
+    /// The file's size when it was read.
+    pub size: u64,
+    /// Whether `offset + length` reached `size`.
+    pub eof: bool,
+    /// The bytes, as UTF-8 (invalid sequences replaced by U+FFFD).
+    pub data: String,
+}
+
+/// One entry of a sandbox directory listing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DirEntry {
+    /// File name.
+    pub name: String,
+    /// Whether it is a directory.
+    pub dir: bool,
+    /// Size in bytes (0 for directories).
+    pub size: u64,
+    /// Modification time, Unix seconds.
+    pub mtime: f64,
+}
+
+/// A directory of a sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Listing {
+    /// The path inside the sandbox ("" for its root).
+    pub path: String,
+    /// The run whose sandbox was listed.
+    pub run_id: String,
+    /// Entries by name.
+    pub entries: Vec<DirEntry>,
+}
+
+/// What a path names.
+#[derive(Debug)]
+pub enum Target {
+    /// A regular file, opened, with the run it belongs to.
+    File {
+        /// The open file.
+        file: File,
+        /// Its run.
+        run_id: String,
+    },
+    /// A directory.
+    Dir(Listing),
+}
+
+/// Finds `path` in the sandbox of the executor's run `run` (latest when
+/// `None`) under `work_dir`, refusing anything outside the sandbox.
+pub fn open(
+    work_dir: &Path,
+    framework_id: &str,
+    executor_id: &str,
+    run: Option<&str>,
+    path: &str,
+) -> Result<Target, FileError> {
+    let relative = relative_path(path)?;
+    let runs = crate::paths::sandbox_dir(work_dir, framework_id, executor_id, "latest")
+        .map_err(|e| FileError::Forbidden(e.to_string()))?
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| FileError::NotFound("sandbox".into()))?;
+    let run_id = match run {
+        Some(r) => {
+            agora_proto::validate_id(r)
+                .map_err(|e| FileError::Forbidden(format!("invalid run id: {e}")))?;
+            r.to_string()
+        }
+        None => latest_run(&runs)?,
+    };
+    let root = canonical(&runs.join(&run_id), "sandbox")?;
+    let target = canonical(&root.join(&relative), path)?;
+    if !target.starts_with(&root) {
+        return Err(FileError::Forbidden(format!(
+            "{path} leads outside the sandbox"
+        )));
+    }
+    let meta = std::fs::metadata(&target)?;
+    if meta.is_dir() {
+        return Ok(Target::Dir(list(&target, path, run_id)?));
+    }
+    if !meta.is_file() {
+        return Err(FileError::Forbidden(format!(
+            "{path} is not a regular file"
+        )));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(&target)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => FileError::NotFound(path.to_string()),
+            _ => FileError::Forbidden(format!("{path} cannot be opened: {e}")),
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(FileError::Forbidden(format!(
+            "{path} is not a regular file"
+        )));
+    }
+    if let Some(real) = opened_path(&file) {
+        if !real.starts_with(&root) {
+            return Err(FileError::Forbidden(format!(
+                "{path} leads outside the sandbox"
+            )));
+        }
+    }
+    Ok(Target::File { file, run_id })
+}
+
+/// Reads up to `length` bytes (capped at [`MAX_READ_LENGTH`]) at `offset`.
+pub fn read_chunk(
+    file: &mut File,
+    path: &str,
+    run_id: String,
+    offset: u64,
+    length: usize,
+) -> Result<FileChunk, FileError> {
+    let size = file.metadata()?.len();
+    let length = length.min(MAX_READ_LENGTH);
+    let mut buf = Vec::new();
+    if offset < size && length > 0 {
+        file.seek(SeekFrom::Start(offset))?;
+        file.take(length as u64).read_to_end(&mut buf)?;
+    }
+    let mut read = buf.len();
+    // Do not split a character at the end of a window that is not the
+    // file's end: the next window starts with it instead.
+    if let Err(e) = std::str::from_utf8(&buf) {
+        if e.error_len().is_none() && offset + (read as u64) < size {
+            read = e.valid_up_to();
+        }
+    }
+    let data = String::from_utf8_lossy(&buf[..read]).into_owned();
+    let length = read as u64;
+    Ok(FileChunk {
+        path: path.to_string(),
+        run_id,
+        offset,
+        length,
+        size,
+        eof: offset.saturating_add(length) >= size,
+        data,
+    })
+}
+
+/// The path's components, each checked; "" is the sandbox itself.
+fn relative_path(path: &str) -> Result<PathBuf, FileError> {
+    let forbidden = |why: &str| FileError::Forbidden(format!("path {path:?}: {why}"));
+    if path.contains('\0') {
+        return Err(forbidden("contains a NUL byte"));
+    }
+    if path.starts_with('/') {
+        return Err(forbidden("absolute paths are not allowed"));
+    }
+    let trimmed = path.strip_suffix('/').unwrap_or(path);
+    let mut out = PathBuf::new();
+    if trimmed.is_empty() {
+        return Ok(out);
+    }
+    for part in trimmed.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return Err(forbidden(
+                "only plain components are allowed (no .., . or //)",
+            ));
+        }
+        match Path::new(part).components().next() {
+            Some(Component::Normal(_)) => out.push(part),
+            _ => return Err(forbidden("only plain components are allowed")),
+        }
+    }
+    Ok(out)
+}
+
+fn canonical(path: &Path, what: &str) -> Result<PathBuf, FileError> {
+    std::fs::canonicalize(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => FileError::NotFound(what.to_string()),
+        _ => FileError::Forbidden(format!("{what}: {e}")),
+    })
+}
+
+/// The most recently modified run of an executor.
+fn latest_run(runs: &Path) -> Result<String, FileError> {
+    let entries = std::fs::read_dir(runs).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => FileError::NotFound("no sandbox for this executor".into()),
+        _ => FileError::Io(e),
+    })?;
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            agora_proto::validate_id(&name).ok()?;
+            let mtime = e.metadata().and_then(|m| m.modified()).ok()?;
+            Some((mtime, name))
+        })
+        .max()
+        .map(|(_, name)| name)
+        .ok_or_else(|| FileError::NotFound("no sandbox for this executor".into()))
+}
+
+fn list(dir: &Path, path: &str, run_id: String) -> Result<Listing, FileError> {
+    let mut entries: Vec<DirEntry> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .take(MAX_LISTING)
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some(DirEntry {
+                name: e.file_name().to_string_lossy().into_owned(),
+                dir: meta.is_dir(),
+                size: if meta.is_dir() { 0 } else { meta.len() },
+                mtime: meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0.0, |d| d.as_secs_f64()),
+            })
+        })
+        .collect();
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Listing {
+        path: path.trim_end_matches('/').to_string(),
+        run_id,
+        entries,
+    })
+}
+
+/// Where an open file really is (Linux: `/proc/self/fd/N`); `None` where
+/// that cannot be told.
+fn opened_path(file: &File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_components_pass() {
+        assert_eq!(relative_path("").unwrap(), PathBuf::new());
+        assert_eq!(relative_path("stdout").unwrap(), PathBuf::from("stdout"));
+        assert_eq!(relative_path("a/b/").unwrap(), PathBuf::from("a/b"));
+        for bad in [
+            "..",
+            "../x",
+            "a/../../x",
+            "/etc/passwd",
+            "a//b",
+            "./a",
+            "a/.",
+            "a\0b",
+        ] {
+            assert!(
+                matches!(relative_path(bad), Err(FileError::Forbidden(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn chunks_do_not_split_characters() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, "aé b").unwrap(); // 'é' is 2 bytes: 61 c3 a9 20 62
+        let mut f = File::open(&p).unwrap();
+        let c = read_chunk(&mut f, "f", "r".into(), 0, 2).unwrap();
+        assert_eq!((c.data.as_str(), c.length, c.eof), ("a", 1, false));
+        let c = read_chunk(&mut f, "f", "r".into(), 1, 10).unwrap();
+        assert_eq!(
+            (c.data.as_str(), c.length, c.size, c.eof),
+            ("é b", 4, 5, true)
+        );
+        let c = read_chunk(&mut f, "f", "r".into(), 99, 10).unwrap();
+        assert_eq!((c.data.as_str(), c.length, c.eof), ("", 0, true));
+    }
+}

@@ -1,0 +1,572 @@
+//! The status update write-ahead log: one append-only file for the whole
+//! agent (`WORK_DIR/meta/updates.wal`) holding every checkpointed task's
+//! update stream.
+//!
+//! Records are JSON lines ([`WalRecord`]): an update a stream took, the
+//! acknowledgement of a stream's head, the end of a stream, and (written
+//! only by compaction) a snapshot of a whole live stream. The checkpoint
+//! writer appends every record of a batch with one `write` and makes them
+//! durable with one `fdatasync` ([`Wal::append`], [`Wal::sync`]); callers
+//! learn of durability only after that sync, so an update is never
+//! acknowledged to its executor before it is on disk.
+//!
+//! The log keeps, in memory, the live state it describes ([`Streams`]).
+//! When the file outgrows [`Limits::compact_bytes`] (or twice its size after
+//! the last compaction, whichever is larger), or when no stream is left and
+//! the file is bigger than [`Limits::reset_bytes`], that state is written
+//! to a new segment, synced, and renamed over the old file (then the
+//! directory is synced): a crash at any point leaves either the old or the
+//! new segment, both complete.
+//!
+//! Reading back ([`Wal::open`]) tolerates a torn last record (a crash in
+//! the middle of an append, never acknowledged to anyone) and skips
+//! unreadable records; the file is compacted right after so that new
+//! appends never follow a torn fragment.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use agora_proto::{ExecutorId, FrameworkId, TaskId, TaskStatus};
+use serde::{Deserialize, Serialize};
+
+/// File name of the log inside `WORK_DIR/meta`.
+pub(crate) const WAL_FILE: &str = "updates.wal";
+/// Default size past which the log is compacted.
+pub(crate) const COMPACT_BYTES: u64 = 8 << 20;
+/// Default size past which an empty log (no live stream) is reset.
+pub(crate) const RESET_BYTES: u64 = 256 << 10;
+
+/// One record of the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum WalRecord {
+    /// A stream took an update (appended at the stream's tail).
+    Update {
+        framework_id: FrameworkId,
+        executor_id: ExecutorId,
+        status: TaskStatus,
+    },
+    /// The master acknowledged the head of a stream.
+    Ack {
+        framework_id: FrameworkId,
+        task_id: TaskId,
+        uuid: String,
+    },
+    /// A stream ended (its terminal update was acknowledged, or the task
+    /// was forgotten): nothing about it needs recovering.
+    End {
+        framework_id: FrameworkId,
+        task_id: TaskId,
+    },
+    /// The whole of one live stream, as written by compaction.
+    Stream(StreamState),
+}
+
+/// The checkpointed state of one task's stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StreamState {
+    pub framework_id: FrameworkId,
+    pub executor_id: ExecutorId,
+    pub task_id: TaskId,
+    /// Uuids of acknowledged updates, oldest first.
+    pub acked: Vec<String>,
+    /// The latest acknowledged update.
+    pub last_acked: Option<TaskStatus>,
+    /// Updates not acknowledged yet, oldest first.
+    pub pending: Vec<TaskStatus>,
+}
+
+/// Size thresholds of compaction.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Compact once the file is larger than this (and than twice its size
+    /// right after the previous compaction).
+    pub compact_bytes: u64,
+    /// Reset the file once no stream is live and it is larger than this.
+    pub reset_bytes: u64,
+}
+
+/// The live streams the log describes.
+#[derive(Debug, Default)]
+pub(crate) struct Streams {
+    map: HashMap<(FrameworkId, TaskId), Live>,
+}
+
+#[derive(Debug)]
+struct Live {
+    state: StreamState,
+    /// Every uuid the stream took.
+    seen: HashSet<String>,
+}
+
+/// Counters of the log, for `/state` and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WalStats {
+    /// `fdatasync` calls on the log (compactions not included).
+    pub syncs: u64,
+    /// Records appended.
+    pub records: u64,
+    /// Compactions (including resets).
+    pub compactions: u64,
+    /// Current file size.
+    pub bytes: u64,
+}
+
+/// The open log.
+#[derive(Debug)]
+pub(crate) struct Wal {
+    path: PathBuf,
+    file: File,
+    streams: Streams,
+    limits: Limits,
+    /// Size right after the last compaction.
+    base: u64,
+    /// Appended since the last sync.
+    dirty: bool,
+    stats: WalStats,
+}
+
+// === impl Streams ===
+
+impl Streams {
+    /// Applies one record; returns `false` when it changed nothing (a
+    /// duplicate uuid, an update after a terminal one, an ack of something
+    /// other than the head).
+    pub(crate) fn apply(&mut self, record: WalRecord) -> bool {
+        match record {
+            WalRecord::Update {
+                framework_id,
+                executor_id,
+                status,
+            } => {
+                let Some(uuid) = status.uuid.clone() else {
+                    return false;
+                };
+                let key = (framework_id.clone(), status.task_id.clone());
+                let live = self.map.entry(key).or_insert_with(|| Live {
+                    state: StreamState {
+                        framework_id,
+                        executor_id,
+                        task_id: status.task_id.clone(),
+                        acked: Vec::new(),
+                        last_acked: None,
+                        pending: Vec::new(),
+                    },
+                    seen: HashSet::new(),
+                });
+                if live.state.is_terminal() || !live.seen.insert(uuid) {
+                    return false;
+                }
+                live.state.pending.push(status);
+                true
+            }
+            WalRecord::Ack {
+                framework_id,
+                task_id,
+                uuid,
+            } => {
+                let Some(live) = self.map.get_mut(&(framework_id, task_id)) else {
+                    return false;
+                };
+                if live.state.pending.first().and_then(|s| s.uuid.as_deref()) != Some(&uuid) {
+                    return false;
+                }
+                let head = live.state.pending.remove(0);
+                live.state.acked.push(uuid);
+                live.state.last_acked = Some(head);
+                true
+            }
+            WalRecord::End {
+                framework_id,
+                task_id,
+            } => self.map.remove(&(framework_id, task_id)).is_some(),
+            WalRecord::Stream(state) => {
+                let seen = state
+                    .acked
+                    .iter()
+                    .cloned()
+                    .chain(state.pending.iter().filter_map(|s| s.uuid.clone()))
+                    .collect();
+                let key = (state.framework_id.clone(), state.task_id.clone());
+                self.map.insert(key, Live { state, seen });
+                true
+            }
+        }
+    }
+
+    /// Drops the streams of one framework, or all of them.
+    pub(crate) fn forget(&mut self, framework_id: Option<&FrameworkId>) {
+        match framework_id {
+            Some(fid) => self.map.retain(|(f, _), _| f != fid),
+            None => self.map.clear(),
+        }
+    }
+
+    /// Number of live streams.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The live streams, in no particular order.
+    pub(crate) fn states(&self) -> impl Iterator<Item = &StreamState> {
+        self.map.values().map(|l| &l.state)
+    }
+}
+
+// === impl StreamState ===
+
+impl StreamState {
+    /// Whether the stream took a terminal update.
+    pub(crate) fn is_terminal(&self) -> bool {
+        self.latest().is_some_and(|s| s.state.is_terminal())
+    }
+
+    /// The newest update of the stream, acknowledged or not.
+    pub(crate) fn latest(&self) -> Option<&TaskStatus> {
+        self.pending.last().or(self.last_acked.as_ref())
+    }
+
+    /// Every uuid the stream took.
+    pub(crate) fn seen(&self) -> HashSet<String> {
+        self.acked
+            .iter()
+            .cloned()
+            .chain(self.pending.iter().filter_map(|s| s.uuid.clone()))
+            .collect()
+    }
+}
+
+// === impl Wal ===
+
+impl Wal {
+    /// Opens (or creates) the log at `path`, reads back every stream and
+    /// compacts it into a fresh segment.
+    pub(crate) fn open(path: &Path, limits: Limits) -> io::Result<Wal> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let streams = read(path)?;
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let mut wal = Wal {
+            path: path.to_path_buf(),
+            file,
+            streams,
+            limits,
+            base: 0,
+            dirty: false,
+            stats: WalStats::default(),
+        };
+        wal.compact()?;
+        Ok(wal)
+    }
+
+    /// The live streams.
+    pub(crate) fn streams(&self) -> &Streams {
+        &self.streams
+    }
+
+    /// The counters.
+    pub(crate) fn stats(&self) -> WalStats {
+        self.stats
+    }
+
+    /// Applies `records` to the live state and writes them with one
+    /// `write`. Not durable until [`Wal::sync`].
+    pub(crate) fn append(&mut self, records: Vec<WalRecord>) -> io::Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::with_capacity(records.len() * 512);
+        for record in records {
+            serde_json::to_writer(&mut buf, &record).map_err(io::Error::other)?;
+            buf.push(b'\n');
+            self.stats.records += 1;
+            self.streams.apply(record);
+        }
+        self.dirty = true;
+        let written = self.file.write_all(&buf);
+        self.stats.bytes += buf.len() as u64;
+        if let Err(e) = written {
+            // The file may now end in a fragment: rewrite it from the live
+            // state so later appends stay readable.
+            let _ = self.compact();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Makes every append durable (one `fdatasync`), then compacts when
+    /// the file has grown past its limits.
+    pub(crate) fn sync(&mut self) -> io::Result<()> {
+        if self.dirty {
+            self.file.sync_data()?;
+            self.dirty = false;
+            self.stats.syncs += 1;
+        }
+        let grown = self.stats.bytes > self.limits.compact_bytes.max(self.base * 2);
+        let idle = self.streams.len() == 0 && self.stats.bytes > self.limits.reset_bytes;
+        if grown || idle {
+            if let Err(e) = self.compact() {
+                // The old segment is intact and durable; try again later.
+                tracing::warn!(error = %e, wal = %self.path.display(), "status update log compaction failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the streams of one framework (or all) and compacts at once.
+    pub(crate) fn forget(&mut self, framework_id: Option<&FrameworkId>) -> io::Result<()> {
+        self.streams.forget(framework_id);
+        self.compact()
+    }
+
+    /// Writes the live state to a new segment and renames it over the log.
+    fn compact(&mut self) -> io::Result<()> {
+        let tmp = self.path.with_extension("wal.tmp");
+        let mut buf = Vec::new();
+        for state in self.streams.states() {
+            serde_json::to_writer(&mut buf, &WalRecord::Stream(state.clone()))
+                .map_err(io::Error::other)?;
+            buf.push(b'\n');
+        }
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&buf)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.dirty = false;
+        self.base = buf.len() as u64;
+        self.stats.bytes = self.base;
+        self.stats.compactions += 1;
+        Ok(())
+    }
+}
+
+/// Reads a log into live streams. A missing file is empty; a torn last
+/// line (no newline, or not parseable) is ignored; other unreadable lines
+/// are logged and skipped.
+fn read(path: &Path) -> io::Result<Streams> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let mut streams = Streams::default();
+    let complete = match bytes.iter().rposition(|b| *b == b'\n') {
+        Some(i) => &bytes[..=i],
+        None => &bytes[..0],
+    };
+    if complete.len() < bytes.len() {
+        tracing::warn!(wal = %path.display(), bytes = bytes.len() - complete.len(), "ignoring a torn last record");
+    }
+    for line in complete.split(|b| *b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<WalRecord>(line) {
+            Ok(record) => {
+                streams.apply(record);
+            }
+            Err(e) => {
+                tracing::warn!(wal = %path.display(), error = %e, "skipping an unreadable status update record")
+            }
+        }
+    }
+    Ok(streams)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agora_proto::{Source, TaskState};
+
+    fn status(task: &str, state: TaskState, uuid: &str) -> TaskStatus {
+        let mut s = TaskStatus::new(TaskId::new(task), state, Source::SourceExecutor);
+        s.uuid = Some(uuid.into());
+        s
+    }
+
+    fn update(task: &str, state: TaskState, uuid: &str) -> WalRecord {
+        WalRecord::Update {
+            framework_id: FrameworkId::new("f"),
+            executor_id: ExecutorId::new("e"),
+            status: status(task, state, uuid),
+        }
+    }
+
+    fn ack(task: &str, uuid: &str) -> WalRecord {
+        WalRecord::Ack {
+            framework_id: FrameworkId::new("f"),
+            task_id: TaskId::new(task),
+            uuid: uuid.into(),
+        }
+    }
+
+    fn end(task: &str) -> WalRecord {
+        WalRecord::End {
+            framework_id: FrameworkId::new("f"),
+            task_id: TaskId::new(task),
+        }
+    }
+
+    const BIG: Limits = Limits {
+        compact_bytes: 1 << 30,
+        reset_bytes: 1 << 30,
+    };
+
+    fn uuids(s: &StreamState) -> Vec<&str> {
+        s.pending.iter().filter_map(|p| p.uuid.as_deref()).collect()
+    }
+
+    fn stream<'a>(w: &'a Streams, task: &str) -> &'a StreamState {
+        w.states()
+            .find(|s| s.task_id.as_str() == task)
+            .unwrap_or_else(|| panic!("no stream {task}"))
+    }
+
+    #[test]
+    fn records_build_streams_with_dedupe_and_terminal() {
+        let mut s = Streams::default();
+        assert!(s.apply(update("t", TaskState::Running, "u1")));
+        assert!(!s.apply(update("t", TaskState::Running, "u1")));
+        assert!(s.apply(update("t", TaskState::Finished, "u2")));
+        assert!(!s.apply(update("t", TaskState::Failed, "u3")));
+        assert!(!s.apply(ack("t", "u2")), "only the head can be acked");
+        assert!(s.apply(ack("t", "u1")));
+        let st = stream(&s, "t");
+        assert_eq!(uuids(st), vec!["u2"]);
+        assert_eq!(st.acked, vec!["u1"]);
+        assert!(st.is_terminal());
+        assert_eq!(st.seen().len(), 2);
+        assert!(s.apply(end("t")));
+        assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn one_batch_of_many_appends_takes_one_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(WAL_FILE);
+        let mut wal = Wal::open(&path, BIG).unwrap();
+        let records: Vec<_> = (0..500)
+            .map(|i| update(&format!("t{i}"), TaskState::Running, &format!("u{i}")))
+            .collect();
+        wal.append(records).unwrap();
+        wal.sync().unwrap();
+        assert_eq!(wal.stats().syncs, 1);
+        assert_eq!(wal.stats().records, 500);
+        // Nothing appended: no sync.
+        wal.sync().unwrap();
+        assert_eq!(wal.stats().syncs, 1);
+        drop(wal);
+        let wal = Wal::open(&path, BIG).unwrap();
+        assert_eq!(wal.streams().len(), 500);
+    }
+
+    #[test]
+    fn torn_tail_is_ignored_and_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(WAL_FILE);
+        let mut wal = Wal::open(&path, BIG).unwrap();
+        wal.append(vec![
+            update("t", TaskState::Running, "u1"),
+            update("t", TaskState::Running, "u2"),
+        ])
+        .unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        // A crash in the middle of the next append.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        let line = serde_json::to_vec(&update("t", TaskState::Finished, "u3")).unwrap();
+        f.write_all(&line[..line.len() / 2]).unwrap();
+        drop(f);
+        let mut wal = Wal::open(&path, BIG).unwrap();
+        assert_eq!(uuids(stream(wal.streams(), "t")), vec!["u1", "u2"]);
+        // The fragment is gone: a new append is readable after reopening.
+        wal.append(vec![update("t", TaskState::Finished, "u3")])
+            .unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        let wal = Wal::open(&path, BIG).unwrap();
+        assert_eq!(uuids(stream(wal.streams(), "t")), vec!["u1", "u2", "u3"]);
+    }
+
+    #[test]
+    fn compaction_preserves_live_streams_and_bounds_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(WAL_FILE);
+        let limits = Limits {
+            compact_bytes: 64 << 10,
+            reset_bytes: 1 << 10,
+        };
+        let mut wal = Wal::open(&path, limits).unwrap();
+        // A long-lived stream with acked and pending updates...
+        wal.append(vec![
+            update("live", TaskState::Running, "l1"),
+            update("live", TaskState::Running, "l2"),
+            ack("live", "l1"),
+        ])
+        .unwrap();
+        // ...and thousands of short streams that come and go.
+        for i in 0..2000 {
+            let t = format!("t{i}");
+            wal.append(vec![
+                update(&t, TaskState::Running, &format!("{t}a")),
+                ack(&t, &format!("{t}a")),
+                update(&t, TaskState::Finished, &format!("{t}b")),
+                ack(&t, &format!("{t}b")),
+                end(&t),
+            ])
+            .unwrap();
+            wal.sync().unwrap();
+            assert!(
+                std::fs::metadata(&path).unwrap().len() <= 2 * limits.compact_bytes,
+                "log grew without bound"
+            );
+        }
+        assert!(wal.stats().compactions > 1);
+        drop(wal);
+        let wal = Wal::open(&path, limits).unwrap();
+        assert_eq!(wal.streams().len(), 1);
+        let live = stream(wal.streams(), "live");
+        assert_eq!(uuids(live), vec!["l2"]);
+        assert_eq!(live.acked, vec!["l1"]);
+        assert_eq!(
+            live.last_acked.as_ref().unwrap().uuid.as_deref(),
+            Some("l1")
+        );
+        assert!(live.seen().contains("l1"));
+    }
+
+    #[test]
+    fn empty_log_is_reset_and_forget_compacts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(WAL_FILE);
+        let limits = Limits {
+            compact_bytes: 1 << 30,
+            reset_bytes: 0,
+        };
+        let mut wal = Wal::open(&path, limits).unwrap();
+        wal.append(vec![
+            update("t", TaskState::Finished, "u1"),
+            ack("t", "u1"),
+            end("t"),
+        ])
+        .unwrap();
+        wal.sync().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        wal.append(vec![update("t2", TaskState::Running, "u2")])
+            .unwrap();
+        wal.sync().unwrap();
+        wal.forget(Some(&FrameworkId::new("f"))).unwrap();
+        assert_eq!(wal.streams().len(), 0);
+        drop(wal);
+        assert_eq!(Wal::open(&path, limits).unwrap().streams().len(), 0);
+    }
+}

@@ -1,0 +1,457 @@
+//! `agora`, the operator's command line: lists of agents, frameworks and
+//! tasks read from the master's paginated `/api/v1/*` endpoints (a table by
+//! default, `--json` for scripts), a task's sandbox logs read from its
+//! agent's `/files/…` (optionally followed until the task ends), and the
+//! `execute` / `local` jobs of `agora-execute` and `agora-local` with a
+//! progress bar.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agora_examples::execute::{execute, ExecuteOptions, ExecuteReport, StateHook};
+use agora_proto::{TaskId, TaskState};
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+
+/// Items fetched per request when listing everything.
+const PAGE: usize = 10_000;
+/// Bytes read per `/files` request.
+const LOG_CHUNK: usize = 1024 * 1024;
+/// How often `task log --follow` polls.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// One column of a table: its heading and how to get it from an item.
+pub struct Column {
+    /// Heading.
+    pub title: &'static str,
+    /// The cell's text.
+    pub cell: fn(&Value) -> String,
+}
+
+/// Resolves `HOST:PORT` (names allowed) to one address.
+pub async fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
+    tokio::net::lookup_host(addr)
+        .await
+        .with_context(|| format!("resolving {addr}"))?
+        .next()
+        .with_context(|| format!("{addr} resolves to no address"))
+}
+
+/// `GET` a JSON document; a non-200 answer is an error with its body.
+pub async fn get_json(addr: SocketAddr, path: &str) -> anyhow::Result<Value> {
+    let (code, body) = agora_examples::http::get(addr, path).await?;
+    if code != 200 {
+        bail!("GET {path} on {addr} answered {code}: {}", body.trim());
+    }
+    serde_json::from_str(&body).with_context(|| format!("GET {path} on {addr}: not JSON"))
+}
+
+/// Every item of a paginated list endpoint (`query` without `offset`/`limit`).
+pub async fn list_all(
+    master: SocketAddr,
+    endpoint: &str,
+    query: &str,
+) -> anyhow::Result<Vec<Value>> {
+    let mut items = Vec::new();
+    loop {
+        let sep = if query.is_empty() { "" } else { "&" };
+        let path = format!("{endpoint}?{query}{sep}offset={}&limit={PAGE}", items.len());
+        let page = get_json(master, &path).await?;
+        let batch = page["items"].as_array().cloned().unwrap_or_default();
+        let total = page["total"].as_u64().unwrap_or(0) as usize;
+        let empty = batch.is_empty();
+        items.extend(batch);
+        if empty || items.len() >= total {
+            return Ok(items);
+        }
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn encode(value: &str) -> String {
+    let mut out = String::new();
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Renders items as an aligned text table.
+pub fn table(items: &[Value], columns: &[Column]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|item| columns.iter().map(|c| (c.cell)(item)).collect())
+        .collect();
+    let mut widths: Vec<usize> = columns.iter().map(|c| c.title.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(text.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(columns.iter().map(|c| c.title).collect(), &mut out);
+    for row in &rows {
+        line(row.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}
+
+/// Prints items as a table, or as a JSON array with `json`.
+pub fn print_items(items: &[Value], columns: &[Column], json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, items)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(table(items, columns).as_bytes())?;
+    }
+    Ok(())
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn short_state(v: &Value) -> String {
+    s(v).trim_start_matches("TASK_").to_string()
+}
+
+/// Columns of `agora agents`.
+pub const AGENT_COLUMNS: &[Column] = &[
+    Column {
+        title: "ID",
+        cell: |a| s(&a["id"]),
+    },
+    Column {
+        title: "HOSTNAME",
+        cell: |a| s(&a["hostname"]),
+    },
+    Column {
+        title: "ADDRESS",
+        cell: |a| s(&a["address"]),
+    },
+    Column {
+        title: "CONNECTED",
+        cell: |a| {
+            if a["connected"] == true {
+                "yes".into()
+            } else {
+                "no".into()
+            }
+        },
+    },
+    Column {
+        title: "TASKS",
+        cell: |a| s(&a["tasks"]),
+    },
+    Column {
+        title: "USED",
+        cell: |a| s(&a["used"]["text"]),
+    },
+    Column {
+        title: "TOTAL",
+        cell: |a| s(&a["total"]["text"]),
+    },
+];
+
+/// Columns of `agora frameworks`.
+pub const FRAMEWORK_COLUMNS: &[Column] = &[
+    Column {
+        title: "ID",
+        cell: |f| s(&f["id"]),
+    },
+    Column {
+        title: "NAME",
+        cell: |f| s(&f["name"]),
+    },
+    Column {
+        title: "ROLES",
+        cell: |f| {
+            f["roles"]
+                .as_array()
+                .map(|r| r.iter().map(s).collect::<Vec<_>>().join(","))
+                .unwrap_or_default()
+        },
+    },
+    Column {
+        title: "CONNECTED",
+        cell: |f| {
+            if f["connected"] == true {
+                "yes".into()
+            } else {
+                "no".into()
+            }
+        },
+    },
+    Column {
+        title: "TASKS",
+        cell: |f| s(&f["tasks"]),
+    },
+    Column {
+        title: "OFFERS",
+        cell: |f| s(&f["offers"]),
+    },
+    Column {
+        title: "USED",
+        cell: |f| s(&f["used"]["text"]),
+    },
+    Column {
+        title: "SHARES",
+        cell: |f| {
+            f["shares"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(role, v)| match v.as_f64() {
+                            Some(x) => format!("{role}={x:.3}"),
+                            None => format!("{role}=-"),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default()
+        },
+    },
+];
+
+/// Columns of `agora tasks`.
+pub const TASK_COLUMNS: &[Column] = &[
+    Column {
+        title: "ID",
+        cell: |t| s(&t["id"]),
+    },
+    Column {
+        title: "STATE",
+        cell: |t| short_state(&t["state"]),
+    },
+    Column {
+        title: "NAME",
+        cell: |t| s(&t["name"]),
+    },
+    Column {
+        title: "FRAMEWORK",
+        cell: |t| s(&t["framework_id"]),
+    },
+    Column {
+        title: "AGENT",
+        cell: |t| match t["agent_hostname"].as_str() {
+            Some(h) => h.to_string(),
+            None => s(&t["agent_id"]),
+        },
+    },
+    Column {
+        title: "RESOURCES",
+        cell: |t| s(&t["resources"]["text"]),
+    },
+];
+
+/// Finds one task by id (and framework, when ids repeat across frameworks).
+pub async fn find_task(
+    master: SocketAddr,
+    task_id: &str,
+    framework_id: Option<&str>,
+) -> anyhow::Result<Value> {
+    let mut query = format!("q={}", encode(task_id));
+    if let Some(f) = framework_id {
+        query.push_str(&format!("&framework_id={}", encode(f)));
+    }
+    let mut matches: Vec<Value> = list_all(master, "/api/v1/tasks", &query)
+        .await?
+        .into_iter()
+        .filter(|t| t["id"] == task_id)
+        .collect();
+    match matches.len() {
+        0 => bail!("no task {task_id} is known to the master (completed tasks age out)"),
+        1 => Ok(matches.remove(0)),
+        n => bail!("{n} frameworks have a task {task_id}: choose one with --framework"),
+    }
+}
+
+/// Prints a task's sandbox file from its agent; with `follow`, keeps
+/// printing what is appended until the task is terminal and the file
+/// is read to its end.
+pub async fn task_log(
+    master: SocketAddr,
+    task_id: &str,
+    framework_id: Option<&str>,
+    file: &str,
+    follow: bool,
+) -> anyhow::Result<()> {
+    let mut task = find_task(master, task_id, framework_id).await?;
+    let agent = task["agent_address"]
+        .as_str()
+        .context("the task's agent is no longer known to the master")?;
+    let agent = resolve(agent).await?;
+    let fid = s(&task["framework_id"]);
+    let eid = s(&task["executor_id"]);
+    let mut offset: u64 = 0;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let path = format!(
+            "/files/{}/{}/{}?offset={offset}&length={LOG_CHUNK}",
+            encode(&fid),
+            encode(&eid),
+            encode(file)
+        );
+        let chunk = get_json(agent, &path)
+            .await
+            .with_context(|| format!("reading {file} of task {task_id}"))?;
+        let data = chunk["data"].as_str().unwrap_or("");
+        out.write_all(data.as_bytes())?;
+        out.flush()?;
+        offset = chunk["offset"].as_u64().unwrap_or(offset) + chunk["length"].as_u64().unwrap_or(0);
+        if chunk["eof"] != true {
+            continue;
+        }
+        if !follow || terminal(&task) {
+            return Ok(());
+        }
+        tokio::time::sleep(FOLLOW_POLL).await;
+        // Its state decides when following ends; the read after it turned
+        // terminal picks up the last output.
+        if let Ok(t) = find_task(master, task_id, Some(&fid)).await {
+            task = t;
+        }
+    }
+}
+
+fn terminal(task: &Value) -> bool {
+    serde_json::from_value::<TaskState>(task["state"].clone()).is_ok_and(|s| s.is_terminal())
+}
+
+/// Counts of a job's instances by where they are, for the progress bar.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct JobProgress {
+    latest: BTreeMap<TaskId, TaskState>,
+}
+
+impl JobProgress {
+    /// Records a task's state; a terminal state is final.
+    pub fn record(&mut self, task: &TaskId, state: TaskState) {
+        let entry = self.latest.entry(task.clone()).or_insert(state);
+        if !entry.is_terminal() {
+            *entry = state;
+        }
+    }
+
+    /// (staged, running, finished, failed): staged covers staging and
+    /// starting, failed every terminal state but finished.
+    pub fn counts(&self) -> (usize, usize, usize, usize) {
+        let mut c = (0, 0, 0, 0);
+        for state in self.latest.values() {
+            match state {
+                TaskState::Staging | TaskState::Starting => c.0 += 1,
+                TaskState::Running | TaskState::Killing => c.1 += 1,
+                TaskState::Finished => c.2 += 1,
+                _ => c.3 += 1,
+            }
+        }
+        c
+    }
+}
+
+/// Runs a job like `agora-execute` with a progress bar on stderr (hidden
+/// when stderr is not a terminal). With `verbose`, each update is printed
+/// above the bar.
+pub async fn execute_with_progress(
+    mut opts: ExecuteOptions,
+    verbose: bool,
+) -> anyhow::Result<ExecuteReport> {
+    let bar = ProgressBar::new(opts.instances as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} done  {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar.set_message("staged 0, running 0, finished 0, failed 0");
+    let progress = Arc::new(Mutex::new(JobProgress::default()));
+    let hook_bar = bar.clone();
+    opts.print_updates = false;
+    opts.on_state = Some(StateHook(Arc::new(move |task, state| {
+        let mut p = progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        p.record(task, state);
+        let (staged, running, finished, failed) = p.counts();
+        hook_bar.set_position((finished + failed) as u64);
+        hook_bar.set_message(format!(
+            "staged {staged}, running {running}, finished {finished}, failed {failed}"
+        ));
+        if verbose {
+            hook_bar.println(format!("{task} {state}"));
+        }
+    })));
+    let result = execute(opts).await;
+    bar.finish_and_clear();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tables_align_columns() {
+        let items = vec![
+            json!({"id": "t1", "state": "TASK_RUNNING", "name": "a", "framework_id": "f", "agent_hostname": "h", "resources": {"text": "cpus:1"}}),
+            json!({"id": "task-22", "state": "TASK_FINISHED", "name": "b", "framework_id": "f", "agent_id": "s1", "resources": {"text": ""}}),
+        ];
+        let t = table(&items, TASK_COLUMNS);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "ID       STATE     NAME  FRAMEWORK  AGENT  RESOURCES"
+        );
+        assert_eq!(
+            lines[1],
+            "t1       RUNNING   a     f          h      cpus:1"
+        );
+        assert_eq!(lines[2], "task-22  FINISHED  b     f          s1");
+    }
+
+    #[test]
+    fn progress_counts_latest_states_and_keeps_terminal_ones() {
+        let mut p = JobProgress::default();
+        let (a, b, c) = (TaskId::new("a"), TaskId::new("b"), TaskId::new("c"));
+        p.record(&a, TaskState::Staging);
+        p.record(&b, TaskState::Staging);
+        p.record(&c, TaskState::Staging);
+        assert_eq!(p.counts(), (3, 0, 0, 0));
+        p.record(&a, TaskState::Running);
+        p.record(&b, TaskState::Failed);
+        p.record(&b, TaskState::Running);
+        p.record(&c, TaskState::Finished);
+        assert_eq!(p.counts(), (0, 1, 1, 1));
+    }
+
+    #[test]
+    fn query_values_are_encoded() {
+        assert_eq!(encode("a b/c&d"), "a%20b%2Fc%26d");
+        assert_eq!(encode("task-1_x.y~"), "task-1_x.y~");
+    }
+}

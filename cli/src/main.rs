@@ -1,0 +1,368 @@
+//! `agora`: list a cluster's agents, frameworks and tasks, read a task's
+//! logs, run a job (`agora execute`, as `agora-execute`) or a whole local
+//! cluster (`agora local`, as `agora-local`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agora_cli::{
+    execute_with_progress, list_all, print_items, resolve, task_log, AGENT_COLUMNS,
+    FRAMEWORK_COLUMNS, TASK_COLUMNS,
+};
+use agora_examples::cli::{init_logging, parse_duration};
+use agora_examples::execute::ExecuteOptions;
+use agora_examples::local::{LocalCluster, LocalOptions, COMMAND_EXECUTOR_ARG};
+use agora_proto::{FrameworkId, Resources};
+use clap::{Args as ClapArgs, Parser, Subcommand};
+
+/// The Agora command line.
+#[derive(Parser, Debug)]
+#[command(name = "agora", version)]
+struct Cli {
+    /// Master address, HOST:PORT.
+    #[arg(
+        long,
+        global = true,
+        env = "AGORA_MASTER",
+        default_value = "127.0.0.1:5050"
+    )]
+    master: String,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Log as JSON lines (filter with RUST_LOG).
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List agents.
+    Agents {
+        /// Only agents whose id, hostname or address contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// List frameworks.
+    Frameworks {
+        /// Only frameworks whose id or name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// List tasks (active ones, then recently completed ones).
+    Tasks {
+        /// Only tasks in these states (comma-separated: running, finished,
+        /// TASK_FAILED, active, terminal, …).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only tasks of this framework.
+        #[arg(long)]
+        framework: Option<String>,
+        /// Only tasks on this agent.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only tasks whose id or name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// One task.
+    Task {
+        #[command(subcommand)]
+        command: TaskCommand,
+    },
+    /// Run a shell command as K tasks, with a progress bar (as agora-execute).
+    Execute(ExecuteArgs),
+    /// Start a master and N agents on 127.0.0.1 (as agora-local).
+    Local(LocalArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum TaskCommand {
+    /// Print a task's stdout (or --file stderr) from its sandbox.
+    Log {
+        /// The task's id.
+        task_id: String,
+        /// The task's framework, when several have a task of that id.
+        #[arg(long)]
+        framework: Option<String>,
+        /// Sandbox file to read.
+        #[arg(long, default_value = "stdout")]
+        file: String,
+        /// Keep printing output until the task ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
+}
+
+#[derive(ClapArgs, Debug)]
+struct JobArgs {
+    /// Shell command each task runs.
+    #[arg(long)]
+    command: String,
+    /// Number of tasks.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
+    /// Resources of each task, in Mesos syntax.
+    #[arg(long, default_value = "cpus:0.1;mem:32", value_parser = Resources::parse)]
+    resources: Resources,
+    /// Give up after this long (e.g. 10m).
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Print every status update above the progress bar.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+#[derive(ClapArgs, Debug)]
+struct ExecuteArgs {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Framework name; tasks are NAME-0 .. NAME-(K-1).
+    #[arg(long, default_value = "agora-execute")]
+    name: String,
+    /// Role to run in.
+    #[arg(long)]
+    role: Option<String>,
+    /// Ask agents to checkpoint the tasks.
+    #[arg(long)]
+    checkpoint: bool,
+    /// How long the master keeps the tasks if this process goes away.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    failover_timeout: Duration,
+    /// Take over this existing framework (scheduler failover).
+    #[arg(long)]
+    framework_id: Option<String>,
+    /// Append every launch and status update to this JSON-lines file.
+    #[arg(long)]
+    ledger: Option<PathBuf>,
+    /// Durable record of launched and finished instances (see agora-execute).
+    #[arg(long)]
+    state_file: Option<PathBuf>,
+}
+
+#[derive(ClapArgs, Debug)]
+struct LocalArgs {
+    /// Number of agents.
+    #[arg(long, default_value_t = 3)]
+    agents: usize,
+    /// Resources of each agent, in Mesos syntax.
+    #[arg(long, default_value = "cpus:4;mem:4096;disk:16384;ports:[31000-32000]", value_parser = Resources::parse)]
+    agent_resources: Resources,
+    /// Master address (default: 127.0.0.1 on a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: std::net::SocketAddr,
+    /// Work directory (default: a new temp directory, removed on exit).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Run this shell command as a job, then exit with its result.
+    #[arg(long)]
+    command: Option<String>,
+    /// Number of tasks of the job.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
+    /// Resources of each task of the job.
+    #[arg(long, default_value = "cpus:0.1;mem:32", value_parser = Resources::parse)]
+    resources: Resources,
+    /// Give up on the job after this long.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Print every status update of the job.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+fn main() -> ExitCode {
+    // `agora local` starts agents that fork this binary as the command executor.
+    if std::env::args().nth(1).as_deref() == Some(COMMAND_EXECUTOR_ARG) {
+        return agora_executor::command::run();
+    }
+    let cli = Cli::parse();
+    init_logging(cli.log_json);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agora: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        // `agora tasks | head`: the reader went away; not an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("agora: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn query(pairs: &[(&str, &Option<String>)]) -> String {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| {
+            v.as_deref()
+                .map(|v| format!("{k}={}", agora_cli::encode(v)))
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Agents { filter } => {
+            let master = resolve(&cli.master).await?;
+            let items = list_all(master, "/api/v1/agents", &query(&[("q", &filter)])).await?;
+            print_items(&items, AGENT_COLUMNS, cli.json)?;
+        }
+        Command::Frameworks { filter } => {
+            let master = resolve(&cli.master).await?;
+            let items = list_all(master, "/api/v1/frameworks", &query(&[("q", &filter)])).await?;
+            print_items(&items, FRAMEWORK_COLUMNS, cli.json)?;
+        }
+        Command::Tasks {
+            state,
+            framework,
+            agent,
+            filter,
+        } => {
+            let master = resolve(&cli.master).await?;
+            let q = query(&[
+                ("state", &state),
+                ("framework_id", &framework),
+                ("agent_id", &agent),
+                ("q", &filter),
+            ]);
+            let items = list_all(master, "/api/v1/tasks", &q).await?;
+            print_items(&items, TASK_COLUMNS, cli.json)?;
+        }
+        Command::Task {
+            command:
+                TaskCommand::Log {
+                    task_id,
+                    framework,
+                    file,
+                    follow,
+                },
+        } => {
+            let master = resolve(&cli.master).await?;
+            task_log(master, &task_id, framework.as_deref(), &file, follow).await?;
+        }
+        Command::Execute(args) => {
+            let opts = ExecuteOptions {
+                name: args.name,
+                resources: args.job.resources,
+                role: args.role,
+                checkpoint: args.checkpoint,
+                failover_timeout: args.failover_timeout.as_secs_f64(),
+                timeout: args.job.timeout,
+                framework_id: args.framework_id.map(FrameworkId::new),
+                ledger: args.ledger,
+                state_file: args.state_file,
+                ..ExecuteOptions::new(cli.master.clone(), args.job.command, args.job.instances)
+            };
+            return job(opts, args.job.verbose, cli.json).await;
+        }
+        Command::Local(args) => return local(args, cli.json).await,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a job and prints its summary (or the report as JSON).
+async fn job(opts: ExecuteOptions, verbose: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let instances = opts.instances;
+    let report = execute_with_progress(opts, verbose).await?;
+    if json {
+        let terminal: serde_json::Map<String, serde_json::Value> = report
+            .terminal
+            .iter()
+            .map(|(s, n)| (s.to_string(), (*n).into()))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "framework_id": report.framework_id,
+                "instances": instances,
+                "finished": report.finished,
+                "terminal": terminal,
+                "updates": report.updates,
+                "elapsed_seconds": report.elapsed.as_secs_f64(),
+                "error": report.error,
+            })
+        );
+    } else {
+        println!("{}", report.summary(instances));
+    }
+    Ok(if report.success(instances) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn local(args: LocalArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let (work_dir, remove_after) = match &args.work_dir {
+        Some(dir) => (dir.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("agora-local-{}", std::process::id())),
+            true,
+        ),
+    };
+    let mut opts = LocalOptions::new(args.agents, work_dir.clone())?;
+    opts.agent_resources = args.agent_resources.clone();
+    opts.master_listen = args.listen;
+    let cluster = LocalCluster::start(opts).await?;
+    let master = cluster.master_addr.to_string();
+    let result = match &args.command {
+        Some(command) => {
+            let opts = ExecuteOptions {
+                name: "agora-local".to_string(),
+                resources: args.resources.clone(),
+                timeout: Some(args.timeout),
+                ..ExecuteOptions::new(master.clone(), command.clone(), args.instances)
+            };
+            job(opts, args.verbose, json).await
+        }
+        None => {
+            println!("master: {master} (web UI: http://{master}/)");
+            for (i, addr) in cluster.agent_addrs.iter().enumerate() {
+                println!("agent {i}: {addr}");
+            }
+            println!("work dir: {}", work_dir.display());
+            println!("try: agora --master {master} execute --command 'echo hi' --instances 5");
+            println!("Ctrl-C to stop");
+            wait_for_stop().await;
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    cluster.shutdown().await;
+    if remove_after {
+        let _ = std::fs::remove_dir_all(&work_dir);
+    }
+    result
+}
+
+/// Ctrl-C or SIGTERM.
+async fn wait_for_stop() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
