@@ -32,8 +32,22 @@ pub struct Column {
     pub cell: fn(&Value) -> String,
 }
 
-/// Resolves `HOST:PORT` (names allowed) to one address.
+/// Resolves `HOST:PORT` (names allowed) to one address; with the `etcd`
+/// feature, `etcd://HOST:PORT/PREFIX` resolves to the current leader.
 pub async fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
+    #[cfg(feature = "etcd")]
+    if let Some(url) = agora_proto::etcd::EtcdUrl::parse(addr) {
+        let url = url?;
+        let leader = agora_proto::etcd::detect_leader(&url)
+            .await
+            .with_context(|| format!("reading the leader from {url}"))?
+            .with_context(|| format!("{url} has no leading master right now"))?;
+        return Box::pin(resolve(&leader.address)).await;
+    }
+    #[cfg(not(feature = "etcd"))]
+    if addr.trim().starts_with("etcd://") {
+        bail!("{addr}: this build has no etcd support (build with --features etcd)");
+    }
     tokio::net::lookup_host(addr)
         .await
         .with_context(|| format!("resolving {addr}"))?

@@ -20,7 +20,8 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "agora", version)]
 struct Cli {
-    /// Master address, HOST:PORT.
+    /// Master address, HOST:PORT (or etcd://HOST:PORT/PREFIX in builds with
+    /// the `etcd` feature: the current leader).
     #[arg(
         long,
         global = true,

@@ -413,6 +413,19 @@ fn leader_sigkill_repeatedly_job_completes() {
         std::thread::sleep(Duration::from_millis(500));
     }
     finish_job(&cluster, &mut job, "ha", INSTANCES);
+    // The operator's CLI follows the leader through etcd too.
+    let out = Command::new(bin("agora"))
+        .args(["--master", &cluster.etcd_url(), "--json", "agents"])
+        .output()
+        .expect("running agora");
+    assert!(
+        out.status.success(),
+        "agora agents via etcd failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agents: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("agora --json prints JSON");
+    assert_eq!(agents.as_array().map(Vec::len), Some(2), "{agents}");
     times.sort();
     eprintln!(
         "failover times (kill → first offer from the new leader): {:?}; median {:.3} s",
