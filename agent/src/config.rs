@@ -65,11 +65,6 @@ pub struct Config {
     pub recover: RecoverMode,
 }
 
-/// A duration flag value that could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {0:?}: use e.g. 500ms, 5s, 2m, 1h or a number of seconds")]
-pub struct DurationParseError(pub String);
-
 // === impl Config ===
 
 impl Config {
@@ -109,32 +104,6 @@ impl std::str::FromStr for RecoverMode {
             )),
         }
     }
-}
-
-/// Parses `500ms`, `5s`, `2m`, `1h`, `1d` or bare (possibly fractional)
-/// seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, DurationParseError> {
-    let err = || DurationParseError(text.to_string());
-    let t = text.trim();
-    let (number, unit_secs) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = t.strip_suffix('h') {
-        (n, 3600.0)
-    } else if let Some(n) = t.strip_suffix('d') {
-        (n, 86400.0)
-    } else {
-        (t, 1.0)
-    };
-    let value: f64 = number.trim().parse().map_err(|_| err())?;
-    let secs = value * unit_secs;
-    if !secs.is_finite() || !(0.0..=1e10).contains(&secs) {
-        return Err(err());
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// The resources Mesos would offer on this machine.
@@ -212,20 +181,6 @@ pub(crate) fn default_command_executor() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
-        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("abc").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("nan").is_err());
-    }
 
     #[test]
     fn meminfo_parsing_and_reserve() {

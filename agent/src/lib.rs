@@ -39,7 +39,8 @@ pub mod status_updates;
 mod sys;
 mod wal;
 
-pub use config::{parse_duration, Config, DurationParseError, RecoverMode};
+pub use agora_proto::{parse_duration, DurationError};
+pub use config::{Config, RecoverMode};
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

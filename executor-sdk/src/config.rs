@@ -137,24 +137,9 @@ fn id((name, value): (&'static str, String)) -> Result<String, ExecutorError> {
     Ok(value)
 }
 
-/// Bare (possibly fractional) seconds, or a number with `ms`, `s`, `m`,
-/// `min`, `mins` or `h`.
+/// [`agora_proto::parse_duration`], for variables where `None` means "invalid".
 pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let seconds = match unit.trim() {
-        "" | "s" | "secs" => number,
-        "ms" => number / 1000.0,
-        "m" | "min" | "mins" => number * 60.0,
-        "h" | "hrs" => number * 3600.0,
-        _ => return None,
-    };
-    (seconds.is_finite() && (0.0..=1e9).contains(&seconds))
-        .then(|| Duration::from_secs_f64(seconds))
+    agora_proto::parse_duration(text).ok()
 }
 
 #[cfg(test)]

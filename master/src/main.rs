@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use agora_proto::parse_duration;
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 
@@ -103,26 +104,6 @@ struct Flags {
 enum LogFormat {
     Text,
     Json,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let value: f64 = number.trim().parse().map_err(|_| {
-        format!("{text:?} is not a duration; use e.g. 500ms, 5s, 2m, 1h or seconds")
-    })?;
-    let scale = match unit {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("unknown duration unit {unit:?}; use ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(value * scale)
-        .map_err(|_| format!("{text:?} is not a valid non-negative duration"))
 }
 
 fn parse_weights(text: &str) -> Result<BTreeMap<String, f64>, String> {

@@ -17,6 +17,7 @@
 pub mod agent;
 mod attributes;
 mod codec;
+mod duration;
 pub mod env;
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -28,6 +29,7 @@ mod types;
 
 pub use attributes::{Attribute, AttributeError, AttributeValue, Attributes};
 pub use codec::{decode, encode, DecodeError, Message, MAX_FRAME_BYTES};
+pub use duration::{parse_duration, DurationError};
 pub use ids::{
     validate_id, AgentId, ExecutorId, FrameworkId, IdError, OfferId, TaskId, MAX_ID_LEN,
 };
