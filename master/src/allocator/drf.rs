@@ -307,6 +307,26 @@ impl DrfAllocator {
         self.frameworks.get(f).and_then(Option::as_ref)
     }
 
+    fn set_framework_active(&mut self, framework_id: &FrameworkId, active: bool) {
+        if let Some(fw) = self
+            .framework_index
+            .get(framework_id)
+            .and_then(|&f| self.frameworks[f].as_mut())
+        {
+            fw.active = active;
+        }
+    }
+
+    fn set_agent_active(&mut self, agent_id: &AgentId, active: bool) {
+        if let Some(ag) = self
+            .agent_index
+            .get(agent_id)
+            .and_then(|&a| self.agents[a].as_mut())
+        {
+            ag.active = active;
+        }
+    }
+
     fn ag(&self, a: usize) -> Option<&Ag> {
         self.agents.get(a).and_then(Option::as_ref)
     }
@@ -1150,23 +1170,11 @@ impl Allocator for DrfAllocator {
     }
 
     fn activate_framework(&mut self, framework_id: &FrameworkId) {
-        if let Some(fw) = self
-            .framework_index
-            .get(framework_id)
-            .and_then(|&f| self.frameworks[f].as_mut())
-        {
-            fw.active = true;
-        }
+        self.set_framework_active(framework_id, true);
     }
 
     fn deactivate_framework(&mut self, framework_id: &FrameworkId) {
-        if let Some(fw) = self
-            .framework_index
-            .get(framework_id)
-            .and_then(|&f| self.frameworks[f].as_mut())
-        {
-            fw.active = false;
-        }
+        self.set_framework_active(framework_id, false);
     }
 
     fn add_agent(
@@ -1243,23 +1251,11 @@ impl Allocator for DrfAllocator {
     }
 
     fn activate_agent(&mut self, agent_id: &AgentId) {
-        if let Some(ag) = self
-            .agent_index
-            .get(agent_id)
-            .and_then(|&a| self.agents[a].as_mut())
-        {
-            ag.active = true;
-        }
+        self.set_agent_active(agent_id, true);
     }
 
     fn deactivate_agent(&mut self, agent_id: &AgentId) {
-        if let Some(ag) = self
-            .agent_index
-            .get(agent_id)
-            .and_then(|&a| self.agents[a].as_mut())
-        {
-            ag.active = false;
-        }
+        self.set_agent_active(agent_id, false);
     }
 
     fn update_usage(
