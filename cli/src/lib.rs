@@ -140,6 +140,10 @@ pub fn print_items(items: &[Value], columns: &[Column], json: bool) -> anyhow::R
     Ok(())
 }
 
+fn yes_no(v: &Value) -> String {
+    if *v == true { "yes" } else { "no" }.to_string()
+}
+
 fn s(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
@@ -168,13 +172,7 @@ pub const AGENT_COLUMNS: &[Column] = &[
     },
     Column {
         title: "CONNECTED",
-        cell: |a| {
-            if a["connected"] == true {
-                "yes".into()
-            } else {
-                "no".into()
-            }
-        },
+        cell: |a| yes_no(&a["connected"]),
     },
     Column {
         title: "TASKS",
@@ -211,13 +209,7 @@ pub const FRAMEWORK_COLUMNS: &[Column] = &[
     },
     Column {
         title: "CONNECTED",
-        cell: |f| {
-            if f["connected"] == true {
-                "yes".into()
-            } else {
-                "no".into()
-            }
-        },
+        cell: |f| yes_no(&f["connected"]),
     },
     Column {
         title: "TASKS",
