@@ -31,7 +31,8 @@ pub async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> 
         .with_context(|| format!("GET {path} on {addr} timed out"))?
 }
 
-fn parse_response(raw: &[u8]) -> anyhow::Result<(u16, String)> {
+/// Splits a raw HTTP/1.1 response into its status code and (de-chunked) body.
+pub fn parse_response(raw: &[u8]) -> anyhow::Result<(u16, String)> {
     let text = String::from_utf8_lossy(raw);
     let (head, body) = text
         .split_once("\r\n\r\n")
