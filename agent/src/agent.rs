@@ -778,7 +778,7 @@ impl Core {
 
     fn acknowledge(&mut self, fid: FrameworkId, task_id: TaskId, uuid: String) {
         let key = (fid.clone(), task_id.clone());
-        let checkpointed = self.task_meta_dir(&key).is_some();
+        let checkpointed = self.tasks.get(&key).is_some_and(|t| t.checkpointed);
         match self
             .updates
             .acknowledge(&fid, &task_id, &uuid, checkpointed, Instant::now())
@@ -932,8 +932,10 @@ impl Core {
         }
         let key = (fid.clone(), status.task_id.clone());
         let Some(executor_id) = self
-            .task_meta_dir(&key)
-            .and_then(|_| self.tasks.get(&key).map(|t| t.executor_id.clone()))
+            .tasks
+            .get(&key)
+            .filter(|t| t.checkpointed)
+            .map(|t| t.executor_id.clone())
         else {
             self.append_to_stream(fid, status, ack_to);
             return;

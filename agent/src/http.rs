@@ -20,6 +20,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use futures::SinkExt;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -29,6 +30,8 @@ use crate::Shared;
 
 /// Events queued for one executor connection.
 pub(crate) const EXECUTOR_OUTBOX: usize = 1024;
+/// Most queued events written to an executor with one flush.
+const WRITE_BATCH: usize = 256;
 
 /// What the core sends to an executor connection.
 #[derive(Debug)]
@@ -365,8 +368,29 @@ async fn serve_executor(mut ws: WebSocket, app: AppState) {
         tokio::select! {
             out = rx.recv() => match out {
                 Some(ExecOut::Event(event)) => {
-                    let event = *event;
-                    if !send_event(&mut ws, &event).await {
+                    // Events already queued (acknowledgements, mostly) go
+                    // out with the same flush.
+                    let mut written = ws.feed(Message::text(agora_proto::encode(&*event))).await.is_ok();
+                    let mut queued = 1;
+                    let mut closing = None;
+                    while written && queued < WRITE_BATCH {
+                        match rx.try_recv() {
+                            Ok(ExecOut::Event(event)) => {
+                                written = ws.feed(Message::text(agora_proto::encode(&*event))).await.is_ok();
+                                queued += 1;
+                            }
+                            Ok(ExecOut::Close { code, reason }) => {
+                                closing = Some((code, reason));
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    if !written || ws.flush().await.is_err() {
+                        break;
+                    }
+                    if let Some((code, reason)) = closing {
+                        close(&mut ws, code, reason).await;
                         break;
                     }
                 }

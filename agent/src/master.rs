@@ -27,6 +27,8 @@ use crate::Shared;
 
 /// Calls queued for one master connection.
 pub(crate) const MASTER_OUTBOX: usize = 10_000;
+/// Most queued calls written to the master with one flush.
+const WRITE_BATCH: usize = 256;
 /// Pings the master may skip before the agent gives up on the connection.
 pub(crate) const MASTER_SILENT_PINGS: u32 = 3;
 /// How long to wait for `REGISTERED` before trying another connection.
@@ -195,7 +197,15 @@ where
             }
             call = outbox.recv() => match call {
                 Some(call) => {
-                    if sink.send(Message::text(agora_proto::encode(&call))).await.is_err() {
+                    // What else is queued goes out with the same flush.
+                    let mut written = sink.feed(Message::text(agora_proto::encode(&call))).await.is_ok();
+                    let mut queued = 1;
+                    while written && queued < WRITE_BATCH {
+                        let Ok(call) = outbox.try_recv() else { break };
+                        written = sink.feed(Message::text(agora_proto::encode(&call))).await.is_ok();
+                        queued += 1;
+                    }
+                    if !written || sink.flush().await.is_err() {
                         break;
                     }
                 }

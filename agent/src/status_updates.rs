@@ -57,6 +57,10 @@ pub struct StatusUpdateManager {
     retry_min: Duration,
     retry_max: Duration,
     connected: bool,
+    /// No head is due for a retry before this: a lower bound kept as
+    /// heads are sent, made exact by each scan in [`Self::due_retries`],
+    /// so the caller's timer costs nothing per update.
+    retry_hint: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -89,6 +93,17 @@ impl StatusUpdateManager {
             retry_min: retry_min.max(Duration::from_millis(1)),
             retry_max: retry_max.max(retry_min),
             connected: false,
+            retry_hint: None,
+        }
+    }
+
+    /// A head is sent at `now`: its first retry is due `retry_min` later.
+    fn first_flight(&mut self, now: Instant) -> InFlight {
+        let next_retry = now + self.retry_min;
+        self.retry_hint = Some(self.retry_hint.map_or(next_retry, |h| h.min(next_retry)));
+        InFlight {
+            next_retry,
+            backoff: self.retry_min,
         }
     }
 
@@ -103,7 +118,7 @@ impl StatusUpdateManager {
             return UpdateOutcome::MissingUuid;
         };
         let key = (framework_id.clone(), status.task_id.clone());
-        let stream = self.streams.entry(key).or_insert_with(|| Stream {
+        let stream = self.streams.entry(key.clone()).or_insert_with(|| Stream {
             pending: VecDeque::new(),
             seen: HashSet::new(),
             terminal: false,
@@ -119,15 +134,14 @@ impl StatusUpdateManager {
         stream.seen.insert(uuid);
         stream.terminal = status.state.is_terminal();
         stream.pending.push_back(status);
-        let send = if self.connected && stream.in_flight.is_none() && !stream.held {
-            stream.in_flight = Some(InFlight {
-                next_retry: now + self.retry_min,
-                backoff: self.retry_min,
-            });
-            stream.pending.front().cloned()
-        } else {
-            None
-        };
+        if !self.connected || stream.in_flight.is_some() || stream.held {
+            return UpdateOutcome::Added { send: None };
+        }
+        let send = stream.pending.front().cloned();
+        let flight = self.first_flight(now);
+        if let Some(stream) = self.streams.get_mut(&key) {
+            stream.in_flight = Some(flight);
+        }
         UpdateOutcome::Added { send }
     }
 
@@ -162,15 +176,17 @@ impl StatusUpdateManager {
             };
         }
         stream.held = hold;
-        let next = if self.connected && !hold && !stream.pending.is_empty() {
-            stream.in_flight = Some(InFlight {
-                next_retry: now + self.retry_min,
-                backoff: self.retry_min,
-            });
+        let next = if self.connected && !hold {
             stream.pending.front().cloned().map(Box::new)
         } else {
             None
         };
+        if next.is_some() {
+            let flight = self.first_flight(now);
+            if let Some(stream) = self.streams.get_mut(&key) {
+                stream.in_flight = Some(flight);
+            }
+        }
         AckOutcome::Acknowledged {
             acked: Box::new(acked),
             next,
@@ -186,35 +202,31 @@ impl StatusUpdateManager {
         task_id: &TaskId,
         now: Instant,
     ) -> Option<TaskStatus> {
-        let stream = self
-            .streams
-            .get_mut(&(framework_id.clone(), task_id.clone()))?;
+        let key = (framework_id.clone(), task_id.clone());
+        let stream = self.streams.get_mut(&key)?;
         stream.held = false;
         if !self.connected || stream.in_flight.is_some() {
             return None;
         }
         let head = stream.pending.front().cloned()?;
-        stream.in_flight = Some(InFlight {
-            next_retry: now + self.retry_min,
-            backoff: self.retry_min,
-        });
+        let flight = self.first_flight(now);
+        if let Some(stream) = self.streams.get_mut(&key) {
+            stream.in_flight = Some(flight);
+        }
         Some(head)
     }
 
     /// The agent (re-)registered: every head is to be sent at once.
     pub fn connected(&mut self, now: Instant) -> Vec<(FrameworkId, TaskStatus)> {
         self.connected = true;
-        let retry_min = self.retry_min;
+        let flight = self.first_flight(now);
         let mut out = Vec::new();
         for ((framework_id, _), stream) in self.streams.iter_mut() {
             if stream.held {
                 continue;
             }
             if let Some(head) = stream.pending.front() {
-                stream.in_flight = Some(InFlight {
-                    next_retry: now + retry_min,
-                    backoff: retry_min,
-                });
+                stream.in_flight = Some(flight);
                 out.push((framework_id.clone(), head.clone()));
             }
         }
@@ -224,6 +236,7 @@ impl StatusUpdateManager {
     /// The master connection dropped: nothing is in flight any more.
     pub fn disconnected(&mut self) {
         self.connected = false;
+        self.retry_hint = None;
         for stream in self.streams.values_mut() {
             stream.in_flight = None;
         }
@@ -231,11 +244,12 @@ impl StatusUpdateManager {
 
     /// Heads whose retry time has come; their backoff doubles.
     pub fn due_retries(&mut self, now: Instant) -> Vec<(FrameworkId, TaskStatus)> {
-        if !self.connected {
+        if !self.connected || self.retry_hint.is_none_or(|hint| hint > now) {
             return Vec::new();
         }
         let retry_max = self.retry_max;
         let mut out = Vec::new();
+        let mut earliest: Option<Instant> = None;
         for ((framework_id, _), stream) in self.streams.iter_mut() {
             let (Some(flight), Some(head)) = (stream.in_flight.as_mut(), stream.pending.front())
             else {
@@ -246,16 +260,16 @@ impl StatusUpdateManager {
                 flight.next_retry = now + flight.backoff;
                 out.push((framework_id.clone(), head.clone()));
             }
+            earliest = Some(earliest.map_or(flight.next_retry, |e| e.min(flight.next_retry)));
         }
+        self.retry_hint = earliest;
         out
     }
 
-    /// The earliest pending retry, for the caller's timer.
+    /// When [`Self::due_retries`] should next be called: no retry is due
+    /// before it (it may come early, never late). O(1).
     pub fn next_retry(&self) -> Option<Instant> {
-        self.streams
-            .values()
-            .filter_map(|s| s.in_flight.map(|f| f.next_retry))
-            .min()
+        self.retry_hint
     }
 
     /// Unacknowledged updates of a task, oldest first.
@@ -472,7 +486,14 @@ mod tests {
         // Ack resets: the next head starts at retry_min again.
         m.update(&f, st("t", TaskState::Finished, "u2"), now);
         m.acknowledge(&f, &TaskId::new("t"), "u1", false, now);
-        assert_eq!(m.next_retry(), Some(now + Duration::from_secs(10)));
+        assert!(m
+            .next_retry()
+            .is_some_and(|t| t <= now + Duration::from_secs(10)));
+        assert!(m.due_retries(now + Duration::from_secs(9)).is_empty());
+        let due = m.due_retries(now + Duration::from_secs(10));
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].1.uuid.as_deref(), Some("u2"));
+        assert_eq!(m.next_retry(), Some(now + Duration::from_secs(30)));
     }
 
     #[test]
@@ -516,7 +537,8 @@ mod tests {
             o => panic!("{o:?}"),
         }
         // Neither retries nor a re-registration send the held head.
-        assert_eq!(m.next_retry(), None);
+        assert!(m.due_retries(t0 + Duration::from_secs(3600)).is_empty());
+        assert_eq!(m.next_retry(), None, "the scan found nothing in flight");
         assert!(m.connected(t0).is_empty());
         assert_eq!(m.release(&f, &t, t0).unwrap().uuid.as_deref(), Some("u2"));
         assert!(m.release(&f, &t, t0).is_none(), "already in flight");

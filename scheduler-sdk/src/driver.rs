@@ -41,6 +41,9 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the core's clock rules (heartbeat timeout) are checked.
 const TICK: Duration = Duration::from_millis(500);
+/// Most queued commands folded into one write after the one that woke the
+/// network loop.
+const COMMAND_BATCH: usize = 256;
 
 /// Handle to a scheduler driver: the framework's connection to the master.
 ///
@@ -545,7 +548,19 @@ impl Io {
                         break;
                     }
                 },
-                command = commands.recv() => core.on_command(command.unwrap_or(Command::Abort)),
+                command = commands.recv() => {
+                    let mut actions = core.on_command(command.unwrap_or(Command::Abort));
+                    // Commands that queued meanwhile (acknowledgements,
+                    // mostly) go out in the same write.
+                    for _ in 0..COMMAND_BATCH {
+                        if actions.iter().any(|a| matches!(a, Action::Reconnect(_) | Action::Finish(_))) {
+                            break;
+                        }
+                        let Ok(command) = commands.try_recv() else { break };
+                        actions.extend(core.on_command(command));
+                    }
+                    actions
+                }
                 _ = tick.tick() => core.on_tick(Instant::now()),
                 _ = &mut leader_changed => {
                     tracing::info!("this master no longer leads; reconnecting to the new leader");
@@ -571,6 +586,7 @@ impl Io {
     /// Carries out the core's actions in order.
     async fn apply(&self, actions: Vec<Action>, mut sink: Option<&mut WsSink>) -> Flow {
         let mut flow = Flow::Continue;
+        let mut unflushed = false;
         for action in actions {
             match action {
                 Action::Send(call) => {
@@ -582,8 +598,8 @@ impl Io {
                         continue;
                     }
                     let frame = Message::text(agora_proto::encode(&call));
-                    match tokio::time::timeout(SEND_TIMEOUT, sink.send(frame)).await {
-                        Ok(Ok(())) => {}
+                    match tokio::time::timeout(SEND_TIMEOUT, sink.feed(frame)).await {
+                        Ok(Ok(())) => unflushed = true,
                         Ok(Err(error)) => {
                             tracing::warn!(%error, "cannot write to the master");
                             flow = Flow::Reconnect;
@@ -617,6 +633,25 @@ impl Io {
                         }
                     });
                     flow = Flow::Finish(outcome);
+                }
+            }
+        }
+        if unflushed && !matches!(flow, Flow::Reconnect) {
+            if let Some(sink) = sink {
+                match tokio::time::timeout(SEND_TIMEOUT, sink.flush()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "cannot write to the master");
+                        if matches!(flow, Flow::Continue) {
+                            flow = Flow::Reconnect;
+                        }
+                    }
+                    Err(_) => {
+                        tracing::warn!(timeout = ?SEND_TIMEOUT, "writing to the master timed out");
+                        if matches!(flow, Flow::Continue) {
+                            flow = Flow::Reconnect;
+                        }
+                    }
                 }
             }
         }

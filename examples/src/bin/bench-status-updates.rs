@@ -275,7 +275,9 @@ async fn run(args: &Args, checkpoint: bool) -> anyhow::Result<Figures> {
         if first.is_none() && received.load(Ordering::Relaxed) > 0 {
             first = Some(Instant::now());
         }
-        if first.is_some() {
+        // The agent's /state is asked only once the scheduler has seen
+        // every update: polling it during the run would load the agent.
+        if first.is_some() && received.load(Ordering::Relaxed) >= total {
             let (code, body) = agora_examples::http::get(agent_addr, "/state").await?;
             if code == 200 {
                 let state: serde_json::Value = serde_json::from_str(&body)?;
@@ -286,7 +288,7 @@ async fn run(args: &Args, checkpoint: bool) -> anyhow::Result<Figures> {
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(if first.is_some() { 20 } else { 2 })).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     };
     let secs = (acked_at - first.unwrap_or(acked_at))
         .as_secs_f64()

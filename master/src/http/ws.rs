@@ -19,6 +19,8 @@ const CLOSE_TOO_BIG: u16 = 1009;
 const CLOSE_GOING_AWAY: u16 = 1001;
 /// How long a closing connection may take to flush what is queued.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most queued frames written with one flush.
+const WRITE_BATCH: usize = 256;
 
 pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
     let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -54,27 +56,48 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
                     break;
                 }
             };
-            let (message, last) = match next {
-                None => break,
-                Some(Outbound::Scheduler(event)) => (Message::Text(encode(&*event).into()), false),
-                Some(Outbound::Agent(event)) => (Message::Text(encode(&*event).into()), false),
-                Some(Outbound::Close { code, reason }) => (
-                    Message::Close(Some(CloseFrame {
-                        code,
-                        reason: reason.into(),
-                    })),
-                    true,
-                ),
-            };
-            let sent = tokio::select! {
-                r = sink.send(message) => r.is_ok(),
-                _ = writer_cancel.cancelled() => false,
-            };
-            if sent && !last {
+            let Some(mut out) = next else { break };
+            // Everything already queued goes out with one flush: a burst
+            // of events costs one write, not one per frame.
+            let mut queued = 0;
+            let mut last = false;
+            let mut sent = loop {
+                let message = match out {
+                    Outbound::Scheduler(event) => Message::Text(encode(&*event).into()),
+                    Outbound::Agent(event) => Message::Text(encode(&*event).into()),
+                    Outbound::Close { code, reason } => {
+                        last = true;
+                        Message::Close(Some(CloseFrame {
+                            code,
+                            reason: reason.into(),
+                        }))
+                    }
+                };
+                let fed = tokio::select! {
+                    r = sink.feed(message) => r.is_ok(),
+                    _ = writer_cancel.cancelled() => false,
+                };
+                if !fed || last {
+                    break fed;
+                }
                 match kind {
                     Kind::Scheduler => metrics.frames_out_scheduler.inc(),
                     Kind::Agent => metrics.frames_out_agent.inc(),
                 }
+                queued += 1;
+                if queued >= WRITE_BATCH {
+                    break true;
+                }
+                match rx.try_recv() {
+                    Ok(more) => out = more,
+                    Err(_) => break true,
+                }
+            };
+            if sent {
+                sent = tokio::select! {
+                    r = sink.flush() => r.is_ok(),
+                    _ = writer_cancel.cancelled() => false,
+                };
             }
             if !sent || last {
                 break;
