@@ -2,7 +2,10 @@
 //! agent (`WORK_DIR/meta/updates.wal`) holding every checkpointed task's
 //! update stream.
 //!
-//! Records are JSON lines ([`WalRecord`]): an update a stream took, the
+//! Records are JSON lines ([`WalRecord`]), each followed by a tab and the
+//! CRC-32 of its JSON as eight hex digits, so a record that reached the
+//! disk only in part (a machine crash, a torn sector) is recognised even
+//! when it still ends in a newline. A record is an update a stream took, the
 //! acknowledgement of a stream's head, the end of a stream, and (written
 //! only by compaction) a snapshot of a whole live stream. The checkpoint
 //! writer appends every record of a batch with one `write` and makes them
@@ -280,8 +283,7 @@ impl Wal {
         }
         let mut buf = Vec::with_capacity(records.len() * 512);
         for record in records {
-            serde_json::to_writer(&mut buf, &record).map_err(io::Error::other)?;
-            buf.push(b'\n');
+            encode_record(&mut buf, &record)?;
             self.stats.records += 1;
             self.streams.apply(record);
         }
@@ -327,9 +329,7 @@ impl Wal {
         let tmp = self.path.with_extension("wal.tmp");
         let mut buf = Vec::new();
         for state in self.streams.states() {
-            serde_json::to_writer(&mut buf, &WalRecord::Stream(state.clone()))
-                .map_err(io::Error::other)?;
-            buf.push(b'\n');
+            encode_record(&mut buf, &WalRecord::Stream(state.clone()))?;
         }
         {
             let mut f = File::create(&tmp)?;
@@ -370,7 +370,14 @@ fn read(path: &Path) -> io::Result<Streams> {
         if line.is_empty() {
             continue;
         }
-        match serde_json::from_slice::<WalRecord>(line) {
+        let json = match split_checksum(line) {
+            Ok(json) => json,
+            Err(e) => {
+                tracing::warn!(wal = %path.display(), error = %e, "skipping a damaged status update record");
+                continue;
+            }
+        };
+        match serde_json::from_slice::<WalRecord>(json) {
             Ok(record) => {
                 streams.apply(record);
             }
@@ -382,10 +389,115 @@ fn read(path: &Path) -> io::Result<Streams> {
     Ok(streams)
 }
 
+/// Appends one record line: its JSON, a tab, its CRC-32, a newline.
+fn encode_record(buf: &mut Vec<u8>, record: &WalRecord) -> io::Result<()> {
+    let start = buf.len();
+    serde_json::to_writer(&mut *buf, record).map_err(io::Error::other)?;
+    let crc = crc32(&buf[start..]);
+    buf.push(b'\t');
+    buf.extend_from_slice(format!("{crc:08x}").as_bytes());
+    buf.push(b'\n');
+    Ok(())
+}
+
+/// The JSON of a record line (without its newline), checked against its
+/// CRC. A line with no tab is a record written before checksums; JSON
+/// text never holds a raw tab, so the last tab is the separator.
+fn split_checksum(line: &[u8]) -> Result<&[u8], String> {
+    let Some(tab) = line.iter().rposition(|b| *b == b'\t') else {
+        return Ok(line);
+    };
+    let (json, sum) = (&line[..tab], &line[tab + 1..]);
+    let expected = std::str::from_utf8(sum)
+        .ok()
+        .filter(|s| s.len() == 8)
+        .and_then(|s| u32::from_str_radix(s, 16).ok())
+        .ok_or_else(|| "malformed checksum".to_string())?;
+    let actual = crc32(json);
+    if actual != expected {
+        return Err(format!(
+            "checksum mismatch (stored {expected:08x}, computed {actual:08x})"
+        ));
+    }
+    Ok(json)
+}
+
+/// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
+fn crc32(bytes: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut table = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            table[i] = c;
+            i += 1;
+        }
+        table
+    };
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc = TABLE[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use agora_proto::{Source, TaskState};
+
+    #[test]
+    fn crc32_matches_the_standard_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn damaged_record_is_skipped_and_legacy_lines_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(WAL_FILE);
+        let mut wal = Wal::open(&path, BIG).unwrap();
+        wal.append(vec![
+            update("a", TaskState::Running, "a1"),
+            update("b", TaskState::Running, "b1"),
+        ])
+        .unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        // Flip one byte inside the second record's JSON, keeping the line
+        // well formed: only the checksum can tell.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let second = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let at = second
+            + bytes[second..]
+                .windows(2)
+                .position(|w| w == b"b1")
+                .unwrap();
+        bytes[at + 1] = b'2';
+        // And a line written before checksums existed.
+        let legacy = serde_json::to_vec(&update("c", TaskState::Running, "c1")).unwrap();
+        bytes.extend_from_slice(&legacy);
+        bytes.push(b'\n');
+        std::fs::write(&path, &bytes).unwrap();
+        let wal = Wal::open(&path, BIG).unwrap();
+        let mut tasks: Vec<_> = wal
+            .streams()
+            .states()
+            .map(|s| s.task_id.as_str().to_string())
+            .collect();
+        tasks.sort();
+        assert_eq!(tasks, vec!["a", "c"], "the damaged record is not applied");
+        assert_eq!(uuids(stream(wal.streams(), "c")), vec!["c1"]);
+    }
 
     fn status(task: &str, state: TaskState, uuid: &str) -> TaskStatus {
         let mut s = TaskStatus::new(TaskId::new(task), state, Source::SourceExecutor);
