@@ -326,6 +326,7 @@ impl Wal {
 
     /// Writes the live state to a new segment and renames it over the log.
     fn compact(&mut self) -> io::Result<()> {
+        let started = std::time::Instant::now();
         let tmp = self.path.with_extension("wal.tmp");
         let mut buf = Vec::new();
         for state in self.streams.states() {
@@ -345,6 +346,13 @@ impl Wal {
         self.base = buf.len() as u64;
         self.stats.bytes = self.base;
         self.stats.compactions += 1;
+        tracing::debug!(
+            wal = %self.path.display(),
+            streams = self.streams.len(),
+            bytes = self.base,
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            "status update log compacted"
+        );
         Ok(())
     }
 }
@@ -477,11 +485,7 @@ mod tests {
         // well formed: only the checksum can tell.
         let mut bytes = std::fs::read(&path).unwrap();
         let second = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
-        let at = second
-            + bytes[second..]
-                .windows(2)
-                .position(|w| w == b"b1")
-                .unwrap();
+        let at = second + bytes[second..].windows(2).position(|w| w == b"b1").unwrap();
         bytes[at + 1] = b'2';
         // And a line written before checksums existed.
         let legacy = serde_json::to_vec(&update("c", TaskState::Running, "c1")).unwrap();
