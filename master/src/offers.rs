@@ -12,7 +12,7 @@ use agora_proto::{
 };
 use tokio::time::Instant;
 
-use crate::master::{master_status, peer_seconds, Master};
+use crate::master::{peer_seconds, Master};
 use crate::tasks::Task;
 
 /// Offers sent in one `OFFERS` event at most (keeps frames well under the cap).
@@ -279,16 +279,14 @@ impl Master {
                 for id in &valid {
                     self.withdraw_offer(now, id, false, None);
                 }
-                for task in tasks {
-                    self.metrics.tasks_rejected.inc();
-                    let status = master_status(
-                        task.task_id,
+                for task in &tasks {
+                    self.refuse_task(
+                        fid,
+                        task,
                         TaskState::Dropped,
                         Reason::ReasonInvalidOffers,
                         message.clone(),
-                        Some(task.agent_id),
                     );
-                    self.send_framework(fid, Event::Update { status });
                 }
                 return;
             }
@@ -312,15 +310,13 @@ impl Master {
             let (executor_is_new, check) =
                 self.validate_task(fid, &agent_id, &mut task, &in_this_launch, &new_executors);
             if let Err(message) = check {
-                self.metrics.tasks_rejected.inc();
-                let status = master_status(
-                    task.task_id.clone(),
+                self.refuse_task(
+                    fid,
+                    &task,
                     TaskState::Error,
                     Reason::ReasonTaskInvalid,
                     message,
-                    Some(task.agent_id.clone()),
                 );
-                self.send_framework(fid, Event::Update { status });
                 continue;
             }
             let mut needed = task.resources.clone();
@@ -330,15 +326,13 @@ impl Master {
                 }
             }
             if !remaining.contains(&needed) {
-                self.metrics.tasks_rejected.inc();
-                let status = master_status(
-                    task.task_id.clone(),
+                self.refuse_task(
+                    fid,
+                    &task,
                     TaskState::Error,
                     Reason::ReasonInsufficientResources,
                     format!("task needs {needed}; the offers have {remaining} left"),
-                    Some(task.agent_id.clone()),
                 );
-                self.send_framework(fid, Event::Update { status });
                 continue;
             }
             remaining = remaining.saturating_sub(&needed);

@@ -48,10 +48,7 @@ pub(crate) struct CompletedTask {
 
 impl Task {
     pub(crate) fn new(framework_id: FrameworkId, info: TaskInfo, state: TaskState) -> Self {
-        let executor_id = match &info.executor {
-            Some(e) => e.executor_id.clone(),
-            None => ExecutorId::new(info.task_id.as_str()),
-        };
+        let executor_id = executor_id_of(&info);
         Task {
             framework_id,
             agent_id: info.agent_id.clone(),
@@ -95,6 +92,52 @@ impl Task {
 // === impl Master: tasks ===
 
 impl Master {
+    /// Refuses a task of a launch with `state` (TASK_DROPPED or
+    /// TASK_ERROR): tells the framework, and remembers the task among the
+    /// completed ones so that reconciling it later answers the same state
+    /// (unless a live task has that id: the refusal was of a duplicate).
+    pub(crate) fn refuse_task(
+        &mut self,
+        fid: &FrameworkId,
+        task: &TaskInfo,
+        state: TaskState,
+        reason: Reason,
+        message: String,
+    ) {
+        self.metrics.tasks_rejected.inc();
+        let status = master_status(
+            task.task_id.clone(),
+            state,
+            reason,
+            message,
+            Some(task.agent_id.clone()),
+        );
+        self.send_framework(fid, Event::Update { status });
+        let live = self
+            .frameworks
+            .get(fid)
+            .is_some_and(|fw| fw.tasks.contains_key(&task.task_id));
+        if !live {
+            self.completed.push_back(CompletedTask {
+                framework_id: fid.clone(),
+                task_id: task.task_id.clone(),
+                name: task.name.clone(),
+                agent_id: task.agent_id.clone(),
+                executor_id: executor_id_of(task),
+                state,
+                resources: task.resources.clone(),
+                finished_at: agora_proto::now_timestamp(),
+            });
+            self.trim_completed();
+        }
+    }
+
+    fn trim_completed(&mut self) {
+        while self.completed.len() > self.config.max_completed_tasks {
+            self.completed.pop_front();
+        }
+    }
+
     /// Moves a task to the bounded completed list.
     pub(crate) fn complete_task(&mut self, task: Task, state: TaskState) {
         self.completed.push_back(CompletedTask {
@@ -107,9 +150,7 @@ impl Master {
             resources: task.resources,
             finished_at: agora_proto::now_timestamp(),
         });
-        while self.completed.len() > self.config.max_completed_tasks {
-            self.completed.pop_front();
-        }
+        self.trim_completed();
     }
 
     pub(crate) fn status_update(
@@ -343,5 +384,14 @@ impl Master {
         for status in statuses {
             self.send_framework(fid, Event::Update { status });
         }
+    }
+}
+
+/// The executor a task runs under: its own, or the command executor named
+/// after the task.
+fn executor_id_of(info: &TaskInfo) -> ExecutorId {
+    match &info.executor {
+        Some(e) => e.executor_id.clone(),
+        None => ExecutorId::new(info.task_id.as_str()),
     }
 }

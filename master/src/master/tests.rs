@@ -480,6 +480,45 @@ fn launch_on_invalid_offers_drops_every_task() {
 }
 
 #[test]
+fn reconciling_a_refused_launch_answers_what_the_refusal_said() {
+    let (mut h, _fid, aid, offer) = setup("cpus:4;mem:4096");
+    // A duplicate of a live task, then a launch on the used (stale) offer.
+    let out = h.launch(
+        S1,
+        &[&offer],
+        vec![
+            command_task("live", &aid, "cpus:1"),
+            command_task("live", &aid, "cpus:1"),
+        ],
+    );
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Error);
+    let out = h.launch(S1, &[&offer], vec![command_task("late", &aid, "cpus:1")]);
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Dropped);
+    let reconcile = |ids: &[&str]| scheduler::Call::Reconcile {
+        tasks: ids
+            .iter()
+            .map(|id| ReconcileTask {
+                task_id: TaskId::new(*id),
+                agent_id: None,
+            })
+            .collect(),
+    };
+    let out = h.sched(S1, reconcile(&["late", "live"]));
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 2);
+    assert_eq!(
+        (ups[0].state, ups[0].reason),
+        (TaskState::Dropped, Some(Reason::ReasonReconciliation)),
+        "the dropped launch is not 'unknown' (TASK_LOST): {ups:?}"
+    );
+    assert_eq!(
+        ups[1].state,
+        TaskState::Staging,
+        "the live task, not its refused duplicate"
+    );
+}
+
+#[test]
 fn launch_on_someone_elses_offer_is_dropped() {
     let (mut h, _fid, aid, offer) = setup("cpus:4;mem:4096");
     h.subscribe(S2, "other");
