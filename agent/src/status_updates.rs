@@ -14,6 +14,8 @@ use std::time::Duration;
 use agora_proto::{FrameworkId, TaskId, TaskStatus};
 use tokio::time::Instant;
 
+use crate::wal::ACKED_UUIDS_KEPT;
+
 /// Identifies a stream: the task within its framework.
 pub type StreamKey = (FrameworkId, TaskId);
 
@@ -66,8 +68,12 @@ pub struct StatusUpdateManager {
 #[derive(Debug)]
 struct Stream {
     pending: VecDeque<TaskStatus>,
-    /// Every uuid this stream has taken, acknowledged or not.
+    /// Every uuid this stream has taken and not forgotten: the pending
+    /// ones and the latest acknowledged ones.
     seen: HashSet<String>,
+    /// Acknowledged uuids in `seen`, oldest first; past
+    /// [`ACKED_UUIDS_KEPT`] the oldest is forgotten.
+    acked: VecDeque<String>,
     terminal: bool,
     /// When the head was last sent and the current backoff.
     in_flight: Option<InFlight>,
@@ -121,6 +127,7 @@ impl StatusUpdateManager {
         let stream = self.streams.entry(key.clone()).or_insert_with(|| Stream {
             pending: VecDeque::new(),
             seen: HashSet::new(),
+            acked: VecDeque::new(),
             terminal: false,
             in_flight: None,
             held: false,
@@ -166,6 +173,12 @@ impl StatusUpdateManager {
         let Some(acked) = stream.pending.pop_front() else {
             return AckOutcome::Ignored;
         };
+        stream.acked.push_back(uuid.to_string());
+        if stream.acked.len() > ACKED_UUIDS_KEPT {
+            if let Some(old) = stream.acked.pop_front() {
+                stream.seen.remove(&old);
+            }
+        }
         stream.in_flight = None;
         if stream.pending.is_empty() && stream.terminal {
             self.streams.remove(&key);
@@ -319,6 +332,7 @@ impl StatusUpdateManager {
             Stream {
                 pending: pending.into(),
                 seen,
+                acked: VecDeque::new(),
                 terminal,
                 in_flight: None,
                 held: false,
@@ -461,6 +475,37 @@ mod tests {
             m.acknowledge(&f, &TaskId::new("t"), "u1", false, t0),
             AckOutcome::Ignored
         );
+    }
+
+    #[test]
+    fn a_long_stream_remembers_only_its_latest_acknowledged_uuids() {
+        let f = FrameworkId::new("f");
+        let t = TaskId::new("t");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        m.connected(t0);
+        let n = ACKED_UUIDS_KEPT + 100;
+        for i in 0..n {
+            let uuid = format!("u{i}");
+            m.update(&f, st("t", TaskState::Running, &uuid), t0);
+            assert!(matches!(
+                m.acknowledge(&f, &t, &uuid, false, t0),
+                AckOutcome::Acknowledged { .. }
+            ));
+        }
+        let stream = &m.streams[&(f.clone(), t.clone())];
+        assert_eq!(stream.seen.len(), ACKED_UUIDS_KEPT);
+        // A re-send of a recent update is still recognised...
+        let recent = format!("u{}", n - ACKED_UUIDS_KEPT);
+        assert_eq!(
+            m.update(&f, st("t", TaskState::Running, &recent), t0),
+            UpdateOutcome::Duplicate
+        );
+        // ...one from more than ACKED_UUIDS_KEPT acknowledgements ago is not.
+        assert!(matches!(
+            m.update(&f, st("t", TaskState::Running, "u0"), t0),
+            UpdateOutcome::Added { .. }
+        ));
     }
 
     #[test]

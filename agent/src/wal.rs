@@ -40,6 +40,13 @@ pub(crate) const WAL_FILE: &str = "updates.wal";
 pub(crate) const COMPACT_BYTES: u64 = 8 << 20;
 /// Default size past which an empty log (no live stream) is reset.
 pub(crate) const RESET_BYTES: u64 = 256 << 10;
+/// Acknowledged uuids a stream remembers (between this and twice this),
+/// to recognise an executor re-sending an update whose acknowledgement it
+/// missed. An executor re-sends only what was in flight when its
+/// connection dropped, so the newest thousand suffice; keeping every uuid
+/// would grow a long-lived task's stream (in memory and in every
+/// compaction) without bound.
+pub(crate) const ACKED_UUIDS_KEPT: usize = 1024;
 
 /// One record of the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,7 +80,8 @@ pub(crate) struct StreamState {
     pub framework_id: FrameworkId,
     pub executor_id: ExecutorId,
     pub task_id: TaskId,
-    /// Uuids of acknowledged updates, oldest first.
+    /// Uuids of the latest acknowledged updates, oldest first (at most
+    /// twice [`ACKED_UUIDS_KEPT`]).
     pub acked: Vec<String>,
     /// The latest acknowledged update.
     pub last_acked: Option<TaskStatus>,
@@ -179,6 +187,12 @@ impl Streams {
                 let head = live.state.pending.remove(0);
                 live.state.acked.push(uuid);
                 live.state.last_acked = Some(head);
+                if live.state.acked.len() > 2 * ACKED_UUIDS_KEPT {
+                    let forget = live.state.acked.len() - ACKED_UUIDS_KEPT;
+                    for old in live.state.acked.drain(..forget) {
+                        live.seen.remove(&old);
+                    }
+                }
                 true
             }
             WalRecord::End {
@@ -462,6 +476,27 @@ fn crc32(bytes: &[u8]) -> u32 {
 mod tests {
     use super::*;
     use agora_proto::{Source, TaskState};
+
+    #[test]
+    fn a_long_stream_keeps_a_bounded_uuid_history() {
+        let mut s = Streams::default();
+        let n = 3 * ACKED_UUIDS_KEPT;
+        for i in 0..n {
+            let uuid = format!("u{i}");
+            assert!(s.apply(update("t", TaskState::Running, &uuid)));
+            assert!(s.apply(ack("t", &uuid)));
+        }
+        let live = s.map.values().next().unwrap();
+        assert!(live.state.acked.len() <= 2 * ACKED_UUIDS_KEPT);
+        assert!(live.state.acked.len() >= ACKED_UUIDS_KEPT);
+        assert_eq!(live.seen.len(), live.state.acked.len());
+        assert_eq!(
+            live.state.acked.last().map(String::as_str),
+            Some(format!("u{}", n - 1).as_str())
+        );
+        // The newest are still recognised as duplicates.
+        assert!(!s.apply(update("t", TaskState::Running, &format!("u{}", n - 5))));
+    }
 
     #[test]
     fn crc32_matches_the_standard_check_value() {
