@@ -97,6 +97,7 @@ impl Task {
 impl Master {
     /// Moves a task to the bounded completed list.
     pub(crate) fn complete_task(&mut self, task: Task, state: TaskState) {
+        self.completed_total += 1;
         self.completed.push_back(CompletedTask {
             framework_id: task.framework_id,
             task_id: task.info.task_id,
