@@ -58,7 +58,7 @@ fn main() {
             Some(r.build_incremental_ms),
         ),
         ("serving:", None),
-        ("  JSON encode of the snapshot", Some(r.encode_ms)),
+        ("  JSON encode of the new snapshot", Some(r.encode_ms)),
         (
             "  GET /state, first after a new snapshot",
             Some(r.get_state_cold_ms),

@@ -23,6 +23,7 @@
 //! needs it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
 use agora_proto::{
@@ -53,13 +54,13 @@ pub(crate) struct StateSnapshot {
     pub(crate) generated_at: f64,
     pub(crate) summary: Summary,
     #[serde(serialize_with = "shared_list")]
-    pub(crate) agents: Arc<Vec<Arc<AgentState>>>,
+    pub(crate) agents: Arc<Vec<Arc<View<AgentState>>>>,
     pub(crate) frameworks: Vec<FrameworkState>,
     pub(crate) roles: Vec<RoleState>,
     #[serde(serialize_with = "shared_list")]
-    pub(crate) offers: Arc<Vec<Arc<OfferState>>>,
+    pub(crate) offers: Arc<Vec<Arc<View<OfferState>>>>,
     #[serde(serialize_with = "shared_list")]
-    pub(crate) completed_tasks: Arc<Vec<Arc<TaskView>>>,
+    pub(crate) completed_tasks: Arc<Vec<Arc<View<TaskView>>>>,
     pub(crate) removed_agents: usize,
     /// The JSON text of this snapshot, encoded on first use.
     #[serde(skip)]
@@ -113,6 +114,14 @@ pub(crate) struct ResourcesView {
     text: OnceLock<String>,
 }
 
+/// A view of one agent, task or offer, shared by every snapshot until the
+/// entity changes, with its JSON text encoded at most once.
+#[derive(Debug)]
+pub(crate) struct View<T> {
+    value: T,
+    json: OnceLock<Box<[u8]>>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct AgentState {
     pub(crate) id: AgentId,
@@ -145,7 +154,7 @@ pub(crate) struct FrameworkState {
     /// Dominant share (unweighted) in each of its roles.
     pub(crate) shares: BTreeMap<String, Option<f64>>,
     #[serde(serialize_with = "shared_list")]
-    pub(crate) tasks: Arc<Vec<Arc<TaskView>>>,
+    pub(crate) tasks: Arc<Vec<Arc<View<TaskView>>>>,
     pub(crate) registered_at: f64,
 }
 
@@ -182,14 +191,14 @@ pub(crate) struct StateDelta {
     started_at: f64,
     generated_at: f64,
     /// New views, or `None` for a removed entry.
-    agents: Vec<(AgentId, Option<Arc<AgentState>>)>,
+    agents: Vec<(AgentId, Option<Arc<View<AgentState>>>)>,
     frameworks: Vec<FrameworkDelta>,
-    offers: Vec<(OfferId, Option<Arc<OfferState>>)>,
+    offers: Vec<(OfferId, Option<Arc<View<OfferState>>>)>,
     /// Every framework's shares (they move whenever anything is allocated).
     shares: HashMap<FrameworkId, BTreeMap<String, Option<f64>>>,
     roles: Vec<RoleState>,
     /// Tasks completed since the previous delta, oldest first.
-    completed: Vec<Arc<TaskView>>,
+    completed: Vec<Arc<View<TaskView>>>,
     max_completed: usize,
     removed_agents: usize,
 }
@@ -201,12 +210,12 @@ enum FrameworkDelta {
     /// A framework not published before under this id: all of its tasks.
     Replaced {
         meta: FrameworkMeta,
-        tasks: Vec<Arc<TaskView>>,
+        tasks: Vec<Arc<View<TaskView>>>,
     },
     /// Its changed tasks (`None`: gone).
     Changed {
         meta: FrameworkMeta,
-        tasks: Vec<(TaskId, Option<Arc<TaskView>>)>,
+        tasks: Vec<(TaskId, Option<Arc<View<TaskView>>>)>,
     },
 }
 
@@ -231,30 +240,33 @@ pub(crate) struct StateBuilder {
     master: Option<MasterInfo>,
     started_at: f64,
     generated_at: f64,
-    agents: BTreeMap<AgentId, Arc<AgentState>>,
+    agents: BTreeMap<AgentId, Arc<View<AgentState>>>,
     /// The agent list and its part of the summary; `None` once stale.
-    agent_list: Option<(Arc<Vec<Arc<AgentState>>>, Summary)>,
+    agent_list: Option<(Arc<Vec<Arc<View<AgentState>>>>, Summary)>,
     frameworks: BTreeMap<FrameworkId, FrameworkEntry>,
-    offers: BTreeMap<OfferId, Arc<OfferState>>,
+    offers: BTreeMap<OfferId, Arc<View<OfferState>>>,
     /// The offer list and the resources offered to each framework.
-    offer_list: Option<(Arc<Vec<Arc<OfferState>>>, HashMap<FrameworkId, Resources>)>,
+    offer_list: Option<(
+        Arc<Vec<Arc<View<OfferState>>>>,
+        HashMap<FrameworkId, Resources>,
+    )>,
     shares: HashMap<FrameworkId, BTreeMap<String, Option<f64>>>,
     roles: Vec<RoleState>,
-    completed: VecDeque<Arc<TaskView>>,
+    completed: VecDeque<Arc<View<TaskView>>>,
     removed_agents: usize,
 }
 
 #[derive(Debug)]
 struct FrameworkEntry {
     meta: FrameworkMeta,
-    tasks: BTreeMap<TaskId, Arc<TaskView>>,
+    tasks: BTreeMap<TaskId, Arc<View<TaskView>>>,
     /// The task list and what is counted from it; `None` once stale.
     list: Option<TaskList>,
 }
 
 #[derive(Debug)]
 struct TaskList {
-    tasks: Arc<Vec<Arc<TaskView>>>,
+    tasks: Arc<Vec<Arc<View<TaskView>>>>,
     used: Resources,
     by_state: BTreeMap<TaskState, usize>,
 }
@@ -296,10 +308,87 @@ impl Serialize for ResourcesView {
 
 /// A list of shared views, serialized as the list of the views.
 fn shared_list<S: Serializer, T: Serialize>(
-    list: &Arc<Vec<Arc<T>>>,
+    list: &Arc<Vec<Arc<View<T>>>>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    serializer.collect_seq(list.iter().map(|t| &**t))
+    serializer.collect_seq(list.iter().map(|t| &t.value))
+}
+
+// === impl View ===
+
+impl<T> View<T> {
+    fn shared(value: T) -> Arc<Self> {
+        Arc::new(View {
+            value,
+            json: OnceLock::new(),
+        })
+    }
+}
+
+impl<T> Deref for View<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: Serialize> View<T> {
+    /// The JSON text of the view, encoded on first use.
+    fn json(&self) -> Result<&[u8], serde_json::Error> {
+        if let Some(text) = self.json.get() {
+            return Ok(text);
+        }
+        let text = serde_json::to_vec(&self.value)?.into_boxed_slice();
+        Ok(self.json.get_or_init(|| text))
+    }
+}
+
+/// Writes a JSON object field by field, in the text `serde_json` gives a
+/// derived `Serialize`, with lists of views copied from their cached texts.
+struct JsonWriter {
+    out: Vec<u8>,
+}
+
+// === impl JsonWriter ===
+
+impl JsonWriter {
+    /// `"name":`, after a comma unless `first`. Names are plain words.
+    fn key(&mut self, first: bool, name: &str) {
+        if !first {
+            self.out.push(b',');
+        }
+        self.out.push(b'"');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    fn field<T: Serialize + ?Sized>(
+        &mut self,
+        first: bool,
+        name: &str,
+        value: &T,
+    ) -> Result<(), serde_json::Error> {
+        self.key(first, name);
+        serde_json::to_writer(&mut self.out, value)
+    }
+
+    fn views<T: Serialize>(
+        &mut self,
+        name: &str,
+        list: &[Arc<View<T>>],
+    ) -> Result<(), serde_json::Error> {
+        self.key(false, name);
+        self.out.push(b'[');
+        for (i, view) in list.iter().enumerate() {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            self.out.extend_from_slice(view.json()?);
+        }
+        self.out.push(b']');
+        Ok(())
+    }
 }
 
 // === views of the master's entities ===
@@ -382,7 +471,7 @@ impl Master {
             .take_changes()
             .into_keys()
             .map(|id| {
-                let view = self.agents.get(&id).map(|a| Arc::new(agent_view(a)));
+                let view = self.agents.get(&id).map(|a| View::shared(agent_view(a)));
                 (id, view)
             })
             .collect();
@@ -391,7 +480,7 @@ impl Master {
             .take_changes()
             .into_keys()
             .map(|id| {
-                let view = self.offers.get(&id).map(|o| Arc::new(offer_view(o)));
+                let view = self.offers.get(&id).map(|o| View::shared(offer_view(o)));
                 (id, view)
             })
             .collect();
@@ -415,7 +504,11 @@ impl Master {
                     fw.tasks.clear_changes();
                     FrameworkDelta::Replaced {
                         meta,
-                        tasks: fw.tasks.values().map(|t| Arc::new(task_view(t))).collect(),
+                        tasks: fw
+                            .tasks
+                            .values()
+                            .map(|t| View::shared(task_view(t)))
+                            .collect(),
                     }
                 }
                 Change::Modified => FrameworkDelta::Changed {
@@ -425,7 +518,7 @@ impl Master {
                         .take_changes()
                         .into_keys()
                         .map(|id| {
-                            let view = fw.tasks.get(&id).map(|t| Arc::new(task_view(t)));
+                            let view = fw.tasks.get(&id).map(|t| View::shared(task_view(t)));
                             (id, view)
                         })
                         .collect(),
@@ -439,7 +532,7 @@ impl Master {
             .completed
             .iter()
             .skip(self.completed.len() - fresh)
-            .map(|c| Arc::new(completed_view(c)))
+            .map(|c| View::shared(completed_view(c)))
             .collect();
         self.completed_published = self.completed_total;
         self.delta(false, agents, frameworks, offers, completed)
@@ -451,25 +544,29 @@ impl Master {
         let agents = self
             .agents
             .values()
-            .map(|a| (a.id.clone(), Some(Arc::new(agent_view(a)))))
+            .map(|a| (a.id.clone(), Some(View::shared(agent_view(a)))))
             .collect();
         let offers = self
             .offers
             .values()
-            .map(|o| (o.offer.id.clone(), Some(Arc::new(offer_view(o)))))
+            .map(|o| (o.offer.id.clone(), Some(View::shared(offer_view(o)))))
             .collect();
         let frameworks = self
             .frameworks
             .values()
             .map(|f| FrameworkDelta::Replaced {
                 meta: framework_meta(f),
-                tasks: f.tasks.values().map(|t| Arc::new(task_view(t))).collect(),
+                tasks: f
+                    .tasks
+                    .values()
+                    .map(|t| View::shared(task_view(t)))
+                    .collect(),
             })
             .collect();
         let completed = self
             .completed
             .iter()
-            .map(|c| Arc::new(completed_view(c)))
+            .map(|c| View::shared(completed_view(c)))
             .collect();
         self.delta(true, agents, frameworks, offers, completed)
     }
@@ -496,10 +593,10 @@ impl Master {
     fn delta(
         &self,
         full: bool,
-        agents: Vec<(AgentId, Option<Arc<AgentState>>)>,
+        agents: Vec<(AgentId, Option<Arc<View<AgentState>>>)>,
         frameworks: Vec<FrameworkDelta>,
-        offers: Vec<(OfferId, Option<Arc<OfferState>>)>,
-        completed: Vec<Arc<TaskView>>,
+        offers: Vec<(OfferId, Option<Arc<View<OfferState>>>)>,
+        completed: Vec<Arc<View<TaskView>>>,
     ) -> StateDelta {
         let mut shares = HashMap::with_capacity(self.frameworks.len());
         let mut members: BTreeMap<String, BTreeSet<FrameworkId>> = BTreeMap::new();
@@ -701,7 +798,7 @@ impl StateBuilder {
 }
 
 /// The agents' part of the summary: counts and resources of connected agents.
-fn agent_summary(agents: &[Arc<AgentState>]) -> Summary {
+fn agent_summary(agents: &[Arc<View<AgentState>>]) -> Summary {
     let mut s = Summary::default();
     for a in agents {
         if !a.connected {
@@ -723,8 +820,8 @@ fn agent_summary(agents: &[Arc<AgentState>]) -> Summary {
     s
 }
 
-fn task_list<'a>(tasks: impl Iterator<Item = &'a Arc<TaskView>>) -> TaskList {
-    let tasks: Vec<Arc<TaskView>> = tasks.cloned().collect();
+fn task_list<'a>(tasks: impl Iterator<Item = &'a Arc<View<TaskView>>>) -> TaskList {
+    let tasks: Vec<Arc<View<TaskView>>> = tasks.cloned().collect();
     let mut used = Resources::new();
     let mut by_state = BTreeMap::new();
     for t in &tasks {
@@ -795,8 +892,53 @@ impl StateSnapshot {
         if let Some(b) = self.encoded.get() {
             return Ok(b.clone());
         }
-        let bytes = Bytes::from(serde_json::to_vec(self)?);
+        let bytes = Bytes::from(self.encode()?);
         Ok(self.encoded.get_or_init(|| bytes).clone())
+    }
+
+    /// The text `serde_json::to_vec(self)` gives, assembled from the
+    /// views' cached texts: only views new since the previous snapshot
+    /// are encoded.
+    fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let tasks: usize = self.frameworks.iter().map(|f| f.tasks.len()).sum();
+        let mut w = JsonWriter {
+            out: Vec::with_capacity(4096 + 500 * self.agents.len() + 300 * tasks),
+        };
+        w.out.push(b'{');
+        w.field(true, "master", &self.master)?;
+        w.field(false, "started_at", &self.started_at)?;
+        w.field(false, "generated_at", &self.generated_at)?;
+        w.field(false, "summary", &self.summary)?;
+        w.views("agents", &self.agents)?;
+        w.key(false, "frameworks");
+        w.out.push(b'[');
+        for (i, f) in self.frameworks.iter().enumerate() {
+            if i > 0 {
+                w.out.push(b',');
+            }
+            w.out.push(b'{');
+            w.field(true, "id", &f.id)?;
+            w.field(false, "name", &f.name)?;
+            w.field(false, "roles", &f.roles)?;
+            w.field(false, "connected", &f.connected)?;
+            w.field(false, "suppressed", &f.suppressed)?;
+            w.field(false, "recovered", &f.recovered)?;
+            w.field(false, "failover_timeout", &f.failover_timeout)?;
+            w.field(false, "offers", &f.offers)?;
+            w.field(false, "used", &f.used)?;
+            w.field(false, "offered", &f.offered)?;
+            w.field(false, "shares", &f.shares)?;
+            w.views("tasks", &f.tasks)?;
+            w.field(false, "registered_at", &f.registered_at)?;
+            w.out.push(b'}');
+        }
+        w.out.push(b']');
+        w.field(false, "roles", &self.roles)?;
+        w.views("offers", &self.offers)?;
+        w.views("completed_tasks", &self.completed_tasks)?;
+        w.field(false, "removed_agents", &self.removed_agents)?;
+        w.out.push(b'}');
+        Ok(w.out)
     }
 
     /// Every task the snapshot knows: active ones, then completed ones.
@@ -805,7 +947,7 @@ impl StateSnapshot {
             .iter()
             .flat_map(|f| f.tasks.iter())
             .chain(self.completed_tasks.iter())
-            .map(|t| &**t)
+            .map(|t| &t.value)
     }
 }
 

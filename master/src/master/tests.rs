@@ -75,7 +75,10 @@ impl H {
             v.as_object_mut().unwrap().remove("generated_at");
             v
         };
-        assert_eq!(json(&self.builder.build()), json(&self.m.snapshot()));
+        let built = self.builder.build();
+        assert_eq!(json(&built), json(&self.m.snapshot()));
+        // The text assembled from the views' texts is serde's.
+        assert_eq!(built.json().unwrap(), serde_json::to_vec(&built).unwrap());
     }
 
     /// Moves time forward, running every timer that falls due on the way.
