@@ -114,6 +114,9 @@ pub(crate) struct ResourcesView {
     text: OnceLock<String>,
 }
 
+/// A list of views that snapshots share while it does not change.
+pub(crate) type SharedList<T> = Arc<Vec<Arc<View<T>>>>;
+
 /// A view of one agent, task or offer, shared by every snapshot until the
 /// entity changes, with its JSON text encoded at most once.
 #[derive(Debug)]
@@ -242,14 +245,11 @@ pub(crate) struct StateBuilder {
     generated_at: f64,
     agents: BTreeMap<AgentId, Arc<View<AgentState>>>,
     /// The agent list and its part of the summary; `None` once stale.
-    agent_list: Option<(Arc<Vec<Arc<View<AgentState>>>>, Summary)>,
+    agent_list: Option<(SharedList<AgentState>, Summary)>,
     frameworks: BTreeMap<FrameworkId, FrameworkEntry>,
     offers: BTreeMap<OfferId, Arc<View<OfferState>>>,
     /// The offer list and the resources offered to each framework.
-    offer_list: Option<(
-        Arc<Vec<Arc<View<OfferState>>>>,
-        HashMap<FrameworkId, Resources>,
-    )>,
+    offer_list: Option<(SharedList<OfferState>, HashMap<FrameworkId, Resources>)>,
     shares: HashMap<FrameworkId, BTreeMap<String, Option<f64>>>,
     roles: Vec<RoleState>,
     completed: VecDeque<Arc<View<TaskView>>>,
@@ -741,7 +741,7 @@ impl StateBuilder {
             let list: Vec<_> = self.offers.values().cloned().collect();
             let mut offered: HashMap<FrameworkId, Resources> = HashMap::new();
             for o in &list {
-                *offered.entry(o.framework_id.clone()).or_default() += &o.resources.list();
+                *offered.entry(o.framework_id.clone()).or_default() += o.resources.list();
             }
             (Arc::new(list), offered)
         });
@@ -827,7 +827,7 @@ fn task_list<'a>(tasks: impl Iterator<Item = &'a Arc<View<TaskView>>>) -> TaskLi
     for t in &tasks {
         *by_state.entry(t.state).or_default() += 1;
         if !t.state.is_terminal() {
-            used += &t.resources.list();
+            used += t.resources.list();
         }
     }
     TaskList {
