@@ -403,7 +403,7 @@ impl Core {
                     if let Err(e) =
                         checkpoint::write_agent_id(&self.shared.config.work_dir, agent_id.as_str())
                     {
-                        tracing::error!(error = %e, "could not save the agent id");
+                        tracing::error!(%agent_id, error = %e, "could not save the agent id");
                     }
                     self.agent_id = Some(agent_id);
                 }
