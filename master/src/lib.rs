@@ -148,7 +148,8 @@ pub async fn run(
     builder.apply(master.full_state_delta());
     master.mark_published();
     let (snapshot_tx, snapshot_rx) = watch::channel(Arc::new(builder.build()));
-    let publisher = state::Publisher::spawn(builder, snapshot_tx)?;
+    #[allow(unused_mut)]
+    let mut publisher = state::Publisher::spawn(builder, snapshot_tx)?;
     let metrics = master.metrics.clone();
     let token = CancellationToken::new();
     let registry: http::Registry = Arc::default();

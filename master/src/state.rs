@@ -275,6 +275,9 @@ struct TaskList {
 #[derive(Debug)]
 pub(crate) struct Publisher {
     tx: mpsc::Sender<StateDelta>,
+    /// Sees what the builder published, for [`Publisher::publish`].
+    #[cfg(feature = "etcd")]
+    published: watch::Receiver<Arc<StateSnapshot>>,
 }
 
 // === impl ResourcesView ===
@@ -848,6 +851,8 @@ impl Publisher {
         snapshots: watch::Sender<Arc<StateSnapshot>>,
     ) -> std::io::Result<Self> {
         let (tx, mut rx) = mpsc::channel::<StateDelta>(DELTA_QUEUE);
+        #[cfg(feature = "etcd")]
+        let published = snapshots.subscribe();
         std::thread::Builder::new()
             .name("agora-state".into())
             .spawn(move || {
@@ -860,7 +865,11 @@ impl Publisher {
                     snapshots.send_replace(Arc::new(builder.build()));
                 }
             })?;
-        Ok(Publisher { tx })
+        Ok(Publisher {
+            tx,
+            #[cfg(feature = "etcd")]
+            published,
+        })
     }
 
     /// Hands `delta()` to the builder, unless it is behind (then nothing
@@ -876,11 +885,15 @@ impl Publisher {
         }
     }
 
-    /// Hands `delta` to the builder, waiting for room.
+    /// Hands `delta` to the builder and waits until a snapshot that
+    /// includes it is published (nothing else may be in flight).
     #[cfg(feature = "etcd")]
-    pub(crate) async fn publish(&self, delta: StateDelta) {
+    pub(crate) async fn publish(&mut self, delta: StateDelta) {
+        self.published.mark_unchanged();
         // The builder thread only stops once this publisher is gone.
-        let _ = self.tx.send(delta).await;
+        if self.tx.send(delta).await.is_ok() {
+            let _ = self.published.changed().await;
+        }
     }
 }
 
