@@ -41,6 +41,9 @@ use crate::offers::OfferEntry;
 use crate::tasks::{CompletedTask, Task};
 use crate::tracked::Change;
 
+/// Buckets of a framework's tasks in the builder (see `FrameworkEntry`).
+const TASK_BUCKETS: u64 = 1024;
+
 /// Deltas waiting for the builder thread. When it falls behind, the state
 /// task keeps collecting changes and hands them over one interval later.
 const DELTA_QUEUE: usize = 2;
@@ -260,8 +263,28 @@ pub(crate) struct StateBuilder {
 struct FrameworkEntry {
     meta: FrameworkMeta,
     tasks: BTreeMap<TaskId, Arc<View<TaskView>>>,
+    /// The same tasks spread over [`TASK_BUCKETS`] buckets by a hash of
+    /// their id, each with its totals cached: a changed task re-counts its
+    /// bucket only. (Resource sums do not depend on the order of the
+    /// additions: scalars are rounded to a thousandth at each step.)
+    buckets: Vec<Bucket>,
     /// The task list and what is counted from it; `None` once stale.
     list: Option<TaskList>,
+}
+
+/// Tasks of one framework whose ids hash alike.
+#[derive(Debug, Default)]
+struct Bucket {
+    tasks: HashMap<TaskId, Arc<View<TaskView>>>,
+    /// `None` once stale.
+    totals: Option<TaskTotals>,
+}
+
+/// Resources of active tasks and tasks by state.
+#[derive(Debug, Clone, Default)]
+struct TaskTotals {
+    used: Resources,
+    by_state: BTreeMap<TaskState, usize>,
 }
 
 #[derive(Debug)]
@@ -688,34 +711,20 @@ impl StateBuilder {
                     self.frameworks.remove(&id);
                 }
                 FrameworkDelta::Replaced { meta, tasks } => {
-                    let tasks = tasks.into_iter().map(|t| (t.id.clone(), t)).collect();
-                    self.frameworks.insert(
-                        meta.id.clone(),
-                        FrameworkEntry {
-                            meta,
-                            tasks,
-                            list: None,
-                        },
-                    );
+                    let mut entry = FrameworkEntry::new(meta.clone());
+                    for t in tasks {
+                        entry.put(t.id.clone(), Some(t));
+                    }
+                    self.frameworks.insert(meta.id, entry);
                 }
                 FrameworkDelta::Changed { meta, tasks } => {
-                    let entry =
-                        self.frameworks
-                            .entry(meta.id.clone())
-                            .or_insert_with(|| FrameworkEntry {
-                                meta: meta.clone(),
-                                tasks: BTreeMap::new(),
-                                list: None,
-                            });
+                    let entry = self
+                        .frameworks
+                        .entry(meta.id.clone())
+                        .or_insert_with(|| FrameworkEntry::new(meta.clone()));
                     entry.meta = meta;
-                    if !tasks.is_empty() {
-                        entry.list = None;
-                    }
                     for (id, view) in tasks {
-                        match view {
-                            Some(v) => entry.tasks.insert(id, v),
-                            None => entry.tasks.remove(&id),
-                        };
+                        entry.put(id, view);
                     }
                 }
             }
@@ -750,9 +759,7 @@ impl StateBuilder {
         });
         let mut frameworks = Vec::with_capacity(self.frameworks.len());
         for entry in self.frameworks.values_mut() {
-            let list = entry
-                .list
-                .get_or_insert_with(|| task_list(entry.tasks.values()));
+            let list = task_list(&entry.tasks, &mut entry.buckets, &mut entry.list);
             for (state, n) in &list.by_state {
                 *summary.tasks_by_state.entry(*state).or_default() += n;
             }
@@ -823,21 +830,83 @@ fn agent_summary(agents: &[Arc<View<AgentState>>]) -> Summary {
     s
 }
 
-fn task_list<'a>(tasks: impl Iterator<Item = &'a Arc<View<TaskView>>>) -> TaskList {
-    let tasks: Vec<Arc<View<TaskView>>> = tasks.cloned().collect();
-    let mut used = Resources::new();
-    let mut by_state = BTreeMap::new();
-    for t in &tasks {
-        *by_state.entry(t.state).or_default() += 1;
-        if !t.state.is_terminal() {
-            used += t.resources.list();
+// === impl FrameworkEntry ===
+
+impl FrameworkEntry {
+    fn new(meta: FrameworkMeta) -> Self {
+        FrameworkEntry {
+            meta,
+            tasks: BTreeMap::new(),
+            buckets: std::iter::repeat_with(Bucket::default)
+                .take(TASK_BUCKETS as usize)
+                .collect(),
+            list: None,
         }
     }
-    TaskList {
-        tasks: Arc::new(tasks),
-        used,
-        by_state,
+
+    /// Sets (`Some`) or removes (`None`) the view of task `id`.
+    fn put(&mut self, id: TaskId, view: Option<Arc<View<TaskView>>>) {
+        let bucket = &mut self.buckets[bucket_of(&id)];
+        bucket.totals = None;
+        self.list = None;
+        match view {
+            Some(v) => {
+                bucket.tasks.insert(id.clone(), v.clone());
+                self.tasks.insert(id, v);
+            }
+            None => {
+                bucket.tasks.remove(&id);
+                self.tasks.remove(&id);
+            }
+        }
     }
+}
+
+/// The sorted task list of a framework and its totals, rebuilt if stale
+/// (from the fields of a [`FrameworkEntry`]).
+fn task_list<'a>(
+    tasks: &BTreeMap<TaskId, Arc<View<TaskView>>>,
+    buckets: &mut [Bucket],
+    list: &'a mut Option<TaskList>,
+) -> &'a TaskList {
+    list.get_or_insert_with(|| {
+        let mut totals = TaskTotals::default();
+        for bucket in buckets.iter_mut() {
+            let of_bucket = bucket.totals.get_or_insert_with(|| {
+                let mut t = TaskTotals::default();
+                for view in bucket.tasks.values() {
+                    t.count(view);
+                }
+                t
+            });
+            totals.used += &of_bucket.used;
+            for (state, n) in &of_bucket.by_state {
+                *totals.by_state.entry(*state).or_default() += n;
+            }
+        }
+        TaskList {
+            tasks: Arc::new(tasks.values().cloned().collect()),
+            used: totals.used,
+            by_state: totals.by_state,
+        }
+    })
+}
+
+impl TaskTotals {
+    fn count(&mut self, task: &TaskView) {
+        *self.by_state.entry(task.state).or_default() += 1;
+        if !task.state.is_terminal() {
+            self.used += task.resources.list();
+        }
+    }
+}
+
+/// The bucket of a task id: a fixed hash, so the same on every run.
+fn bucket_of(id: &TaskId) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    id.hash(&mut hasher);
+    (hasher.finish() % TASK_BUCKETS) as usize
 }
 
 // === impl Publisher ===
@@ -967,6 +1036,71 @@ impl StateSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn task(i: usize, state: TaskState) -> Arc<View<TaskView>> {
+        let resources = format!(
+            "cpus:{}.{:03};mem:{};ports:[{}-{}]",
+            i % 3,
+            (i * 37) % 1000,
+            32 + i % 7,
+            31000 + i % 50,
+            31000 + i % 50 + i % 3
+        );
+        View::shared(TaskView {
+            id: TaskId::new(format!("t{i}")),
+            name: String::new(),
+            framework_id: FrameworkId::new("f"),
+            state,
+            agent_id: AgentId::new("a"),
+            executor_id: ExecutorId::new("e"),
+            resources: ResourcesView::new(Resources::parse(&resources).unwrap()),
+            finished_at: None,
+        })
+    }
+
+    #[test]
+    fn bucketed_totals_equal_a_plain_sum() {
+        let meta = FrameworkMeta {
+            id: FrameworkId::new("f"),
+            name: String::new(),
+            roles: vec![],
+            connected: true,
+            suppressed: false,
+            recovered: false,
+            failover_timeout: 0.0,
+            offers: 0,
+            registered_at: 0.0,
+        };
+        let mut entry = FrameworkEntry::new(meta);
+        for i in 0..3000 {
+            let state = if i % 11 == 0 {
+                TaskState::Finished
+            } else {
+                TaskState::Running
+            };
+            entry.put(TaskId::new(format!("t{i}")), Some(task(i, state)));
+        }
+        for round in 0..3 {
+            let list = task_list(&entry.tasks, &mut entry.buckets, &mut entry.list);
+            let mut plain = TaskTotals::default();
+            for t in entry.tasks.values() {
+                plain.count(t);
+            }
+            assert_eq!(list.used, plain.used, "round {round}");
+            assert_eq!(list.used.to_string(), plain.used.to_string());
+            assert_eq!(list.by_state, plain.by_state);
+            assert_eq!(list.tasks.len(), entry.tasks.len());
+            // Change a few: states, removals, new tasks.
+            for i in (round..3000).step_by(97) {
+                entry.put(TaskId::new(format!("t{i}")), None);
+                let j = 5000 * (round + 1) + i;
+                entry.put(
+                    TaskId::new(format!("t{j}")),
+                    Some(task(j, TaskState::Staging)),
+                );
+            }
+        }
+    }
 
     #[test]
     fn resources_serialize_as_text_and_list() {
