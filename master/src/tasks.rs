@@ -239,7 +239,7 @@ impl Master {
             &agent_id,
             agent::Event::Acknowledge {
                 framework_id: fid.clone(),
-                task_id,
+                task_id: task_id.clone(),
                 uuid,
             },
         );
@@ -248,7 +248,7 @@ impl Master {
         } else {
             // The agent re-sends the update when it is back; that one is
             // acknowledged then.
-            tracing::debug!(agent_id = %agent_id, "acknowledgement for an agent that is not connected dropped");
+            tracing::debug!(agent_id = %agent_id, framework_id = %fid, %task_id, "acknowledgement for an agent that is not connected dropped");
         }
     }
 
