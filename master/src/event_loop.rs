@@ -45,7 +45,7 @@ pub(crate) async fn run(
     mut inputs: mpsc::Receiver<Input>,
     mut store: Option<Box<dyn Store>>,
     registry: Registry,
-    snapshots: Publisher,
+    mut snapshots: Publisher,
     snapshot_interval: Duration,
     shutdown: CancellationToken,
     leadership: Option<Box<dyn Leadership>>,

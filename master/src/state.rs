@@ -298,6 +298,9 @@ struct TaskList {
 #[derive(Debug)]
 pub(crate) struct Publisher {
     tx: mpsc::Sender<StateDelta>,
+    /// Set once the builder thread is found gone (it panicked), so that is
+    /// logged once.
+    builder_gone: bool,
     /// Sees what the builder published, for [`Publisher::publish`].
     #[cfg(feature = "etcd")]
     published: watch::Receiver<Arc<StateSnapshot>>,
@@ -936,6 +939,7 @@ impl Publisher {
             })?;
         Ok(Publisher {
             tx,
+            builder_gone: false,
             #[cfg(feature = "etcd")]
             published,
         })
@@ -944,13 +948,20 @@ impl Publisher {
     /// Hands `delta()` to the builder, unless it is behind (then nothing
     /// is taken: the changes stay recorded for the next try). True if
     /// handed over.
-    pub(crate) fn try_publish(&self, delta: impl FnOnce() -> StateDelta) -> bool {
+    pub(crate) fn try_publish(&mut self, delta: impl FnOnce() -> StateDelta) -> bool {
         match self.tx.try_reserve() {
             Ok(permit) => {
                 permit.send(delta());
                 true
             }
-            Err(_) => false,
+            Err(mpsc::error::TrySendError::Full(())) => false,
+            Err(mpsc::error::TrySendError::Closed(())) => {
+                if !self.builder_gone {
+                    self.builder_gone = true;
+                    tracing::error!("the /state builder thread ended; /state is no longer updated");
+                }
+                false
+            }
         }
     }
 
