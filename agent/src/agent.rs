@@ -220,6 +220,7 @@ impl Core {
                 _ = sleep_until_opt(retry) => {
                     for (framework_id, status) in self.updates.due_retries(Instant::now()) {
                         tracing::debug!(%framework_id, task_id = %status.task_id, "resending status update");
+                        self.shared.counters.retried_on_timeout();
                         self.send_master(agent_api::Call::StatusUpdate { framework_id, status });
                     }
                 }
@@ -402,7 +403,7 @@ impl Core {
                     if let Err(e) =
                         checkpoint::write_agent_id(&self.shared.config.work_dir, agent_id.as_str())
                     {
-                        tracing::error!(error = %e, "could not save the agent id");
+                        tracing::error!(%agent_id, error = %e, "could not save the agent id");
                     }
                     self.agent_id = Some(agent_id);
                 }
@@ -410,6 +411,7 @@ impl Core {
                     m.registered = true;
                 }
                 for (framework_id, status) in self.updates.connected(Instant::now()) {
+                    self.shared.counters.resent_on_registration();
                     self.send_master(agent_api::Call::StatusUpdate {
                         framework_id,
                         status,

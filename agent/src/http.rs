@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::agent::CoreEvent;
 use crate::files::{self, FileError, Target};
-use crate::Shared;
+use crate::{Counters, Shared};
 
 /// Events queued for one executor connection.
 pub(crate) const EXECUTOR_OUTBOX: usize = 1024;
@@ -111,7 +111,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
     let Some(state) = core_state(&app).await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     };
-    let body = render_metrics(&state, &app.counters);
+    let body = render_metrics(&state, &app.counters, &app.shared.counters);
     (
         [(
             header::CONTENT_TYPE,
@@ -122,7 +122,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
         .into_response()
 }
 
-fn render_metrics(state: &serde_json::Value, c: &FileCounters) -> String {
+fn render_metrics(state: &serde_json::Value, c: &FileCounters, updates: &Counters) -> String {
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, series: &[(String, f64)]| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -223,6 +223,19 @@ fn render_metrics(state: &serde_json::Value, c: &FileCounters) -> String {
         "Status updates acknowledged by the scheduler (through the master)",
         &one(state["status_updates_acknowledged"].as_f64().unwrap_or(0.0)),
     );
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+    metric(
+        "agora_agent_status_updates_retried_total",
+        "counter",
+        "Unacknowledged status updates sent to the master again: when their retry interval ran out, or as a stream's head when the agent (re-)registered",
+        &[
+            ("reason=\"timeout\"".into(), load(&updates.updates_retried_timeout)),
+            (
+                "reason=\"registered\"".into(),
+                load(&updates.updates_resent_registered),
+            ),
+        ],
+    );
     if let Some(cp) = state["checkpoint"].as_object() {
         let series: Vec<(String, f64)> = cp
             .iter()
@@ -235,7 +248,6 @@ fn render_metrics(state: &serde_json::Value, c: &FileCounters) -> String {
             &series,
         );
     }
-    let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
     metric(
         "agora_agent_files_requests_total",
         "counter",

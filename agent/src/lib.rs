@@ -74,6 +74,30 @@ pub(crate) struct Shared {
     /// `ws://host:port/api/executor`, given to executors.
     pub(crate) executor_endpoint: String,
     next_conn: Arc<AtomicU64>,
+    /// Counters for `/metrics` that the core bumps.
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// Status update deliveries the core counts for `/metrics`.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Unacknowledged updates sent to the master again when their retry
+    /// interval ran out.
+    pub(crate) updates_retried_timeout: AtomicU64,
+    /// Heads of unacknowledged streams sent to the master when the agent
+    /// (re-)registered.
+    pub(crate) updates_resent_registered: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn retried_on_timeout(&self) {
+        self.updates_retried_timeout.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn resent_on_registration(&self) {
+        self.updates_resent_registered
+            .fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -115,6 +139,7 @@ pub async fn run(
         executor_endpoint: format!("ws://{}/api/executor", loopback_if_unspecified(local)),
         config: Arc::new(config),
         next_conn: Arc::new(AtomicU64::new(1)),
+        counters: Arc::default(),
     };
     let (writer, streams) =
         checkpoint::Writer::start(&shared.config.work_dir).map_err(|source| {

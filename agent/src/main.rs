@@ -61,7 +61,7 @@ struct Flags {
     #[arg(long, default_value = "reconnect")]
     recover: RecoverMode,
     /// Log format: text or json (filter with RUST_LOG).
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    #[arg(long, default_value = "text", value_parser = ["text", "json"], env = "AGORA_LOG_FORMAT")]
     log_format: String,
 }
 

@@ -460,6 +460,15 @@ async fn reconnects_and_reregisters_with_its_id_and_resends_heads() {
     // The unacknowledged head is sent again on re-registration.
     let (_, s) = conn.recv_update(true).await;
     assert_eq!(s.uuid, running.uuid);
+    let (_, body) = agent.get("/metrics").await;
+    assert_eq!(
+        metric(
+            &body,
+            "agora_agent_status_updates_retried_total{reason=\"registered\"}"
+        ),
+        1.0,
+        "{body}"
+    );
     assert_eq!(
         std::fs::read_to_string(work.join("agent_id"))
             .unwrap()
@@ -572,5 +581,70 @@ async fn bad_frames_are_errors_and_oversize_frames_close_with_1009() {
     // The agent is unaffected.
     let (status, _) = agent.get("/health").await;
     assert_eq!(status, 200);
+    agent.stop().await;
+}
+
+/// The value of a Prometheus series in `text` (0 when absent).
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn unacknowledged_updates_are_retried_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let mut c = config(&master.addr(), &work, &script);
+    c.status_update_retry_min = Duration::from_millis(200);
+    c.status_update_retry_max = Duration::from_millis(400);
+    let agent = Agent::start(c).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-r").await;
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: command_task("t"),
+    })
+    .await;
+    let (_, env) = executor_env(&work, "fw", "t").await;
+    let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
+    exec.send(&subscribe(&env, vec![], vec![])).await;
+    assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
+    assert!(matches!(exec.recv().await, ExecEvent::Launch { .. }));
+    let running = executor_status("t", TaskState::Running);
+    exec.send(&ExecCall::Update {
+        status: running.clone(),
+    })
+    .await;
+    assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
+
+    // Not acknowledged: the same update comes again, and is acknowledged.
+    let (_, first) = conn.recv_update(false).await;
+    let (_, again) = conn.recv_update(true).await;
+    assert_eq!(first.uuid, running.uuid);
+    assert_eq!(again.uuid, running.uuid);
+
+    let acked = "agora_agent_status_updates_acknowledged_total";
+    let mut body = String::new();
+    for _ in 0..200 {
+        body = agent.get("/metrics").await.1;
+        if metric(&body, acked) >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metric(&body, acked), 1.0, "{body}");
+    let retried = "agora_agent_status_updates_retried_total";
+    assert!(
+        metric(&body, &format!("{retried}{{reason=\"timeout\"}}")) >= 1.0,
+        "{body}"
+    );
+    assert_eq!(
+        metric(&body, &format!("{retried}{{reason=\"registered\"}}")),
+        0.0,
+        "{body}"
+    );
     agent.stop().await;
 }

@@ -149,6 +149,8 @@ async fn sandbox_files_are_served_and_confined() {
         "agora_agent_files_requests_total{outcome=\"read\"}",
         "agora_agent_files_requests_total{outcome=\"forbidden\"}",
         "# TYPE agora_agent_status_updates_acknowledged_total counter",
+        "agora_agent_status_updates_retried_total{reason=\"timeout\"} 0",
+        "agora_agent_status_updates_retried_total{reason=\"registered\"} 0",
     ] {
         assert!(body.contains(name), "missing {name} in\n{body}");
     }

@@ -385,12 +385,15 @@ fn describe(status: ExitStatus) -> String {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Fails only if the embedding binary installed a subscriber already.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // Fails only if the embedding binary installed a subscriber already.
+    let _ = match std::env::var(agora_proto::env::LOG_FORMAT) {
+        Ok(f) if f.eq_ignore_ascii_case("json") => builder.json().try_init(),
+        _ => builder.try_init(),
+    };
 }
 
 #[cfg(test)]

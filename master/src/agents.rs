@@ -379,7 +379,8 @@ impl Master {
     }
 
     pub(crate) fn pong(&mut self, aid: &AgentId) {
-        if let Some(agent) = self.agents.get_mut(aid) {
+        // Ping bookkeeping is not part of `/state`.
+        if let Some(agent) = self.agents.untracked_get_mut(aid) {
             agent.missed_pings = 0;
             agent.awaiting_pong = false;
         }
@@ -391,7 +392,8 @@ impl Master {
         let max = self.config.max_missed_pings;
         let mut remove = Vec::new();
         let mut ping = Vec::new();
-        for agent in self.agents.values_mut() {
+        // Ping bookkeeping is not part of `/state`; removals are tracked.
+        for agent in self.agents.untracked_values_mut() {
             if agent.awaiting_pong {
                 agent.missed_pings += 1;
             }

@@ -1,17 +1,21 @@
 //! Support for the `http_state` benchmark (`benches/http_state.rs`): builds
 //! a large master state through the sans-IO API (agents register, a few
 //! frameworks subscribe, accept offers with tasks, agents report them
-//! running) and times what serving `/state` and `/metrics` costs: building
-//! the snapshot (done on the state task), encoding it, rendering the
-//! metrics, and answering over a real HTTP connection. Not part of the
-//! supported API.
+//! running) and times what serving `/state` and `/metrics` costs: taking
+//! the changes on the state task (everything, and a typical interval's
+//! worth of task updates), assembling the snapshot on the builder thread,
+//! encoding it, rendering the metrics, and answering over a real HTTP
+//! connection. Not part of the supported API.
 
 use std::future::IntoFuture;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
-use agora_proto::{agent, scheduler, AgentInfo, FrameworkInfo, Resources, TaskState, TaskStatus};
+use agora_proto::{
+    agent, scheduler, AgentId, AgentInfo, FrameworkId, FrameworkInfo, Resources, TaskId, TaskState,
+    TaskStatus,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -19,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::allocator::{AllocatorOptions, DrfAllocator};
 use crate::master::{Input, Master, Output};
+use crate::state::StateBuilder;
 use crate::Config;
 
 /// Timings of one run, in milliseconds (medians over `repeats`).
@@ -28,9 +33,25 @@ pub struct Report {
     pub agents: usize,
     /// Active tasks in the state.
     pub tasks: usize,
-    /// Building the snapshot on the state task.
-    pub snapshot_ms: f64,
-    /// Encoding the snapshot as JSON (once per snapshot, then cached).
+    /// Task updates between two snapshots in the incremental case.
+    pub updates: usize,
+    /// On the state task, everything changed: the views of every agent,
+    /// task and offer (what the first snapshot after start-up costs).
+    pub loop_full_ms: f64,
+    /// Off the state task (builder thread): assembling the snapshot from
+    /// that full delta.
+    pub build_full_ms: f64,
+    /// On the state task, after `updates` task updates (a tenth of them
+    /// terminal and acknowledged): taking the delta.
+    pub loop_incremental_ms: f64,
+    /// Off the state task: applying that delta and assembling the snapshot.
+    pub build_incremental_ms: f64,
+    /// On the state task, nothing changed since the last snapshot (a timer
+    /// fired): shares and roles only.
+    pub loop_idle_ms: f64,
+    /// Encoding a new snapshot as JSON after the incremental change (once
+    /// per snapshot, then cached; views that did not change reuse their
+    /// text).
     pub encode_ms: f64,
     /// Size of `/state`'s body.
     pub state_bytes: usize,
@@ -207,24 +228,138 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> (Duration, usize) {
     (started.elapsed(), body.len())
 }
 
-/// Builds the state and times everything; `repeats` runs of each step.
-pub async fn run(agents: usize, tasks: usize, frameworks: usize, repeats: usize) -> Report {
-    let master = build(agents, tasks, frameworks);
+/// Sends status updates for `n` tasks of `order`, from position `from`:
+/// TASK_RUNNING again, except every tenth, which finishes and which its
+/// scheduler acknowledges. Returns the next position.
+fn update_tasks(
+    m: &mut Master,
+    order: &[(FrameworkId, TaskId, AgentId)],
+    from: usize,
+    n: usize,
+) -> usize {
+    let now = Instant::now();
+    let end = (from + n).min(order.len());
+    for (i, (fid, tid, aid)) in order[from..end].iter().enumerate() {
+        let finish = i % 10 == 9;
+        let state = if finish {
+            TaskState::Finished
+        } else {
+            TaskState::Running
+        };
+        let status = TaskStatus::new(tid.clone(), state, agora_proto::Source::SourceExecutor)
+            .with_new_uuid();
+        let uuid = status.uuid.clone().unwrap_or_default();
+        let agent_conn = m.agents.get(aid).and_then(|a| a.conn).unwrap_or_default();
+        m.handle(
+            now,
+            Input::Agent {
+                conn: agent_conn,
+                call: agent::Call::StatusUpdate {
+                    framework_id: fid.clone(),
+                    status,
+                },
+            },
+        );
+        let scheduler_conn = m.frameworks.get(fid).and_then(|f| f.conn);
+        if let (true, Some(conn)) = (finish, scheduler_conn) {
+            m.handle(
+                now,
+                Input::Scheduler {
+                    conn,
+                    call: scheduler::Call::Acknowledge {
+                        agent_id: aid.clone(),
+                        task_id: tid.clone(),
+                        uuid,
+                    },
+                },
+            );
+        }
+    }
+    m.take_outputs();
+    end
+}
+
+/// The master's tasks, taking one framework after the other in turn.
+fn interleaved_tasks(m: &Master) -> Vec<(FrameworkId, TaskId, AgentId)> {
+    let mut per_framework: Vec<Vec<_>> = m
+        .frameworks
+        .values()
+        .map(|f| {
+            let mut tasks: Vec<_> = f
+                .tasks
+                .values()
+                .map(|t| (f.id.clone(), t.info.task_id.clone(), t.agent_id.clone()))
+                .collect();
+            tasks.sort();
+            tasks
+        })
+        .collect();
+    per_framework.sort();
+    let longest = per_framework.iter().map(Vec::len).max().unwrap_or(0);
+    let mut order = Vec::new();
+    for i in 0..longest {
+        for tasks in &per_framework {
+            if let Some(t) = tasks.get(i) {
+                order.push(t.clone());
+            }
+        }
+    }
+    order
+}
+
+/// Builds the state and times everything; `repeats` runs of each step,
+/// `updates` task updates between two snapshots in the incremental case.
+pub async fn run(
+    agents: usize,
+    tasks: usize,
+    frameworks: usize,
+    updates: usize,
+    repeats: usize,
+) -> Report {
+    let mut master = build(agents, tasks, frameworks);
     let active: usize = master.frameworks.values().map(|f| f.tasks.len()).sum();
     let repeats = repeats.max(1);
-    let mut snapshot_ms = Vec::new();
-    let mut encode_ms = Vec::new();
-    let mut snapshot = None;
+
+    // Everything changed (the first snapshot after start-up).
+    let (mut loop_full, mut build_full) = (Vec::new(), Vec::new());
     for _ in 0..repeats {
         let t = StdInstant::now();
-        let s = master.snapshot();
-        snapshot_ms.push(ms(t.elapsed()));
+        let delta = master.full_state_delta();
+        loop_full.push(ms(t.elapsed()));
         let t = StdInstant::now();
-        let _ = serde_json::to_vec(&s).expect("encode");
-        encode_ms.push(ms(t.elapsed()));
-        snapshot = Some(s);
+        let mut builder = StateBuilder::default();
+        builder.apply(delta);
+        let _ = builder.build();
+        build_full.push(ms(t.elapsed()));
     }
-    let snapshot = Arc::new(snapshot.expect("one snapshot"));
+    let mut builder = StateBuilder::default();
+    builder.apply(master.full_state_delta());
+    master.mark_published();
+    let _ = builder.build();
+
+    // A typical interval: `updates` task updates, then a snapshot.
+    let order = interleaved_tasks(&master);
+    let mut next = 0;
+    let (mut loop_incremental, mut build_incremental) = (Vec::new(), Vec::new());
+    let (mut loop_idle, mut encode_ms) = (Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        next = update_tasks(&mut master, &order, next, updates);
+        let t = StdInstant::now();
+        let delta = master.state_delta();
+        loop_incremental.push(ms(t.elapsed()));
+        let t = StdInstant::now();
+        builder.apply(delta);
+        let snapshot = builder.build();
+        build_incremental.push(ms(t.elapsed()));
+        let t = StdInstant::now();
+        let _ = snapshot.json().expect("encode");
+        encode_ms.push(ms(t.elapsed()));
+        let t = StdInstant::now();
+        let delta = master.state_delta();
+        loop_idle.push(ms(t.elapsed()));
+        builder.apply(delta);
+    }
+    let snapshot = Arc::new(builder.build());
     let state_bytes = snapshot.json().expect("encode").len();
     let metrics = master.metrics.clone();
     let mut render = Vec::new();
@@ -258,8 +393,9 @@ pub async fn run(agents: usize, tasks: usize, frameworks: usize, repeats: usize)
     let (mut cold, mut warm, mut get_metrics, mut page) = (vec![], vec![], vec![], vec![]);
     for _ in 0..repeats {
         // A fresh snapshot object: the first GET encodes it.
-        let fresh = Arc::new(master.snapshot());
-        snap_tx.send_replace(fresh);
+        next = update_tasks(&mut master, &order, next, updates);
+        builder.apply(master.state_delta());
+        snap_tx.send_replace(Arc::new(builder.build()));
         cold.push(ms(http_get(addr, "/state").await.0));
         warm.push(ms(http_get(addr, "/state").await.0));
         get_metrics.push(ms(http_get(addr, "/metrics").await.0));
@@ -275,7 +411,12 @@ pub async fn run(agents: usize, tasks: usize, frameworks: usize, repeats: usize)
     Report {
         agents: master.agents.len(),
         tasks: active,
-        snapshot_ms: median(snapshot_ms),
+        updates,
+        loop_full_ms: median(loop_full),
+        build_full_ms: median(build_full),
+        loop_incremental_ms: median(loop_incremental),
+        build_incremental_ms: median(build_incremental),
+        loop_idle_ms: median(loop_idle),
         encode_ms: median(encode_ms),
         state_bytes,
         get_state_cold_ms: median(cold),

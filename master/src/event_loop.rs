@@ -1,7 +1,8 @@
 //! The state task: the one task that owns the [`Master`]. It takes inputs
 //! from the bounded queue all connections share, runs the timers, makes
 //! the batch's registry changes durable, then writes the outbox to the
-//! connections' queues, and publishes `/state` snapshots.
+//! connections' queues, and hands what changed to the `/state` snapshot
+//! builder (see `state.rs`).
 //!
 //! The registry write comes first and the task waits for it: nothing the
 //! master says depends on a change that could still be lost. If the
@@ -13,17 +14,16 @@
 //! the moment leadership is gone (a lease that ran out while the process
 //! was frozen or cut off from etcd), so a deposed leader sends nothing.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::http::{Outbound, Registry};
 use crate::master::{Input, Master, Output};
 use crate::registry::{Registry as Store, RegistryOp};
-use crate::state::StateSnapshot;
+use crate::state::Publisher;
 
 /// Inputs handled per wake-up before timers and writes get their turn.
 const MAX_BATCH: usize = 512;
@@ -45,7 +45,7 @@ pub(crate) async fn run(
     mut inputs: mpsc::Receiver<Input>,
     mut store: Option<Box<dyn Store>>,
     registry: Registry,
-    snapshots: watch::Sender<Arc<StateSnapshot>>,
+    mut snapshots: Publisher,
     snapshot_interval: Duration,
     shutdown: CancellationToken,
     leadership: Option<Box<dyn Leadership>>,
@@ -93,9 +93,11 @@ pub(crate) async fn run(
         }
         deliver(&registry, master.take_outputs());
         if master.dirty && now >= last_snapshot + snapshot_interval {
-            snapshots.send_replace(Arc::new(master.snapshot()));
-            master.dirty = false;
             last_snapshot = now;
+            // A builder that is behind gets the changes one interval later.
+            if snapshots.try_publish(|| master.state_delta()) {
+                master.dirty = false;
+            }
         }
     }
     tracing::debug!("state task stopped");

@@ -2,7 +2,7 @@
 //! teardown, disconnection and the failover timeout, revive/suppress,
 //! resource requests, heartbeats and framework messages.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use agora_proto::scheduler::{Event, ResourceRequest};
@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::master::{peer_seconds, ConnId, Master, CLOSE_NORMAL, CLOSE_POLICY};
 use crate::registry::{FrameworkRecord, RegistryOp};
 use crate::tasks::Task;
+use crate::tracked::Tracked;
 
 /// A framework the master knows.
 #[derive(Debug)]
@@ -25,7 +26,7 @@ pub(crate) struct Framework {
     /// The scheduler's connection, when subscribed.
     pub(crate) conn: Option<ConnId>,
     /// Its tasks that are live, or terminal with the update unacknowledged.
-    pub(crate) tasks: HashMap<TaskId, Task>,
+    pub(crate) tasks: Tracked<TaskId, Task>,
     pub(crate) offers: HashSet<OfferId>,
     /// When a disconnected framework is torn down.
     pub(crate) failover_deadline: Option<Instant>,
@@ -45,7 +46,7 @@ impl Framework {
             id,
             info,
             conn: None,
-            tasks: HashMap::new(),
+            tasks: Tracked::default(),
             offers: HashSet::new(),
             failover_deadline: None,
             suppressed: false,
@@ -273,7 +274,8 @@ impl Master {
             let state = if live { TaskState::Killed } else { task.state };
             self.complete_task(task, state);
         }
-        for agent in self.agents.values_mut() {
+        // Only agents whose executors change are marked for `/state`.
+        for agent in self.agents.untracked_values_mut() {
             let before = agent.executors.len();
             let mut freed = agora_proto::Resources::new();
             agent.executors.retain(|(f, _), e| {
@@ -290,6 +292,7 @@ impl Master {
             }
         }
         for aid in agents_touched {
+            self.agents.mark(&aid);
             self.send_agent(
                 &aid,
                 agent::Event::ShutdownFramework {

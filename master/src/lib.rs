@@ -31,6 +31,7 @@ mod offers;
 mod registry;
 mod state;
 mod tasks;
+mod tracked;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -143,7 +144,12 @@ pub async fn run(
         _ => None,
     };
     let (input_tx, input_rx) = mpsc::channel(config.event_queue_capacity);
-    let (snapshot_tx, snapshot_rx) = watch::channel(Arc::new(master.snapshot()));
+    let mut builder = state::StateBuilder::default();
+    builder.apply(master.full_state_delta());
+    master.mark_published();
+    let (snapshot_tx, snapshot_rx) = watch::channel(Arc::new(builder.build()));
+    #[allow(unused_mut)]
+    let mut publisher = state::Publisher::spawn(builder, snapshot_tx)?;
     let metrics = master.metrics.clone();
     let token = CancellationToken::new();
     let registry: http::Registry = Arc::default();
@@ -191,7 +197,7 @@ pub async fn run(
                 return Err(MasterError::Registry(e));
             }
             master.take_outputs();
-            snapshot_tx.send_replace(Arc::new(master.snapshot()));
+            publisher.publish(master.state_delta()).await;
             election.open();
             tracing::info!("leading: serving schedulers and agents");
             let lease = won.lease;
@@ -200,7 +206,7 @@ pub async fn run(
                 input_rx,
                 Some(Box::new(store)),
                 registry,
-                snapshot_tx,
+                publisher,
                 snapshot_interval,
                 state_token,
                 Some(Box::new(lease.clone())),
@@ -218,7 +224,7 @@ pub async fn run(
             input_rx,
             store,
             registry,
-            snapshot_tx,
+            publisher,
             snapshot_interval,
             state_token,
             None,

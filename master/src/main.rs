@@ -95,8 +95,8 @@ struct Flags {
     #[cfg(feature = "etcd")]
     #[arg(long, default_value = "2s", value_parser = parse_duration, requires = "etcd")]
     etcd_lease_ttl: Duration,
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    /// Log format (filter with RUST_LOG).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "AGORA_LOG_FORMAT")]
     log_format: LogFormat,
 }
 

@@ -25,6 +25,7 @@ use crate::frameworks::Framework;
 use crate::offers::OfferEntry;
 use crate::registry::{RegistryOp, RegistryState};
 use crate::tasks::CompletedTask;
+use crate::tracked::Tracked;
 use crate::Config;
 
 /// Identifies one WebSocket connection for the lifetime of the master.
@@ -78,14 +79,18 @@ pub(crate) struct Master {
     pub(crate) config: Config,
     pub(crate) info: MasterInfo,
     pub(crate) allocator: Box<dyn Allocator>,
-    pub(crate) frameworks: HashMap<FrameworkId, Framework>,
+    pub(crate) frameworks: Tracked<FrameworkId, Framework>,
     pub(crate) removed_frameworks: BoundedSet<FrameworkId>,
-    pub(crate) agents: HashMap<AgentId, Agent>,
+    pub(crate) agents: Tracked<AgentId, Agent>,
     pub(crate) removed_agents: BoundedSet<AgentId>,
-    pub(crate) offers: HashMap<OfferId, OfferEntry>,
+    pub(crate) offers: Tracked<OfferId, OfferEntry>,
     /// Offers in creation order, for the offer timeout.
     pub(crate) offer_expiry: VecDeque<(Instant, OfferId)>,
     pub(crate) completed: VecDeque<CompletedTask>,
+    /// Tasks ever pushed to `completed`, and how many of them the last
+    /// `/state` delta had seen.
+    pub(crate) completed_total: u64,
+    pub(crate) completed_published: u64,
     pub(crate) scheduler_conns: HashMap<ConnId, FrameworkId>,
     pub(crate) agent_conns: HashMap<ConnId, AgentId>,
     pub(crate) next_allocation: Instant,
@@ -139,11 +144,13 @@ impl Master {
             config,
             info,
             allocator,
-            frameworks: HashMap::new(),
-            agents: HashMap::new(),
-            offers: HashMap::new(),
+            frameworks: Tracked::default(),
+            agents: Tracked::default(),
+            offers: Tracked::default(),
             offer_expiry: VecDeque::new(),
             completed: VecDeque::new(),
+            completed_total: 0,
+            completed_published: 0,
             scheduler_conns: HashMap::new(),
             agent_conns: HashMap::new(),
             next_framework_seq: 0,

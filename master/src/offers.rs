@@ -185,8 +185,9 @@ impl Master {
                 break;
             }
             self.offer_expiry.pop_front();
-            if self.offers.contains_key(&id) {
-                tracing::debug!(offer_id = %id, "offer timed out; rescinding");
+            if let Some(entry) = self.offers.get(&id) {
+                let offer = &entry.offer;
+                tracing::debug!(offer_id = %id, framework_id = %offer.framework_id, agent_id = %offer.agent_id, "offer timed out; rescinding");
                 self.metrics.offers_expired.inc();
                 self.withdraw_offer(now, &id, true, None);
             }

@@ -140,6 +140,7 @@ impl Master {
 
     /// Moves a task to the bounded completed list.
     pub(crate) fn complete_task(&mut self, task: Task, state: TaskState) {
+        self.completed_total += 1;
         self.completed.push_back(CompletedTask {
             framework_id: task.framework_id,
             task_id: task.info.task_id,
@@ -279,7 +280,7 @@ impl Master {
             &agent_id,
             agent::Event::Acknowledge {
                 framework_id: fid.clone(),
-                task_id,
+                task_id: task_id.clone(),
                 uuid,
             },
         );
@@ -288,7 +289,7 @@ impl Master {
         } else {
             // The agent re-sends the update when it is back; that one is
             // acknowledged then.
-            tracing::debug!(agent_id = %agent_id, "acknowledgement for an agent that is not connected dropped");
+            tracing::debug!(agent_id = %agent_id, framework_id = %fid, %task_id, "acknowledgement for an agent that is not connected dropped");
         }
     }
 

@@ -21,6 +21,10 @@ pub const CHECKPOINT: &str = "AGORA_CHECKPOINT";
 pub const RECOVERY_TIMEOUT: &str = "AGORA_RECOVERY_TIMEOUT";
 /// Seconds the executor has to exit after a shutdown request.
 pub const SHUTDOWN_GRACE_PERIOD: &str = "AGORA_SHUTDOWN_GRACE_PERIOD";
+/// `json` makes every Agora binary (master, agent, executors, examples,
+/// CLI) log JSON lines instead of text; filter with `RUST_LOG`. Executors
+/// inherit it from their agent.
+pub const LOG_FORMAT: &str = "AGORA_LOG_FORMAT";
 
 /// Mesos-compatible alias of [`FRAMEWORK_ID`].
 pub const MESOS_FRAMEWORK_ID: &str = "MESOS_FRAMEWORK_ID";

@@ -163,7 +163,7 @@ impl SchedulerDriver {
             inner: self.inner.clone(),
             callbacks: callback_tx,
         };
-        let span = tracing::info_span!("scheduler_driver", framework = %framework.name);
+        let span = tracing::info_span!("scheduler_driver", framework = %framework.name, framework_id = framework.id.as_ref().map(tracing::field::display));
         let spawned = thread::Builder::new()
             .name("agora-scheduler-io".into())
             .spawn(move || {
@@ -616,6 +616,7 @@ impl Io {
                     let _ = self.callbacks.send(callback);
                 }
                 Action::FrameworkId(id) => {
+                    tracing::Span::current().record("framework_id", tracing::field::display(&id));
                     tracing::info!(framework_id = %id, "subscribed");
                     self.inner.update(|shared| shared.framework_id = Some(id));
                 }

@@ -159,6 +159,7 @@ impl Executor for LedgerExecutor {
 }
 
 fn main() -> ExitCode {
+    agora_examples::cli::init_logging(false);
     let sandbox =
         PathBuf::from(std::env::var(agora_proto::env::SANDBOX).unwrap_or_else(|_| ".".into()));
     let ledger = match OpenOptions::new()

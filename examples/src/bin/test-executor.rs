@@ -108,6 +108,7 @@ impl Executor for TestExecutor {
 }
 
 fn main() -> ExitCode {
+    agora_examples::cli::init_logging(false);
     let driver = match ExecutorDriver::from_env(TestExecutor::default()) {
         Ok(driver) => driver,
         Err(e) => {

@@ -143,7 +143,7 @@ fn find_agent<'a>(
         .agents
         .binary_search_by(|a| a.id.cmp(id))
         .ok()
-        .map(|i| &snapshot.agents[i])
+        .map(|i| &**snapshot.agents[i])
 }
 
 /// `GET /api/v1/summary`: counts and resource totals (as in `/events`).
@@ -171,7 +171,7 @@ pub(crate) async fn agents(
     let snapshot = app.snapshot.borrow().clone();
     let (offset, limit) = params.window();
     let q = params.query();
-    let items = snapshot.agents.iter().filter(|a| {
+    let items = snapshot.agents.iter().map(|a| &***a).filter(|a| {
         q.as_deref().is_none_or(|q| {
             contains(a.id.as_str(), q) || contains(&a.hostname, q) || contains(&a.address, q)
         })
@@ -198,7 +198,7 @@ pub(crate) async fn frameworks(
         })
         .map(|f| {
             let mut by_state = std::collections::BTreeMap::new();
-            for t in &f.tasks {
+            for t in f.tasks.iter() {
                 *by_state.entry(t.state).or_insert(0usize) += 1;
             }
             json!({

@@ -124,7 +124,16 @@ async fn metrics(State(app): State<AppState>) -> Response {
 
 async fn state_json(State(app): State<AppState>) -> Response {
     let snapshot = app.snapshot.borrow().clone();
-    match snapshot.json() {
+    let encoded = match snapshot.encoded.get() {
+        Some(body) => Ok(body.clone()),
+        // Encoding a large state takes tens of milliseconds: not on a
+        // worker that other connections share.
+        None => match tokio::task::spawn_blocking(move || snapshot.json()).await {
+            Ok(encoded) => encoded,
+            Err(e) => Err(serde::ser::Error::custom(e)),
+        },
+    };
+    match encoded {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,

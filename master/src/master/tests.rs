@@ -27,6 +27,9 @@ fn r(s: &str) -> Resources {
 struct H {
     m: Master,
     now: Instant,
+    /// Fed the master's incremental `/state` deltas after every step;
+    /// its snapshot must equal one built from scratch.
+    builder: crate::state::StateBuilder,
 }
 
 impl H {
@@ -41,6 +44,7 @@ impl H {
         H {
             m: Master::new(config, info, Box::new(alloc), now),
             now,
+            builder: crate::state::StateBuilder::default(),
         }
     }
 
@@ -49,18 +53,32 @@ impl H {
     }
 
     fn sched(&mut self, conn: ConnId, call: scheduler::Call) -> Vec<Output> {
-        self.m.handle(self.now, Input::Scheduler { conn, call });
-        self.m.take_outputs()
+        self.input(Input::Scheduler { conn, call })
     }
 
     fn agent(&mut self, conn: ConnId, call: agent::Call) -> Vec<Output> {
-        self.m.handle(self.now, Input::Agent { conn, call });
-        self.m.take_outputs()
+        self.input(Input::Agent { conn, call })
     }
 
     fn input(&mut self, input: Input) -> Vec<Output> {
         self.m.handle(self.now, input);
+        self.check_snapshot();
         self.m.take_outputs()
+    }
+
+    /// The snapshot assembled from incremental deltas equals the one
+    /// built from scratch.
+    fn check_snapshot(&mut self) {
+        self.builder.apply(self.m.state_delta());
+        let json = |s: &crate::state::StateSnapshot| {
+            let mut v = serde_json::to_value(s).unwrap();
+            v.as_object_mut().unwrap().remove("generated_at");
+            v
+        };
+        let built = self.builder.build();
+        assert_eq!(json(&built), json(&self.m.snapshot()));
+        // The text assembled from the views' texts is serde's.
+        assert_eq!(built.json().unwrap(), serde_json::to_vec(&built).unwrap());
     }
 
     /// Moves time forward, running every timer that falls due on the way.
@@ -73,6 +91,7 @@ impl H {
             }
             self.now = next.max(self.now);
             self.m.tick(self.now);
+            self.check_snapshot();
         }
         self.now = target;
         self.m.take_outputs()
@@ -1171,7 +1190,7 @@ fn snapshot_reflects_state() {
     let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
     h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
     let snap = h.m.snapshot();
-    assert_eq!(snap.agents[0].used.text, "cpus:1");
+    assert_eq!(snap.agents[0].used.text(), "cpus:1");
     assert_eq!(snap.frameworks[0].id, fid);
     assert_eq!(snap.frameworks[0].tasks[0].state, TaskState::Staging);
     let json = serde_json::to_value(&snap).unwrap();
