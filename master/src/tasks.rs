@@ -118,7 +118,7 @@ impl Master {
             .get(fid)
             .is_some_and(|fw| fw.tasks.contains_key(&task.task_id));
         if !live {
-            self.completed.push_back(CompletedTask {
+            self.push_completed(CompletedTask {
                 framework_id: fid.clone(),
                 task_id: task.task_id.clone(),
                 name: task.name.clone(),
@@ -128,11 +128,14 @@ impl Master {
                 resources: task.resources.clone(),
                 finished_at: agora_proto::now_timestamp(),
             });
-            self.trim_completed();
         }
     }
 
-    fn trim_completed(&mut self) {
+    /// Appends to the bounded completed list (counted for the next
+    /// `/state` delta).
+    fn push_completed(&mut self, task: CompletedTask) {
+        self.completed_total += 1;
+        self.completed.push_back(task);
         while self.completed.len() > self.config.max_completed_tasks {
             self.completed.pop_front();
         }
@@ -140,8 +143,7 @@ impl Master {
 
     /// Moves a task to the bounded completed list.
     pub(crate) fn complete_task(&mut self, task: Task, state: TaskState) {
-        self.completed_total += 1;
-        self.completed.push_back(CompletedTask {
+        self.push_completed(CompletedTask {
             framework_id: task.framework_id,
             task_id: task.info.task_id,
             name: task.info.name,
@@ -151,7 +153,6 @@ impl Master {
             resources: task.resources,
             finished_at: agora_proto::now_timestamp(),
         });
-        self.trim_completed();
     }
 
     pub(crate) fn status_update(
