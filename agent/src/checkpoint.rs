@@ -430,15 +430,20 @@ mod tests {
         })
     }
 
-    #[test]
-    fn a_burst_of_replacements_keeps_order_and_every_result() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = crate::paths::meta_root(dir.path()).join(wal::WAL_FILE);
+    /// A log under `work_dir` that never compacts.
+    fn uncompacted_log(work_dir: &Path) -> Wal {
+        let path = crate::paths::meta_root(work_dir).join(wal::WAL_FILE);
         let limits = Limits {
             compact_bytes: 1 << 30,
             reset_bytes: 1 << 30,
         };
-        let mut log = Wal::open(&path, limits).unwrap();
+        Wal::open(&path, limits).unwrap()
+    }
+
+    #[test]
+    fn a_burst_of_replacements_keeps_order_and_every_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = uncompacted_log(dir.path());
         let (tx, rx) = std::sync::mpsc::channel();
         let done = |tx: &std::sync::mpsc::Sender<(usize, bool)>, i: usize| -> Option<Done> {
             let tx = tx.clone();
@@ -504,12 +509,7 @@ mod tests {
     #[test]
     fn concurrent_requests_share_one_fsync() {
         let dir = tempfile::tempdir().unwrap();
-        let path = crate::paths::meta_root(dir.path()).join(wal::WAL_FILE);
-        let limits = Limits {
-            compact_bytes: 1 << 30,
-            reset_bytes: 1 << 30,
-        };
-        let mut log = Wal::open(&path, limits).unwrap();
+        let mut log = uncompacted_log(dir.path());
         // 200 requests queued while the writer was busy: one batch.
         let (tx, rx) = std::sync::mpsc::channel();
         let batch: Vec<Request> = (0..200)
