@@ -38,6 +38,7 @@ use agora_proto::scheduler::ResourceRequest;
 use agora_proto::{round_scalar, AgentId, FrameworkId, Resource, Resources, Value, DEFAULT_ROLE};
 use tokio::time::Instant;
 
+use super::bag::{Bag, Slots};
 use super::{Allocation, Allocator, AllocatorOptions};
 
 /// The default [`Allocator`]: hierarchical weighted DRF with reservations
@@ -46,7 +47,10 @@ use super::{Allocation, Allocator, AllocatorOptions};
 pub struct DrfAllocator {
     options: AllocatorOptions,
     /// Interned scalar resource names; a [`Scalars`] is indexed by these.
+    /// `cpus` and `mem` are always 0 and 1.
     names: Vec<String>,
+    /// Interned (name, role, kind) triples; the books are [`Bag`]s of them.
+    slots: Slots,
     frameworks: Vec<Option<Fw>>,
     free_frameworks: Vec<usize>,
     framework_index: HashMap<FrameworkId, usize>,
@@ -58,7 +62,17 @@ pub struct DrfAllocator {
     /// Sum of every agent's total, per scalar name.
     total: Scalars,
     cursor: usize,
+    /// Bumped whenever a framework may have become eligible for more
+    /// agents (added, activated, revived, roles changed): an agent found
+    /// fully filtered under one epoch is skipped in O(1) while the epoch,
+    /// its free pool and its filters stay as they were.
+    epoch: u64,
 }
+
+/// Index of `cpus` in [`DrfAllocator::names`].
+const CPUS: usize = 0;
+/// Index of `mem` in [`DrfAllocator::names`].
+const MEM: usize = 1;
 
 /// Maps keyed by dense slot indexes, hashed with one multiply instead of
 /// SipHash (the keys come from this allocator, not from peers).
@@ -108,7 +122,7 @@ struct Fw {
     /// Every role the framework subscribed to or still holds resources for.
     roles: Vec<FwRole>,
     /// Per agent: what is allocated there, per role (in allocation order).
-    per_agent: IdxMap<Vec<(usize, Resources)>>,
+    per_agent: IdxMap<Vec<(usize, Bag)>>,
     /// Agents holding a filter of this framework.
     filtered_agents: IdxSet,
     requests: Vec<ResourceRequest>,
@@ -126,17 +140,28 @@ struct FwRole {
 struct Ag {
     id: AgentId,
     total: Resources,
+    /// What is free, as handed out in offers.
     available: Resources,
+    /// The same as a [`Bag`], for the books: an offer of the whole free
+    /// pool moves both out without copying a resource.
+    free: Bag,
     /// `cpus` and `mem` of `available`, to skip full agents in O(1).
     free_cpus: f64,
     free_mem: f64,
-    /// Fingerprint of `available` (see [`fingerprint`]).
+    /// Fingerprint of `free` (see [`Bag::fingerprint`]).
     free_sig: u64,
     /// Whether `available` holds any reserved resource.
     free_reserved: bool,
     active: bool,
     /// Filters by framework index (few per agent).
     filters: IdxMap<Filter>,
+    /// No filter here expires before this (a lower bound; `None` when
+    /// there are no filters), so expiry is checked in O(1) per cycle.
+    next_expiry: Option<Instant>,
+    /// The epoch under which a fair-share pass found every eligible
+    /// framework filtered on this agent; cleared when the free pool
+    /// changes or a filter expires.
+    dormant: Option<u64>,
     /// Frameworks with something allocated here.
     holders: BTreeSet<usize>,
 }
@@ -144,13 +169,13 @@ struct Ag {
 #[derive(Debug)]
 struct Filter {
     until: Instant,
-    refused: Resources,
+    refused: Bag,
     /// `cpus` and `mem` of `refused`, to rule out most non-matches cheaply.
     cpus: f64,
     mem: f64,
     /// Fingerprint of `refused`: an offer of an agent's whole free pool
     /// with the same fingerprint (and cpus and mem) is what was refused,
-    /// and is skipped without walking either resource list.
+    /// and is skipped without walking either bag.
     sig: u64,
 }
 
@@ -205,7 +230,8 @@ impl DrfAllocator {
     pub fn new(options: AllocatorOptions) -> Self {
         let mut alloc = DrfAllocator {
             options,
-            names: Vec::new(),
+            names: vec!["cpus".to_string(), "mem".to_string()],
+            slots: Slots::default(),
             frameworks: Vec::new(),
             free_frameworks: Vec::new(),
             framework_index: HashMap::new(),
@@ -216,6 +242,7 @@ impl DrfAllocator {
             role_index: HashMap::new(),
             total: Scalars::default(),
             cursor: 0,
+            epoch: 0,
         };
         let quota_roles: Vec<String> = alloc.options.role_quotas.keys().cloned().collect();
         for role in quota_roles {
@@ -232,13 +259,7 @@ impl DrfAllocator {
         ) else {
             return Resources::new();
         };
-        let mut out = Resources::new();
-        if let Some(buckets) = self.fw(f).and_then(|fw| fw.per_agent.get(&a)) {
-            for (_, r) in buckets {
-                out += r;
-            }
-        }
-        out
+        self.allocated_on(f, a)
     }
 
     /// What is free on the agent.
@@ -308,6 +329,9 @@ impl DrfAllocator {
     }
 
     fn set_framework_active(&mut self, framework_id: &FrameworkId, active: bool) {
+        if active {
+            self.epoch += 1;
+        }
         if let Some(fw) = self
             .framework_index
             .get(framework_id)
@@ -318,6 +342,9 @@ impl DrfAllocator {
     }
 
     fn set_agent_active(&mut self, agent_id: &AgentId, active: bool) {
+        if active {
+            self.epoch += 1;
+        }
         if let Some(ag) = self
             .agent_index
             .get(agent_id)
@@ -349,6 +376,34 @@ impl DrfAllocator {
                 into.add(i, sign * v);
             }
         }
+    }
+
+    /// Adds (`sign` 1.0) or subtracts (-1.0) the scalars of a bag to `into`.
+    fn accumulate_bag(slots: &Slots, into: &mut Scalars, bag: &Bag, sign: f64) {
+        for (s, v) in bag.scalars() {
+            into.add(slots.get(s).scalar, sign * v);
+        }
+    }
+
+    /// `cpus` and `mem` of a bag, summed over roles.
+    fn cpus_mem(slots: &Slots, bag: &Bag) -> (f64, f64) {
+        let (mut cpus, mut mem) = (0.0, 0.0);
+        for (s, v) in bag.scalars() {
+            match slots.get(s).scalar {
+                CPUS => cpus += v,
+                MEM => mem += v,
+                _ => {}
+            }
+        }
+        (round_scalar(cpus), round_scalar(mem))
+    }
+
+    /// Re-derives the cached views of the agent's free pool after it changed.
+    fn refresh(slots: &Slots, ag: &mut Ag) {
+        (ag.free_cpus, ag.free_mem) = Self::cpus_mem(slots, &ag.free);
+        ag.free_sig = ag.free.fingerprint();
+        ag.free_reserved = ag.free.iter().any(|(s, _)| slots.get(*s).reserved);
+        ag.dormant = None;
     }
 
     fn role_idx(&mut self, name: &str) -> usize {
@@ -408,6 +463,7 @@ impl DrfAllocator {
     }
 
     fn set_framework_roles(&mut self, f: usize, roles: &[String]) {
+        self.epoch += 1;
         let roles = normalized_roles(roles);
         let idx: Vec<usize> = roles.iter().map(|r| self.role_idx(r)).collect();
         let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
@@ -447,14 +503,16 @@ impl DrfAllocator {
             return taken;
         }
         ag.available = ag.available.saturating_sub(&taken);
-        ag.refresh();
-        self.book(f, a, role, &taken);
+        let bag = self.slots.bag(&mut self.names, &taken);
+        ag.free.sub(&bag);
+        Self::refresh(&self.slots, ag);
+        self.book(f, a, role, bag);
         taken
     }
 
     /// Records `taken` (already out of the agent's free pool) as allocated
     /// to the framework for `role`.
-    fn book(&mut self, f: usize, a: usize, role: usize, taken: &Resources) {
+    fn book(&mut self, f: usize, a: usize, role: usize, taken: Bag) {
         if taken.is_empty() {
             return;
         }
@@ -464,11 +522,6 @@ impl DrfAllocator {
         let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
             return;
         };
-        let buckets = fw.per_agent.entry(a).or_default();
-        match buckets.iter_mut().find(|(r, _)| *r == role) {
-            Some((_, res)) => res.add_all(taken),
-            None => buckets.push((role, taken.clone())),
-        }
         let fr = match fw.roles.iter().position(|fr| fr.role == role) {
             Some(i) => &mut fw.roles[i],
             None => {
@@ -481,50 +534,56 @@ impl DrfAllocator {
                 fw.roles.last_mut().expect("just pushed")
             }
         };
-        Self::accumulate(&mut self.names, &mut fr.allocated, taken, 1.0);
-        Self::accumulate(&mut self.names, &mut self.roles[role].allocated, taken, 1.0);
+        Self::accumulate_bag(&self.slots, &mut fr.allocated, &taken, 1.0);
+        Self::accumulate_bag(&self.slots, &mut self.roles[role].allocated, &taken, 1.0);
+        let buckets = fw.per_agent.entry(a).or_default();
+        match buckets.iter_mut().find(|(r, _)| *r == role) {
+            Some((_, held)) => held.add_owned(taken),
+            None => buckets.push((role, taken)),
+        }
     }
 
     /// Takes `resources` out of the framework's books on the agent and
     /// returns what it really held of them.
-    fn release(&mut self, f: usize, a: usize, resources: &Resources) -> Resources {
+    fn release(&mut self, f: usize, a: usize, resources: &Resources) -> Bag {
+        let left = self.slots.known_bag(resources);
+        self.release_bag(f, a, left)
+    }
+
+    /// [`DrfAllocator::release`] of a bag.
+    fn release_bag(&mut self, f: usize, a: usize, mut left: Bag) -> Bag {
         let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
-            return Resources::new();
+            return Bag::default();
         };
         let Some(buckets) = fw.per_agent.get_mut(&a) else {
-            return Resources::new();
+            return Bag::default();
         };
-        let mut left = resources.clone();
-        let mut freed = Resources::new();
+        let mut freed = Bag::default();
         // Reserved resources belong to their role's bucket; unreserved ones
         // come back from the buckets in allocation order.
         let mut order: Vec<usize> = (0..buckets.len()).collect();
-        order.sort_by_key(|&b| {
-            let role = &self.roles[buckets[b].0].name;
-            !left.iter().any(|r| r.role == *role)
-        });
+        if buckets.len() > 1 {
+            let slots = &self.slots;
+            order.sort_by_key(|&b| {
+                let role = &self.roles[buckets[b].0].name;
+                !left.iter().any(|(s, _)| slots.get(*s).role == *role)
+            });
+        }
         for b in order {
             if left.is_empty() {
                 break;
             }
             let (role, held) = &mut buckets[b];
-            let rest = held.saturating_sub(&left);
-            let part = held.saturating_sub(&rest);
+            let part = held.take_part(&left);
             if part.is_empty() {
                 continue;
             }
-            *held = rest;
-            left = left.saturating_sub(&part);
+            left.sub(&part);
             if let Some(fr) = fw.roles.iter_mut().find(|fr| fr.role == *role) {
-                Self::accumulate(&mut self.names, &mut fr.allocated, &part, -1.0);
+                Self::accumulate_bag(&self.slots, &mut fr.allocated, &part, -1.0);
             }
-            Self::accumulate(
-                &mut self.names,
-                &mut self.roles[*role].allocated,
-                &part,
-                -1.0,
-            );
-            freed += &part;
+            Self::accumulate_bag(&self.slots, &mut self.roles[*role].allocated, &part, -1.0);
+            freed.add_owned(part);
         }
         buckets.retain(|(_, r)| !r.is_empty());
         if buckets.is_empty() {
@@ -538,10 +597,14 @@ impl DrfAllocator {
         freed
     }
 
-    fn give_back(&mut self, a: usize, freed: &Resources) {
+    fn give_back(&mut self, a: usize, freed: &Bag) {
+        if freed.is_empty() {
+            return;
+        }
         if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
-            ag.available += freed;
-            ag.refresh();
+            ag.available += &self.slots.resources(freed);
+            ag.free.add(freed);
+            Self::refresh(&self.slots, ag);
         }
     }
 
@@ -580,16 +643,21 @@ impl DrfAllocator {
 
     /// Whether a live filter of `f` on the agent covers `offer`; drops it
     /// when expired.
-    fn filtered(ag: &Ag, f: usize, offer: &Offerable<'_>, now: Instant) -> bool {
+    fn filtered(slots: &Slots, ag: &Ag, f: usize, offer: &Offerable<'_>, now: Instant) -> bool {
         ag.filters.get(&f).is_some_and(|filter| {
             filter.until > now
                 && offer.cpus <= filter.cpus
                 && offer.mem <= filter.mem
-                && ((matches!(offer.resources, Cow::Borrowed(_))
-                    && filter.sig == ag.free_sig
-                    && offer.cpus == filter.cpus
-                    && offer.mem == filter.mem)
-                    || filter.refused.contains(&offer.resources))
+                && match &offer.resources {
+                    // The whole free pool: `ag.free` is the same as a bag.
+                    Cow::Borrowed(_) => {
+                        (filter.sig == ag.free_sig
+                            && offer.cpus == filter.cpus
+                            && offer.mem == filter.mem)
+                            || filter.refused.contains(&ag.free)
+                    }
+                    Cow::Owned(r) => filter.refused.contains_resources(slots, r),
+                }
         })
     }
 
@@ -683,7 +751,7 @@ impl DrfAllocator {
         q.clients.iter().copied().find(|&(_, f)| {
             !(local.contains(&f)
                 || (check_given && given.contains(&(a, f)))
-                || Self::filtered(ag, f, offer, now))
+                || Self::filtered(&self.slots, ag, f, offer, now))
         })
     }
 
@@ -860,9 +928,10 @@ impl DrfAllocator {
         }
         let mut free = Scalars::default();
         for ag in self.agents.iter().flatten().filter(|ag| ag.active) {
-            for item in ag.available.iter().filter(|r| r.role == DEFAULT_ROLE) {
-                if let (Value::Scalar(v), Some(i)) = (&item.value, self.name_pos(&item.name)) {
-                    free.add(i, *v);
+            for (s, v) in ag.free.scalars() {
+                let slot = self.slots.get(s);
+                if !slot.reserved {
+                    free.add(slot.scalar, v);
                 }
             }
         }
@@ -881,47 +950,6 @@ impl DrfAllocator {
                 .collect(),
         ))
     }
-}
-
-// === impl Ag ===
-
-impl Ag {
-    /// Re-derives the cached views of `available` after it changed.
-    fn refresh(&mut self) {
-        self.free_cpus = self.available.cpus();
-        self.free_mem = self.available.mem();
-        self.free_sig = fingerprint(&self.available);
-        self.free_reserved = self.available.iter().any(|r| r.role != DEFAULT_ROLE);
-    }
-}
-
-/// A 64-bit hash of a resource list's exact content. Equal lists have
-/// equal fingerprints; a collision between different lists (about 2^-64,
-/// and cpus and mem must match too) could only make a filter hold a
-/// little longer, never hand out a resource twice.
-fn fingerprint(r: &Resources) -> u64 {
-    use std::hash::Hash;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for item in r.iter() {
-        item.name.hash(&mut h);
-        item.role.hash(&mut h);
-        match &item.value {
-            Value::Scalar(v) => (0u8, v.to_bits()).hash(&mut h),
-            Value::Ranges(rs) => {
-                1u8.hash(&mut h);
-                for x in rs {
-                    (x.begin, x.end).hash(&mut h);
-                }
-            }
-            Value::Set(items) => {
-                2u8.hash(&mut h);
-                for x in items {
-                    x.hash(&mut h);
-                }
-            }
-        }
-    }
-    h.finish()
 }
 
 fn share_key(s: f64) -> u64 {
@@ -962,9 +990,16 @@ impl DrfAllocator {
             .map(|r| !self.quota_shortfall(r).is_zero())
             .collect();
         let mut local: Vec<usize> = Vec::new();
+        // Whether an agent found fully filtered may be marked (and skipped)
+        // as dormant: not while quota headroom reshapes offers, nor after
+        // requests or quota served some pairs out of turn this cycle.
+        let may_sleep = slack.is_none() && given.is_empty();
         for &a in agent_order {
             self.drop_expired_filters(a, now);
             local.clear();
+            if may_sleep && self.ag(a).is_some_and(|ag| ag.dormant == Some(self.epoch)) {
+                continue;
+            }
             while let Some(ag) = self.ag(a) {
                 if !ag.active || !self.worth_offering_free(ag) {
                     break;
@@ -1014,6 +1049,15 @@ impl DrfAllocator {
                     }
                 }
                 let Some((r, fkey, f, part)) = pick else {
+                    if may_sleep && local.is_empty() {
+                        // Every eligible framework filters this whole pool:
+                        // so it stays until the pool changes, a filter
+                        // expires or some framework becomes eligible.
+                        let epoch = self.epoch;
+                        if let Some(ag) = self.agents[a].as_mut() {
+                            ag.dormant = Some(epoch);
+                        }
+                    }
                     break;
                 };
                 let taken = match part {
@@ -1039,8 +1083,9 @@ impl DrfAllocator {
             return Resources::new();
         };
         let taken = std::mem::take(&mut ag.available);
-        ag.refresh();
-        self.book(f, a, role, &taken);
+        let bag = std::mem::take(&mut ag.free);
+        Self::refresh(&self.slots, ag);
+        self.book(f, a, role, bag);
         taken
     }
 
@@ -1073,17 +1118,25 @@ impl DrfAllocator {
         let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) else {
             return;
         };
-        if ag.filters.is_empty() {
-            return;
+        match ag.next_expiry {
+            Some(t) if t <= now => {}
+            _ => return,
         }
         let mut expired = Vec::new();
+        let mut next: Option<Instant> = None;
         ag.filters.retain(|&f, filter| {
             let live = filter.until > now;
-            if !live {
+            if live {
+                next = Some(next.map_or(filter.until, |t| t.min(filter.until)));
+            } else {
                 expired.push(f);
             }
             live
         });
+        ag.next_expiry = next;
+        if !expired.is_empty() {
+            ag.dormant = None;
+        }
         for f in expired {
             if let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) {
                 fw.filtered_agents.remove(&a);
@@ -1092,6 +1145,7 @@ impl DrfAllocator {
     }
 
     fn clear_filters(&mut self, f: usize) {
+        self.epoch += 1;
         let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
             return;
         };
@@ -1191,15 +1245,18 @@ impl Allocator for DrfAllocator {
             id: agent_id.clone(),
             total: total.clone(),
             available: total.clone(),
+            free: self.slots.bag(&mut self.names, total),
             free_cpus: 0.0,
             free_mem: 0.0,
             free_sig: 0,
             free_reserved: false,
             active,
             filters: IdxMap::default(),
+            next_expiry: None,
+            dormant: None,
             holders: BTreeSet::new(),
         };
-        ag.refresh();
+        Self::refresh(&self.slots, &mut ag);
         let a = match self.free_agents.pop() {
             Some(a) => {
                 self.agents[a] = Some(ag);
@@ -1305,24 +1362,26 @@ impl Allocator for DrfAllocator {
         match ag.filters.get_mut(&f) {
             Some(filter) if filter.until > now => {
                 filter.until = filter.until.max(until);
-                filter.refused += &freed;
-                filter.cpus = filter.refused.cpus();
-                filter.mem = filter.refused.mem();
-                filter.sig = fingerprint(&filter.refused);
+                filter.refused.add_owned(freed);
+                (filter.cpus, filter.mem) = Self::cpus_mem(&self.slots, &filter.refused);
+                filter.sig = filter.refused.fingerprint();
             }
             _ => {
+                let (cpus, mem) = Self::cpus_mem(&self.slots, &freed);
                 ag.filters.insert(
                     f,
                     Filter {
                         until,
-                        cpus: freed.cpus(),
-                        mem: freed.mem(),
-                        sig: fingerprint(&freed),
+                        cpus,
+                        mem,
+                        sig: freed.fingerprint(),
                         refused: freed,
                     },
                 );
             }
         }
+        // A lower bound: an extended filter only makes it looser.
+        ag.next_expiry = Some(ag.next_expiry.map_or(until, |t| t.min(until)));
         if let Some(fw) = self.frameworks[f].as_mut() {
             fw.filtered_agents.insert(a);
         }
@@ -1422,13 +1481,38 @@ impl Allocator for DrfAllocator {
 
 impl DrfAllocator {
     fn allocated_on(&self, f: usize, a: usize) -> Resources {
-        let mut out = Resources::new();
+        let mut held = Bag::default();
         if let Some(buckets) = self.fw(f).and_then(|fw| fw.per_agent.get(&a)) {
-            for (_, r) in buckets {
-                out += r;
+            for (_, bag) in buckets {
+                held.add(bag);
             }
         }
-        out
+        self.slots.resources(&held)
+    }
+}
+
+#[cfg(test)]
+impl DrfAllocator {
+    /// Checks every cached view against what it caches: the agents' free
+    /// bags, cpus, mem and fingerprints, and the filter expiry bounds.
+    fn check_books(&self) -> Result<(), String> {
+        for ag in self.agents.iter().flatten() {
+            if self.slots.known_bag(&ag.available) != ag.free
+                || self.slots.resources(&ag.free) != ag.available
+            {
+                return Err(format!("agent {}: free bag and available differ", ag.id));
+            }
+            let (cpus, mem) = Self::cpus_mem(&self.slots, &ag.free);
+            if (cpus, mem) != (ag.free_cpus, ag.free_mem) || ag.free.fingerprint() != ag.free_sig {
+                return Err(format!("agent {}: stale cpus, mem or fingerprint", ag.id));
+            }
+            match ag.next_expiry {
+                Some(t) if ag.filters.values().all(|fl| fl.until >= t) => {}
+                None if ag.filters.is_empty() => {}
+                _ => return Err(format!("agent {}: filter expiry bound too late", ag.id)),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1873,6 +1957,122 @@ mod tests {
         );
     }
 
+    /// Declines every allocation with `refuse`.
+    fn decline_all(alloc: &mut DrfAllocator, out: &[Allocation], refuse: Duration, now: Instant) {
+        for a in out {
+            alloc.recover(
+                &a.framework_id,
+                &a.agent_id,
+                &a.resources,
+                Some(refuse),
+                now,
+            );
+        }
+    }
+
+    #[test]
+    fn a_fully_filtered_agent_comes_back_when_its_filter_expires_exactly() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:2;mem:1024;ports:[1-10]"), &[], true);
+        let out = alloc.allocate(t0);
+        assert_eq!(out.len(), 1);
+        decline_all(&mut alloc, &out, Duration::from_secs(5), t0);
+        // Several cycles while the filter holds (the agent goes dormant).
+        for s in [0, 1, 2, 4] {
+            assert!(alloc.allocate(t0 + Duration::from_secs(s)).is_empty());
+        }
+        let just_before = t0 + Duration::from_secs(5) - Duration::from_nanos(1);
+        assert!(alloc.allocate(just_before).is_empty());
+        // A filter holds while `until > now`: at `until` it is gone.
+        let out = alloc.allocate(t0 + Duration::from_secs(5));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].resources, r("cpus:2;mem:1024;ports:[1-10]"));
+    }
+
+    #[test]
+    fn the_earliest_of_several_filters_ends_the_wait() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_framework(&fid("b"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:2;mem:1024"), &[], true);
+        let first = alloc.allocate(t0);
+        let long = if first[0].framework_id == fid("a") {
+            10
+        } else {
+            3
+        };
+        decline_all(&mut alloc, &first, Duration::from_secs(long), t0);
+        let second = alloc.allocate(t0);
+        assert_ne!(second[0].framework_id, first[0].framework_id);
+        decline_all(&mut alloc, &second, Duration::from_secs(13 - long), t0);
+        assert!(alloc.allocate(t0 + Duration::from_secs(1)).is_empty());
+        assert!(alloc.allocate(t0 + Duration::from_secs(2)).is_empty());
+        // The 3 s filter ends first, whichever framework holds it.
+        let out = alloc.allocate(t0 + Duration::from_secs(3));
+        assert_eq!(out.len(), 1);
+        let short_one = if long == 3 { &first } else { &second };
+        assert_eq!(out[0].framework_id, short_one[0].framework_id);
+    }
+
+    #[test]
+    fn revive_wakes_a_fully_filtered_agent() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:2;mem:1024"), &[], true);
+        let out = alloc.allocate(t0);
+        decline_all(&mut alloc, &out, Duration::from_secs(3600), t0);
+        assert!(alloc.allocate(t0).is_empty());
+        assert!(alloc.allocate(t0).is_empty());
+        alloc.revive(&fid("a"), &[]);
+        assert_eq!(alloc.allocate(t0).len(), 1);
+    }
+
+    #[test]
+    fn new_resources_and_new_frameworks_wake_a_fully_filtered_agent() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:4;mem:1024"), &[], true);
+        let out = alloc.allocate(t0);
+        // `a` keeps one cpu (a task) and declines the rest for an hour.
+        let task = r("cpus:1");
+        let rest = out[0].resources.checked_sub(&task).unwrap();
+        alloc.recover(
+            &fid("a"),
+            &aid("s1"),
+            &rest,
+            Some(Duration::from_secs(3600)),
+            t0,
+        );
+        assert!(alloc.allocate(t0).is_empty());
+        assert!(alloc.allocate(t0).is_empty());
+        // The task ends: more is free than was refused, so it is offered.
+        alloc.recover(&fid("a"), &aid("s1"), &task, None, t0);
+        let out = alloc.allocate(t0);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].resources, r("cpus:4;mem:1024"));
+        decline_all(&mut alloc, &out, Duration::from_secs(3600), t0);
+        assert!(alloc.allocate(t0).is_empty());
+        assert!(alloc.allocate(t0).is_empty());
+        // A framework that arrives later is offered the agent at once.
+        alloc.add_framework(&fid("b"), &[], true);
+        let out = alloc.allocate(t0);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].framework_id, fid("b"));
+        decline_all(&mut alloc, &out, Duration::from_secs(3600), t0);
+        assert!(alloc.allocate(t0).is_empty());
+        // So is one that reconnects after being away, or changes roles.
+        alloc.deactivate_framework(&fid("b"));
+        alloc.revive(&fid("b"), &[]);
+        assert!(alloc.allocate(t0).is_empty(), "inactive");
+        alloc.activate_framework(&fid("b"));
+        assert_eq!(alloc.allocate(t0)[0].framework_id, fid("b"));
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Allocate,
@@ -2025,6 +2225,10 @@ mod tests {
                         sum += &a.resources;
                     }
                     prop_assert_eq!(&sum, total, "agent {} accounting broke", id);
+                }
+                // Invariant: the allocator's cached views match their sources.
+                if let Err(e) = alloc.check_books() {
+                    prop_assert!(false, "{}", e);
                 }
                 // Invariant: the roles' books add up to what is held.
                 let booked: f64 = ["*", "web", "batch"].iter().map(|role| alloc.role_allocated(role, "cpus")).sum();
