@@ -67,6 +67,8 @@ pub struct DrfAllocator {
     /// fully filtered under one epoch is skipped in O(1) while the epoch,
     /// its free pool and its filters stay as they were.
     epoch: u64,
+    /// Scratch buffer for a cycle's agent order.
+    agent_order: Vec<usize>,
 }
 
 /// Index of `cpus` in [`DrfAllocator::names`].
@@ -121,8 +123,6 @@ struct Fw {
     active: bool,
     /// Every role the framework subscribed to or still holds resources for.
     roles: Vec<FwRole>,
-    /// Per agent: what is allocated there, per role (in allocation order).
-    per_agent: IdxMap<Vec<(usize, Bag)>>,
     /// Agents holding a filter of this framework.
     filtered_agents: IdxSet,
     requests: Vec<ResourceRequest>,
@@ -162,8 +162,18 @@ struct Ag {
     /// framework filtered on this agent; cleared when the free pool
     /// changes or a filter expires.
     dormant: Option<u64>,
-    /// Frameworks with something allocated here.
-    holders: BTreeSet<usize>,
+    /// What is allocated here, per framework and role; a framework's
+    /// entries are in allocation order. Kept on the agent (a handful of
+    /// entries whose storage is reused) so booking an offer allocates
+    /// nothing.
+    held: Vec<Held>,
+}
+
+#[derive(Debug)]
+struct Held {
+    framework: usize,
+    role: usize,
+    bag: Bag,
 }
 
 #[derive(Debug)]
@@ -243,6 +253,7 @@ impl DrfAllocator {
             total: Scalars::default(),
             cursor: 0,
             epoch: 0,
+            agent_order: Vec::new(),
         };
         let quota_roles: Vec<String> = alloc.options.role_quotas.keys().cloned().collect();
         for role in quota_roles {
@@ -516,10 +527,10 @@ impl DrfAllocator {
         if taken.is_empty() {
             return;
         }
-        if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
-            ag.holders.insert(f);
-        }
-        let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
+        let (Some(fw), Some(ag)) = (
+            self.frameworks.get_mut(f).and_then(Option::as_mut),
+            self.agents.get_mut(a).and_then(Option::as_mut),
+        ) else {
             return;
         };
         let fr = match fw.roles.iter().position(|fr| fr.role == role) {
@@ -536,10 +547,17 @@ impl DrfAllocator {
         };
         Self::accumulate_bag(&self.slots, &mut fr.allocated, &taken, 1.0);
         Self::accumulate_bag(&self.slots, &mut self.roles[role].allocated, &taken, 1.0);
-        let buckets = fw.per_agent.entry(a).or_default();
-        match buckets.iter_mut().find(|(r, _)| *r == role) {
-            Some((_, held)) => held.add_owned(taken),
-            None => buckets.push((role, taken)),
+        match ag
+            .held
+            .iter_mut()
+            .find(|h| h.framework == f && h.role == role)
+        {
+            Some(h) => h.bag.add_owned(taken),
+            None => ag.held.push(Held {
+                framework: f,
+                role,
+                bag: taken,
+            }),
         }
     }
 
@@ -552,29 +570,32 @@ impl DrfAllocator {
 
     /// [`DrfAllocator::release`] of a bag.
     fn release_bag(&mut self, f: usize, a: usize, mut left: Bag) -> Bag {
-        let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
-            return Bag::default();
-        };
-        let Some(buckets) = fw.per_agent.get_mut(&a) else {
+        let (Some(fw), Some(ag)) = (
+            self.frameworks.get_mut(f).and_then(Option::as_mut),
+            self.agents.get_mut(a).and_then(Option::as_mut),
+        ) else {
             return Bag::default();
         };
         let mut freed = Bag::default();
-        // Reserved resources belong to their role's bucket; unreserved ones
-        // come back from the buckets in allocation order.
-        let mut order: Vec<usize> = (0..buckets.len()).collect();
-        if buckets.len() > 1 {
+        // Reserved resources belong to their role's entry; unreserved ones
+        // come back from the entries in allocation order.
+        let mut order: Vec<usize> = (0..ag.held.len())
+            .filter(|&i| ag.held[i].framework == f)
+            .collect();
+        if order.len() > 1 {
             let slots = &self.slots;
-            order.sort_by_key(|&b| {
-                let role = &self.roles[buckets[b].0].name;
+            let held = &ag.held;
+            order.sort_by_key(|&i| {
+                let role = &self.roles[held[i].role].name;
                 !left.iter().any(|(s, _)| slots.get(*s).role == *role)
             });
         }
-        for b in order {
+        for i in order {
             if left.is_empty() {
                 break;
             }
-            let (role, held) = &mut buckets[b];
-            let part = held.take_part(&left);
+            let Held { role, bag, .. } = &mut ag.held[i];
+            let part = bag.take_part(&left);
             if part.is_empty() {
                 continue;
             }
@@ -585,13 +606,7 @@ impl DrfAllocator {
             Self::accumulate_bag(&self.slots, &mut self.roles[*role].allocated, &part, -1.0);
             freed.add_owned(part);
         }
-        buckets.retain(|(_, r)| !r.is_empty());
-        if buckets.is_empty() {
-            fw.per_agent.remove(&a);
-            if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
-                ag.holders.remove(&f);
-            }
-        }
+        ag.held.retain(|h| !h.bag.is_empty());
         fw.roles
             .retain(|fr| fr.subscribed || !fr.allocated.is_zero());
         freed
@@ -1174,7 +1189,6 @@ impl Allocator for DrfAllocator {
                     id: framework_id.clone(),
                     active,
                     roles: Vec::new(),
-                    per_agent: IdxMap::default(),
                     filtered_agents: IdxSet::default(),
                     requests: Vec::new(),
                 };
@@ -1209,10 +1223,14 @@ impl Allocator for DrfAllocator {
             return;
         };
         self.clear_filters(f);
-        let agents: Vec<usize> = self
-            .fw(f)
-            .map(|fw| fw.per_agent.keys().copied().collect())
-            .unwrap_or_default();
+        // Allocations are booked on the agents, so this walks the cluster
+        // once; frameworks leave rarely, offers happen all the time.
+        let agents: Vec<usize> = (0..self.agents.len())
+            .filter(|&a| {
+                self.ag(a)
+                    .is_some_and(|ag| ag.held.iter().any(|h| h.framework == f))
+            })
+            .collect();
         for a in agents {
             let held = self.allocated_on(f, a);
             let freed = self.release(f, a, &held);
@@ -1254,7 +1272,7 @@ impl Allocator for DrfAllocator {
             filters: IdxMap::default(),
             next_expiry: None,
             dormant: None,
-            holders: BTreeSet::new(),
+            held: Vec::new(),
         };
         Self::refresh(&self.slots, &mut ag);
         let a = match self.free_agents.pop() {
@@ -1286,7 +1304,12 @@ impl Allocator for DrfAllocator {
         };
         let (holders, filters): (Vec<usize>, Vec<usize>) = match self.ag(a) {
             Some(ag) => (
-                ag.holders.iter().copied().collect(),
+                {
+                    let mut holders: Vec<usize> = ag.held.iter().map(|h| h.framework).collect();
+                    holders.sort_unstable();
+                    holders.dedup();
+                    holders
+                },
                 ag.filters.keys().copied().collect(),
             ),
             None => return,
@@ -1452,13 +1475,20 @@ impl Allocator for DrfAllocator {
         let n = self.agents.len();
         let start = self.cursor % n;
         self.cursor = self.cursor.wrapping_add(1);
-        let agent_order: Vec<usize> = (start..n)
-            .chain(0..start)
-            .filter(|&a| {
-                self.ag(a)
-                    .is_some_and(|ag| ag.active && self.worth_offering_free(ag))
-            })
-            .collect();
+        // The agents' order is a buffer kept between cycles.
+        let mut agent_order = std::mem::take(&mut self.agent_order);
+        agent_order.clear();
+        let mut awake = 0;
+        for a in (start..n).chain(0..start) {
+            if let Some(ag) = self.ag(a) {
+                if ag.active && self.worth_offering_free(ag) {
+                    agent_order.push(a);
+                    awake += usize::from(ag.dormant != Some(self.epoch));
+                }
+            }
+        }
+        // Usually one offer per agent that is not known to be filtered.
+        out.reserve(awake);
         self.serve_quotas(
             now,
             &agent_order,
@@ -1475,6 +1505,7 @@ impl Allocator for DrfAllocator {
             &mut given,
             &mut out,
         );
+        self.agent_order = agent_order;
         out
     }
 }
@@ -1482,9 +1513,9 @@ impl Allocator for DrfAllocator {
 impl DrfAllocator {
     fn allocated_on(&self, f: usize, a: usize) -> Resources {
         let mut held = Bag::default();
-        if let Some(buckets) = self.fw(f).and_then(|fw| fw.per_agent.get(&a)) {
-            for (_, bag) in buckets {
-                held.add(bag);
+        if let Some(ag) = self.ag(a) {
+            for h in ag.held.iter().filter(|h| h.framework == f) {
+                held.add(&h.bag);
             }
         }
         self.slots.resources(&held)
