@@ -69,6 +69,9 @@ pub struct DrfAllocator {
     epoch: u64,
     /// Scratch buffer for a cycle's agent order.
     agent_order: Vec<usize>,
+    /// Tests compare against an allocator that never skips dormant agents.
+    #[cfg(test)]
+    never_sleep: bool,
 }
 
 /// Index of `cpus` in [`DrfAllocator::names`].
@@ -254,6 +257,8 @@ impl DrfAllocator {
             cursor: 0,
             epoch: 0,
             agent_order: Vec::new(),
+            #[cfg(test)]
+            never_sleep: false,
         };
         let quota_roles: Vec<String> = alloc.options.role_quotas.keys().cloned().collect();
         for role in quota_roles {
@@ -1009,6 +1014,8 @@ impl DrfAllocator {
         // as dormant: not while quota headroom reshapes offers, nor after
         // requests or quota served some pairs out of turn this cycle.
         let may_sleep = slack.is_none() && given.is_empty();
+        #[cfg(test)]
+        let may_sleep = may_sleep && !self.never_sleep;
         for &a in agent_order {
             self.drop_expired_filters(a, now);
             local.clear();
@@ -2137,6 +2144,114 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Skipping dormant agents changes no allocation: an allocator that
+        /// skips them and one that never does hand out exactly the same
+        /// offers, whatever happens (filters expire, revive, suppress,
+        /// agents and frameworks come and go).
+        #[test]
+        fn skipping_dormant_agents_changes_nothing(
+            ops in proptest::collection::vec(op(), 1..120),
+            quota in any::<bool>(),
+        ) {
+            // Without a quota, headroom never blocks skipping.
+            let quotas: &[(&str, &str)] = if quota { &[("web", "cpus:3;mem:512")] } else { &[] };
+            let options = role_opts(&[("batch", 0.5)], quotas);
+            let mut fast = DrfAllocator::new(options.clone());
+            let mut slow = DrfAllocator::new(options);
+            slow.never_sleep = true;
+            let mut now = Instant::now();
+            let mut agents: Vec<AgentId> = Vec::new();
+            let mut frameworks: Vec<FrameworkId> = Vec::new();
+            let mut held: Vec<Allocation> = Vec::new();
+            let mut next = 0;
+            let roles = [vec![], vec!["web".to_string()], vec!["web".to_string(), "batch".to_string()]];
+            for _ in 0..3 {
+                let id = aid(&format!("s{next}"));
+                let total = r("cpus:4;mem:4096;cpus(web):2;mem(batch):256;ports:[1-100]");
+                let f = fid(&format!("f{next}"));
+                for alloc in [&mut fast, &mut slow] {
+                    alloc.add_agent(&id, &total, &[], true);
+                    alloc.add_framework(&f, &roles[next % 3], true);
+                }
+                agents.push(id);
+                frameworks.push(f);
+                next += 1;
+            }
+            for op in ops {
+                match op {
+                    Op::Allocate => {
+                        let a = fast.allocate(now);
+                        let b = slow.allocate(now);
+                        prop_assert_eq!(&a, &b);
+                        held.extend(a);
+                    }
+                    Op::Recover { pick, part, refuse } => if !held.is_empty() {
+                        let a = held.remove(pick % held.len());
+                        let back = if part {
+                            let some = r("cpus:1;mem:100");
+                            match a.resources.checked_sub(&some) {
+                                Ok(rest) => { held.push(Allocation { resources: some, ..a.clone() }); rest }
+                                Err(_) => a.resources.clone(),
+                            }
+                        } else { a.resources.clone() };
+                        // Long filters too, so that agents stay dormant.
+                        let refuse = (refuse > 0).then(|| Duration::from_secs(u64::from(refuse) * 7));
+                        for alloc in [&mut fast, &mut slow] {
+                            alloc.recover(&a.framework_id, &a.agent_id, &back, refuse, now);
+                        }
+                    }
+                    Op::Suppress(i) => if !frameworks.is_empty() {
+                        let f = &frameworks[i % frameworks.len()];
+                        fast.suppress(f, &[]);
+                        slow.suppress(f, &[]);
+                    },
+                    Op::Revive(i) => if !frameworks.is_empty() {
+                        let f = &frameworks[i % frameworks.len()];
+                        fast.revive(f, &[]);
+                        slow.revive(f, &[]);
+                    },
+                    Op::Deactivate(i) => if !frameworks.is_empty() {
+                        let f = &frameworks[i % frameworks.len()];
+                        fast.deactivate_framework(f);
+                        slow.deactivate_framework(f);
+                    },
+                    Op::Activate(i) => if !frameworks.is_empty() {
+                        let f = &frameworks[i % frameworks.len()];
+                        fast.activate_framework(f);
+                        slow.activate_framework(f);
+                    },
+                    Op::AddAgent => {
+                        let id = aid(&format!("s{next}"));
+                        next += 1;
+                        let total = r("cpus:2;mem:2048;cpus(batch):1");
+                        fast.add_agent(&id, &total, &[], true);
+                        slow.add_agent(&id, &total, &[], true);
+                        agents.push(id);
+                    }
+                    Op::RemoveAgent(i) => if !agents.is_empty() {
+                        let id = agents.remove(i % agents.len());
+                        fast.remove_agent(&id);
+                        slow.remove_agent(&id);
+                        held.retain(|a| a.agent_id != id);
+                    },
+                    Op::RemoveFramework(i) => if !frameworks.is_empty() {
+                        let f = frameworks.remove(i % frameworks.len());
+                        fast.remove_framework(&f);
+                        slow.remove_framework(&f);
+                        held.retain(|a| a.framework_id != f);
+                    },
+                    Op::AddFramework => {
+                        let f = fid(&format!("f{next}"));
+                        fast.add_framework(&f, &roles[next % 3], true);
+                        slow.add_framework(&f, &roles[next % 3], true);
+                        next += 1;
+                        frameworks.push(f);
+                    }
+                    Op::Advance(s) => now += Duration::from_secs(u64::from(s)),
+                }
+            }
+        }
+
         /// Whatever happens, an agent's resources are never handed out
         /// twice, never beyond its total, and never to a suppressed or
         /// inactive framework.
