@@ -16,7 +16,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 
-use agora_proto::{round_scalar, Range, Resource, Resources, Value, MAX_SCALAR};
+use agora_proto::{Range, Resource, Resources, Value, MAX_SCALAR};
 
 /// Interned (name, role, kind) triples, and the scalar names of shares.
 #[derive(Debug, Default)]
@@ -117,15 +117,20 @@ impl Slots {
     /// The bag as [`Resources`].
     pub(super) fn resources(&self, bag: &Bag) -> Resources {
         let mut out = Resources::new();
+        self.add_to(&mut out, bag);
+        out
+    }
+
+    /// `into += bag`.
+    pub(super) fn add_to(&self, into: &mut Resources, bag: &Bag) {
         for (s, value) in &bag.items {
             let slot = self.get(*s);
-            out.add_resource(Resource {
+            into.add_resource(Resource {
                 name: slot.name.clone(),
                 role: slot.role.clone(),
                 value: value.clone(),
             });
         }
-        out
     }
 }
 
@@ -203,6 +208,11 @@ impl Bag {
         if other.items.is_empty() {
             return;
         }
+        if other.contains(self) {
+            // All of it (a whole offer declined): no arithmetic.
+            self.items.clear();
+            return;
+        }
         for (s, mine) in &mut self.items {
             if let Some(theirs) = other.find(*s) {
                 *mine = sub_value(mine, theirs);
@@ -215,6 +225,10 @@ impl Bag {
     /// it: the `held.saturating_sub(held.saturating_sub(want))` of
     /// [`Resources`], with the same rounding.
     pub(super) fn take_part(&mut self, want: &Bag) -> Bag {
+        if want.contains(self) {
+            // All of it (a whole offer declined): move, do not copy.
+            return std::mem::take(self);
+        }
         let mut part = Vec::new();
         for (s, mine) in &mut self.items {
             let Some(theirs) = want.find(*s) else {
@@ -279,6 +293,31 @@ impl Hasher for FoldHasher {
     }
 }
 
+/// [`agora_proto::round_scalar`], bit for bit, without a call to the
+/// software `round` of the baseline x86-64 target: the allocator rounds
+/// several times per offer.
+pub(super) fn round3(value: f64) -> f64 {
+    let y = value * 1000.0;
+    // Beyond 2^52 every f64 is an integer already (and NaN, inf stay).
+    if y.is_nan() || y.abs() >= 4_503_599_627_370_496.0 {
+        return y.round() / 1000.0;
+    }
+    // Exact: |y| < 2^52 truncates to an i64 and back without loss.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let t = y as i64 as f64;
+    let d = y - t;
+    let r = if d >= 0.5 {
+        t + 1.0
+    } else if d <= -0.5 {
+        t - 1.0
+    } else {
+        t
+    };
+    // Halfway cases go away from zero, and a zero keeps y's sign, as
+    // `f64::round` does.
+    r.copysign(y) / 1000.0
+}
+
 fn kind(v: &Value) -> u8 {
     match v {
         Value::Scalar(_) => 0,
@@ -297,7 +336,7 @@ fn is_empty_value(v: &Value) -> bool {
 
 fn add_value(mine: &mut Value, other: &Value) {
     match (mine, other) {
-        (Value::Scalar(a), Value::Scalar(b)) => *a = round_scalar((*a + b).min(MAX_SCALAR)),
+        (Value::Scalar(a), Value::Scalar(b)) => *a = round3((*a + b).min(MAX_SCALAR)),
         (Value::Ranges(a), Value::Ranges(b)) => *a = ranges_union(a, b),
         (Value::Set(a), Value::Set(b)) => a.extend(b.iter().cloned()),
         // A slot has one kind; values of different kinds never share one.
@@ -307,7 +346,7 @@ fn add_value(mine: &mut Value, other: &Value) {
 
 fn contains_value(mine: &Value, other: &Value) -> bool {
     match (mine, other) {
-        (Value::Scalar(a), Value::Scalar(b)) => round_scalar(a - b) >= 0.0,
+        (Value::Scalar(a), Value::Scalar(b)) => round3(a - b) >= 0.0,
         (Value::Ranges(a), Value::Ranges(b)) => ranges_contain(a, b),
         (Value::Set(a), Value::Set(b)) => b.is_subset(a),
         _ => false,
@@ -316,7 +355,7 @@ fn contains_value(mine: &Value, other: &Value) -> bool {
 
 fn sub_value(mine: &Value, other: &Value) -> Value {
     match (mine, other) {
-        (Value::Scalar(a), Value::Scalar(b)) => Value::Scalar(round_scalar(a - b).max(0.0)),
+        (Value::Scalar(a), Value::Scalar(b)) => Value::Scalar(round3(a - b).max(0.0)),
         (Value::Ranges(a), Value::Ranges(b)) => Value::Ranges(ranges_sub(a, b)),
         (Value::Set(a), Value::Set(b)) => {
             Value::Set(a.difference(b).cloned().collect::<BTreeSet<String>>())
@@ -435,6 +474,22 @@ mod tests {
     }
 
     proptest! {
+        /// `round3` is `round_scalar`, bit for bit.
+        #[test]
+        fn round3_is_round_scalar(
+            x in prop_oneof![
+                any::<f64>(),
+                -1e13f64..1e13,
+                (-1_000_000i64..1_000_000).prop_map(|n| n as f64 / 1000.0),
+                (-1_000_000i64..1_000_000).prop_map(|n| (n as f64 + 0.5) / 1000.0),
+                (-100i64..100).prop_map(|n| n as f64 * 1e-4),
+            ]
+        ) {
+            let want = agora_proto::round_scalar(x);
+            let got = round3(x);
+            prop_assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{x}: {got} != {want}");
+        }
+
         /// Bag arithmetic agrees with `Resources` arithmetic exactly.
         #[test]
         fn bags_do_what_resources_do(a in arb_resources(), b in arb_resources()) {

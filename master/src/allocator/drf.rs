@@ -38,7 +38,7 @@ use agora_proto::scheduler::ResourceRequest;
 use agora_proto::{round_scalar, AgentId, FrameworkId, Resource, Resources, Value, DEFAULT_ROLE};
 use tokio::time::Instant;
 
-use super::bag::{Bag, Slots};
+use super::bag::{round3, Bag, Slots};
 use super::{Allocation, Allocator, AllocatorOptions};
 
 /// The default [`Allocator`]: hierarchical weighted DRF with reservations
@@ -217,7 +217,7 @@ impl Scalars {
         if self.0.len() <= i {
             self.0.resize(i + 1, 0.0);
         }
-        self.0[i] = round_scalar(self.0[i] + v).max(0.0);
+        self.0[i] = round3(self.0[i] + v).max(0.0);
     }
 
     fn is_zero(&self) -> bool {
@@ -411,7 +411,7 @@ impl DrfAllocator {
                 _ => {}
             }
         }
-        (round_scalar(cpus), round_scalar(mem))
+        (round3(cpus), round3(mem))
     }
 
     /// Re-derives the cached views of the agent's free pool after it changed.
@@ -622,7 +622,7 @@ impl DrfAllocator {
             return;
         }
         if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
-            ag.available += &self.slots.resources(freed);
+            self.slots.add_to(&mut ag.available, freed);
             ag.free.add(freed);
             Self::refresh(&self.slots, ag);
         }
@@ -729,14 +729,16 @@ impl DrfAllocator {
         role: usize,
     ) {
         let q = &mut queues[role];
-        if q.clients.remove(&(old_fkey, f)) {
+        // Membership only shrinks within a cycle: a queue of one stays in
+        // order whatever its key, so it is not touched.
+        if q.clients.len() > 1 && q.clients.remove(&(old_fkey, f)) {
             let new = self
                 .fw(f)
                 .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
                 .map_or(0.0, |fr| fr.allocated.share(&self.total));
             q.clients.insert((share_key(new), f));
         }
-        if order.remove(&(q.key, role)) {
+        if order.len() > 1 && order.remove(&(q.key, role)) {
             q.key = share_key(self.weighted_role_share(role));
             order.insert((q.key, role));
         }
