@@ -17,6 +17,9 @@
 //! ```text
 //! cargo bench -p agora-master --bench allocator            # full grid
 //! cargo bench -p agora-master --bench allocator -- --quick # smoke run
+//! # one cell, or a sub-grid, of one scenario:
+//! cargo bench -p agora-master --bench allocator -- --agents 10000 --frameworks 100 --scenario decline
+//! cargo bench -p agora-master --bench allocator -- --agents 10000,50000 --frameworks 100,1000
 //! ```
 
 use std::process::Command;
@@ -82,8 +85,16 @@ fn main() {
     } else {
         (&[1_000, 10_000, 50_000], &[1, 100, 1_000, 3_000])
     };
+    let agent_grid = list_flag(&args, "--agents").unwrap_or_else(|| agent_grid.to_vec());
+    let framework_grid =
+        list_flag(&args, "--frameworks").unwrap_or_else(|| framework_grid.to_vec());
+    let scenarios: Vec<Scenario> = match flag(&args, "--scenario") {
+        Some("decline") => vec![Scenario::Decline],
+        Some("churn") => vec![Scenario::Churn],
+        _ => vec![Scenario::Decline, Scenario::Churn],
+    };
     let exe = std::env::current_exe().expect("own path");
-    for scenario in [Scenario::Decline, Scenario::Churn] {
+    for scenario in scenarios {
         println!();
         println!(
             "== {} ({} rounds, 1 s clock step, times one allocate() per round, one core) ==",
@@ -106,8 +117,8 @@ fn main() {
             "KiB/agent",
             "evt ms",
         );
-        for &agents in agent_grid {
-            for &frameworks in framework_grid {
+        for &agents in &agent_grid {
+            for &frameworks in &framework_grid {
                 let out = Command::new(&exe)
                     .args([
                         "--cell",
@@ -133,6 +144,23 @@ fn main() {
             }
         }
     }
+}
+
+/// The value after `name`, if given.
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// A comma-separated list of counts after `name` (`--agents 1000,10000`).
+fn list_flag(args: &[String], name: &str) -> Option<Vec<usize>> {
+    flag(args, name).map(|v| {
+        v.split(',')
+            .map(|n| n.trim().parse().expect("a count"))
+            .collect()
+    })
 }
 
 fn print_row(scenario: Scenario, agents: usize, frameworks: usize, line: &str) {
