@@ -22,12 +22,32 @@
 //! Reserved resources (`cpus(web):4`) are only ever offered to frameworks
 //! of that role, in an allocation for that role.
 //!
+//! **Books.** Inside the allocator, resources are kept as [`Bag`]s of
+//! interned (name, role, kind) slots rather than [`Resources`] (whose
+//! every entry owns two `String`s): what each framework holds on an agent
+//! lives on the agent, and the agent's free pool is kept both as the
+//! `Resources` that offers hand out and as a bag. Offering a whole free
+//! pool therefore *moves* both into the offer and the books, and booking
+//! it allocates nothing; the strings of the returned [`Allocation`] are
+//! the only per-offer heap work left.
+//!
+//! **Filters.** A decline filter is indexed by agent (probed in O(1) per
+//! framework considered) and by framework (so revive and framework
+//! removal cost the filters they touch). Each agent keeps a lower bound
+//! on its filters' expiry, so expired filters are only looked for when
+//! one may be due. An agent on which every eligible framework turned out
+//! to be filtered is marked *dormant* under the current eligibility
+//! epoch; until its free pool changes, one of its filters expires, or the
+//! epoch moves on (a framework added, activated, revived or re-roled),
+//! later cycles skip it in O(1) instead of probing each framework again.
+//!
 //! **Cost.** Per cycle: `O(F log F)` to order the eligible frameworks, then
-//! per agent with something free `O(log F)` per allocation plus one O(1)
-//! filter probe per framework skipped because it filtered the agent (at
-//! most the agent's live filters). Filters are indexed by agent and by
-//! framework, so revive and removal cost the filters they touch, not the
-//! cluster. No stage is quadratic; `benches/allocator.rs` measures it.
+//! O(1) per dormant agent, and per other agent with something free
+//! `O(log F)` per allocation plus one O(1) filter probe per framework
+//! skipped because it filtered the agent (at most the agent's live
+//! filters). Removing a framework walks the agents once (its holdings are
+//! booked on them). No stage is quadratic; `benches/allocator.rs`
+//! measures it.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
