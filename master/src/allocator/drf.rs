@@ -50,7 +50,8 @@
 //! measures it.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
@@ -219,10 +220,14 @@ struct Offerable<'a> {
     mem: f64,
 }
 
-/// Per-cycle ordering of one role's eligible frameworks.
+/// Per-cycle ordering of one role's eligible frameworks: a min-heap on
+/// (share key, framework), popped in order while looking for a client
+/// (cheaper than re-sorting a search tree on every allocation).
 #[derive(Debug, Default)]
 struct RoleQueue {
-    clients: BTreeSet<(u64, usize)>,
+    clients: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Clients popped while looking, put back before the look ends.
+    skipped: Vec<Reverse<(u64, usize)>>,
     key: u64,
 }
 
@@ -725,7 +730,7 @@ impl DrfAllocator {
                 if fr.subscribed && !fr.suppressed {
                     queues[fr.role]
                         .clients
-                        .insert((share_key(fr.allocated.share(&self.total)), f));
+                        .push(Reverse((share_key(fr.allocated.share(&self.total)), f)));
                 }
             }
         }
@@ -739,25 +744,23 @@ impl DrfAllocator {
         (queues, order)
     }
 
-    /// After `take` for (f, role): re-sorts f in its role and the role.
+    /// After `take` for a client `f` picked from `role`'s queue: puts it
+    /// back at its new share, and re-sorts the role.
     fn requeue(
         &self,
         queues: &mut [RoleQueue],
         order: &mut BTreeSet<(u64, usize)>,
         f: usize,
-        old_fkey: u64,
         role: usize,
     ) {
         let q = &mut queues[role];
-        // Membership only shrinks within a cycle: a queue of one stays in
+        let new = self
+            .fw(f)
+            .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
+            .map_or(0.0, |fr| fr.allocated.share(&self.total));
+        q.clients.push(Reverse((share_key(new), f)));
+        // Roles only leave `order` within a cycle: one alone stays in
         // order whatever its key, so it is not touched.
-        if q.clients.len() > 1 && q.clients.remove(&(old_fkey, f)) {
-            let new = self
-                .fw(f)
-                .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
-                .map_or(0.0, |fr| fr.allocated.share(&self.total));
-            q.clients.insert((share_key(new), f));
-        }
         if order.len() > 1 && order.remove(&(q.key, role)) {
             q.key = share_key(self.weighted_role_share(role));
             order.insert((q.key, role));
@@ -777,33 +780,40 @@ impl DrfAllocator {
         }
     }
 
-    /// Lowest-share framework of the role that may get `offer` on agent `a`.
+    /// Lowest-share framework of the role that may get `offer` on agent
+    /// `a`. It leaves the queue: the caller gives it the offer and puts it
+    /// back with [`DrfAllocator::requeue`].
     #[allow(clippy::too_many_arguments)]
     fn pick_client(
         &self,
-        q: &RoleQueue,
+        q: &mut RoleQueue,
         ag: &Ag,
         a: usize,
         offer: &Offerable<'_>,
         given: &GivenSet,
         local: &[usize],
         now: Instant,
-    ) -> Option<(u64, usize)> {
+    ) -> Option<usize> {
         let check_given = !given.is_empty();
-        q.clients.iter().copied().find(|&(_, f)| {
-            !(local.contains(&f)
+        let mut found = None;
+        while let Some(Reverse((key, f))) = q.clients.pop() {
+            if local.contains(&f)
                 || (check_given && given.contains(&(a, f)))
-                || Self::filtered(&self.slots, ag, f, offer, now))
-        })
+                || Self::filtered(&self.slots, ag, f, offer, now)
+            {
+                q.skipped.push(Reverse((key, f)));
+            } else {
+                found = Some(f);
+                break;
+            }
+        }
+        q.clients.extend(q.skipped.drain(..));
+        found
     }
 
-    fn serve_requests(
-        &mut self,
-        queues: &mut [RoleQueue],
-        order: &mut BTreeSet<(u64, usize)>,
-        given: &mut GivenSet,
-        out: &mut Vec<Allocation>,
-    ) {
+    /// Stage 1; returns whether anything was served (shares moved).
+    fn serve_requests(&mut self, given: &mut GivenSet, out: &mut Vec<Allocation>) -> bool {
+        let mut served = false;
         for f in 0..self.frameworks.len() {
             let role = match self.frameworks[f].as_mut() {
                 Some(fw) if fw.active && !fw.requests.is_empty() => {
@@ -840,21 +850,13 @@ impl DrfAllocator {
                 else {
                     continue;
                 };
-                let old = self.fkey(f, role);
                 let taken = self.take(f, a, role, &offer);
-                self.requeue(queues, order, f, old, role);
                 given.insert((a, f));
                 out.push(self.allocation(f, a, role, taken));
+                served = true;
             }
         }
-    }
-
-    fn fkey(&self, f: usize, role: usize) -> u64 {
-        share_key(
-            self.fw(f)
-                .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
-                .map_or(0.0, |fr| fr.allocated.share(&self.total)),
-        )
+        served
     }
 
     /// Stage 2: each role short of quota gets what it still needs.
@@ -903,12 +905,12 @@ impl DrfAllocator {
                     mem: offer.mem(),
                     resources: Cow::Owned(offer),
                 };
-                let Some((fkey, f)) = self.pick_client(&queues[r], ag, a, &offer, given, &[], now)
+                let Some(f) = self.pick_client(&mut queues[r], ag, a, &offer, given, &[], now)
                 else {
                     continue;
                 };
                 let taken = self.take(f, a, r, &offer.resources);
-                self.requeue(queues, order, f, fkey, r);
+                self.requeue(queues, order, f, r);
                 given.insert((a, f));
                 out.push(self.allocation(f, a, r, taken));
             }
@@ -1048,8 +1050,8 @@ impl DrfAllocator {
                 if !ag.active || !self.worth_offering_free(ag) {
                     break;
                 }
-                // (role, framework key, framework, what to take: None = all)
-                let mut pick: Option<(usize, u64, usize, Option<Resources>)> = None;
+                // (role, framework, what to take: None = all)
+                let mut pick: Option<(usize, usize, Option<Resources>)> = None;
                 for &(_, r) in order.iter() {
                     let role_name = &self.roles[r].name;
                     let mut resources = if ag.free_reserved {
@@ -1081,18 +1083,18 @@ impl DrfAllocator {
                     if !self.worth_offering_scalars(offer.cpus, offer.mem) {
                         continue;
                     }
-                    if let Some((fkey, f)) =
-                        self.pick_client(&queues[r], ag, a, &offer, given, &local, now)
+                    if let Some(f) =
+                        self.pick_client(&mut queues[r], ag, a, &offer, given, &local, now)
                     {
                         let part = match offer.resources {
                             Cow::Borrowed(_) => None,
                             Cow::Owned(r) => Some(r),
                         };
-                        pick = Some((r, fkey, f, part));
+                        pick = Some((r, f, part));
                         break;
                     }
                 }
-                let Some((r, fkey, f, part)) = pick else {
+                let Some((r, f, part)) = pick else {
                     if may_sleep && local.is_empty() {
                         // Every eligible framework filters this whole pool:
                         // so it stays until the pool changes, a filter
@@ -1113,7 +1115,7 @@ impl DrfAllocator {
                         self.spend_slack(&taken, slack);
                     }
                 }
-                self.requeue(queues, order, f, fkey, r);
+                self.requeue(queues, order, f, r);
                 local.push(f);
                 out.push(self.allocation(f, a, r, taken));
             }
@@ -1499,7 +1501,9 @@ impl Allocator for DrfAllocator {
             return out;
         }
         let mut given = GivenSet::default();
-        self.serve_requests(&mut queues, &mut order, &mut given, &mut out);
+        if self.serve_requests(&mut given, &mut out) {
+            (queues, order) = self.queues();
+        }
 
         let n = self.agents.len();
         let start = self.cursor % n;
