@@ -32,8 +32,9 @@
 //! the only per-offer heap work left.
 //!
 //! **Filters.** A decline filter is indexed by agent (probed in O(1) per
-//! framework considered) and by framework (so revive and framework
-//! removal cost the filters they touch). Each agent keeps a lower bound
+//! framework considered, behind a 64-bit mask that answers "no filter"
+//! for most frameworks without a probe) and by framework (so revive and
+//! framework removal cost the filters they touch). Each agent keeps a lower bound
 //! on its filters' expiry, so expired filters are only looked for when
 //! one may be due. An agent on which every eligible framework turned out
 //! to be filtered is marked *dormant* under the current eligibility
@@ -41,7 +42,7 @@
 //! epoch moves on (a framework added, activated, revived or re-roled),
 //! later cycles skip it in O(1) instead of probing each framework again.
 //!
-//! **Cost.** Per cycle: `O(F log F)` to order the eligible frameworks, then
+//! **Cost.** Per cycle: `O(F)` to heap the eligible frameworks, then
 //! O(1) per dormant agent, and per other agent with something free
 //! `O(log F)` per allocation plus one O(1) filter probe per framework
 //! skipped because it filtered the agent (at most the agent's live
@@ -179,6 +180,10 @@ struct Ag {
     active: bool,
     /// Filters by framework index (few per agent).
     filters: IdxMap<Filter>,
+    /// Bit `f % 64` is set for every framework `f` with a filter here (and
+    /// maybe for some without): most unfiltered frameworks are told apart
+    /// without probing `filters`.
+    filter_bits: u64,
     /// No filter here expires before this (a lower bound; `None` when
     /// there are no filters), so expiry is checked in O(1) per cycle.
     next_expiry: Option<Instant>,
@@ -689,6 +694,9 @@ impl DrfAllocator {
     /// Whether a live filter of `f` on the agent covers `offer`; drops it
     /// when expired.
     fn filtered(slots: &Slots, ag: &Ag, f: usize, offer: &Offerable<'_>, now: Instant) -> bool {
+        if ag.filter_bits & filter_bit(f) == 0 {
+            return false;
+        }
         ag.filters.get(&f).is_some_and(|filter| {
             filter.until > now
                 && offer.cpus <= filter.cpus
@@ -996,6 +1004,11 @@ impl DrfAllocator {
     }
 }
 
+/// A framework's bit in [`Ag::filter_bits`].
+fn filter_bit(f: usize) -> u64 {
+    1 << (f % 64)
+}
+
 fn share_key(s: f64) -> u64 {
     if s.is_finite() && s >= 0.0 {
         s.to_bits()
@@ -1170,16 +1183,19 @@ impl DrfAllocator {
         }
         let mut expired = Vec::new();
         let mut next: Option<Instant> = None;
+        let mut bits = 0;
         ag.filters.retain(|&f, filter| {
             let live = filter.until > now;
             if live {
                 next = Some(next.map_or(filter.until, |t| t.min(filter.until)));
+                bits |= filter_bit(f);
             } else {
                 expired.push(f);
             }
             live
         });
         ag.next_expiry = next;
+        ag.filter_bits = bits;
         if !expired.is_empty() {
             ag.dormant = None;
         }
@@ -1301,6 +1317,7 @@ impl Allocator for DrfAllocator {
             free_reserved: false,
             active,
             filters: IdxMap::default(),
+            filter_bits: 0,
             next_expiry: None,
             dormant: None,
             held: Vec::new(),
@@ -1436,6 +1453,7 @@ impl Allocator for DrfAllocator {
         }
         // A lower bound: an extended filter only makes it looser.
         ag.next_expiry = Some(ag.next_expiry.map_or(until, |t| t.min(until)));
+        ag.filter_bits |= filter_bit(f);
         if let Some(fw) = self.frameworks[f].as_mut() {
             fw.filtered_agents.insert(a);
         }
@@ -1574,6 +1592,13 @@ impl DrfAllocator {
                 Some(t) if ag.filters.values().all(|fl| fl.until >= t) => {}
                 None if ag.filters.is_empty() => {}
                 _ => return Err(format!("agent {}: filter expiry bound too late", ag.id)),
+            }
+            if ag
+                .filters
+                .keys()
+                .any(|&f| ag.filter_bits & filter_bit(f) == 0)
+            {
+                return Err(format!("agent {}: a filter without its bit", ag.id));
             }
         }
         Ok(())
