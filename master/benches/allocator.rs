@@ -20,6 +20,8 @@
 //! # one cell, or a sub-grid, of one scenario:
 //! cargo bench -p agora-master --bench allocator -- --agents 10000 --frameworks 100 --scenario decline
 //! cargo bench -p agora-master --bench allocator -- --agents 10000,50000 --frameworks 100,1000
+//! # steady state: more rounds than frameworks, so every agent ends up filtered by all
+//! cargo bench -p agora-master --bench allocator -- --agents 10000 --frameworks 100 --scenario decline --rounds 120
 //! ```
 
 use std::process::Command;
@@ -29,6 +31,7 @@ use agora_master::allocator::{Allocator, AllocatorOptions, DrfAllocator};
 use agora_proto::{AgentId, FrameworkId, Resources};
 use tokio::time::Instant;
 
+/// Rounds per cell unless `--rounds` says otherwise.
 const ROUNDS: usize = 10;
 /// A cell whose rounds take longer than this in total stops early.
 const CELL_BUDGET: Duration = Duration::from_secs(60);
@@ -62,7 +65,10 @@ fn main() {
         };
         let agents: usize = args[i + 2].parse().expect("agents");
         let frameworks: usize = args[i + 3].parse().expect("frameworks");
-        let r = run_cell(scenario, agents, frameworks);
+        let rounds: usize = args
+            .get(i + 4)
+            .map_or(ROUNDS, |n| n.parse().expect("rounds"));
+        let r = run_cell(scenario, agents, frameworks, rounds);
         let ms: Vec<String> = r
             .rounds
             .iter()
@@ -93,6 +99,9 @@ fn main() {
         Some("churn") => vec![Scenario::Churn],
         _ => vec![Scenario::Decline, Scenario::Churn],
     };
+    // More rounds than frameworks show the steady state of DeclineOffers:
+    // every framework has declined every agent for good.
+    let rounds: usize = flag(&args, "--rounds").map_or(ROUNDS, |n| n.parse().expect("rounds"));
     let exe = std::env::current_exe().expect("own path");
     for scenario in scenarios {
         println!();
@@ -102,15 +111,16 @@ fn main() {
                 Scenario::Decline => "DeclineOffers: every offer declined, refuse_seconds unbounded",
                 Scenario::Churn => "Churn: one cpus:1;mem:128 task per offer, rest declined 5 s, tasks end after 3 rounds",
             },
-            ROUNDS
+            rounds
         );
         println!(
-            "{:>7} {:>6} | {:>9} {:>9} {:>9} | {:>8} {:>11} | {:>9} | {:>8} | {:>7} | vs Mesos / target",
+            "{:>7} {:>6} | {:>9} {:>9} {:>9} {:>9} | {:>8} {:>11} | {:>9} | {:>8} | {:>7} | vs Mesos / target",
             "agents",
             "fwks",
             "min ms",
             "median ms",
             "max ms",
+            "last ms",
             "offers/r",
             "offers/s",
             "ns/(a+o)",
@@ -129,6 +139,7 @@ fn main() {
                         },
                         &agents.to_string(),
                         &frameworks.to_string(),
+                        &rounds.to_string(),
                     ])
                     .output()
                     .expect("run cell");
@@ -140,7 +151,7 @@ fn main() {
                     );
                     continue;
                 };
-                print_row(scenario, agents, frameworks, line);
+                print_row(scenario, agents, frameworks, rounds, line);
             }
         }
     }
@@ -163,7 +174,7 @@ fn list_flag(args: &[String], name: &str) -> Option<Vec<usize>> {
     })
 }
 
-fn print_row(scenario: Scenario, agents: usize, frameworks: usize, line: &str) {
+fn print_row(scenario: Scenario, agents: usize, frameworks: usize, wanted: usize, line: &str) {
     let f: Vec<&str> = line.split_whitespace().collect();
     let offers: usize = f[1].parse().unwrap_or(0);
     let events_ms: f64 = f[2].parse().unwrap_or(0.0);
@@ -173,11 +184,11 @@ fn print_row(scenario: Scenario, agents: usize, frameworks: usize, line: &str) {
         .get(6)
         .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_default();
-    ms.sort_by(|a, b| a.total_cmp(b));
-    if ms.is_empty() {
+    let Some(&last) = ms.last() else {
         println!("{agents:>7} {frameworks:>6} | no rounds");
         return;
-    }
+    };
+    ms.sort_by(|a, b| a.total_cmp(b));
     let (min, max) = (ms[0], ms[ms.len() - 1]);
     let median = ms[ms.len() / 2];
     let total_ms: f64 = ms.iter().sum();
@@ -205,14 +216,14 @@ fn print_row(scenario: Scenario, agents: usize, frameworks: usize, line: &str) {
             }
         }
     }
-    if rounds < ROUNDS {
+    if rounds < wanted {
         note += &format!(
             " only {rounds} rounds (cell budget {}s)",
             CELL_BUDGET.as_secs()
         );
     }
     println!(
-        "{agents:>7} {frameworks:>6} | {min:>9.3} {median:>9.3} {max:>9.3} | {per_round:>8.0} {offers_s:>11.0} | {ns_per:>9.1} | {mem:>8.2} | {:>7.1} | {note}",
+        "{agents:>7} {frameworks:>6} | {min:>9.3} {median:>9.3} {max:>9.3} {last:>9.3} | {per_round:>8.0} {offers_s:>11.0} | {ns_per:>9.1} | {mem:>8.2} | {:>7.1} | {note}",
         events_ms / rounds as f64
     );
 }
@@ -228,7 +239,12 @@ fn rss_bytes() -> f64 {
         .map_or(0.0, |pages| pages * 4096.0)
 }
 
-fn run_cell(scenario: Scenario, agents: usize, frameworks: usize) -> CellResult {
+fn run_cell(
+    scenario: Scenario,
+    agents: usize,
+    frameworks: usize,
+    rounds_wanted: usize,
+) -> CellResult {
     let agent_total = Resources::parse(AGENT).expect("agent resources");
     let ports: Vec<String> = (0..16)
         .map(|i| format!("{}-{}", 31000 + 2 * i, 31000 + 2 * i))
@@ -274,7 +290,7 @@ fn run_cell(scenario: Scenario, agents: usize, frameworks: usize) -> CellResult 
     let mut offers = 0;
     let mut events = Duration::ZERO;
     let started = StdInstant::now();
-    for round in 0..ROUNDS {
+    for round in 0..rounds_wanted {
         now += Duration::from_secs(1);
         let t = StdInstant::now();
         let allocations = alloc.allocate(now);
