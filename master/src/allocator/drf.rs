@@ -100,6 +100,9 @@ pub struct DrfAllocator {
 const CPUS: usize = 0;
 /// Index of `mem` in [`DrfAllocator::names`].
 const MEM: usize = 1;
+/// How many scalar names an agent caches free totals of (`cpus`, `mem`
+/// and the next two interned, usually `disk` and one more).
+const CACHED_NAMES: usize = 4;
 
 /// Maps keyed by dense slot indexes, hashed with one multiply instead of
 /// SipHash (the keys come from this allocator, not from peers).
@@ -177,6 +180,11 @@ struct Ag {
     free_sig: u64,
     /// Whether `available` holds any reserved resource.
     free_reserved: bool,
+    /// The scalars of `free` by name index, when no name outside the first
+    /// [`CACHED_NAMES`] occurs and none occurs twice (in two roles): then
+    /// booking the whole pool adds these without reading the bag, whose
+    /// entries are elsewhere in memory.
+    free_by_name: Option<[f64; CACHED_NAMES]>,
     active: bool,
     /// Filters by framework index (few per agent).
     filters: IdxMap<Filter>,
@@ -444,9 +452,23 @@ impl DrfAllocator {
         (round3(cpus), round3(mem))
     }
 
+    /// The scalars of a bag per name index, when each occurs once and
+    /// only the first [`CACHED_NAMES`] names occur.
+    fn by_name(slots: &Slots, bag: &Bag) -> Option<[f64; CACHED_NAMES]> {
+        let mut by_name = [0.0; CACHED_NAMES];
+        for (s, v) in bag.scalars() {
+            match by_name.get_mut(slots.get(s).scalar) {
+                Some(x) if *x == 0.0 => *x = v,
+                _ => return None,
+            }
+        }
+        Some(by_name)
+    }
+
     /// Re-derives the cached views of the agent's free pool after it changed.
     fn refresh(slots: &Slots, ag: &mut Ag) {
         (ag.free_cpus, ag.free_mem) = Self::cpus_mem(slots, &ag.free);
+        ag.free_by_name = Self::by_name(slots, &ag.free);
         ag.free_sig = ag.free.fingerprint();
         ag.free_reserved = ag.free.iter().any(|(s, _)| slots.get(*s).reserved);
         ag.dormant = None;
@@ -552,13 +574,21 @@ impl DrfAllocator {
         let bag = self.slots.bag(&mut self.names, &taken);
         ag.free.sub(&bag);
         Self::refresh(&self.slots, ag);
-        self.book(f, a, role, bag);
+        self.book(f, a, role, bag, None);
         taken
     }
 
     /// Records `taken` (already out of the agent's free pool) as allocated
-    /// to the framework for `role`.
-    fn book(&mut self, f: usize, a: usize, role: usize, taken: Bag) {
+    /// to the framework for `role`; `by_name` is its scalars per name when
+    /// known (see [`Ag::free_by_name`]).
+    fn book(
+        &mut self,
+        f: usize,
+        a: usize,
+        role: usize,
+        taken: Bag,
+        by_name: Option<[f64; CACHED_NAMES]>,
+    ) {
         if taken.is_empty() {
             return;
         }
@@ -580,8 +610,21 @@ impl DrfAllocator {
                 fw.roles.last_mut().expect("just pushed")
             }
         };
-        Self::accumulate_bag(&self.slots, &mut fr.allocated, &taken, 1.0);
-        Self::accumulate_bag(&self.slots, &mut self.roles[role].allocated, &taken, 1.0);
+        match by_name {
+            // The same additions as per entry: one entry per name.
+            Some(sums) => {
+                for (i, &v) in sums.iter().enumerate() {
+                    if v != 0.0 {
+                        fr.allocated.add(i, v);
+                        self.roles[role].allocated.add(i, v);
+                    }
+                }
+            }
+            None => {
+                Self::accumulate_bag(&self.slots, &mut fr.allocated, &taken, 1.0);
+                Self::accumulate_bag(&self.slots, &mut self.roles[role].allocated, &taken, 1.0);
+            }
+        }
         match ag
             .held
             .iter_mut()
@@ -1143,8 +1186,9 @@ impl DrfAllocator {
         };
         let taken = std::mem::take(&mut ag.available);
         let bag = std::mem::take(&mut ag.free);
+        let by_name = ag.free_by_name;
         Self::refresh(&self.slots, ag);
-        self.book(f, a, role, bag);
+        self.book(f, a, role, bag, by_name);
         taken
     }
 
@@ -1315,6 +1359,7 @@ impl Allocator for DrfAllocator {
             free_mem: 0.0,
             free_sig: 0,
             free_reserved: false,
+            free_by_name: None,
             active,
             filters: IdxMap::default(),
             filter_bits: 0,
@@ -1599,6 +1644,9 @@ impl DrfAllocator {
                 .any(|&f| ag.filter_bits & filter_bit(f) == 0)
             {
                 return Err(format!("agent {}: a filter without its bit", ag.id));
+            }
+            if ag.free_by_name != Self::by_name(&self.slots, &ag.free) {
+                return Err(format!("agent {}: stale free scalars by name", ag.id));
             }
         }
         Ok(())
