@@ -17,6 +17,11 @@
 //! ```text
 //! cargo bench -p agora-master --bench allocator            # full grid
 //! cargo bench -p agora-master --bench allocator -- --quick # smoke run
+//! # one cell, or a sub-grid, of one scenario:
+//! cargo bench -p agora-master --bench allocator -- --agents 10000 --frameworks 100 --scenario decline
+//! cargo bench -p agora-master --bench allocator -- --agents 10000,50000 --frameworks 100,1000
+//! # steady state: more rounds than frameworks, so every agent ends up filtered by all
+//! cargo bench -p agora-master --bench allocator -- --agents 10000 --frameworks 100 --scenario decline --rounds 120
 //! ```
 
 use std::process::Command;
@@ -26,6 +31,7 @@ use agora_master::allocator::{Allocator, AllocatorOptions, DrfAllocator};
 use agora_proto::{AgentId, FrameworkId, Resources};
 use tokio::time::Instant;
 
+/// Rounds per cell unless `--rounds` says otherwise.
 const ROUNDS: usize = 10;
 /// A cell whose rounds take longer than this in total stops early.
 const CELL_BUDGET: Duration = Duration::from_secs(60);
@@ -59,7 +65,10 @@ fn main() {
         };
         let agents: usize = args[i + 2].parse().expect("agents");
         let frameworks: usize = args[i + 3].parse().expect("frameworks");
-        let r = run_cell(scenario, agents, frameworks);
+        let rounds: usize = args
+            .get(i + 4)
+            .map_or(ROUNDS, |n| n.parse().expect("rounds"));
+        let r = run_cell(scenario, agents, frameworks, rounds);
         let ms: Vec<String> = r
             .rounds
             .iter()
@@ -82,8 +91,19 @@ fn main() {
     } else {
         (&[1_000, 10_000, 50_000], &[1, 100, 1_000, 3_000])
     };
+    let agent_grid = list_flag(&args, "--agents").unwrap_or_else(|| agent_grid.to_vec());
+    let framework_grid =
+        list_flag(&args, "--frameworks").unwrap_or_else(|| framework_grid.to_vec());
+    let scenarios: Vec<Scenario> = match flag(&args, "--scenario") {
+        Some("decline") => vec![Scenario::Decline],
+        Some("churn") => vec![Scenario::Churn],
+        _ => vec![Scenario::Decline, Scenario::Churn],
+    };
+    // More rounds than frameworks show the steady state of DeclineOffers:
+    // every framework has declined every agent for good.
+    let rounds: usize = flag(&args, "--rounds").map_or(ROUNDS, |n| n.parse().expect("rounds"));
     let exe = std::env::current_exe().expect("own path");
-    for scenario in [Scenario::Decline, Scenario::Churn] {
+    for scenario in scenarios {
         println!();
         println!(
             "== {} ({} rounds, 1 s clock step, times one allocate() per round, one core) ==",
@@ -91,23 +111,24 @@ fn main() {
                 Scenario::Decline => "DeclineOffers: every offer declined, refuse_seconds unbounded",
                 Scenario::Churn => "Churn: one cpus:1;mem:128 task per offer, rest declined 5 s, tasks end after 3 rounds",
             },
-            ROUNDS
+            rounds
         );
         println!(
-            "{:>7} {:>6} | {:>9} {:>9} {:>9} | {:>8} {:>11} | {:>9} | {:>8} | {:>7} | vs Mesos / target",
+            "{:>7} {:>6} | {:>9} {:>9} {:>9} {:>9} | {:>8} {:>11} | {:>9} | {:>8} | {:>7} | vs Mesos / target",
             "agents",
             "fwks",
             "min ms",
             "median ms",
             "max ms",
+            "last ms",
             "offers/r",
             "offers/s",
             "ns/(a+o)",
             "KiB/agent",
             "evt ms",
         );
-        for &agents in agent_grid {
-            for &frameworks in framework_grid {
+        for &agents in &agent_grid {
+            for &frameworks in &framework_grid {
                 let out = Command::new(&exe)
                     .args([
                         "--cell",
@@ -118,6 +139,7 @@ fn main() {
                         },
                         &agents.to_string(),
                         &frameworks.to_string(),
+                        &rounds.to_string(),
                     ])
                     .output()
                     .expect("run cell");
@@ -129,13 +151,30 @@ fn main() {
                     );
                     continue;
                 };
-                print_row(scenario, agents, frameworks, line);
+                print_row(scenario, agents, frameworks, rounds, line);
             }
         }
     }
 }
 
-fn print_row(scenario: Scenario, agents: usize, frameworks: usize, line: &str) {
+/// The value after `name`, if given.
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// A comma-separated list of counts after `name` (`--agents 1000,10000`).
+fn list_flag(args: &[String], name: &str) -> Option<Vec<usize>> {
+    flag(args, name).map(|v| {
+        v.split(',')
+            .map(|n| n.trim().parse().expect("a count"))
+            .collect()
+    })
+}
+
+fn print_row(scenario: Scenario, agents: usize, frameworks: usize, wanted: usize, line: &str) {
     let f: Vec<&str> = line.split_whitespace().collect();
     let offers: usize = f[1].parse().unwrap_or(0);
     let events_ms: f64 = f[2].parse().unwrap_or(0.0);
@@ -145,11 +184,11 @@ fn print_row(scenario: Scenario, agents: usize, frameworks: usize, line: &str) {
         .get(6)
         .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_default();
-    ms.sort_by(|a, b| a.total_cmp(b));
-    if ms.is_empty() {
+    let Some(&last) = ms.last() else {
         println!("{agents:>7} {frameworks:>6} | no rounds");
         return;
-    }
+    };
+    ms.sort_by(|a, b| a.total_cmp(b));
     let (min, max) = (ms[0], ms[ms.len() - 1]);
     let median = ms[ms.len() / 2];
     let total_ms: f64 = ms.iter().sum();
@@ -177,14 +216,14 @@ fn print_row(scenario: Scenario, agents: usize, frameworks: usize, line: &str) {
             }
         }
     }
-    if rounds < ROUNDS {
+    if rounds < wanted {
         note += &format!(
             " only {rounds} rounds (cell budget {}s)",
             CELL_BUDGET.as_secs()
         );
     }
     println!(
-        "{agents:>7} {frameworks:>6} | {min:>9.3} {median:>9.3} {max:>9.3} | {per_round:>8.0} {offers_s:>11.0} | {ns_per:>9.1} | {mem:>8.2} | {:>7.1} | {note}",
+        "{agents:>7} {frameworks:>6} | {min:>9.3} {median:>9.3} {max:>9.3} {last:>9.3} | {per_round:>8.0} {offers_s:>11.0} | {ns_per:>9.1} | {mem:>8.2} | {:>7.1} | {note}",
         events_ms / rounds as f64
     );
 }
@@ -200,7 +239,12 @@ fn rss_bytes() -> f64 {
         .map_or(0.0, |pages| pages * 4096.0)
 }
 
-fn run_cell(scenario: Scenario, agents: usize, frameworks: usize) -> CellResult {
+fn run_cell(
+    scenario: Scenario,
+    agents: usize,
+    frameworks: usize,
+    rounds_wanted: usize,
+) -> CellResult {
     let agent_total = Resources::parse(AGENT).expect("agent resources");
     let ports: Vec<String> = (0..16)
         .map(|i| format!("{}-{}", 31000 + 2 * i, 31000 + 2 * i))
@@ -246,7 +290,7 @@ fn run_cell(scenario: Scenario, agents: usize, frameworks: usize) -> CellResult 
     let mut offers = 0;
     let mut events = Duration::ZERO;
     let started = StdInstant::now();
-    for round in 0..ROUNDS {
+    for round in 0..rounds_wanted {
         now += Duration::from_secs(1);
         let t = StdInstant::now();
         let allocations = alloc.allocate(now);

@@ -22,15 +22,37 @@
 //! Reserved resources (`cpus(web):4`) are only ever offered to frameworks
 //! of that role, in an allocation for that role.
 //!
-//! **Cost.** Per cycle: `O(F log F)` to order the eligible frameworks, then
-//! per agent with something free `O(log F)` per allocation plus one O(1)
-//! filter probe per framework skipped because it filtered the agent (at
-//! most the agent's live filters). Filters are indexed by agent and by
-//! framework, so revive and removal cost the filters they touch, not the
-//! cluster. No stage is quadratic; `benches/allocator.rs` measures it.
+//! **Books.** Inside the allocator, resources are kept as [`Bag`]s of
+//! interned (name, role, kind) slots rather than [`Resources`] (whose
+//! every entry owns two `String`s): what each framework holds on an agent
+//! lives on the agent, and the agent's free pool is kept both as the
+//! `Resources` that offers hand out and as a bag. Offering a whole free
+//! pool therefore *moves* both into the offer and the books, and booking
+//! it allocates nothing; the strings of the returned [`Allocation`] are
+//! the only per-offer heap work left.
+//!
+//! **Filters.** A decline filter is indexed by agent (probed in O(1) per
+//! framework considered, behind a 64-bit mask that answers "no filter"
+//! for most frameworks without a probe) and by framework (so revive and
+//! framework removal cost the filters they touch). Each agent keeps a lower bound
+//! on its filters' expiry, so expired filters are only looked for when
+//! one may be due. An agent on which every eligible framework turned out
+//! to be filtered is marked *dormant* under the current eligibility
+//! epoch; until its free pool changes, one of its filters expires, or the
+//! epoch moves on (a framework added, activated, revived or re-roled),
+//! later cycles skip it in O(1) instead of probing each framework again.
+//!
+//! **Cost.** Per cycle: `O(F)` to heap the eligible frameworks, then
+//! O(1) per dormant agent, and per other agent with something free
+//! `O(log F)` per allocation plus one O(1) filter probe per framework
+//! skipped because it filtered the agent (at most the agent's live
+//! filters). Removing a framework walks the agents once (its holdings are
+//! booked on them). No stage is quadratic; `benches/allocator.rs`
+//! measures it.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
@@ -38,6 +60,7 @@ use agora_proto::scheduler::ResourceRequest;
 use agora_proto::{round_scalar, AgentId, FrameworkId, Resource, Resources, Value, DEFAULT_ROLE};
 use tokio::time::Instant;
 
+use super::bag::{round3, Bag, Slots};
 use super::{Allocation, Allocator, AllocatorOptions};
 
 /// The default [`Allocator`]: hierarchical weighted DRF with reservations
@@ -46,7 +69,10 @@ use super::{Allocation, Allocator, AllocatorOptions};
 pub struct DrfAllocator {
     options: AllocatorOptions,
     /// Interned scalar resource names; a [`Scalars`] is indexed by these.
+    /// `cpus` and `mem` are always 0 and 1.
     names: Vec<String>,
+    /// Interned (name, role, kind) triples; the books are [`Bag`]s of them.
+    slots: Slots,
     frameworks: Vec<Option<Fw>>,
     free_frameworks: Vec<usize>,
     framework_index: HashMap<FrameworkId, usize>,
@@ -58,7 +84,25 @@ pub struct DrfAllocator {
     /// Sum of every agent's total, per scalar name.
     total: Scalars,
     cursor: usize,
+    /// Bumped whenever a framework may have become eligible for more
+    /// agents (added, activated, revived, roles changed): an agent found
+    /// fully filtered under one epoch is skipped in O(1) while the epoch,
+    /// its free pool and its filters stay as they were.
+    epoch: u64,
+    /// Scratch buffer for a cycle's agent order.
+    agent_order: Vec<usize>,
+    /// Tests compare against an allocator that never skips dormant agents.
+    #[cfg(test)]
+    never_sleep: bool,
 }
+
+/// Index of `cpus` in [`DrfAllocator::names`].
+const CPUS: usize = 0;
+/// Index of `mem` in [`DrfAllocator::names`].
+const MEM: usize = 1;
+/// How many scalar names an agent caches free totals of (`cpus`, `mem`
+/// and the next two interned, usually `disk` and one more).
+const CACHED_NAMES: usize = 4;
 
 /// Maps keyed by dense slot indexes, hashed with one multiply instead of
 /// SipHash (the keys come from this allocator, not from peers).
@@ -107,8 +151,6 @@ struct Fw {
     active: bool,
     /// Every role the framework subscribed to or still holds resources for.
     roles: Vec<FwRole>,
-    /// Per agent: what is allocated there, per role (in allocation order).
-    per_agent: IdxMap<Vec<(usize, Resources)>>,
     /// Agents holding a filter of this framework.
     filtered_agents: IdxSet,
     requests: Vec<ResourceRequest>,
@@ -126,31 +168,61 @@ struct FwRole {
 struct Ag {
     id: AgentId,
     total: Resources,
+    /// What is free, as handed out in offers.
     available: Resources,
+    /// The same as a [`Bag`], for the books: an offer of the whole free
+    /// pool moves both out without copying a resource.
+    free: Bag,
     /// `cpus` and `mem` of `available`, to skip full agents in O(1).
     free_cpus: f64,
     free_mem: f64,
-    /// Fingerprint of `available` (see [`fingerprint`]).
+    /// Fingerprint of `free` (see [`Bag::fingerprint`]).
     free_sig: u64,
     /// Whether `available` holds any reserved resource.
     free_reserved: bool,
+    /// The scalars of `free` by name index, when no name outside the first
+    /// [`CACHED_NAMES`] occurs and none occurs twice (in two roles): then
+    /// booking the whole pool adds these without reading the bag, whose
+    /// entries are elsewhere in memory.
+    free_by_name: Option<[f64; CACHED_NAMES]>,
     active: bool,
     /// Filters by framework index (few per agent).
     filters: IdxMap<Filter>,
-    /// Frameworks with something allocated here.
-    holders: BTreeSet<usize>,
+    /// Bit `f % 64` is set for every framework `f` with a filter here (and
+    /// maybe for some without): most unfiltered frameworks are told apart
+    /// without probing `filters`.
+    filter_bits: u64,
+    /// No filter here expires before this (a lower bound; `None` when
+    /// there are no filters), so expiry is checked in O(1) per cycle.
+    next_expiry: Option<Instant>,
+    /// The epoch under which a fair-share pass found every eligible
+    /// framework filtered on this agent; cleared when the free pool
+    /// changes or a filter expires.
+    dormant: Option<u64>,
+    /// What is allocated here, per framework and role; a framework's
+    /// entries are in allocation order. Kept on the agent (a handful of
+    /// entries whose storage is reused) so booking an offer allocates
+    /// nothing.
+    held: Vec<Held>,
+}
+
+#[derive(Debug)]
+struct Held {
+    framework: usize,
+    role: usize,
+    bag: Bag,
 }
 
 #[derive(Debug)]
 struct Filter {
     until: Instant,
-    refused: Resources,
+    refused: Bag,
     /// `cpus` and `mem` of `refused`, to rule out most non-matches cheaply.
     cpus: f64,
     mem: f64,
     /// Fingerprint of `refused`: an offer of an agent's whole free pool
     /// with the same fingerprint (and cpus and mem) is what was refused,
-    /// and is skipped without walking either resource list.
+    /// and is skipped without walking either bag.
     sig: u64,
 }
 
@@ -161,10 +233,14 @@ struct Offerable<'a> {
     mem: f64,
 }
 
-/// Per-cycle ordering of one role's eligible frameworks.
+/// Per-cycle ordering of one role's eligible frameworks: a min-heap on
+/// (share key, framework), popped in order while looking for a client
+/// (cheaper than re-sorting a search tree on every allocation).
 #[derive(Debug, Default)]
 struct RoleQueue {
-    clients: BTreeSet<(u64, usize)>,
+    clients: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Clients popped while looking, put back before the look ends.
+    skipped: Vec<Reverse<(u64, usize)>>,
     key: u64,
 }
 
@@ -179,7 +255,7 @@ impl Scalars {
         if self.0.len() <= i {
             self.0.resize(i + 1, 0.0);
         }
-        self.0[i] = round_scalar(self.0[i] + v).max(0.0);
+        self.0[i] = round3(self.0[i] + v).max(0.0);
     }
 
     fn is_zero(&self) -> bool {
@@ -205,7 +281,8 @@ impl DrfAllocator {
     pub fn new(options: AllocatorOptions) -> Self {
         let mut alloc = DrfAllocator {
             options,
-            names: Vec::new(),
+            names: vec!["cpus".to_string(), "mem".to_string()],
+            slots: Slots::default(),
             frameworks: Vec::new(),
             free_frameworks: Vec::new(),
             framework_index: HashMap::new(),
@@ -216,6 +293,10 @@ impl DrfAllocator {
             role_index: HashMap::new(),
             total: Scalars::default(),
             cursor: 0,
+            epoch: 0,
+            agent_order: Vec::new(),
+            #[cfg(test)]
+            never_sleep: false,
         };
         let quota_roles: Vec<String> = alloc.options.role_quotas.keys().cloned().collect();
         for role in quota_roles {
@@ -232,13 +313,7 @@ impl DrfAllocator {
         ) else {
             return Resources::new();
         };
-        let mut out = Resources::new();
-        if let Some(buckets) = self.fw(f).and_then(|fw| fw.per_agent.get(&a)) {
-            for (_, r) in buckets {
-                out += r;
-            }
-        }
-        out
+        self.allocated_on(f, a)
     }
 
     /// What is free on the agent.
@@ -308,6 +383,9 @@ impl DrfAllocator {
     }
 
     fn set_framework_active(&mut self, framework_id: &FrameworkId, active: bool) {
+        if active {
+            self.epoch += 1;
+        }
         if let Some(fw) = self
             .framework_index
             .get(framework_id)
@@ -318,6 +396,9 @@ impl DrfAllocator {
     }
 
     fn set_agent_active(&mut self, agent_id: &AgentId, active: bool) {
+        if active {
+            self.epoch += 1;
+        }
         if let Some(ag) = self
             .agent_index
             .get(agent_id)
@@ -349,6 +430,48 @@ impl DrfAllocator {
                 into.add(i, sign * v);
             }
         }
+    }
+
+    /// Adds (`sign` 1.0) or subtracts (-1.0) the scalars of a bag to `into`.
+    fn accumulate_bag(slots: &Slots, into: &mut Scalars, bag: &Bag, sign: f64) {
+        for (s, v) in bag.scalars() {
+            into.add(slots.get(s).scalar, sign * v);
+        }
+    }
+
+    /// `cpus` and `mem` of a bag, summed over roles.
+    fn cpus_mem(slots: &Slots, bag: &Bag) -> (f64, f64) {
+        let (mut cpus, mut mem) = (0.0, 0.0);
+        for (s, v) in bag.scalars() {
+            match slots.get(s).scalar {
+                CPUS => cpus += v,
+                MEM => mem += v,
+                _ => {}
+            }
+        }
+        (round3(cpus), round3(mem))
+    }
+
+    /// The scalars of a bag per name index, when each occurs once and
+    /// only the first [`CACHED_NAMES`] names occur.
+    fn by_name(slots: &Slots, bag: &Bag) -> Option<[f64; CACHED_NAMES]> {
+        let mut by_name = [0.0; CACHED_NAMES];
+        for (s, v) in bag.scalars() {
+            match by_name.get_mut(slots.get(s).scalar) {
+                Some(x) if *x == 0.0 => *x = v,
+                _ => return None,
+            }
+        }
+        Some(by_name)
+    }
+
+    /// Re-derives the cached views of the agent's free pool after it changed.
+    fn refresh(slots: &Slots, ag: &mut Ag) {
+        (ag.free_cpus, ag.free_mem) = Self::cpus_mem(slots, &ag.free);
+        ag.free_by_name = Self::by_name(slots, &ag.free);
+        ag.free_sig = ag.free.fingerprint();
+        ag.free_reserved = ag.free.iter().any(|(s, _)| slots.get(*s).reserved);
+        ag.dormant = None;
     }
 
     fn role_idx(&mut self, name: &str) -> usize {
@@ -408,6 +531,7 @@ impl DrfAllocator {
     }
 
     fn set_framework_roles(&mut self, f: usize, roles: &[String]) {
+        self.epoch += 1;
         let roles = normalized_roles(roles);
         let idx: Vec<usize> = roles.iter().map(|r| self.role_idx(r)).collect();
         let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
@@ -447,28 +571,33 @@ impl DrfAllocator {
             return taken;
         }
         ag.available = ag.available.saturating_sub(&taken);
-        ag.refresh();
-        self.book(f, a, role, &taken);
+        let bag = self.slots.bag(&mut self.names, &taken);
+        ag.free.sub(&bag);
+        Self::refresh(&self.slots, ag);
+        self.book(f, a, role, bag, None);
         taken
     }
 
     /// Records `taken` (already out of the agent's free pool) as allocated
-    /// to the framework for `role`.
-    fn book(&mut self, f: usize, a: usize, role: usize, taken: &Resources) {
+    /// to the framework for `role`; `by_name` is its scalars per name when
+    /// known (see [`Ag::free_by_name`]).
+    fn book(
+        &mut self,
+        f: usize,
+        a: usize,
+        role: usize,
+        taken: Bag,
+        by_name: Option<[f64; CACHED_NAMES]>,
+    ) {
         if taken.is_empty() {
             return;
         }
-        if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
-            ag.holders.insert(f);
-        }
-        let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
+        let (Some(fw), Some(ag)) = (
+            self.frameworks.get_mut(f).and_then(Option::as_mut),
+            self.agents.get_mut(a).and_then(Option::as_mut),
+        ) else {
             return;
         };
-        let buckets = fw.per_agent.entry(a).or_default();
-        match buckets.iter_mut().find(|(r, _)| *r == role) {
-            Some((_, res)) => res.add_all(taken),
-            None => buckets.push((role, taken.clone())),
-        }
         let fr = match fw.roles.iter().position(|fr| fr.role == role) {
             Some(i) => &mut fw.roles[i],
             None => {
@@ -481,67 +610,94 @@ impl DrfAllocator {
                 fw.roles.last_mut().expect("just pushed")
             }
         };
-        Self::accumulate(&mut self.names, &mut fr.allocated, taken, 1.0);
-        Self::accumulate(&mut self.names, &mut self.roles[role].allocated, taken, 1.0);
+        match by_name {
+            // The same additions as per entry: one entry per name.
+            Some(sums) => {
+                for (i, &v) in sums.iter().enumerate() {
+                    if v != 0.0 {
+                        fr.allocated.add(i, v);
+                        self.roles[role].allocated.add(i, v);
+                    }
+                }
+            }
+            None => {
+                Self::accumulate_bag(&self.slots, &mut fr.allocated, &taken, 1.0);
+                Self::accumulate_bag(&self.slots, &mut self.roles[role].allocated, &taken, 1.0);
+            }
+        }
+        match ag
+            .held
+            .iter_mut()
+            .find(|h| h.framework == f && h.role == role)
+        {
+            Some(h) => h.bag.add_owned(taken),
+            None => ag.held.push(Held {
+                framework: f,
+                role,
+                bag: taken,
+            }),
+        }
     }
 
     /// Takes `resources` out of the framework's books on the agent and
     /// returns what it really held of them.
-    fn release(&mut self, f: usize, a: usize, resources: &Resources) -> Resources {
-        let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
-            return Resources::new();
+    fn release(&mut self, f: usize, a: usize, resources: &Resources) -> Bag {
+        let left = self.slots.known_bag(resources);
+        self.release_bag(f, a, left)
+    }
+
+    /// [`DrfAllocator::release`] of a bag.
+    fn release_bag(&mut self, f: usize, a: usize, mut left: Bag) -> Bag {
+        let (Some(fw), Some(ag)) = (
+            self.frameworks.get_mut(f).and_then(Option::as_mut),
+            self.agents.get_mut(a).and_then(Option::as_mut),
+        ) else {
+            return Bag::default();
         };
-        let Some(buckets) = fw.per_agent.get_mut(&a) else {
-            return Resources::new();
-        };
-        let mut left = resources.clone();
-        let mut freed = Resources::new();
-        // Reserved resources belong to their role's bucket; unreserved ones
-        // come back from the buckets in allocation order.
-        let mut order: Vec<usize> = (0..buckets.len()).collect();
-        order.sort_by_key(|&b| {
-            let role = &self.roles[buckets[b].0].name;
-            !left.iter().any(|r| r.role == *role)
-        });
-        for b in order {
+        let mut freed = Bag::default();
+        // Reserved resources belong to their role's entry; unreserved ones
+        // come back from the entries in allocation order.
+        let mut order: Vec<usize> = (0..ag.held.len())
+            .filter(|&i| ag.held[i].framework == f)
+            .collect();
+        if order.len() > 1 {
+            let slots = &self.slots;
+            let held = &ag.held;
+            order.sort_by_key(|&i| {
+                let role = &self.roles[held[i].role].name;
+                !left.iter().any(|(s, _)| slots.get(*s).role == *role)
+            });
+        }
+        for i in order {
             if left.is_empty() {
                 break;
             }
-            let (role, held) = &mut buckets[b];
-            let rest = held.saturating_sub(&left);
-            let part = held.saturating_sub(&rest);
+            let Held { role, bag, .. } = &mut ag.held[i];
+            let part = bag.take_part(&left);
             if part.is_empty() {
                 continue;
             }
-            *held = rest;
-            left = left.saturating_sub(&part);
+            left.sub(&part);
             if let Some(fr) = fw.roles.iter_mut().find(|fr| fr.role == *role) {
-                Self::accumulate(&mut self.names, &mut fr.allocated, &part, -1.0);
+                Self::accumulate_bag(&self.slots, &mut fr.allocated, &part, -1.0);
             }
-            Self::accumulate(
-                &mut self.names,
-                &mut self.roles[*role].allocated,
-                &part,
-                -1.0,
-            );
-            freed += &part;
+            Self::accumulate_bag(&self.slots, &mut self.roles[*role].allocated, &part, -1.0);
+            freed.add_owned(part);
         }
-        buckets.retain(|(_, r)| !r.is_empty());
-        if buckets.is_empty() {
-            fw.per_agent.remove(&a);
-            if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
-                ag.holders.remove(&f);
-            }
-        }
+        ag.held.retain(|h| !h.bag.is_empty());
         fw.roles
             .retain(|fr| fr.subscribed || !fr.allocated.is_zero());
         freed
     }
 
-    fn give_back(&mut self, a: usize, freed: &Resources) {
+    fn give_back(&mut self, a: usize, freed: &Bag) {
+        if freed.is_empty() {
+            return;
+        }
         if let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) {
-            ag.available += freed;
-            ag.refresh();
+            self.slots.add_to(&mut ag.available, freed);
+            ag.free.add(freed);
+            Self::refresh(&self.slots, ag);
         }
     }
 
@@ -580,16 +736,24 @@ impl DrfAllocator {
 
     /// Whether a live filter of `f` on the agent covers `offer`; drops it
     /// when expired.
-    fn filtered(ag: &Ag, f: usize, offer: &Offerable<'_>, now: Instant) -> bool {
+    fn filtered(slots: &Slots, ag: &Ag, f: usize, offer: &Offerable<'_>, now: Instant) -> bool {
+        if ag.filter_bits & filter_bit(f) == 0 {
+            return false;
+        }
         ag.filters.get(&f).is_some_and(|filter| {
             filter.until > now
                 && offer.cpus <= filter.cpus
                 && offer.mem <= filter.mem
-                && ((matches!(offer.resources, Cow::Borrowed(_))
-                    && filter.sig == ag.free_sig
-                    && offer.cpus == filter.cpus
-                    && offer.mem == filter.mem)
-                    || filter.refused.contains(&offer.resources))
+                && match &offer.resources {
+                    // The whole free pool: `ag.free` is the same as a bag.
+                    Cow::Borrowed(_) => {
+                        (filter.sig == ag.free_sig
+                            && offer.cpus == filter.cpus
+                            && offer.mem == filter.mem)
+                            || filter.refused.contains(&ag.free)
+                    }
+                    Cow::Owned(r) => filter.refused.contains_resources(slots, r),
+                }
         })
     }
 
@@ -617,7 +781,7 @@ impl DrfAllocator {
                 if fr.subscribed && !fr.suppressed {
                     queues[fr.role]
                         .clients
-                        .insert((share_key(fr.allocated.share(&self.total)), f));
+                        .push(Reverse((share_key(fr.allocated.share(&self.total)), f)));
                 }
             }
         }
@@ -631,24 +795,24 @@ impl DrfAllocator {
         (queues, order)
     }
 
-    /// After `take` for (f, role): re-sorts f in its role and the role.
+    /// After `take` for a client `f` picked from `role`'s queue: puts it
+    /// back at its new share, and re-sorts the role.
     fn requeue(
         &self,
         queues: &mut [RoleQueue],
         order: &mut BTreeSet<(u64, usize)>,
         f: usize,
-        old_fkey: u64,
         role: usize,
     ) {
         let q = &mut queues[role];
-        if q.clients.remove(&(old_fkey, f)) {
-            let new = self
-                .fw(f)
-                .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
-                .map_or(0.0, |fr| fr.allocated.share(&self.total));
-            q.clients.insert((share_key(new), f));
-        }
-        if order.remove(&(q.key, role)) {
+        let new = self
+            .fw(f)
+            .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
+            .map_or(0.0, |fr| fr.allocated.share(&self.total));
+        q.clients.push(Reverse((share_key(new), f)));
+        // Roles only leave `order` within a cycle: one alone stays in
+        // order whatever its key, so it is not touched.
+        if order.len() > 1 && order.remove(&(q.key, role)) {
             q.key = share_key(self.weighted_role_share(role));
             order.insert((q.key, role));
         }
@@ -667,33 +831,40 @@ impl DrfAllocator {
         }
     }
 
-    /// Lowest-share framework of the role that may get `offer` on agent `a`.
+    /// Lowest-share framework of the role that may get `offer` on agent
+    /// `a`. It leaves the queue: the caller gives it the offer and puts it
+    /// back with [`DrfAllocator::requeue`].
     #[allow(clippy::too_many_arguments)]
     fn pick_client(
         &self,
-        q: &RoleQueue,
+        q: &mut RoleQueue,
         ag: &Ag,
         a: usize,
         offer: &Offerable<'_>,
         given: &GivenSet,
         local: &[usize],
         now: Instant,
-    ) -> Option<(u64, usize)> {
+    ) -> Option<usize> {
         let check_given = !given.is_empty();
-        q.clients.iter().copied().find(|&(_, f)| {
-            !(local.contains(&f)
+        let mut found = None;
+        while let Some(Reverse((key, f))) = q.clients.pop() {
+            if local.contains(&f)
                 || (check_given && given.contains(&(a, f)))
-                || Self::filtered(ag, f, offer, now))
-        })
+                || Self::filtered(&self.slots, ag, f, offer, now)
+            {
+                q.skipped.push(Reverse((key, f)));
+            } else {
+                found = Some(f);
+                break;
+            }
+        }
+        q.clients.extend(q.skipped.drain(..));
+        found
     }
 
-    fn serve_requests(
-        &mut self,
-        queues: &mut [RoleQueue],
-        order: &mut BTreeSet<(u64, usize)>,
-        given: &mut GivenSet,
-        out: &mut Vec<Allocation>,
-    ) {
+    /// Stage 1; returns whether anything was served (shares moved).
+    fn serve_requests(&mut self, given: &mut GivenSet, out: &mut Vec<Allocation>) -> bool {
+        let mut served = false;
         for f in 0..self.frameworks.len() {
             let role = match self.frameworks[f].as_mut() {
                 Some(fw) if fw.active && !fw.requests.is_empty() => {
@@ -730,21 +901,13 @@ impl DrfAllocator {
                 else {
                     continue;
                 };
-                let old = self.fkey(f, role);
                 let taken = self.take(f, a, role, &offer);
-                self.requeue(queues, order, f, old, role);
                 given.insert((a, f));
                 out.push(self.allocation(f, a, role, taken));
+                served = true;
             }
         }
-    }
-
-    fn fkey(&self, f: usize, role: usize) -> u64 {
-        share_key(
-            self.fw(f)
-                .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
-                .map_or(0.0, |fr| fr.allocated.share(&self.total)),
-        )
+        served
     }
 
     /// Stage 2: each role short of quota gets what it still needs.
@@ -793,12 +956,12 @@ impl DrfAllocator {
                     mem: offer.mem(),
                     resources: Cow::Owned(offer),
                 };
-                let Some((fkey, f)) = self.pick_client(&queues[r], ag, a, &offer, given, &[], now)
+                let Some(f) = self.pick_client(&mut queues[r], ag, a, &offer, given, &[], now)
                 else {
                     continue;
                 };
                 let taken = self.take(f, a, r, &offer.resources);
-                self.requeue(queues, order, f, fkey, r);
+                self.requeue(queues, order, f, r);
                 given.insert((a, f));
                 out.push(self.allocation(f, a, r, taken));
             }
@@ -860,9 +1023,10 @@ impl DrfAllocator {
         }
         let mut free = Scalars::default();
         for ag in self.agents.iter().flatten().filter(|ag| ag.active) {
-            for item in ag.available.iter().filter(|r| r.role == DEFAULT_ROLE) {
-                if let (Value::Scalar(v), Some(i)) = (&item.value, self.name_pos(&item.name)) {
-                    free.add(i, *v);
+            for (s, v) in ag.free.scalars() {
+                let slot = self.slots.get(s);
+                if !slot.reserved {
+                    free.add(slot.scalar, v);
                 }
             }
         }
@@ -883,45 +1047,9 @@ impl DrfAllocator {
     }
 }
 
-// === impl Ag ===
-
-impl Ag {
-    /// Re-derives the cached views of `available` after it changed.
-    fn refresh(&mut self) {
-        self.free_cpus = self.available.cpus();
-        self.free_mem = self.available.mem();
-        self.free_sig = fingerprint(&self.available);
-        self.free_reserved = self.available.iter().any(|r| r.role != DEFAULT_ROLE);
-    }
-}
-
-/// A 64-bit hash of a resource list's exact content. Equal lists have
-/// equal fingerprints; a collision between different lists (about 2^-64,
-/// and cpus and mem must match too) could only make a filter hold a
-/// little longer, never hand out a resource twice.
-fn fingerprint(r: &Resources) -> u64 {
-    use std::hash::Hash;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for item in r.iter() {
-        item.name.hash(&mut h);
-        item.role.hash(&mut h);
-        match &item.value {
-            Value::Scalar(v) => (0u8, v.to_bits()).hash(&mut h),
-            Value::Ranges(rs) => {
-                1u8.hash(&mut h);
-                for x in rs {
-                    (x.begin, x.end).hash(&mut h);
-                }
-            }
-            Value::Set(items) => {
-                2u8.hash(&mut h);
-                for x in items {
-                    x.hash(&mut h);
-                }
-            }
-        }
-    }
-    h.finish()
+/// A framework's bit in [`Ag::filter_bits`].
+fn filter_bit(f: usize) -> u64 {
+    1 << (f % 64)
 }
 
 fn share_key(s: f64) -> u64 {
@@ -962,15 +1090,24 @@ impl DrfAllocator {
             .map(|r| !self.quota_shortfall(r).is_zero())
             .collect();
         let mut local: Vec<usize> = Vec::new();
+        // Whether an agent found fully filtered may be marked (and skipped)
+        // as dormant: not while quota headroom reshapes offers, nor after
+        // requests or quota served some pairs out of turn this cycle.
+        let may_sleep = slack.is_none() && given.is_empty();
+        #[cfg(test)]
+        let may_sleep = may_sleep && !self.never_sleep;
         for &a in agent_order {
             self.drop_expired_filters(a, now);
             local.clear();
+            if may_sleep && self.ag(a).is_some_and(|ag| ag.dormant == Some(self.epoch)) {
+                continue;
+            }
             while let Some(ag) = self.ag(a) {
                 if !ag.active || !self.worth_offering_free(ag) {
                     break;
                 }
-                // (role, framework key, framework, what to take: None = all)
-                let mut pick: Option<(usize, u64, usize, Option<Resources>)> = None;
+                // (role, framework, what to take: None = all)
+                let mut pick: Option<(usize, usize, Option<Resources>)> = None;
                 for &(_, r) in order.iter() {
                     let role_name = &self.roles[r].name;
                     let mut resources = if ag.free_reserved {
@@ -1002,18 +1139,27 @@ impl DrfAllocator {
                     if !self.worth_offering_scalars(offer.cpus, offer.mem) {
                         continue;
                     }
-                    if let Some((fkey, f)) =
-                        self.pick_client(&queues[r], ag, a, &offer, given, &local, now)
+                    if let Some(f) =
+                        self.pick_client(&mut queues[r], ag, a, &offer, given, &local, now)
                     {
                         let part = match offer.resources {
                             Cow::Borrowed(_) => None,
                             Cow::Owned(r) => Some(r),
                         };
-                        pick = Some((r, fkey, f, part));
+                        pick = Some((r, f, part));
                         break;
                     }
                 }
-                let Some((r, fkey, f, part)) = pick else {
+                let Some((r, f, part)) = pick else {
+                    if may_sleep && local.is_empty() {
+                        // Every eligible framework filters this whole pool:
+                        // so it stays until the pool changes, a filter
+                        // expires or some framework becomes eligible.
+                        let epoch = self.epoch;
+                        if let Some(ag) = self.agents[a].as_mut() {
+                            ag.dormant = Some(epoch);
+                        }
+                    }
                     break;
                 };
                 let taken = match part {
@@ -1025,7 +1171,7 @@ impl DrfAllocator {
                         self.spend_slack(&taken, slack);
                     }
                 }
-                self.requeue(queues, order, f, fkey, r);
+                self.requeue(queues, order, f, r);
                 local.push(f);
                 out.push(self.allocation(f, a, r, taken));
             }
@@ -1039,8 +1185,10 @@ impl DrfAllocator {
             return Resources::new();
         };
         let taken = std::mem::take(&mut ag.available);
-        ag.refresh();
-        self.book(f, a, role, &taken);
+        let bag = std::mem::take(&mut ag.free);
+        let by_name = ag.free_by_name;
+        Self::refresh(&self.slots, ag);
+        self.book(f, a, role, bag, by_name);
         taken
     }
 
@@ -1073,17 +1221,28 @@ impl DrfAllocator {
         let Some(ag) = self.agents.get_mut(a).and_then(Option::as_mut) else {
             return;
         };
-        if ag.filters.is_empty() {
-            return;
+        match ag.next_expiry {
+            Some(t) if t <= now => {}
+            _ => return,
         }
         let mut expired = Vec::new();
+        let mut next: Option<Instant> = None;
+        let mut bits = 0;
         ag.filters.retain(|&f, filter| {
             let live = filter.until > now;
-            if !live {
+            if live {
+                next = Some(next.map_or(filter.until, |t| t.min(filter.until)));
+                bits |= filter_bit(f);
+            } else {
                 expired.push(f);
             }
             live
         });
+        ag.next_expiry = next;
+        ag.filter_bits = bits;
+        if !expired.is_empty() {
+            ag.dormant = None;
+        }
         for f in expired {
             if let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) {
                 fw.filtered_agents.remove(&a);
@@ -1092,6 +1251,7 @@ impl DrfAllocator {
     }
 
     fn clear_filters(&mut self, f: usize) {
+        self.epoch += 1;
         let Some(fw) = self.frameworks.get_mut(f).and_then(Option::as_mut) else {
             return;
         };
@@ -1120,7 +1280,6 @@ impl Allocator for DrfAllocator {
                     id: framework_id.clone(),
                     active,
                     roles: Vec::new(),
-                    per_agent: IdxMap::default(),
                     filtered_agents: IdxSet::default(),
                     requests: Vec::new(),
                 };
@@ -1155,10 +1314,14 @@ impl Allocator for DrfAllocator {
             return;
         };
         self.clear_filters(f);
-        let agents: Vec<usize> = self
-            .fw(f)
-            .map(|fw| fw.per_agent.keys().copied().collect())
-            .unwrap_or_default();
+        // Allocations are booked on the agents, so this walks the cluster
+        // once; frameworks leave rarely, offers happen all the time.
+        let agents: Vec<usize> = (0..self.agents.len())
+            .filter(|&a| {
+                self.ag(a)
+                    .is_some_and(|ag| ag.held.iter().any(|h| h.framework == f))
+            })
+            .collect();
         for a in agents {
             let held = self.allocated_on(f, a);
             let freed = self.release(f, a, &held);
@@ -1191,15 +1354,20 @@ impl Allocator for DrfAllocator {
             id: agent_id.clone(),
             total: total.clone(),
             available: total.clone(),
+            free: self.slots.bag(&mut self.names, total),
             free_cpus: 0.0,
             free_mem: 0.0,
             free_sig: 0,
             free_reserved: false,
+            free_by_name: None,
             active,
             filters: IdxMap::default(),
-            holders: BTreeSet::new(),
+            filter_bits: 0,
+            next_expiry: None,
+            dormant: None,
+            held: Vec::new(),
         };
-        ag.refresh();
+        Self::refresh(&self.slots, &mut ag);
         let a = match self.free_agents.pop() {
             Some(a) => {
                 self.agents[a] = Some(ag);
@@ -1229,7 +1397,12 @@ impl Allocator for DrfAllocator {
         };
         let (holders, filters): (Vec<usize>, Vec<usize>) = match self.ag(a) {
             Some(ag) => (
-                ag.holders.iter().copied().collect(),
+                {
+                    let mut holders: Vec<usize> = ag.held.iter().map(|h| h.framework).collect();
+                    holders.sort_unstable();
+                    holders.dedup();
+                    holders
+                },
                 ag.filters.keys().copied().collect(),
             ),
             None => return,
@@ -1305,24 +1478,27 @@ impl Allocator for DrfAllocator {
         match ag.filters.get_mut(&f) {
             Some(filter) if filter.until > now => {
                 filter.until = filter.until.max(until);
-                filter.refused += &freed;
-                filter.cpus = filter.refused.cpus();
-                filter.mem = filter.refused.mem();
-                filter.sig = fingerprint(&filter.refused);
+                filter.refused.add_owned(freed);
+                (filter.cpus, filter.mem) = Self::cpus_mem(&self.slots, &filter.refused);
+                filter.sig = filter.refused.fingerprint();
             }
             _ => {
+                let (cpus, mem) = Self::cpus_mem(&self.slots, &freed);
                 ag.filters.insert(
                     f,
                     Filter {
                         until,
-                        cpus: freed.cpus(),
-                        mem: freed.mem(),
-                        sig: fingerprint(&freed),
+                        cpus,
+                        mem,
+                        sig: freed.fingerprint(),
                         refused: freed,
                     },
                 );
             }
         }
+        // A lower bound: an extended filter only makes it looser.
+        ag.next_expiry = Some(ag.next_expiry.map_or(until, |t| t.min(until)));
+        ag.filter_bits |= filter_bit(f);
         if let Some(fw) = self.frameworks[f].as_mut() {
             fw.filtered_agents.insert(a);
         }
@@ -1388,18 +1564,27 @@ impl Allocator for DrfAllocator {
             return out;
         }
         let mut given = GivenSet::default();
-        self.serve_requests(&mut queues, &mut order, &mut given, &mut out);
+        if self.serve_requests(&mut given, &mut out) {
+            (queues, order) = self.queues();
+        }
 
         let n = self.agents.len();
         let start = self.cursor % n;
         self.cursor = self.cursor.wrapping_add(1);
-        let agent_order: Vec<usize> = (start..n)
-            .chain(0..start)
-            .filter(|&a| {
-                self.ag(a)
-                    .is_some_and(|ag| ag.active && self.worth_offering_free(ag))
-            })
-            .collect();
+        // The agents' order is a buffer kept between cycles.
+        let mut agent_order = std::mem::take(&mut self.agent_order);
+        agent_order.clear();
+        let mut awake = 0;
+        for a in (start..n).chain(0..start) {
+            if let Some(ag) = self.ag(a) {
+                if ag.active && self.worth_offering_free(ag) {
+                    agent_order.push(a);
+                    awake += usize::from(ag.dormant != Some(self.epoch));
+                }
+            }
+        }
+        // Usually one offer per agent that is not known to be filtered.
+        out.reserve(awake);
         self.serve_quotas(
             now,
             &agent_order,
@@ -1416,19 +1601,55 @@ impl Allocator for DrfAllocator {
             &mut given,
             &mut out,
         );
+        self.agent_order = agent_order;
         out
     }
 }
 
 impl DrfAllocator {
     fn allocated_on(&self, f: usize, a: usize) -> Resources {
-        let mut out = Resources::new();
-        if let Some(buckets) = self.fw(f).and_then(|fw| fw.per_agent.get(&a)) {
-            for (_, r) in buckets {
-                out += r;
+        let mut held = Bag::default();
+        if let Some(ag) = self.ag(a) {
+            for h in ag.held.iter().filter(|h| h.framework == f) {
+                held.add(&h.bag);
             }
         }
-        out
+        self.slots.resources(&held)
+    }
+}
+
+#[cfg(test)]
+impl DrfAllocator {
+    /// Checks every cached view against what it caches: the agents' free
+    /// bags, cpus, mem and fingerprints, and the filter expiry bounds.
+    fn check_books(&self) -> Result<(), String> {
+        for ag in self.agents.iter().flatten() {
+            if self.slots.known_bag(&ag.available) != ag.free
+                || self.slots.resources(&ag.free) != ag.available
+            {
+                return Err(format!("agent {}: free bag and available differ", ag.id));
+            }
+            let (cpus, mem) = Self::cpus_mem(&self.slots, &ag.free);
+            if (cpus, mem) != (ag.free_cpus, ag.free_mem) || ag.free.fingerprint() != ag.free_sig {
+                return Err(format!("agent {}: stale cpus, mem or fingerprint", ag.id));
+            }
+            match ag.next_expiry {
+                Some(t) if ag.filters.values().all(|fl| fl.until >= t) => {}
+                None if ag.filters.is_empty() => {}
+                _ => return Err(format!("agent {}: filter expiry bound too late", ag.id)),
+            }
+            if ag
+                .filters
+                .keys()
+                .any(|&f| ag.filter_bits & filter_bit(f) == 0)
+            {
+                return Err(format!("agent {}: a filter without its bit", ag.id));
+            }
+            if ag.free_by_name != Self::by_name(&self.slots, &ag.free) {
+                return Err(format!("agent {}: stale free scalars by name", ag.id));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1873,6 +2094,122 @@ mod tests {
         );
     }
 
+    /// Declines every allocation with `refuse`.
+    fn decline_all(alloc: &mut DrfAllocator, out: &[Allocation], refuse: Duration, now: Instant) {
+        for a in out {
+            alloc.recover(
+                &a.framework_id,
+                &a.agent_id,
+                &a.resources,
+                Some(refuse),
+                now,
+            );
+        }
+    }
+
+    #[test]
+    fn a_fully_filtered_agent_comes_back_when_its_filter_expires_exactly() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:2;mem:1024;ports:[1-10]"), &[], true);
+        let out = alloc.allocate(t0);
+        assert_eq!(out.len(), 1);
+        decline_all(&mut alloc, &out, Duration::from_secs(5), t0);
+        // Several cycles while the filter holds (the agent goes dormant).
+        for s in [0, 1, 2, 4] {
+            assert!(alloc.allocate(t0 + Duration::from_secs(s)).is_empty());
+        }
+        let just_before = t0 + Duration::from_secs(5) - Duration::from_nanos(1);
+        assert!(alloc.allocate(just_before).is_empty());
+        // A filter holds while `until > now`: at `until` it is gone.
+        let out = alloc.allocate(t0 + Duration::from_secs(5));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].resources, r("cpus:2;mem:1024;ports:[1-10]"));
+    }
+
+    #[test]
+    fn the_earliest_of_several_filters_ends_the_wait() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_framework(&fid("b"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:2;mem:1024"), &[], true);
+        let first = alloc.allocate(t0);
+        let long = if first[0].framework_id == fid("a") {
+            10
+        } else {
+            3
+        };
+        decline_all(&mut alloc, &first, Duration::from_secs(long), t0);
+        let second = alloc.allocate(t0);
+        assert_ne!(second[0].framework_id, first[0].framework_id);
+        decline_all(&mut alloc, &second, Duration::from_secs(13 - long), t0);
+        assert!(alloc.allocate(t0 + Duration::from_secs(1)).is_empty());
+        assert!(alloc.allocate(t0 + Duration::from_secs(2)).is_empty());
+        // The 3 s filter ends first, whichever framework holds it.
+        let out = alloc.allocate(t0 + Duration::from_secs(3));
+        assert_eq!(out.len(), 1);
+        let short_one = if long == 3 { &first } else { &second };
+        assert_eq!(out[0].framework_id, short_one[0].framework_id);
+    }
+
+    #[test]
+    fn revive_wakes_a_fully_filtered_agent() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:2;mem:1024"), &[], true);
+        let out = alloc.allocate(t0);
+        decline_all(&mut alloc, &out, Duration::from_secs(3600), t0);
+        assert!(alloc.allocate(t0).is_empty());
+        assert!(alloc.allocate(t0).is_empty());
+        alloc.revive(&fid("a"), &[]);
+        assert_eq!(alloc.allocate(t0).len(), 1);
+    }
+
+    #[test]
+    fn new_resources_and_new_frameworks_wake_a_fully_filtered_agent() {
+        let mut alloc = DrfAllocator::new(opts());
+        let t0 = Instant::now();
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:4;mem:1024"), &[], true);
+        let out = alloc.allocate(t0);
+        // `a` keeps one cpu (a task) and declines the rest for an hour.
+        let task = r("cpus:1");
+        let rest = out[0].resources.checked_sub(&task).unwrap();
+        alloc.recover(
+            &fid("a"),
+            &aid("s1"),
+            &rest,
+            Some(Duration::from_secs(3600)),
+            t0,
+        );
+        assert!(alloc.allocate(t0).is_empty());
+        assert!(alloc.allocate(t0).is_empty());
+        // The task ends: more is free than was refused, so it is offered.
+        alloc.recover(&fid("a"), &aid("s1"), &task, None, t0);
+        let out = alloc.allocate(t0);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].resources, r("cpus:4;mem:1024"));
+        decline_all(&mut alloc, &out, Duration::from_secs(3600), t0);
+        assert!(alloc.allocate(t0).is_empty());
+        assert!(alloc.allocate(t0).is_empty());
+        // A framework that arrives later is offered the agent at once.
+        alloc.add_framework(&fid("b"), &[], true);
+        let out = alloc.allocate(t0);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].framework_id, fid("b"));
+        decline_all(&mut alloc, &out, Duration::from_secs(3600), t0);
+        assert!(alloc.allocate(t0).is_empty());
+        // So is one that reconnects after being away, or changes roles.
+        alloc.deactivate_framework(&fid("b"));
+        alloc.revive(&fid("b"), &[]);
+        assert!(alloc.allocate(t0).is_empty(), "inactive");
+        alloc.activate_framework(&fid("b"));
+        assert_eq!(alloc.allocate(t0)[0].framework_id, fid("b"));
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Allocate,
@@ -1906,6 +2243,114 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Skipping dormant agents changes no allocation: an allocator that
+        /// skips them and one that never does hand out exactly the same
+        /// offers, whatever happens (filters expire, revive, suppress,
+        /// agents and frameworks come and go).
+        #[test]
+        fn skipping_dormant_agents_changes_nothing(
+            ops in proptest::collection::vec(op(), 1..120),
+            quota in any::<bool>(),
+        ) {
+            // Without a quota, headroom never blocks skipping.
+            let quotas: &[(&str, &str)] = if quota { &[("web", "cpus:3;mem:512")] } else { &[] };
+            let options = role_opts(&[("batch", 0.5)], quotas);
+            let mut fast = DrfAllocator::new(options.clone());
+            let mut slow = DrfAllocator::new(options);
+            slow.never_sleep = true;
+            let mut now = Instant::now();
+            let mut agents: Vec<AgentId> = Vec::new();
+            let mut frameworks: Vec<FrameworkId> = Vec::new();
+            let mut held: Vec<Allocation> = Vec::new();
+            let mut next = 0;
+            let roles = [vec![], vec!["web".to_string()], vec!["web".to_string(), "batch".to_string()]];
+            for _ in 0..3 {
+                let id = aid(&format!("s{next}"));
+                let total = r("cpus:4;mem:4096;cpus(web):2;mem(batch):256;ports:[1-100]");
+                let f = fid(&format!("f{next}"));
+                for alloc in [&mut fast, &mut slow] {
+                    alloc.add_agent(&id, &total, &[], true);
+                    alloc.add_framework(&f, &roles[next % 3], true);
+                }
+                agents.push(id);
+                frameworks.push(f);
+                next += 1;
+            }
+            for op in ops {
+                match op {
+                    Op::Allocate => {
+                        let a = fast.allocate(now);
+                        let b = slow.allocate(now);
+                        prop_assert_eq!(&a, &b);
+                        held.extend(a);
+                    }
+                    Op::Recover { pick, part, refuse } => if !held.is_empty() {
+                        let a = held.remove(pick % held.len());
+                        let back = if part {
+                            let some = r("cpus:1;mem:100");
+                            match a.resources.checked_sub(&some) {
+                                Ok(rest) => { held.push(Allocation { resources: some, ..a.clone() }); rest }
+                                Err(_) => a.resources.clone(),
+                            }
+                        } else { a.resources.clone() };
+                        // Long filters too, so that agents stay dormant.
+                        let refuse = (refuse > 0).then(|| Duration::from_secs(u64::from(refuse) * 7));
+                        for alloc in [&mut fast, &mut slow] {
+                            alloc.recover(&a.framework_id, &a.agent_id, &back, refuse, now);
+                        }
+                    }
+                    Op::Suppress(i) => if !frameworks.is_empty() {
+                        let f = &frameworks[i % frameworks.len()];
+                        fast.suppress(f, &[]);
+                        slow.suppress(f, &[]);
+                    },
+                    Op::Revive(i) => if !frameworks.is_empty() {
+                        let f = &frameworks[i % frameworks.len()];
+                        fast.revive(f, &[]);
+                        slow.revive(f, &[]);
+                    },
+                    Op::Deactivate(i) => if !frameworks.is_empty() {
+                        let f = &frameworks[i % frameworks.len()];
+                        fast.deactivate_framework(f);
+                        slow.deactivate_framework(f);
+                    },
+                    Op::Activate(i) => if !frameworks.is_empty() {
+                        let f = &frameworks[i % frameworks.len()];
+                        fast.activate_framework(f);
+                        slow.activate_framework(f);
+                    },
+                    Op::AddAgent => {
+                        let id = aid(&format!("s{next}"));
+                        next += 1;
+                        let total = r("cpus:2;mem:2048;cpus(batch):1");
+                        fast.add_agent(&id, &total, &[], true);
+                        slow.add_agent(&id, &total, &[], true);
+                        agents.push(id);
+                    }
+                    Op::RemoveAgent(i) => if !agents.is_empty() {
+                        let id = agents.remove(i % agents.len());
+                        fast.remove_agent(&id);
+                        slow.remove_agent(&id);
+                        held.retain(|a| a.agent_id != id);
+                    },
+                    Op::RemoveFramework(i) => if !frameworks.is_empty() {
+                        let f = frameworks.remove(i % frameworks.len());
+                        fast.remove_framework(&f);
+                        slow.remove_framework(&f);
+                        held.retain(|a| a.framework_id != f);
+                    },
+                    Op::AddFramework => {
+                        let f = fid(&format!("f{next}"));
+                        fast.add_framework(&f, &roles[next % 3], true);
+                        slow.add_framework(&f, &roles[next % 3], true);
+                        next += 1;
+                        frameworks.push(f);
+                    }
+                    Op::Advance(s) => now += Duration::from_secs(u64::from(s)),
+                }
+            }
+        }
+
         /// Whatever happens, an agent's resources are never handed out
         /// twice, never beyond its total, and never to a suppressed or
         /// inactive framework.
@@ -2025,6 +2470,10 @@ mod tests {
                         sum += &a.resources;
                     }
                     prop_assert_eq!(&sum, total, "agent {} accounting broke", id);
+                }
+                // Invariant: the allocator's cached views match their sources.
+                if let Err(e) = alloc.check_books() {
+                    prop_assert!(false, "{}", e);
                 }
                 // Invariant: the roles' books add up to what is held.
                 let booked: f64 = ["*", "web", "batch"].iter().map(|role| alloc.role_allocated(role, "cpus")).sum();

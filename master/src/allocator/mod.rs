@@ -9,6 +9,7 @@
 //! of a role, by their share in that role), with quota guarantees served
 //! before fair sharing and quota headroom held back from other roles.
 
+mod bag;
 mod drf;
 
 use std::collections::BTreeMap;

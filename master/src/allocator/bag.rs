@@ -1,0 +1,533 @@
+//! Compact resource bags: the allocator's own books.
+//!
+//! A [`Resources`] carries a `String` name and role per entry, so copying
+//! one costs a heap allocation per string. The allocator copies resources
+//! on every offer (into the framework's books) and back on every decline,
+//! which made malloc and cache misses the bulk of an allocation cycle.
+//! Inside the allocator, every (name, role, kind) triple is therefore
+//! interned once as a *slot* ([`Slots`]) and books are kept as a [`Bag`]:
+//! a short vector of (slot, value) sorted by slot. Scalars need no heap at
+//! all; ranges and sets keep their one vector or set.
+//!
+//! Bag arithmetic is exactly [`Resources`] arithmetic (same rounding, same
+//! normal form), so converting between the two never changes a quantity;
+//! the tests below check that against `Resources` itself.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+
+use agora_proto::{Range, Resource, Resources, Value, MAX_SCALAR};
+
+/// Interned (name, role, kind) triples, and the scalar names of shares.
+#[derive(Debug, Default)]
+pub(super) struct Slots {
+    slots: Vec<Slot>,
+    /// Slots by resource name (few per name: one per role and kind).
+    by_name: HashMap<String, Vec<u32>>,
+}
+
+/// One interned (name, role, kind) triple.
+#[derive(Debug)]
+pub(super) struct Slot {
+    pub(super) name: String,
+    pub(super) role: String,
+    kind: u8,
+    /// Whether `role` is not the default role.
+    pub(super) reserved: bool,
+    /// Index of `name` in the allocator's scalar names (shares), for
+    /// scalar slots; `usize::MAX` otherwise.
+    pub(super) scalar: usize,
+}
+
+/// Resources as (slot, value) pairs, sorted by slot, without empty values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Bag {
+    items: Vec<(u32, Value)>,
+}
+
+// === impl Slots ===
+
+impl Slots {
+    /// The slot of a resource entry, interning it (and its scalar name in
+    /// `names`) when new.
+    pub(super) fn intern(&mut self, names: &mut Vec<String>, r: &Resource) -> u32 {
+        if let Some(s) = self.lookup(r) {
+            return s;
+        }
+        let kind = kind(&r.value);
+        let scalar = if kind == 0 {
+            match names.iter().position(|n| *n == r.name) {
+                Some(i) => i,
+                None => {
+                    names.push(r.name.clone());
+                    names.len() - 1
+                }
+            }
+        } else {
+            usize::MAX
+        };
+        let s = u32::try_from(self.slots.len()).expect("fewer than 2^32 resource kinds");
+        self.slots.push(Slot {
+            name: r.name.clone(),
+            role: r.role.clone(),
+            kind,
+            reserved: r.is_reserved(),
+            scalar,
+        });
+        self.by_name.entry(r.name.clone()).or_default().push(s);
+        s
+    }
+
+    /// The slot of a resource entry, when it was ever interned.
+    pub(super) fn lookup(&self, r: &Resource) -> Option<u32> {
+        let kind = kind(&r.value);
+        self.by_name.get(r.name.as_str()).and_then(|ids| {
+            ids.iter().copied().find(|&s| {
+                let slot = &self.slots[s as usize];
+                slot.kind == kind && slot.role == r.role
+            })
+        })
+    }
+
+    pub(super) fn get(&self, s: u32) -> &Slot {
+        &self.slots[s as usize]
+    }
+
+    /// `r` as a bag, interning what is new.
+    pub(super) fn bag(&mut self, names: &mut Vec<String>, r: &Resources) -> Bag {
+        let mut items: Vec<(u32, Value)> = r
+            .iter()
+            .map(|item| (self.intern(names, item), item.value.clone()))
+            .collect();
+        items.sort_by_key(|(s, _)| *s);
+        Bag { items }
+    }
+
+    /// The part of `r` made of known slots, as a bag: what the books can
+    /// possibly hold of it (an unknown slot was never allocated).
+    pub(super) fn known_bag(&self, r: &Resources) -> Bag {
+        let mut items: Vec<(u32, Value)> = r
+            .iter()
+            .filter_map(|item| self.lookup(item).map(|s| (s, item.value.clone())))
+            .collect();
+        items.sort_by_key(|(s, _)| *s);
+        Bag { items }
+    }
+
+    /// The bag as [`Resources`].
+    pub(super) fn resources(&self, bag: &Bag) -> Resources {
+        let mut out = Resources::new();
+        self.add_to(&mut out, bag);
+        out
+    }
+
+    /// `into += bag`.
+    pub(super) fn add_to(&self, into: &mut Resources, bag: &Bag) {
+        for (s, value) in &bag.items {
+            let slot = self.get(*s);
+            into.add_resource(Resource {
+                name: slot.name.clone(),
+                role: slot.role.clone(),
+                value: value.clone(),
+            });
+        }
+    }
+}
+
+// === impl Bag ===
+
+impl Bag {
+    pub(super) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// (slot, value) pairs in slot order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &(u32, Value)> {
+        self.items.iter()
+    }
+
+    /// The scalar entries as (slot, quantity).
+    pub(super) fn scalars(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
+        self.items.iter().filter_map(|(s, v)| match v {
+            Value::Scalar(x) => Some((*s, *x)),
+            _ => None,
+        })
+    }
+
+    fn find(&self, s: u32) -> Option<&Value> {
+        self.items
+            .binary_search_by_key(&s, |(k, _)| *k)
+            .ok()
+            .map(|i| &self.items[i].1)
+    }
+
+    /// `self += other`.
+    pub(super) fn add(&mut self, other: &Bag) {
+        if self.items.is_empty() {
+            self.items.clone_from(&other.items);
+            return;
+        }
+        for (s, v) in &other.items {
+            match self.items.binary_search_by_key(s, |(k, _)| *k) {
+                Ok(i) => add_value(&mut self.items[i].1, v),
+                Err(i) => self.items.insert(i, (*s, v.clone())),
+            }
+        }
+    }
+
+    /// `self += other`, reusing `other`'s storage when `self` is empty.
+    pub(super) fn add_owned(&mut self, other: Bag) {
+        if self.items.is_empty() {
+            *self = other;
+        } else {
+            self.add(&other);
+        }
+    }
+
+    /// Whether every entry of `r` is held here (an entry of an unknown
+    /// slot never is).
+    pub(super) fn contains_resources(&self, slots: &Slots, r: &Resources) -> bool {
+        r.iter().all(|item| {
+            slots
+                .lookup(item)
+                .and_then(|s| self.find(s))
+                .is_some_and(|mine| contains_value(mine, &item.value))
+        })
+    }
+
+    /// Whether every entry of `other` is held here.
+    pub(super) fn contains(&self, other: &Bag) -> bool {
+        other
+            .items
+            .iter()
+            .all(|(s, v)| self.find(*s).is_some_and(|mine| contains_value(mine, v)))
+    }
+
+    /// `self - other`, saturating (what `self` does not hold is ignored).
+    pub(super) fn sub(&mut self, other: &Bag) {
+        if other.items.is_empty() {
+            return;
+        }
+        if other.contains(self) {
+            // All of it (a whole offer declined): no arithmetic.
+            self.items.clear();
+            return;
+        }
+        for (s, mine) in &mut self.items {
+            if let Some(theirs) = other.find(*s) {
+                *mine = sub_value(mine, theirs);
+            }
+        }
+        self.items.retain(|(_, v)| !is_empty_value(v));
+    }
+
+    /// Takes out of `self` the part of `want` that it holds and returns
+    /// it: the `held.saturating_sub(held.saturating_sub(want))` of
+    /// [`Resources`], with the same rounding.
+    pub(super) fn take_part(&mut self, want: &Bag) -> Bag {
+        if want.contains(self) {
+            // All of it (a whole offer declined): move, do not copy.
+            return std::mem::take(self);
+        }
+        let mut part = Vec::new();
+        for (s, mine) in &mut self.items {
+            let Some(theirs) = want.find(*s) else {
+                continue;
+            };
+            let rest = sub_value(mine, theirs);
+            let taken = sub_value(mine, &rest);
+            if !is_empty_value(&taken) {
+                part.push((*s, taken));
+            }
+            *mine = rest;
+        }
+        self.items.retain(|(_, v)| !is_empty_value(v));
+        Bag { items: part }
+    }
+
+    /// A 64-bit hash of the exact content. Equal bags have equal
+    /// fingerprints; a collision between different bags (about 2^-64)
+    /// could only make a filter hold a little longer, never hand out a
+    /// resource twice (callers also compare cpus and mem).
+    pub(super) fn fingerprint(&self) -> u64 {
+        let mut h = FoldHasher(0x243F_6A88_85A3_08D3);
+        for (s, v) in &self.items {
+            h.write_u32(*s);
+            match v {
+                Value::Scalar(x) => h.write_u64(x.to_bits()),
+                Value::Ranges(rs) => {
+                    h.write_usize(rs.len());
+                    for r in rs {
+                        h.write_u64(r.begin);
+                        h.write_u64(r.end);
+                    }
+                }
+                Value::Set(items) => {
+                    h.write_usize(items.len());
+                    for x in items {
+                        x.hash(&mut h);
+                    }
+                }
+            }
+        }
+        h.finish()
+    }
+}
+
+/// A fast, non-cryptographic hasher for fingerprints of our own data.
+struct FoldHasher(u64);
+
+impl Hasher for FoldHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// [`agora_proto::round_scalar`], bit for bit, without a call to the
+/// software `round` of the baseline x86-64 target: the allocator rounds
+/// several times per offer.
+pub(super) fn round3(value: f64) -> f64 {
+    let y = value * 1000.0;
+    // Beyond 2^52 every f64 is an integer already (and NaN, inf stay).
+    if y.is_nan() || y.abs() >= 4_503_599_627_370_496.0 {
+        return y.round() / 1000.0;
+    }
+    // Exact: |y| < 2^52 truncates to an i64 and back without loss.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let t = y as i64 as f64;
+    let d = y - t;
+    let r = if d >= 0.5 {
+        t + 1.0
+    } else if d <= -0.5 {
+        t - 1.0
+    } else {
+        t
+    };
+    // Halfway cases go away from zero, and a zero keeps y's sign, as
+    // `f64::round` does.
+    r.copysign(y) / 1000.0
+}
+
+fn kind(v: &Value) -> u8 {
+    match v {
+        Value::Scalar(_) => 0,
+        Value::Ranges(_) => 1,
+        Value::Set(_) => 2,
+    }
+}
+
+fn is_empty_value(v: &Value) -> bool {
+    match v {
+        Value::Scalar(x) => *x <= 0.0,
+        Value::Ranges(r) => r.is_empty(),
+        Value::Set(s) => s.is_empty(),
+    }
+}
+
+fn add_value(mine: &mut Value, other: &Value) {
+    match (mine, other) {
+        (Value::Scalar(a), Value::Scalar(b)) => *a = round3((*a + b).min(MAX_SCALAR)),
+        (Value::Ranges(a), Value::Ranges(b)) => *a = ranges_union(a, b),
+        (Value::Set(a), Value::Set(b)) => a.extend(b.iter().cloned()),
+        // A slot has one kind; values of different kinds never share one.
+        _ => {}
+    }
+}
+
+fn contains_value(mine: &Value, other: &Value) -> bool {
+    match (mine, other) {
+        (Value::Scalar(a), Value::Scalar(b)) => round3(a - b) >= 0.0,
+        (Value::Ranges(a), Value::Ranges(b)) => ranges_contain(a, b),
+        (Value::Set(a), Value::Set(b)) => b.is_subset(a),
+        _ => false,
+    }
+}
+
+fn sub_value(mine: &Value, other: &Value) -> Value {
+    match (mine, other) {
+        (Value::Scalar(a), Value::Scalar(b)) => Value::Scalar(round3(a - b).max(0.0)),
+        (Value::Ranges(a), Value::Ranges(b)) => Value::Ranges(ranges_sub(a, b)),
+        (Value::Set(a), Value::Set(b)) => {
+            Value::Set(a.difference(b).cloned().collect::<BTreeSet<String>>())
+        }
+        _ => mine.clone(),
+    }
+}
+
+/// Union of two normalized range lists (sorted, disjoint, non-adjacent).
+fn ranges_union(a: &[Range], b: &[Range]) -> Vec<Range> {
+    let mut out: Vec<Range> = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = if j == b.len() || (i < a.len() && a[i].begin <= b[j].begin) {
+            i += 1;
+            a[i - 1]
+        } else {
+            j += 1;
+            b[j - 1]
+        };
+        match out.last_mut() {
+            Some(last) if next.begin <= last.end.saturating_add(1) => {
+                last.end = last.end.max(next.end);
+            }
+            _ => out.push(next),
+        }
+    }
+    out
+}
+
+fn ranges_contain(outer: &[Range], inner: &[Range]) -> bool {
+    let mut i = 0;
+    for r in inner {
+        while i < outer.len() && outer[i].end < r.begin {
+            i += 1;
+        }
+        if i == outer.len() || outer[i].begin > r.begin || outer[i].end < r.end {
+            return false;
+        }
+    }
+    true
+}
+
+fn ranges_sub(outer: &[Range], inner: &[Range]) -> Vec<Range> {
+    let mut out = Vec::with_capacity(outer.len() + 1);
+    let mut j = 0;
+    for o in outer {
+        let mut begin = o.begin;
+        let end = o.end;
+        while j < inner.len() && inner[j].end < begin {
+            j += 1;
+        }
+        let mut k = j;
+        let mut done = false;
+        while k < inner.len() && inner[k].begin <= end {
+            let r = inner[k];
+            if r.begin > begin {
+                out.push(Range {
+                    begin,
+                    end: r.begin - 1,
+                });
+            }
+            if r.end >= end {
+                done = true;
+                break;
+            }
+            begin = r.end + 1;
+            k += 1;
+        }
+        if !done {
+            out.push(Range { begin, end });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_resources() -> impl Strategy<Value = Resources> {
+        let scalar = (
+            prop_oneof![Just("cpus"), Just("mem"), Just("disk")],
+            prop_oneof![Just("*"), Just("web")],
+            0u32..5000,
+        )
+            .prop_map(|(n, role, v)| {
+                Resource::scalar(n, f64::from(v) / 1000.0)
+                    .unwrap()
+                    .with_role(role)
+                    .unwrap()
+            });
+        let ranges = (
+            prop_oneof![Just("*"), Just("web")],
+            proptest::collection::vec((0u64..60, 0u64..6), 0..5),
+        )
+            .prop_map(|(role, rs)| {
+                let rs: Vec<(u64, u64)> = rs.into_iter().map(|(b, l)| (b, b + l)).collect();
+                Resource::ranges("ports", &rs)
+                    .map(|r| r.with_role(role).unwrap())
+                    .unwrap_or_else(|_| Resource::scalar("cpus", 0.0).unwrap())
+            });
+        let set = proptest::collection::btree_set("[a-c]", 0..3).prop_map(|s| Resource {
+            name: "gpus".into(),
+            role: "*".into(),
+            value: Value::Set(s),
+        });
+        proptest::collection::vec(prop_oneof![scalar, ranges, set], 0..6).prop_map(|items| {
+            let mut out = Resources::new();
+            for r in items {
+                out.add_resource(r);
+            }
+            out
+        })
+    }
+
+    proptest! {
+        /// `round3` is `round_scalar`, bit for bit.
+        #[test]
+        fn round3_is_round_scalar(
+            x in prop_oneof![
+                any::<f64>(),
+                -1e13f64..1e13,
+                (-1_000_000i64..1_000_000).prop_map(|n| n as f64 / 1000.0),
+                (-1_000_000i64..1_000_000).prop_map(|n| (n as f64 + 0.5) / 1000.0),
+                (-100i64..100).prop_map(|n| n as f64 * 1e-4),
+            ]
+        ) {
+            let want = agora_proto::round_scalar(x);
+            let got = round3(x);
+            prop_assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{x}: {got} != {want}");
+        }
+
+        /// Bag arithmetic agrees with `Resources` arithmetic exactly.
+        #[test]
+        fn bags_do_what_resources_do(a in arb_resources(), b in arb_resources()) {
+            let mut slots = Slots::default();
+            let mut names = Vec::new();
+            let (ba, bb) = (slots.bag(&mut names, &a), slots.bag(&mut names, &b));
+            prop_assert_eq!(slots.resources(&ba), a.clone());
+
+            let mut sum = ba.clone();
+            sum.add(&bb);
+            prop_assert_eq!(slots.resources(&sum), &a + &b);
+
+            let mut diff = ba.clone();
+            diff.sub(&bb);
+            prop_assert_eq!(slots.resources(&diff), a.saturating_sub(&b));
+
+            prop_assert_eq!(ba.contains(&bb), a.contains(&b));
+
+            let mut held = ba.clone();
+            let part = held.take_part(&bb);
+            prop_assert_eq!(slots.resources(&part), a.saturating_sub(&a.saturating_sub(&b)));
+            prop_assert_eq!(slots.resources(&held), a.saturating_sub(&b));
+
+            // Equal content, equal fingerprint, whatever the history.
+            let again = slots.bag(&mut names, &slots.resources(&sum));
+            prop_assert_eq!(again.fingerprint(), sum.fingerprint());
+        }
+    }
+
+    #[test]
+    fn unknown_slots_are_left_out_of_known_bags() {
+        let mut slots = Slots::default();
+        let mut names = Vec::new();
+        let known = Resources::parse("cpus:2;ports:[1-5]").unwrap();
+        slots.bag(&mut names, &known);
+        let asked = Resources::parse("cpus:1;gpus:3;cpus(web):1").unwrap();
+        let bag = slots.known_bag(&asked);
+        assert_eq!(slots.resources(&bag), Resources::parse("cpus:1").unwrap());
+        assert_eq!(names, vec!["cpus".to_string()]);
+    }
+}
