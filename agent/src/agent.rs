@@ -616,20 +616,7 @@ impl Core {
         self.adopt_framework(framework);
         let checkpointed = self.checkpointing(&fid);
         if checkpointed {
-            if let Ok(dir) = paths::meta_task_dir(
-                &self.shared.config.work_dir,
-                fid.as_str(),
-                ekey.1.as_str(),
-                task.task_id.as_str(),
-            ) {
-                self.writer.submit(
-                    vec![Op::Replace {
-                        path: dir.join("task.json"),
-                        bytes: checkpoint::json_bytes(&task),
-                    }],
-                    None,
-                );
-            }
+            self.checkpoint_task(&fid, &ekey.1, &task);
         }
         tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
         let task_id = task.task_id.clone();
@@ -853,6 +840,22 @@ impl Core {
         self.gc_executor(&ekey);
     }
 
+    /// Records a checkpointed task in the status update log, which starts
+    /// its stream: one more record in the next group commit, where a file
+    /// of its own would cost a directory, a file and their syncs.
+    fn checkpoint_task(&self, fid: &FrameworkId, executor_id: &ExecutorId, task: &TaskInfo) {
+        self.writer.submit(
+            vec![Op::Wal(WalRecord::Task {
+                framework_id: fid.clone(),
+                executor_id: executor_id.clone(),
+                task: Box::new(task.clone()),
+            })],
+            None,
+        );
+    }
+
+    /// The directory of a task checkpointed as a `task.json` (by an older
+    /// agent): removed when the task is forgotten.
     fn task_meta_dir(&self, key: &StreamKey) -> Option<PathBuf> {
         let task = self.tasks.get(key).filter(|t| t.checkpointed)?;
         paths::meta_task_dir(
@@ -1292,20 +1295,7 @@ impl Core {
                 continue;
             }
             if checkpointed {
-                if let Ok(dir) = paths::meta_task_dir(
-                    &self.shared.config.work_dir,
-                    fid.as_str(),
-                    eid.as_str(),
-                    task.task_id.as_str(),
-                ) {
-                    self.writer.submit(
-                        vec![Op::Replace {
-                            path: dir.join("task.json"),
-                            bytes: checkpoint::json_bytes(&task),
-                        }],
-                        None,
-                    );
-                }
+                self.checkpoint_task(&fid, &eid, &task);
             }
             self.tasks.insert(
                 tkey,

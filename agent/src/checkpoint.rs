@@ -14,6 +14,7 @@
 //! each request done. Many concurrent updates (of any number of tasks)
 //! thus share one fsync, and none is reported durable before it is.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -396,19 +397,30 @@ pub(crate) fn read_agent_id(work_dir: &Path) -> Option<String> {
 }
 
 /// Reads every checkpointed framework, attaching to each task its stream
-/// from `streams` (what [`Writer::start`] read from the log). Unreadable
-/// pieces are logged and skipped. Streams with no checkpointed task are
-/// returned in the second list (their task was forgotten while the end of
-/// the stream was not yet durable).
+/// from `streams` (what [`Writer::start`] read from the log). A task is
+/// checkpointed in the log (a stream that carries its `TaskInfo`) or, as
+/// older agents wrote it, in a `task.json`. Unreadable pieces are logged
+/// and skipped. Streams with no checkpointed task are returned in the
+/// second list (their task was forgotten while the end of the stream was
+/// not yet durable, or their framework's checkpoint is gone).
 pub(crate) fn load(
     work_dir: &Path,
     streams: Vec<StreamState>,
 ) -> (Vec<RecoveredFramework>, Vec<StreamState>) {
-    let mut by_task: std::collections::HashMap<(FrameworkId, agora_proto::TaskId), StreamState> =
-        streams
-            .into_iter()
-            .map(|s| ((s.framework_id.clone(), s.task_id.clone()), s))
-            .collect();
+    type Key = (FrameworkId, agora_proto::TaskId);
+    let mut by_task: HashMap<Key, StreamState> = HashMap::new();
+    // Tasks the log holds, by framework and executor.
+    let mut logged: HashMap<(FrameworkId, String), Vec<Key>> = HashMap::new();
+    for s in streams {
+        let key = (s.framework_id.clone(), s.task_id.clone());
+        if s.task.is_some() {
+            logged
+                .entry((s.framework_id.clone(), s.executor_id.as_str().to_string()))
+                .or_default()
+                .push(key.clone());
+        }
+        by_task.insert(key, s);
+    }
     let root = crate::paths::meta_root(work_dir).join("frameworks");
     let mut out = Vec::new();
     for fdir in subdirs(&root) {
@@ -420,17 +432,47 @@ pub(crate) fn load(
             .id
             .clone()
             .unwrap_or_else(|| FrameworkId::new(file_name(&fdir)));
+        let mut executor_ids: Vec<String> = subdirs(&fdir.join("executors"))
+            .iter()
+            .map(|d| file_name(d))
+            .collect();
+        for (f, e) in logged.keys() {
+            if *f == fid && !executor_ids.contains(e) {
+                executor_ids.push(e.clone());
+            }
+        }
         let mut executors = Vec::new();
-        for edir in subdirs(&fdir.join("executors")) {
-            let executor_id = file_name(&edir);
+        for executor_id in executor_ids {
+            let edir = fdir.join("executors").join(&executor_id);
             let record = read_json::<ExecutorRecord>(&edir.join("executor.json"));
             let mut tasks = Vec::new();
             for tdir in subdirs(&edir.join("tasks")) {
                 let Some(info) = read_json::<TaskInfo>(&tdir.join("task.json")) else {
                     continue;
                 };
-                let stream = by_task.remove(&(fid.clone(), info.task_id.clone()));
+                let stream = by_task
+                    .remove(&(fid.clone(), info.task_id.clone()))
+                    .map(|mut s| {
+                        s.task = None;
+                        s
+                    });
                 tasks.push(RecoveredTask { info, stream });
+            }
+            let keys = logged
+                .remove(&(fid.clone(), executor_id.clone()))
+                .unwrap_or_default();
+            for key in keys {
+                let Some(mut stream) = by_task.remove(&key) else {
+                    continue;
+                };
+                let Some(info) = stream.task.take() else {
+                    continue;
+                };
+                let stream = (!stream.has_no_updates()).then_some(stream);
+                tasks.push(RecoveredTask {
+                    info: *info,
+                    stream,
+                });
             }
             executors.push(RecoveredExecutor {
                 executor_id,
@@ -640,6 +682,82 @@ mod tests {
         assert_eq!(stream.pending[0].uuid.as_deref(), Some("u1"));
         assert_eq!(orphans.len(), 1);
         assert_eq!(orphans[0].task_id.as_str(), "orphan");
+    }
+
+    #[test]
+    fn tasks_checkpointed_in_the_log_are_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let fw = FrameworkInfo::new("fw");
+        let task = |id: &str| TaskInfo {
+            name: id.into(),
+            task_id: TaskId::new(id),
+            agent_id: agora_proto::AgentId::new("a"),
+            resources: agora_proto::Resources::default(),
+            executor: None,
+            command: None,
+            data: None,
+            kill_grace_period: None,
+            labels: Default::default(),
+        };
+        let launch = |fid: &str, eid: &str, id: &str| {
+            Op::Wal(WalRecord::Task {
+                framework_id: FrameworkId::new(fid),
+                executor_id: ExecutorId::new(eid),
+                task: Box::new(task(id)),
+            })
+        };
+        {
+            let (writer, _) = Writer::start(dir.path()).unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let meta_fw = crate::paths::meta_framework_dir(dir.path(), "f").unwrap();
+            writer.submit(
+                vec![
+                    Op::Replace {
+                        path: meta_fw.join("framework.json"),
+                        bytes: json_bytes(&fw),
+                    },
+                    // "t" took an update; "quiet" none; "gone" belongs to a
+                    // framework whose checkpoint is missing.
+                    launch("f", "e", "t"),
+                    update("t", TaskState::Running, "u1"),
+                    launch("f", "e2", "quiet"),
+                    launch("nofw", "e", "gone"),
+                ],
+                Some(Box::new(move |r| tx.send(r.is_ok()).unwrap())),
+            );
+            assert!(rx.recv().unwrap());
+        }
+        // Read back twice: straight from the appended records, and after a
+        // restart compacted them into stream snapshots.
+        for _ in 0..2 {
+            let (_writer, streams) = Writer::start(dir.path()).unwrap();
+            let (frameworks, orphans) = load(dir.path(), streams);
+            assert_eq!(frameworks.len(), 1);
+            let mut tasks: Vec<(String, String, Option<usize>)> = frameworks[0]
+                .executors
+                .iter()
+                .flat_map(|e| {
+                    e.tasks.iter().map(|t| {
+                        (
+                            e.executor_id.clone(),
+                            t.info.task_id.as_str().to_string(),
+                            t.stream.as_ref().map(|s| s.pending.len()),
+                        )
+                    })
+                })
+                .collect();
+            tasks.sort();
+            assert_eq!(
+                tasks,
+                vec![
+                    ("e".into(), "t".into(), Some(1)),
+                    ("e2".into(), "quiet".into(), None)
+                ]
+            );
+            assert_eq!(orphans.len(), 1);
+            assert_eq!(orphans[0].task_id.as_str(), "gone");
+            assert!(frameworks[0].executors.iter().all(|e| e.record.is_none()));
+        }
     }
 
     #[test]

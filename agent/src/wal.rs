@@ -31,7 +31,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use agora_proto::{ExecutorId, FrameworkId, TaskId, TaskStatus};
+use agora_proto::{ExecutorId, FrameworkId, TaskId, TaskInfo, TaskStatus};
 use serde::{Deserialize, Serialize};
 
 /// File name of the log inside `WORK_DIR/meta`.
@@ -70,6 +70,13 @@ pub(crate) enum WalRecord {
         framework_id: FrameworkId,
         task_id: TaskId,
     },
+    /// A checkpointed task was launched (or re-checkpointed): what a
+    /// restarted agent needs to recover it. It starts the task's stream.
+    Task {
+        framework_id: FrameworkId,
+        executor_id: ExecutorId,
+        task: Box<TaskInfo>,
+    },
     /// The whole of one live stream, as written by compaction.
     Stream(StreamState),
 }
@@ -87,6 +94,10 @@ pub(crate) struct StreamState {
     pub last_acked: Option<TaskStatus>,
     /// Updates not acknowledged yet, oldest first.
     pub pending: Vec<TaskStatus>,
+    /// The task, when it was checkpointed in the log (tasks checkpointed
+    /// by older agents have a `task.json` instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Box<TaskInfo>>,
 }
 
 /// Size thresholds of compaction.
@@ -155,18 +166,7 @@ impl Streams {
                 let Some(uuid) = status.uuid.clone() else {
                     return false;
                 };
-                let key = (framework_id.clone(), status.task_id.clone());
-                let live = self.map.entry(key).or_insert_with(|| Live {
-                    state: StreamState {
-                        framework_id,
-                        executor_id,
-                        task_id: status.task_id.clone(),
-                        acked: Vec::new(),
-                        last_acked: None,
-                        pending: Vec::new(),
-                    },
-                    seen: HashSet::new(),
-                });
+                let live = self.live(framework_id, executor_id, &status.task_id);
                 if live.state.is_terminal() || !live.seen.insert(uuid) {
                     return false;
                 }
@@ -199,6 +199,16 @@ impl Streams {
                 framework_id,
                 task_id,
             } => self.map.remove(&(framework_id, task_id)).is_some(),
+            WalRecord::Task {
+                framework_id,
+                executor_id,
+                task,
+            } => {
+                let live = self.live(framework_id, executor_id.clone(), &task.task_id);
+                live.state.executor_id = executor_id;
+                live.state.task = Some(task);
+                true
+            }
             WalRecord::Stream(state) => {
                 let seen = state
                     .acked
@@ -221,6 +231,28 @@ impl Streams {
         }
     }
 
+    /// The stream of a task, started empty if it has none.
+    fn live(
+        &mut self,
+        framework_id: FrameworkId,
+        executor_id: ExecutorId,
+        task_id: &TaskId,
+    ) -> &mut Live {
+        let key = (framework_id.clone(), task_id.clone());
+        self.map.entry(key).or_insert_with(|| Live {
+            state: StreamState {
+                framework_id,
+                executor_id,
+                task_id: task_id.clone(),
+                acked: Vec::new(),
+                last_acked: None,
+                pending: Vec::new(),
+                task: None,
+            },
+            seen: HashSet::new(),
+        })
+    }
+
     /// Number of live streams.
     pub(crate) fn len(&self) -> usize {
         self.map.len()
@@ -238,6 +270,11 @@ impl StreamState {
     /// Whether the stream took a terminal update.
     pub(crate) fn is_terminal(&self) -> bool {
         self.latest().is_some_and(|s| s.state.is_terminal())
+    }
+
+    /// Whether the stream took no update yet (it holds only its task).
+    pub(crate) fn has_no_updates(&self) -> bool {
+        self.pending.is_empty() && self.last_acked.is_none() && self.acked.is_empty()
     }
 
     /// The newest update of the stream, acknowledged or not.
