@@ -2,10 +2,11 @@
 //! needs to find its executors again and to finish delivering their tasks'
 //! status updates. Layout in [`crate::paths`].
 //!
-//! Frameworks, executors and tasks are small JSON files, each replaced
-//! atomically (write temp, fsync, rename, fsync dir). Status updates and
-//! their acknowledgements go to one agent-wide write-ahead log
-//! ([`crate::wal`]).
+//! Frameworks and executors are small JSON files, each replaced
+//! atomically (write temp, sync, rename, sync dir). Tasks, status updates
+//! and their acknowledgements go to one agent-wide write-ahead log
+//! ([`crate::wal`]); a task's `task.json`, as older agents wrote it, is
+//! still read back.
 //!
 //! All writes go through one writer thread, in order. It commits in
 //! groups: it takes every request queued while it was busy, carries out

@@ -7,8 +7,8 @@
 //! WORK_DIR/frameworks/FID/executors/EID/runs/RUN/          sandboxes
 //! WORK_DIR/meta/frameworks/FID/framework.json              checkpoints
 //! WORK_DIR/meta/frameworks/FID/executors/EID/executor.json
-//! WORK_DIR/meta/frameworks/FID/executors/EID/tasks/TID/task.json
-//! WORK_DIR/meta/updates.wal                                status update log
+//! WORK_DIR/meta/frameworks/FID/executors/EID/tasks/TID/task.json (read only: older agents')
+//! WORK_DIR/meta/updates.wal                                tasks and their status update streams
 //! ```
 
 use std::path::{Path, PathBuf};
