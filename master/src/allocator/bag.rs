@@ -13,10 +13,10 @@
 //! normal form), so converting between the two never changes a quantity;
 //! the tests below check that against `Resources` itself.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use agora_proto::{Range, Resource, Resources, Value, MAX_SCALAR};
+use agora_proto::{Resource, Resources, Value};
 
 /// Interned (name, role, kind) triples, and the scalar names of shares.
 #[derive(Debug, Default)]
@@ -169,7 +169,7 @@ impl Bag {
         }
         for (s, v) in &other.items {
             match self.items.binary_search_by_key(s, |(k, _)| *k) {
-                Ok(i) => add_value(&mut self.items[i].1, v),
+                Ok(i) => self.items[i].1.add(v),
                 Err(i) => self.items.insert(i, (*s, v.clone())),
             }
         }
@@ -191,7 +191,7 @@ impl Bag {
             slots
                 .lookup(item)
                 .and_then(|s| self.find(s))
-                .is_some_and(|mine| contains_value(mine, &item.value))
+                .is_some_and(|mine| mine.contains(&item.value))
         })
     }
 
@@ -200,7 +200,7 @@ impl Bag {
         other
             .items
             .iter()
-            .all(|(s, v)| self.find(*s).is_some_and(|mine| contains_value(mine, v)))
+            .all(|(s, v)| self.find(*s).is_some_and(|mine| mine.contains(v)))
     }
 
     /// `self - other`, saturating (what `self` does not hold is ignored).
@@ -215,10 +215,10 @@ impl Bag {
         }
         for (s, mine) in &mut self.items {
             if let Some(theirs) = other.find(*s) {
-                *mine = sub_value(mine, theirs);
+                *mine = mine.sub(theirs);
             }
         }
-        self.items.retain(|(_, v)| !is_empty_value(v));
+        self.items.retain(|(_, v)| !v.is_empty());
     }
 
     /// Takes out of `self` the part of `want` that it holds and returns
@@ -234,14 +234,14 @@ impl Bag {
             let Some(theirs) = want.find(*s) else {
                 continue;
             };
-            let rest = sub_value(mine, theirs);
-            let taken = sub_value(mine, &rest);
-            if !is_empty_value(&taken) {
+            let rest = mine.sub(theirs);
+            let taken = mine.sub(&rest);
+            if !taken.is_empty() {
                 part.push((*s, taken));
             }
             *mine = rest;
         }
-        self.items.retain(|(_, v)| !is_empty_value(v));
+        self.items.retain(|(_, v)| !v.is_empty());
         Bag { items: part }
     }
 
@@ -293,143 +293,12 @@ impl Hasher for FoldHasher {
     }
 }
 
-/// [`agora_proto::round_scalar`], bit for bit, without a call to the
-/// software `round` of the baseline x86-64 target: the allocator rounds
-/// several times per offer.
-pub(super) fn round3(value: f64) -> f64 {
-    let y = value * 1000.0;
-    // Beyond 2^52 every f64 is an integer already (and NaN, inf stay).
-    if y.is_nan() || y.abs() >= 4_503_599_627_370_496.0 {
-        return y.round() / 1000.0;
-    }
-    // Exact: |y| < 2^52 truncates to an i64 and back without loss.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-    let t = y as i64 as f64;
-    let d = y - t;
-    let r = if d >= 0.5 {
-        t + 1.0
-    } else if d <= -0.5 {
-        t - 1.0
-    } else {
-        t
-    };
-    // Halfway cases go away from zero, and a zero keeps y's sign, as
-    // `f64::round` does.
-    r.copysign(y) / 1000.0
-}
-
 fn kind(v: &Value) -> u8 {
     match v {
         Value::Scalar(_) => 0,
         Value::Ranges(_) => 1,
         Value::Set(_) => 2,
     }
-}
-
-fn is_empty_value(v: &Value) -> bool {
-    match v {
-        Value::Scalar(x) => *x <= 0.0,
-        Value::Ranges(r) => r.is_empty(),
-        Value::Set(s) => s.is_empty(),
-    }
-}
-
-fn add_value(mine: &mut Value, other: &Value) {
-    match (mine, other) {
-        (Value::Scalar(a), Value::Scalar(b)) => *a = round3((*a + b).min(MAX_SCALAR)),
-        (Value::Ranges(a), Value::Ranges(b)) => *a = ranges_union(a, b),
-        (Value::Set(a), Value::Set(b)) => a.extend(b.iter().cloned()),
-        // A slot has one kind; values of different kinds never share one.
-        _ => {}
-    }
-}
-
-fn contains_value(mine: &Value, other: &Value) -> bool {
-    match (mine, other) {
-        (Value::Scalar(a), Value::Scalar(b)) => round3(a - b) >= 0.0,
-        (Value::Ranges(a), Value::Ranges(b)) => ranges_contain(a, b),
-        (Value::Set(a), Value::Set(b)) => b.is_subset(a),
-        _ => false,
-    }
-}
-
-fn sub_value(mine: &Value, other: &Value) -> Value {
-    match (mine, other) {
-        (Value::Scalar(a), Value::Scalar(b)) => Value::Scalar(round3(a - b).max(0.0)),
-        (Value::Ranges(a), Value::Ranges(b)) => Value::Ranges(ranges_sub(a, b)),
-        (Value::Set(a), Value::Set(b)) => {
-            Value::Set(a.difference(b).cloned().collect::<BTreeSet<String>>())
-        }
-        _ => mine.clone(),
-    }
-}
-
-/// Union of two normalized range lists (sorted, disjoint, non-adjacent).
-fn ranges_union(a: &[Range], b: &[Range]) -> Vec<Range> {
-    let mut out: Vec<Range> = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        let next = if j == b.len() || (i < a.len() && a[i].begin <= b[j].begin) {
-            i += 1;
-            a[i - 1]
-        } else {
-            j += 1;
-            b[j - 1]
-        };
-        match out.last_mut() {
-            Some(last) if next.begin <= last.end.saturating_add(1) => {
-                last.end = last.end.max(next.end);
-            }
-            _ => out.push(next),
-        }
-    }
-    out
-}
-
-fn ranges_contain(outer: &[Range], inner: &[Range]) -> bool {
-    let mut i = 0;
-    for r in inner {
-        while i < outer.len() && outer[i].end < r.begin {
-            i += 1;
-        }
-        if i == outer.len() || outer[i].begin > r.begin || outer[i].end < r.end {
-            return false;
-        }
-    }
-    true
-}
-
-fn ranges_sub(outer: &[Range], inner: &[Range]) -> Vec<Range> {
-    let mut out = Vec::with_capacity(outer.len() + 1);
-    let mut j = 0;
-    for o in outer {
-        let mut begin = o.begin;
-        let end = o.end;
-        while j < inner.len() && inner[j].end < begin {
-            j += 1;
-        }
-        let mut k = j;
-        let mut done = false;
-        while k < inner.len() && inner[k].begin <= end {
-            let r = inner[k];
-            if r.begin > begin {
-                out.push(Range {
-                    begin,
-                    end: r.begin - 1,
-                });
-            }
-            if r.end >= end {
-                done = true;
-                break;
-            }
-            begin = r.end + 1;
-            k += 1;
-        }
-        if !done {
-            out.push(Range { begin, end });
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -474,22 +343,6 @@ mod tests {
     }
 
     proptest! {
-        /// `round3` is `round_scalar`, bit for bit.
-        #[test]
-        fn round3_is_round_scalar(
-            x in prop_oneof![
-                any::<f64>(),
-                -1e13f64..1e13,
-                (-1_000_000i64..1_000_000).prop_map(|n| n as f64 / 1000.0),
-                (-1_000_000i64..1_000_000).prop_map(|n| (n as f64 + 0.5) / 1000.0),
-                (-100i64..100).prop_map(|n| n as f64 * 1e-4),
-            ]
-        ) {
-            let want = agora_proto::round_scalar(x);
-            let got = round3(x);
-            prop_assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{x}: {got} != {want}");
-        }
-
         /// Bag arithmetic agrees with `Resources` arithmetic exactly.
         #[test]
         fn bags_do_what_resources_do(a in arb_resources(), b in arb_resources()) {

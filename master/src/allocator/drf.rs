@@ -60,7 +60,7 @@ use agora_proto::scheduler::ResourceRequest;
 use agora_proto::{round_scalar, AgentId, FrameworkId, Resource, Resources, Value, DEFAULT_ROLE};
 use tokio::time::Instant;
 
-use super::bag::{round3, Bag, Slots};
+use super::bag::{Bag, Slots};
 use super::{Allocation, Allocator, AllocatorOptions};
 
 /// The default [`Allocator`]: hierarchical weighted DRF with reservations
@@ -255,7 +255,7 @@ impl Scalars {
         if self.0.len() <= i {
             self.0.resize(i + 1, 0.0);
         }
-        self.0[i] = round3(self.0[i] + v).max(0.0);
+        self.0[i] = round_scalar(self.0[i] + v).max(0.0);
     }
 
     fn is_zero(&self) -> bool {
@@ -449,7 +449,7 @@ impl DrfAllocator {
                 _ => {}
             }
         }
-        (round3(cpus), round3(mem))
+        (round_scalar(cpus), round_scalar(mem))
     }
 
     /// The scalars of a bag per name index, when each occurs once and
