@@ -39,6 +39,10 @@ use agora_scheduler::{DriverConfig, Scheduler, SchedulerDriver};
 use anyhow::{bail, Context};
 use clap::Parser;
 
+// The allocator the agora-master and agora-agent binaries use.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// First argument of the executor mode.
 const EXECUTOR_ARG: &str = "__bench-executor";
 /// The throughput the issue asks for.
