@@ -173,6 +173,7 @@ impl Writer {
 fn commit(wal: &mut Wal, batch: Vec<Request>, stats: &Mutex<WalStats>) {
     let started = std::time::Instant::now();
     let requests = batch.len();
+    let mut files = 0;
     let mut records = Vec::new();
     let mut results: Vec<(Option<Done>, io::Result<()>, bool)> = Vec::with_capacity(batch.len());
     let mut wal_error: Option<String> = None;
@@ -188,6 +189,7 @@ fn commit(wal: &mut Wal, batch: Vec<Request>, stats: &Mutex<WalStats>) {
                     replace_files(std::mem::take(&mut replacements), &mut results);
                 }
                 replacements.push((index, path, bytes));
+                files += 1;
                 continue;
             }
             replace_files(std::mem::take(&mut replacements), &mut results);
@@ -224,7 +226,6 @@ fn commit(wal: &mut Wal, batch: Vec<Request>, stats: &Mutex<WalStats>) {
             }
         }
     }
-    let files = replacements.len();
     replace_files(replacements, &mut results);
     let files_done = started.elapsed();
     let record_count = records.len();
