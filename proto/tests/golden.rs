@@ -110,3 +110,27 @@ fn decoding_is_tolerant_and_strict_where_it_must_be() {
         Err(DecodeError::TooLarge { .. })
     ));
 }
+
+/// Floats (timestamps, scalars) survive the wire bit for bit: serde_json's
+/// default float parsing may be one unit in the last place off, which
+/// showed as a status whose timestamp changed between master and driver.
+#[test]
+fn floats_round_trip_exactly() {
+    let mut status = TaskStatus::new(
+        TaskId::new("t1"),
+        TaskState::Running,
+        Source::SourceExecutor,
+    );
+    for timestamp in [
+        1796261898.0576303_f64,
+        1796261898.0576305,
+        0.1 + 0.2,
+        1e-7,
+        123456.789012345,
+    ] {
+        status.timestamp = timestamp;
+        let text = serde_json::to_string(&status).unwrap();
+        let back: TaskStatus = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.timestamp.to_bits(), timestamp.to_bits(), "{text}");
+    }
+}
