@@ -532,6 +532,21 @@ mod tests {
         })
     }
 
+    /// A command-less task named `id`.
+    fn task_info(id: &str) -> TaskInfo {
+        TaskInfo {
+            name: id.into(),
+            task_id: TaskId::new(id),
+            agent_id: agora_proto::AgentId::new("a"),
+            resources: agora_proto::Resources::default(),
+            executor: None,
+            command: None,
+            data: None,
+            kill_grace_period: None,
+            labels: Default::default(),
+        }
+    }
+
     /// A log under `work_dir` that never compacts.
     fn uncompacted_log(work_dir: &Path) -> Wal {
         let path = crate::paths::meta_root(work_dir).join(wal::WAL_FILE);
@@ -641,17 +656,7 @@ mod tests {
         let mut fw = FrameworkInfo::new("fw");
         fw.id = Some(FrameworkId::new("f"));
         fw.checkpoint = true;
-        let task = TaskInfo {
-            name: "t".into(),
-            task_id: TaskId::new("t"),
-            agent_id: agora_proto::AgentId::new("a"),
-            resources: agora_proto::Resources::default(),
-            executor: None,
-            command: None,
-            data: None,
-            kill_grace_period: None,
-            labels: Default::default(),
-        };
+        let task = task_info("t");
         {
             let (writer, streams) = Writer::start(dir.path()).unwrap();
             assert!(streams.is_empty());
@@ -690,22 +695,11 @@ mod tests {
     fn tasks_checkpointed_in_the_log_are_recovered() {
         let dir = tempfile::tempdir().unwrap();
         let fw = FrameworkInfo::new("fw");
-        let task = |id: &str| TaskInfo {
-            name: id.into(),
-            task_id: TaskId::new(id),
-            agent_id: agora_proto::AgentId::new("a"),
-            resources: agora_proto::Resources::default(),
-            executor: None,
-            command: None,
-            data: None,
-            kill_grace_period: None,
-            labels: Default::default(),
-        };
         let launch = |fid: &str, eid: &str, id: &str| {
             Op::Wal(WalRecord::Task {
                 framework_id: FrameworkId::new(fid),
                 executor_id: ExecutorId::new(eid),
-                task: Box::new(task(id)),
+                task: Box::new(task_info(id)),
             })
         };
         {
