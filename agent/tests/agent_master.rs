@@ -417,24 +417,7 @@ async fn reconnects_and_reregisters_with_its_id_and_resends_heads() {
     let work = dir.path().join("work");
     let master = FakeMaster::bind().await;
     let agent = Agent::start(config(&master.addr(), &work, &script)).await;
-    let mut conn = master.accept().await;
-    conn.register("agent-7").await;
-    conn.send(&AgentEvent::RunTask {
-        framework: framework("fw", false),
-        task: command_task("t"),
-    })
-    .await;
-    let (_, env) = executor_env(&work, "fw", "t").await;
-    let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
-    exec.send(&subscribe(&env, vec![], vec![])).await;
-    assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
-    assert!(matches!(exec.recv().await, ExecEvent::Launch { .. }));
-    let running = executor_status("t", TaskState::Running);
-    exec.send(&ExecCall::Update {
-        status: running.clone(),
-    })
-    .await;
-    assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
+    let (mut conn, mut exec, running) = running_task(&master, &work, "agent-7").await;
     let (_, s) = conn.recv_update(false).await;
     assert_eq!(s.uuid, running.uuid);
 
@@ -585,6 +568,36 @@ async fn bad_frames_are_errors_and_oversize_frames_close_with_1009() {
 }
 
 /// The value of a Prometheus series in `text` (0 when absent).
+/// Registers the agent as `agent_id`, launches task "t" of the
+/// non-checkpointing framework "fw" through the command executor, plays
+/// its executor and reports TASK_RUNNING; returns once the agent has
+/// acknowledged that update.
+async fn running_task(
+    master: &FakeMaster,
+    work: &std::path::Path,
+    agent_id: &str,
+) -> (MasterConn, ExecClient, agora_proto::TaskStatus) {
+    let mut conn = master.accept().await;
+    conn.register(agent_id).await;
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: command_task("t"),
+    })
+    .await;
+    let (_, env) = executor_env(work, "fw", "t").await;
+    let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
+    exec.send(&subscribe(&env, vec![], vec![])).await;
+    assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
+    assert!(matches!(exec.recv().await, ExecEvent::Launch { .. }));
+    let running = executor_status("t", TaskState::Running);
+    exec.send(&ExecCall::Update {
+        status: running.clone(),
+    })
+    .await;
+    assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
+    (conn, exec, running)
+}
+
 fn metric(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
@@ -601,24 +614,8 @@ async fn unacknowledged_updates_are_retried_and_counted() {
     c.status_update_retry_min = Duration::from_millis(200);
     c.status_update_retry_max = Duration::from_millis(400);
     let agent = Agent::start(c).await;
-    let mut conn = master.accept().await;
-    conn.register("agent-r").await;
-    conn.send(&AgentEvent::RunTask {
-        framework: framework("fw", false),
-        task: command_task("t"),
-    })
-    .await;
-    let (_, env) = executor_env(&work, "fw", "t").await;
-    let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
-    exec.send(&subscribe(&env, vec![], vec![])).await;
-    assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
-    assert!(matches!(exec.recv().await, ExecEvent::Launch { .. }));
-    let running = executor_status("t", TaskState::Running);
-    exec.send(&ExecCall::Update {
-        status: running.clone(),
-    })
-    .await;
-    assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
+    // The executor stays connected for the rest of the test.
+    let (mut conn, _exec, running) = running_task(&master, &work, "agent-r").await;
 
     // Not acknowledged: the same update comes again, and is acknowledged.
     let (_, first) = conn.recv_update(false).await;
