@@ -1813,14 +1813,7 @@ mod tests {
         let out = alloc.allocate(t0);
         // Uses 1 cpu / 512 mem, leaves the rest filtered.
         let used = r("cpus:1;mem:512");
-        let rest = out[0].resources.checked_sub(&used).unwrap();
-        alloc.recover(
-            &fid("a"),
-            &aid("s1"),
-            &rest,
-            Some(Duration::from_secs(60)),
-            t0,
-        );
+        keep_and_decline_rest(&mut alloc, &out[0], &used, Duration::from_secs(60), t0);
         assert!(alloc.allocate(t0).is_empty());
         // The task ends: more is free than what was refused.
         alloc.recover(&fid("a"), &aid("s1"), &used, None, t0);
@@ -2095,6 +2088,25 @@ mod tests {
     }
 
     /// Declines every allocation with `refuse`.
+    /// The framework of `offer` launches `kept` on it and declines the rest
+    /// for `refuse`.
+    fn keep_and_decline_rest(
+        alloc: &mut DrfAllocator,
+        offer: &Allocation,
+        kept: &Resources,
+        refuse: Duration,
+        now: Instant,
+    ) {
+        let rest = offer.resources.checked_sub(kept).unwrap();
+        alloc.recover(
+            &offer.framework_id,
+            &offer.agent_id,
+            &rest,
+            Some(refuse),
+            now,
+        );
+    }
+
     fn decline_all(alloc: &mut DrfAllocator, out: &[Allocation], refuse: Duration, now: Instant) {
         for a in out {
             alloc.recover(
@@ -2177,14 +2189,7 @@ mod tests {
         let out = alloc.allocate(t0);
         // `a` keeps one cpu (a task) and declines the rest for an hour.
         let task = r("cpus:1");
-        let rest = out[0].resources.checked_sub(&task).unwrap();
-        alloc.recover(
-            &fid("a"),
-            &aid("s1"),
-            &rest,
-            Some(Duration::from_secs(3600)),
-            t0,
-        );
+        keep_and_decline_rest(&mut alloc, &out[0], &task, Duration::from_secs(3600), t0);
         assert!(alloc.allocate(t0).is_empty());
         assert!(alloc.allocate(t0).is_empty());
         // The task ends: more is free than was refused, so it is offered.
