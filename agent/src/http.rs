@@ -24,7 +24,7 @@ use futures::SinkExt;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::agent::CoreEvent;
+use crate::core::CoreEvent;
 use crate::files::{self, FileError, Target};
 use crate::{Counters, Shared};
 

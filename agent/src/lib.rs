@@ -27,13 +27,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-mod agent;
 mod checkpoint;
 mod config;
+mod core;
 pub mod files;
 mod http;
 pub mod launcher;
-mod master;
+mod master_link;
 pub mod paths;
 pub mod status_updates;
 mod sys;
@@ -148,8 +148,8 @@ pub async fn run(
                 source,
             }
         })?;
-    let (core_tx, core_rx) = mpsc::channel(agent::CORE_QUEUE);
-    let mut core = agent::Core::new(shared.clone(), core_tx.clone(), writer);
+    let (core_tx, core_rx) = mpsc::channel(core::CORE_QUEUE);
+    let mut core = core::Core::new(shared.clone(), core_tx.clone(), writer);
     core.recover(streams);
 
     let cancel = CancellationToken::new();
@@ -159,7 +159,7 @@ pub async fn run(
             .with_graceful_shutdown(cancel.clone().cancelled_owned())
             .into_future(),
     );
-    let link = tokio::spawn(master::run(shared.clone(), core_tx, cancel.clone()));
+    let link = tokio::spawn(master_link::run(shared.clone(), core_tx, cancel.clone()));
     tracing::info!(address = %local, master = %shared.config.master, "agent started");
 
     let stop = core.run(core_rx, shutdown).await;
@@ -174,8 +174,8 @@ pub async fn run(
     }
     tracing::info!("agent stopped");
     match stop {
-        agent::Stop::Requested => Ok(()),
-        agent::Stop::Refused(message) => Err(AgentError::Refused(message)),
+        core::Stop::Requested => Ok(()),
+        core::Stop::Refused(message) => Err(AgentError::Refused(message)),
     }
 }
 

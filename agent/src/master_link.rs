@@ -9,7 +9,7 @@
 //! is connected to, reconnecting (and re-registering) when it changed.
 //!
 //! The link only moves frames; the core decides what to register with and
-//! what to do with events (see [`crate::agent`]). The core can force a new
+//! what to do with events (see [`crate::core`]). The core can force a new
 //! connection by dropping the sender it was given.
 
 use std::time::Duration;
@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::CoreEvent;
+use crate::core::CoreEvent;
 use crate::Shared;
 
 /// Calls queued for one master connection.

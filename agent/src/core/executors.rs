@@ -1,0 +1,503 @@
+//! Executors: launching, subscribing, updates from them, killing them
+//! and what happens when they exit.
+
+use super::*;
+
+impl Core {
+    pub(super) fn checkpointing(&self, fid: &FrameworkId) -> bool {
+        self.frameworks.get(fid).is_some_and(|f| f.checkpoint)
+    }
+
+    pub(super) fn launch_executor(
+        &mut self,
+        ekey: ExecKey,
+        info: ExecutorInfo,
+        is_command: bool,
+        first: TaskId,
+    ) {
+        let config = self.shared.config.clone();
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let launched =
+            paths::sandbox_dir(&config.work_dir, ekey.0.as_str(), ekey.1.as_str(), &run_id)
+                .map_err(|e| e.to_string())
+                .and_then(|sandbox| {
+                    std::fs::create_dir_all(&sandbox)
+                        .map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))?;
+                    let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
+                    spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
+                    let launched = launcher::spawn(&spec)
+                        .map_err(|e| format!("cannot start {:?}: {e}", spec.program))?;
+                    Ok((sandbox, launched))
+                });
+        let (sandbox, launched) = match launched {
+            Ok(ok) => ok,
+            Err(message) => {
+                tracing::warn!(framework_id = %ekey.0, executor_id = %ekey.1, %message, "executor launch failed");
+                let status = self.agent_status(
+                    &first,
+                    Some(ekey.1.clone()),
+                    TaskState::Failed,
+                    Reason::ReasonExecutorLaunchFailed,
+                    format!("failed to launch executor {}: {message}", ekey.1),
+                );
+                self.enqueue_update(ekey.0.clone(), status, None);
+                return;
+            }
+        };
+        let pid = launched.pid;
+        tracing::info!(framework_id = %ekey.0, executor_id = %ekey.1, pid, sandbox = %sandbox.display(), "executor started");
+        let executor = Executor {
+            info,
+            run_id: run_id.clone(),
+            token,
+            sandbox,
+            pid: Some(pid),
+            start_time: launched.start_time,
+            is_command,
+            child: true,
+            conn: None,
+            subscribed: false,
+            queued: vec![first],
+            killing: false,
+            termination: None,
+        };
+        self.checkpoint_executor(&ekey, &executor);
+        self.executors.insert(ekey.clone(), executor);
+        let tx = self.tx.clone();
+        let mut child = launched.child;
+        let (key, run) = (ekey.clone(), run_id.clone());
+        tokio::spawn(async move {
+            let (code, message) = match child.wait().await {
+                Ok(status) => (
+                    launcher::wait_status_code(&status),
+                    launcher::describe_exit(&status),
+                ),
+                Err(e) => (None, format!("could not be waited for: {e}")),
+            };
+            let _ = tx
+                .send(CoreEvent::ExecutorExited {
+                    key,
+                    run_id: run,
+                    code,
+                    message,
+                })
+                .await;
+        });
+        self.start_registration_timer(ekey, run_id);
+    }
+
+    pub(super) fn start_registration_timer(&self, key: ExecKey, run_id: String) {
+        let tx = self.tx.clone();
+        let timeout = self.shared.config.executor_registration_timeout;
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let _ = tx
+                .send(CoreEvent::RegistrationTimeout { key, run_id })
+                .await;
+        });
+    }
+
+    pub(super) fn checkpoint_executor(&self, ekey: &ExecKey, ex: &Executor) {
+        if !self.checkpointing(&ekey.0) {
+            return;
+        }
+        let Ok(dir) = paths::meta_executor_dir(
+            &self.shared.config.work_dir,
+            ekey.0.as_str(),
+            ekey.1.as_str(),
+        ) else {
+            return;
+        };
+        let record = ExecutorRecord {
+            framework_id: ekey.0.clone(),
+            info: ex.info.clone(),
+            run_id: ex.run_id.clone(),
+            token: ex.token.clone(),
+            pid: ex.pid,
+            start_time: ex.start_time,
+            sandbox: ex.sandbox.clone(),
+            is_command: ex.is_command,
+        };
+        self.writer.submit(
+            vec![Op::Replace {
+                path: dir.join("executor.json"),
+                bytes: checkpoint::json_bytes(&record),
+            }],
+            None,
+        );
+    }
+
+    pub(super) fn executor_env(
+        &self,
+        ekey: &ExecKey,
+        sandbox: &std::path::Path,
+        token: &str,
+    ) -> Vec<(String, String)> {
+        use agora_proto::env;
+        let config = &self.shared.config;
+        let agent_id = self
+            .agent_id
+            .as_ref()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let sandbox = sandbox.to_string_lossy().into_owned();
+        let checkpoint = if self.checkpointing(&ekey.0) {
+            "1"
+        } else {
+            "0"
+        };
+        [
+            (env::AGENT_ENDPOINT, self.shared.executor_endpoint.clone()),
+            (env::AGENT_ID, agent_id.clone()),
+            (env::MESOS_SLAVE_ID, agent_id),
+            (env::FRAMEWORK_ID, ekey.0.to_string()),
+            (env::MESOS_FRAMEWORK_ID, ekey.0.to_string()),
+            (env::EXECUTOR_ID, ekey.1.to_string()),
+            (env::MESOS_EXECUTOR_ID, ekey.1.to_string()),
+            (env::SANDBOX, sandbox.clone()),
+            (env::MESOS_SANDBOX, sandbox.clone()),
+            (env::MESOS_DIRECTORY, sandbox),
+            (env::EXECUTOR_TOKEN, token.to_string()),
+            (env::CHECKPOINT, checkpoint.to_string()),
+            (env::MESOS_CHECKPOINT, checkpoint.to_string()),
+            (
+                env::RECOVERY_TIMEOUT,
+                config.executor_recovery_timeout.as_secs_f64().to_string(),
+            ),
+            (
+                env::SHUTDOWN_GRACE_PERIOD,
+                config
+                    .executor_shutdown_grace_period
+                    .as_secs_f64()
+                    .to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// Asks an executor to stop: SHUTDOWN when connected and SIGTERM/SIGKILL
+    /// of its session after the grace period; at once SIGTERM, then SIGKILL
+    /// after the grace period, when not connected.
+    pub(super) fn kill_executor(&mut self, ekey: &ExecKey, termination: Option<Termination>) {
+        let grace = self.shared.config.executor_shutdown_grace_period;
+        let Some(ex) = self.executors.get_mut(ekey) else {
+            return;
+        };
+        if termination.is_some() && ex.termination.is_none() {
+            ex.termination = termination;
+        }
+        if ex.killing {
+            return;
+        }
+        ex.killing = true;
+        let connected = ex.subscribed && ex.conn.is_some();
+        let Some(pid) = ex.pid else {
+            return;
+        };
+        tracing::info!(framework_id = %ekey.0, executor_id = %ekey.1, pid, connected, "stopping executor");
+        if connected {
+            self.send_exec(
+                ekey,
+                exec_api::Event::Shutdown {
+                    grace_period_seconds: grace.as_secs_f64(),
+                },
+            );
+            self.kills.spawn(async move {
+                tokio::time::sleep(grace).await;
+                launcher::terminate_session(pid, OVERRUN_KILL_DELAY).await;
+            });
+        } else {
+            self.kills
+                .spawn(async move { launcher::terminate_session(pid, grace).await });
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn executor_subscribe(
+        &mut self,
+        conn: u64,
+        tx: mpsc::Sender<ExecOut>,
+        fid: FrameworkId,
+        eid: ExecutorId,
+        token: String,
+        updates: Vec<TaskStatus>,
+        tasks: Vec<TaskInfo>,
+    ) {
+        let key = (fid.clone(), eid.clone());
+        let refuse = |message: String| {
+            tracing::warn!(framework_id = %fid, executor_id = %eid, %message, "executor subscription refused");
+            let _ = tx.try_send(ExecOut::Event(Box::new(exec_api::Event::Error {
+                message: message.clone(),
+                fatal: true,
+            })));
+            let _ = tx.try_send(ExecOut::Close {
+                code: 1008,
+                reason: message,
+            });
+        };
+        let Some(ex) = self.executors.get_mut(&key) else {
+            refuse(format!("unknown executor {eid} of framework {fid}"));
+            return;
+        };
+        if !tokens_equal(&ex.token, &token) {
+            refuse("invalid executor token".to_string());
+            return;
+        }
+        if let Some(old) = ex.conn.replace(conn) {
+            if old != conn {
+                if let Some(c) = self.exec_conns.remove(&old) {
+                    let _ = c.tx.try_send(ExecOut::Close {
+                        code: 1000,
+                        reason: "replaced by a new subscription".into(),
+                    });
+                }
+            }
+        }
+        let resubscribed = ex.subscribed;
+        ex.subscribed = true;
+        let info = ex.info.clone();
+        let killing = ex.killing;
+        self.exec_conns.insert(
+            conn,
+            ExecConn {
+                key: key.clone(),
+                tx,
+            },
+        );
+        tracing::info!(framework_id = %fid, executor_id = %eid, resubscribed, "executor subscribed");
+        let framework_info = self.frameworks.get(&fid).cloned().unwrap_or_else(|| {
+            let mut f = FrameworkInfo::new("");
+            f.id = Some(fid.clone());
+            f
+        });
+        self.send_exec(
+            &key,
+            exec_api::Event::Subscribed {
+                executor_info: info,
+                framework_info,
+                agent_id: self.agent_id.clone().unwrap_or_default(),
+                hostname: self.shared.config.hostname.clone(),
+            },
+        );
+        // Tasks the executor already has need no LAUNCH; ones the agent
+        // lost track of (it died before checkpointing them) are re-adopted.
+        let known: HashSet<TaskId> = tasks.iter().map(|t| t.task_id.clone()).collect();
+        let checkpointed = self.checkpointing(&fid);
+        for task in tasks {
+            let tkey = (fid.clone(), task.task_id.clone());
+            if self.tasks.contains_key(&tkey)
+                || self.updates.has_stream(&fid, &task.task_id)
+                || task.task_id.validate().is_err()
+            {
+                continue;
+            }
+            if checkpointed {
+                self.checkpoint_task(&fid, &eid, &task);
+            }
+            self.tasks.insert(
+                tkey,
+                Task {
+                    executor_id: eid.clone(),
+                    info: task,
+                    state: TaskState::Staging,
+                    latest: None,
+                    kill_requested: false,
+                    checkpointed,
+                },
+            );
+        }
+        for status in updates {
+            self.executor_update(&key, status);
+        }
+        let queued = self
+            .executors
+            .get_mut(&key)
+            .map(|ex| std::mem::take(&mut ex.queued))
+            .unwrap_or_default();
+        for task_id in queued.into_iter().filter(|t| !known.contains(t)) {
+            if let Some(task) = self.tasks.get(&(fid.clone(), task_id)) {
+                let event = exec_api::Event::Launch {
+                    task: task.info.clone(),
+                };
+                self.send_exec(&key, event);
+            }
+        }
+        let kills: Vec<(TaskId, Option<f64>)> = self
+            .tasks
+            .iter()
+            .filter(|((f, _), t)| {
+                *f == fid && t.executor_id == eid && t.kill_requested && !t.state.is_terminal()
+            })
+            .map(|((_, tid), t)| (tid.clone(), t.info.kill_grace_period))
+            .collect();
+        for (task_id, grace_period_seconds) in kills {
+            self.send_exec(
+                &key,
+                exec_api::Event::Kill {
+                    task_id,
+                    grace_period_seconds,
+                },
+            );
+        }
+        if killing {
+            let grace = self.shared.config.executor_shutdown_grace_period;
+            self.send_exec(
+                &key,
+                exec_api::Event::Shutdown {
+                    grace_period_seconds: grace.as_secs_f64(),
+                },
+            );
+        }
+    }
+
+    pub(super) fn executor_call(&mut self, conn: u64, call: exec_api::Call) {
+        let Some(key) = self.exec_conns.get(&conn).map(|c| c.key.clone()) else {
+            return;
+        };
+        match call {
+            exec_api::Call::Update { status } => self.executor_update(&key, status),
+            exec_api::Call::Message { data } => self.send_master(agent_api::Call::Message {
+                framework_id: key.0,
+                executor_id: key.1,
+                data,
+            }),
+            // The connection task turns repeated subscriptions into
+            // `ExecutorSubscribe`, and unknown calls into errors.
+            exec_api::Call::Subscribe { .. } | exec_api::Call::Unknown => {}
+        }
+    }
+
+    pub(super) fn executor_update(&mut self, ekey: &ExecKey, mut status: TaskStatus) {
+        let Some(uuid) = status.uuid.clone() else {
+            self.send_exec(
+                ekey,
+                exec_api::Event::Error {
+                    message: format!("status update for task {} has no uuid", status.task_id),
+                    fatal: false,
+                },
+            );
+            return;
+        };
+        let tkey = (ekey.0.clone(), status.task_id.clone());
+        match self.tasks.get(&tkey) {
+            Some(task) if task.executor_id == ekey.1 => {}
+            Some(_) => {
+                let message = format!(
+                    "task {} does not belong to executor {}",
+                    status.task_id, ekey.1
+                );
+                self.send_exec(
+                    ekey,
+                    exec_api::Event::Error {
+                        message,
+                        fatal: false,
+                    },
+                );
+                return;
+            }
+            None => {
+                // Already delivered and forgotten (the acknowledgement to the
+                // executor was lost): let the executor drop it.
+                tracing::debug!(framework_id = %ekey.0, task_id = %status.task_id, "update for a task the agent no longer has; acknowledged");
+                self.ack_executor(ekey, &tkey.1, &uuid);
+                return;
+            }
+        }
+        status.agent_id = self.agent_id.clone();
+        status.executor_id = Some(ekey.1.clone());
+        self.enqueue_update(ekey.0.clone(), status, Some(ekey.clone()));
+    }
+
+    pub(super) fn send_exec(&mut self, ekey: &ExecKey, event: exec_api::Event) -> bool {
+        let Some(conn) = self.executors.get(ekey).and_then(|e| e.conn) else {
+            return false;
+        };
+        let Some(c) = self.exec_conns.get(&conn) else {
+            return false;
+        };
+        match c.tx.try_send(ExecOut::Event(Box::new(event))) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(framework_id = %ekey.0, executor_id = %ekey.1, "executor is not reading; closing its connection");
+                let _ = c.tx.try_send(ExecOut::Close {
+                    code: 1008,
+                    reason: "too slow".into(),
+                });
+                self.exec_conns.remove(&conn);
+                if let Some(ex) = self.executors.get_mut(ekey) {
+                    ex.conn = None;
+                }
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    pub(super) fn executor_exited(
+        &mut self,
+        key: ExecKey,
+        run_id: String,
+        code: Option<i32>,
+        message: String,
+    ) {
+        if self.executors.get(&key).is_none_or(|e| e.run_id != run_id) {
+            return;
+        }
+        let Some(ex) = self.executors.remove(&key) else {
+            return;
+        };
+        tracing::info!(framework_id = %key.0, executor_id = %key.1, ?code, %message, "executor exited");
+        if let Some(conn) = ex.conn {
+            if let Some(c) = self.exec_conns.remove(&conn) {
+                let _ = c.tx.try_send(ExecOut::Close {
+                    code: 1000,
+                    reason: "executor exited".into(),
+                });
+            }
+        }
+        if let Some(pid) = ex.pid {
+            // Leftovers of the executor's session (a task in a group of its
+            // own) go with it. For a re-attached executor, only when the
+            // pid is not in use by someone else.
+            if ex.child || launcher::proc_stat(pid as i32).is_none() {
+                launcher::signal_session(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        let unfinished: Vec<(TaskId, bool)> = self
+            .tasks
+            .iter()
+            .filter(|((f, _), t)| *f == key.0 && t.executor_id == key.1 && !t.state.is_terminal())
+            .map(|((_, tid), t)| (tid.clone(), t.kill_requested))
+            .collect();
+        for (task_id, kill_requested) in unfinished {
+            let (state, reason, text) = match &ex.termination {
+                Some(t) => (t.state, t.reason, t.message.clone()),
+                None if kill_requested => (
+                    TaskState::Killed,
+                    Reason::ReasonExecutorTerminated,
+                    format!(
+                        "executor {} {message} while the task was being killed",
+                        key.1
+                    ),
+                ),
+                None => (
+                    TaskState::Failed,
+                    Reason::ReasonExecutorTerminated,
+                    format!("executor {} {message}", key.1),
+                ),
+            };
+            let status = self.agent_status(&task_id, Some(key.1.clone()), state, reason, text);
+            self.enqueue_update(key.0.clone(), status, None);
+        }
+        self.send_master(agent_api::Call::ExecutorExited {
+            framework_id: key.0.clone(),
+            executor_id: key.1.clone(),
+            status: code,
+            message,
+        });
+        self.gc_executor(&key);
+    }
+}

@@ -1,0 +1,178 @@
+//! The master's side of the core: registration, the master's commands
+//! (run, kill, acknowledge, shut down) and what goes to the master.
+
+use super::*;
+
+impl Core {
+    pub(super) fn master_event(&mut self, event: agent_api::Event) -> Option<Stop> {
+        use agent_api::Event;
+        match event {
+            Event::Registered {
+                agent_id,
+                reregistered,
+                master_info,
+                ..
+            } => {
+                if agent_id.validate().is_err() {
+                    tracing::error!(%agent_id, "master assigned an unusable agent id; ignored");
+                    return None;
+                }
+                tracing::info!(%agent_id, reregistered, master = %master_info.address, "registered with master");
+                if self.agent_id.as_ref() != Some(&agent_id) {
+                    if let Err(e) =
+                        checkpoint::write_agent_id(&self.shared.config.work_dir, agent_id.as_str())
+                    {
+                        tracing::error!(%agent_id, error = %e, "could not save the agent id");
+                    }
+                    self.agent_id = Some(agent_id);
+                }
+                if let Some(m) = self.master.as_mut() {
+                    m.registered = true;
+                }
+                for (framework_id, status) in self.updates.connected(Instant::now()) {
+                    self.shared.counters.resent_on_registration();
+                    self.send_master(agent_api::Call::StatusUpdate {
+                        framework_id,
+                        status,
+                    });
+                }
+            }
+            Event::RunTask { framework, task } => self.run_task(framework, task),
+            Event::KillTask {
+                framework_id,
+                task_id,
+            } => self.kill_task(framework_id, task_id),
+            Event::Acknowledge {
+                framework_id,
+                task_id,
+                uuid,
+            } => self.acknowledge(framework_id, task_id, uuid),
+            Event::Message {
+                framework_id,
+                executor_id,
+                data,
+            } => {
+                let key = (framework_id, executor_id);
+                if !self.send_exec(&key, exec_api::Event::Message { data }) {
+                    tracing::debug!(framework_id = %key.0, executor_id = %key.1, "framework message for an unconnected executor dropped");
+                }
+            }
+            Event::ShutdownFramework { framework_id } => {
+                tracing::info!(%framework_id, "shutting down framework");
+                let keys: Vec<ExecKey> = self
+                    .executors
+                    .keys()
+                    .filter(|k| k.0 == framework_id)
+                    .cloned()
+                    .collect();
+                for key in keys {
+                    self.kill_executor(
+                        &key,
+                        Some(Termination {
+                            state: TaskState::Killed,
+                            reason: Reason::ReasonFrameworkRemoved,
+                            message: "framework was shut down".into(),
+                        }),
+                    );
+                }
+            }
+            Event::Ping => self.send_master(agent_api::Call::Pong),
+            Event::Shutdown { message } => self.master_shutdown(&message),
+            Event::Error { message, fatal } => {
+                if fatal {
+                    tracing::error!(%message, "master refused this agent");
+                    return Some(Stop::Refused(message));
+                }
+                tracing::warn!(%message, "error from master");
+            }
+            Event::Unknown => {}
+        }
+        None
+    }
+
+    pub(super) fn register_call(&self) -> agent_api::Call {
+        let config = &self.shared.config;
+        let tasks = self
+            .tasks
+            .iter()
+            .map(|((fid, _), t)| TaskReport {
+                framework_id: fid.clone(),
+                task: t.info.clone(),
+                state: t.state,
+                latest_status: t.latest.clone(),
+            })
+            .collect();
+        let executors = self
+            .executors
+            .iter()
+            .map(|((fid, _), e)| ExecutorReport {
+                framework_id: fid.clone(),
+                executor: e.info.clone(),
+            })
+            .collect();
+        agent_api::Call::Register {
+            protocol: agora_proto::PROTOCOL_VERSION,
+            agent_info: AgentInfo {
+                id: self.agent_id.clone(),
+                hostname: config.hostname.clone(),
+                address: self.shared.address.clone(),
+                resources: config.resources.clone(),
+                attributes: config.attributes.clone(),
+            },
+            tasks,
+            executors,
+            frameworks: self.frameworks.values().cloned().collect(),
+        }
+    }
+
+    pub(super) fn send_master(&mut self, call: agent_api::Call) {
+        let Some(master) = self.master.as_ref().filter(|m| m.registered) else {
+            return;
+        };
+        if let Err(mpsc::error::TrySendError::Full(_)) = master.tx.try_send(call) {
+            // Reliable updates are retried; anything else is best effort.
+            tracing::warn!("master outbox full; message dropped");
+        }
+    }
+
+    pub(super) fn master_shutdown(&mut self, message: &str) {
+        tracing::warn!(%message, "master shut this agent down; killing everything and registering anew");
+        let grace = self.shared.config.executor_shutdown_grace_period;
+        for (_, ex) in self.executors.drain() {
+            if let Some(pid) = ex.pid {
+                self.kills
+                    .spawn(async move { launcher::terminate_session(pid, grace).await });
+            }
+        }
+        for (_, conn) in self.exec_conns.drain() {
+            let _ = conn.tx.try_send(ExecOut::Close {
+                code: 1000,
+                reason: "agent shut down by the master".into(),
+            });
+        }
+        self.tasks.clear();
+        self.frameworks.clear();
+        self.updates.forget(None);
+        self.pending_durable.clear();
+        let work_dir = &self.shared.config.work_dir;
+        self.writer.submit(
+            vec![
+                Op::WalForget(None),
+                Op::RemoveDir {
+                    path: paths::meta_root(work_dir).join("frameworks"),
+                },
+            ],
+            None,
+        );
+        if let Err(e) = std::fs::remove_file(paths::agent_id_file(work_dir)) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::error!(error = %e, "could not remove the agent id file");
+            }
+        }
+        self.agent_id = None;
+        // Dropping the connection's sender makes the link reconnect, and the
+        // new connection registers as a new agent.
+        self.master = None;
+        self.updates.disconnected();
+    }
+}

@@ -1,0 +1,424 @@
+//! The agent core: one task that owns every piece of the agent's state
+//! (frameworks, executors, tasks, status update streams, the master and
+//! executor connections) and takes [`CoreEvent`]s from one queue.
+//! Connection tasks, process waiters, timers and the checkpoint writer only
+//! post events here; nothing else mutates state, and the core never awaits
+//! anything but its queue, so no event waits behind another's I/O.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agora_proto::agent::{self as agent_api, ExecutorReport, TaskReport};
+use agora_proto::executor as exec_api;
+use agora_proto::{
+    AgentId, AgentInfo, CommandInfo, ExecutorId, ExecutorInfo, FrameworkId, FrameworkInfo, Reason,
+    Resources, Source, TaskId, TaskInfo, TaskState, TaskStatus,
+};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+mod executors;
+mod master;
+mod recovery;
+mod snapshot;
+mod tasks;
+mod updates;
+
+use crate::checkpoint::{self, ExecutorRecord, Op, Writer};
+use crate::http::ExecOut;
+use crate::launcher::{self, LaunchSpec};
+use crate::paths;
+use crate::status_updates::{AckOutcome, StatusUpdateManager, StreamKey, UpdateOutcome};
+use crate::wal::{StreamState, WalRecord};
+use crate::{RecoverMode, Shared};
+
+/// Events queued for the core.
+pub(crate) const CORE_QUEUE: usize = 4096;
+/// Resources of the built-in command executor itself.
+const COMMAND_EXECUTOR_RESOURCES: &str = "cpus:0.1;mem:32";
+/// How often a recovered executor (not a child of this agent) is checked.
+const RECOVERED_POLL: Duration = Duration::from_millis(500);
+/// Time between SIGTERM and SIGKILL once an executor overran its shutdown
+/// grace period.
+const OVERRUN_KILL_DELAY: Duration = Duration::from_secs(1);
+
+/// Identifies an executor: framework and executor id.
+pub(crate) type ExecKey = (FrameworkId, ExecutorId);
+
+/// Everything the core reacts to.
+pub(crate) enum CoreEvent {
+    /// A new master connection; `tx` writes to it.
+    MasterConnected {
+        conn: u64,
+        tx: mpsc::Sender<agent_api::Call>,
+    },
+    /// An event (other than PING) from the master.
+    MasterEvent {
+        conn: u64,
+        event: Box<agent_api::Event>,
+    },
+    /// The master connection ended.
+    MasterDisconnected { conn: u64 },
+    /// An executor subscribed (or re-subscribed) on connection `conn`.
+    ExecutorSubscribe {
+        conn: u64,
+        tx: mpsc::Sender<ExecOut>,
+        framework_id: FrameworkId,
+        executor_id: ExecutorId,
+        token: String,
+        updates: Vec<TaskStatus>,
+        tasks: Vec<TaskInfo>,
+    },
+    /// A call after subscribing.
+    ExecutorCall { conn: u64, call: exec_api::Call },
+    /// A subscribed executor connection ended.
+    ExecutorDisconnected { conn: u64 },
+    /// An executor process ended.
+    ExecutorExited {
+        key: ExecKey,
+        run_id: String,
+        code: Option<i32>,
+        message: String,
+    },
+    /// The registration timer of an executor run fired.
+    RegistrationTimeout { key: ExecKey, run_id: String },
+    /// A checkpointed update reached the disk (or failed to).
+    UpdateDurable {
+        framework_id: FrameworkId,
+        status: TaskStatus,
+        ack_to: Option<ExecKey>,
+        result: Result<(), String>,
+    },
+    /// A checkpointed acknowledgement reached the disk (or failed to):
+    /// the stream's next update may go.
+    AckDurable {
+        framework_id: FrameworkId,
+        task_id: TaskId,
+        result: Result<(), String>,
+    },
+    /// `/state` wants a snapshot.
+    State {
+        reply: oneshot::Sender<serde_json::Value>,
+    },
+}
+
+/// Why the core stopped.
+pub(crate) enum Stop {
+    /// The shutdown future completed.
+    Requested,
+    /// The master refused the agent for good.
+    Refused(String),
+}
+
+struct MasterConn {
+    conn: u64,
+    tx: mpsc::Sender<agent_api::Call>,
+    registered: bool,
+}
+
+struct ExecConn {
+    key: ExecKey,
+    tx: mpsc::Sender<ExecOut>,
+}
+
+/// The terminal update an executor's unfinished tasks get when it ends.
+#[derive(Debug, Clone)]
+struct Termination {
+    state: TaskState,
+    reason: Reason,
+    message: String,
+}
+
+struct Executor {
+    info: ExecutorInfo,
+    run_id: String,
+    token: String,
+    sandbox: PathBuf,
+    pid: Option<u32>,
+    start_time: Option<u64>,
+    is_command: bool,
+    /// Forked by this agent run (else re-attached after a restart).
+    child: bool,
+    conn: Option<u64>,
+    subscribed: bool,
+    /// Tasks not yet delivered, in arrival order.
+    queued: Vec<TaskId>,
+    killing: bool,
+    termination: Option<Termination>,
+}
+
+struct Task {
+    executor_id: ExecutorId,
+    info: TaskInfo,
+    state: TaskState,
+    latest: Option<TaskStatus>,
+    kill_requested: bool,
+    checkpointed: bool,
+}
+
+/// The agent's state and its event handlers.
+pub(crate) struct Core {
+    shared: Shared,
+    tx: mpsc::Sender<CoreEvent>,
+    agent_id: Option<AgentId>,
+    master: Option<MasterConn>,
+    frameworks: HashMap<FrameworkId, FrameworkInfo>,
+    executors: HashMap<ExecKey, Executor>,
+    tasks: HashMap<StreamKey, Task>,
+    exec_conns: HashMap<u64, ExecConn>,
+    updates: StatusUpdateManager,
+    /// Updates submitted to the checkpoint writer, not yet durable.
+    pending_durable: HashSet<(FrameworkId, TaskId, String)>,
+    /// Status updates whose acknowledgement came back from the master.
+    acknowledged: u64,
+    writer: Writer,
+    kills: JoinSet<()>,
+}
+
+// === impl Core ===
+
+impl Core {
+    pub(crate) fn new(shared: Shared, tx: mpsc::Sender<CoreEvent>, writer: Writer) -> Self {
+        let updates = StatusUpdateManager::new(
+            shared.config.status_update_retry_min,
+            shared.config.status_update_retry_max,
+        );
+        Core {
+            shared,
+            tx,
+            agent_id: None,
+            master: None,
+            frameworks: HashMap::new(),
+            executors: HashMap::new(),
+            tasks: HashMap::new(),
+            exec_conns: HashMap::new(),
+            updates,
+            pending_durable: HashSet::new(),
+            acknowledged: 0,
+            writer,
+            kills: JoinSet::new(),
+        }
+    }
+
+    /// Processes events until `shutdown` completes or the master refuses
+    /// the agent, then stops: executors that cannot be recovered later are
+    /// killed, the others keep running.
+    pub(crate) async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<CoreEvent>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Stop {
+        tokio::pin!(shutdown);
+        let stop = loop {
+            let retry = self.updates.next_retry();
+            tokio::select! {
+                _ = &mut shutdown => break Stop::Requested,
+                event = rx.recv() => match event {
+                    Some(event) => {
+                        if let Some(stop) = self.handle(event) {
+                            break stop;
+                        }
+                    }
+                    None => break Stop::Requested,
+                },
+                _ = sleep_until_opt(retry) => {
+                    for (framework_id, status) in self.updates.due_retries(Instant::now()) {
+                        tracing::debug!(%framework_id, task_id = %status.task_id, "resending status update");
+                        self.shared.counters.retried_on_timeout();
+                        self.send_master(agent_api::Call::StatusUpdate { framework_id, status });
+                    }
+                }
+                Some(_) = self.kills.join_next(), if !self.kills.is_empty() => {}
+            }
+        };
+        self.stop().await;
+        stop
+    }
+
+    async fn stop(&mut self) {
+        let grace = self.shared.config.executor_shutdown_grace_period;
+        let keys: Vec<ExecKey> = self.executors.keys().cloned().collect();
+        for key in keys {
+            let recoverable = self.checkpointing(&key.0)
+                && self.shared.config.recover == RecoverMode::Reconnect
+                && self.executors.get(&key).is_some_and(|e| e.pid.is_some());
+            if recoverable {
+                tracing::info!(framework_id = %key.0, executor_id = %key.1, "leaving checkpointed executor running for recovery");
+            } else {
+                self.kill_executor(&key, None);
+            }
+        }
+        for conn in self.exec_conns.values() {
+            let _ = conn.tx.try_send(ExecOut::Close {
+                code: 1001,
+                reason: "agent shutting down".into(),
+            });
+        }
+        self.exec_conns.clear();
+        let wait = grace * 2 + OVERRUN_KILL_DELAY + Duration::from_secs(1);
+        let kills = &mut self.kills;
+        let _ = tokio::time::timeout(
+            wait,
+            async move { while kills.join_next().await.is_some() {} },
+        )
+        .await;
+        // Flush the checkpoint writer.
+        let (tx, rx) = oneshot::channel();
+        self.writer.submit(
+            Vec::new(),
+            Some(Box::new(move |_| {
+                let _ = tx.send(());
+            })),
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+    }
+
+    fn handle(&mut self, event: CoreEvent) -> Option<Stop> {
+        match event {
+            CoreEvent::MasterConnected { conn, tx } => {
+                let register = self.register_call();
+                if tx.try_send(register).is_ok() {
+                    self.master = Some(MasterConn {
+                        conn,
+                        tx,
+                        registered: false,
+                    });
+                }
+            }
+            CoreEvent::MasterDisconnected { conn } => {
+                if self.master.as_ref().is_some_and(|m| m.conn == conn) {
+                    self.master = None;
+                    self.updates.disconnected();
+                }
+            }
+            CoreEvent::MasterEvent { conn, event } => {
+                if self.master.as_ref().is_some_and(|m| m.conn == conn) {
+                    return self.master_event(*event);
+                }
+            }
+            CoreEvent::ExecutorSubscribe {
+                conn,
+                tx,
+                framework_id,
+                executor_id,
+                token,
+                updates,
+                tasks,
+            } => {
+                self.executor_subscribe(conn, tx, framework_id, executor_id, token, updates, tasks)
+            }
+            CoreEvent::ExecutorCall { conn, call } => self.executor_call(conn, call),
+            CoreEvent::ExecutorDisconnected { conn } => {
+                if let Some(c) = self.exec_conns.remove(&conn) {
+                    if let Some(ex) = self.executors.get_mut(&c.key) {
+                        if ex.conn == Some(conn) {
+                            ex.conn = None;
+                            tracing::info!(framework_id = %c.key.0, executor_id = %c.key.1, "executor disconnected");
+                        }
+                    }
+                }
+            }
+            CoreEvent::ExecutorExited {
+                key,
+                run_id,
+                code,
+                message,
+            } => self.executor_exited(key, run_id, code, message),
+            CoreEvent::RegistrationTimeout { key, run_id } => {
+                let timeout = self.shared.config.executor_registration_timeout;
+                if let Some(ex) = self.executors.get_mut(&key) {
+                    if ex.run_id == run_id && !ex.subscribed && !ex.killing {
+                        tracing::warn!(framework_id = %key.0, executor_id = %key.1, ?timeout, "executor did not subscribe in time; killing it");
+                        ex.termination = Some(Termination {
+                            state: TaskState::Failed,
+                            reason: Reason::ReasonExecutorRegistrationTimeout,
+                            message: format!(
+                                "executor did not subscribe within {}",
+                                fmt_duration(timeout)
+                            ),
+                        });
+                        self.kill_executor(&key, None);
+                    }
+                }
+            }
+            CoreEvent::UpdateDurable {
+                framework_id,
+                status,
+                ack_to,
+                result,
+            } => {
+                let uuid = status.uuid.clone().unwrap_or_default();
+                self.pending_durable
+                    .remove(&(framework_id.clone(), status.task_id.clone(), uuid));
+                match result {
+                    Ok(()) => self.append_to_stream(framework_id, status, ack_to),
+                    Err(e) => {
+                        // Deliver it anyway, but do not tell the executor
+                        // it is safe: it keeps the update and re-sends it.
+                        tracing::error!(%framework_id, task_id = %status.task_id, error = %e, "could not checkpoint status update");
+                        self.append_to_stream(framework_id, status, None);
+                    }
+                }
+            }
+            CoreEvent::AckDurable {
+                framework_id,
+                task_id,
+                result,
+            } => {
+                if let Err(e) = result {
+                    // Go on regardless: a duplicate after a restart is
+                    // better than a stalled stream.
+                    tracing::error!(%framework_id, %task_id, error = %e, "could not checkpoint an acknowledgement");
+                }
+                if let Some(status) = self
+                    .updates
+                    .release(&framework_id, &task_id, Instant::now())
+                {
+                    self.send_master(agent_api::Call::StatusUpdate {
+                        framework_id,
+                        status,
+                    });
+                }
+            }
+            CoreEvent::State { reply } => {
+                let _ = reply.send(self.snapshot());
+            }
+        }
+        None
+    }
+}
+
+/// Compares tokens without an early exit on the first difference.
+fn tokens_equal(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn fmt_duration(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison() {
+        assert!(tokens_equal("abc", "abc"));
+        assert!(!tokens_equal("abc", "abd"));
+        assert!(!tokens_equal("abc", "abcd"));
+    }
+}

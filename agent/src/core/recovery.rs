@@ -1,0 +1,192 @@
+//! Recovery: what a restarted agent finds checkpointed.
+
+use super::*;
+
+impl Core {
+    /// Loads the agent id and the checkpoints, re-attaches to executors
+    /// that survived (or kills them with [`RecoverMode::Cleanup`]) and
+    /// gives the tasks of dead ones terminal updates.
+    pub(crate) fn recover(&mut self, streams: Vec<StreamState>) {
+        let config = self.shared.config.clone();
+        self.agent_id = checkpoint::read_agent_id(&config.work_dir).map(AgentId::new);
+        let (frameworks, orphans) = checkpoint::load(&config.work_dir, streams);
+        for stream in orphans {
+            tracing::debug!(framework_id = %stream.framework_id, task_id = %stream.task_id, "dropping the update stream of a forgotten task");
+            self.writer.submit(
+                vec![Op::Wal(WalRecord::End {
+                    framework_id: stream.framework_id,
+                    task_id: stream.task_id,
+                })],
+                None,
+            );
+        }
+        for fw in frameworks {
+            let Some(fid) = fw.info.id.clone() else {
+                continue;
+            };
+            self.frameworks.insert(fid.clone(), fw.info);
+            for rex in fw.executors {
+                let eid = ExecutorId::new(rex.executor_id);
+                let ekey = (fid.clone(), eid.clone());
+                let mut fresh = Vec::new();
+                for rt in rex.tasks {
+                    let tid = rt.info.task_id.clone();
+                    let (latest, pending, seen, terminal) = match rt.stream {
+                        Some(stream) => (
+                            stream.latest().cloned(),
+                            stream.pending.clone(),
+                            stream.seen(),
+                            stream.is_terminal(),
+                        ),
+                        None => (None, Vec::new(), HashSet::new(), false),
+                    };
+                    if terminal && pending.is_empty() {
+                        if let Ok(dir) = paths::meta_task_dir(
+                            &config.work_dir,
+                            fid.as_str(),
+                            eid.as_str(),
+                            tid.as_str(),
+                        ) {
+                            self.writer.submit(
+                                vec![
+                                    Op::Wal(WalRecord::End {
+                                        framework_id: fid.clone(),
+                                        task_id: tid.clone(),
+                                    }),
+                                    Op::RemoveDir { path: dir },
+                                ],
+                                None,
+                            );
+                        }
+                        continue;
+                    }
+                    self.updates.restore(&fid, &tid, seen, pending, terminal);
+                    if latest.is_none() {
+                        fresh.push(tid.clone());
+                    }
+                    self.tasks.insert(
+                        (fid.clone(), tid),
+                        Task {
+                            executor_id: eid.clone(),
+                            info: rt.info,
+                            state: latest.as_ref().map_or(TaskState::Staging, |s| s.state),
+                            latest,
+                            kill_requested: false,
+                            checkpointed: true,
+                        },
+                    );
+                }
+                let alive = rex.record.as_ref().filter(|r| {
+                    r.pid
+                        .is_some_and(|pid| launcher::is_alive(pid, r.start_time))
+                });
+                match alive {
+                    Some(record) => {
+                        let record = record.clone();
+                        let pid = record.pid.unwrap_or_default();
+                        tracing::info!(framework_id = %fid, executor_id = %eid, pid, mode = ?config.recover, "found a live executor");
+                        self.executors.insert(
+                            ekey.clone(),
+                            Executor {
+                                info: record.info,
+                                run_id: record.run_id.clone(),
+                                token: record.token,
+                                sandbox: record.sandbox,
+                                pid: Some(pid),
+                                start_time: record.start_time,
+                                is_command: record.is_command,
+                                child: false,
+                                conn: None,
+                                subscribed: false,
+                                queued: fresh,
+                                killing: false,
+                                termination: None,
+                            },
+                        );
+                        self.poll_recovered(
+                            ekey.clone(),
+                            record.run_id.clone(),
+                            pid,
+                            record.start_time,
+                        );
+                        match config.recover {
+                            RecoverMode::Reconnect => {
+                                self.start_registration_timer(ekey.clone(), record.run_id)
+                            }
+                            RecoverMode::Cleanup => self.kill_executor(
+                                &ekey,
+                                Some(Termination {
+                                    state: TaskState::Lost,
+                                    reason: Reason::ReasonAgentRestarted,
+                                    message:
+                                        "executor killed by agent recovery (--recover cleanup)"
+                                            .into(),
+                                }),
+                            ),
+                        }
+                    }
+                    None => {
+                        tracing::info!(framework_id = %fid, executor_id = %eid, "checkpointed executor is gone");
+                        let unfinished: Vec<TaskId> = self
+                            .tasks
+                            .iter()
+                            .filter(|((f, _), t)| {
+                                *f == fid && t.executor_id == eid && !t.state.is_terminal()
+                            })
+                            .map(|((_, tid), _)| tid.clone())
+                            .collect();
+                        for tid in unfinished {
+                            let status = self.agent_status(
+                                &tid,
+                                Some(eid.clone()),
+                                TaskState::Failed,
+                                Reason::ReasonExecutorTerminated,
+                                format!("executor {eid} exited while the agent was down"),
+                            );
+                            self.enqueue_update(fid.clone(), status, None);
+                        }
+                        self.gc_executor(&ekey);
+                    }
+                }
+            }
+            if !self.executors.keys().any(|(f, _)| *f == fid)
+                && !self.tasks.keys().any(|(f, _)| *f == fid)
+            {
+                self.frameworks.remove(&fid);
+                if let Ok(dir) = paths::meta_framework_dir(&config.work_dir, fid.as_str()) {
+                    self.writer.submit(vec![Op::RemoveDir { path: dir }], None);
+                }
+            }
+        }
+    }
+
+    pub(super) fn poll_recovered(
+        &self,
+        key: ExecKey,
+        run_id: String,
+        pid: u32,
+        start_time: Option<u64>,
+    ) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RECOVERED_POLL).await;
+                if tx.is_closed() {
+                    return;
+                }
+                if !launcher::is_alive(pid, start_time) {
+                    let _ = tx
+                        .send(CoreEvent::ExecutorExited {
+                            key,
+                            run_id,
+                            code: None,
+                            message: "exited (status unknown: not a child of this agent run)"
+                                .into(),
+                        })
+                        .await;
+                    return;
+                }
+            }
+        });
+    }
+}

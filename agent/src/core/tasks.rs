@@ -1,0 +1,355 @@
+//! Tasks: running, killing and forgetting them, and the checkpoint of
+//! their frameworks and executors.
+
+use super::*;
+
+impl Core {
+    pub(super) fn run_task(&mut self, framework: FrameworkInfo, task: TaskInfo) {
+        let Some(fid) = framework.id.clone() else {
+            tracing::warn!(task_id = %task.task_id, "RUN_TASK without a framework id; ignored");
+            return;
+        };
+        let key = (fid.clone(), task.task_id.clone());
+        if self.tasks.contains_key(&key) || self.updates.has_stream(&fid, &task.task_id) {
+            tracing::warn!(framework_id = %fid, task_id = %task.task_id, "RUN_TASK for a task the agent already has; ignored");
+            return;
+        }
+        let (mut info, is_command) = match (&task.command, &task.executor) {
+            (Some(command), None) => (self.command_executor_info(&task, command), true),
+            (None, Some(executor)) => (executor.clone(), false),
+            _ => {
+                self.reject(
+                    &fid,
+                    &task,
+                    TaskState::Error,
+                    Reason::ReasonTaskInvalid,
+                    "a task needs exactly one of command or executor".into(),
+                );
+                return;
+            }
+        };
+        info.framework_id = Some(fid.clone());
+        let ids = [
+            ("framework", fid.as_str()),
+            ("task", task.task_id.as_str()),
+            ("executor", info.executor_id.as_str()),
+        ];
+        for (kind, id) in ids {
+            if let Err(e) = agora_proto::validate_id(id) {
+                let message = format!("invalid {kind} id: {e}");
+                self.reject(
+                    &fid,
+                    &task,
+                    TaskState::Error,
+                    Reason::ReasonTaskInvalid,
+                    message,
+                );
+                return;
+            }
+        }
+        let ekey = (fid.clone(), info.executor_id.clone());
+        if self.executors.get(&ekey).is_some_and(|e| e.killing) {
+            self.reject(
+                &fid,
+                &task,
+                TaskState::Dropped,
+                Reason::ReasonExecutorTerminated,
+                format!("executor {} is shutting down", ekey.1),
+            );
+            return;
+        }
+        self.adopt_framework(framework);
+        let checkpointed = self.checkpointing(&fid);
+        if checkpointed {
+            self.checkpoint_task(&fid, &ekey.1, &task);
+        }
+        tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
+        let task_id = task.task_id.clone();
+        self.tasks.insert(
+            key,
+            Task {
+                executor_id: ekey.1.clone(),
+                info: task,
+                state: TaskState::Staging,
+                latest: None,
+                kill_requested: false,
+                checkpointed,
+            },
+        );
+        if self.executors.contains_key(&ekey) {
+            self.deliver_or_queue(&ekey, task_id);
+        } else {
+            self.launch_executor(ekey, info, is_command, task_id);
+        }
+    }
+
+    /// An agent-generated update for a task the agent does not run.
+    pub(super) fn reject(
+        &mut self,
+        fid: &FrameworkId,
+        task: &TaskInfo,
+        state: TaskState,
+        reason: Reason,
+        message: String,
+    ) {
+        tracing::warn!(framework_id = %fid, task_id = %task.task_id, %message, "task rejected");
+        let status = self.agent_status(&task.task_id, None, state, reason, message);
+        self.enqueue_update(fid.clone(), status, None);
+    }
+
+    pub(super) fn command_executor_info(
+        &self,
+        task: &TaskInfo,
+        command: &CommandInfo,
+    ) -> ExecutorInfo {
+        let program = &self.shared.config.command_executor;
+        ExecutorInfo {
+            executor_id: ExecutorId::new(task.task_id.as_str()),
+            framework_id: None,
+            command: CommandInfo {
+                value: program.first().cloned().unwrap_or_default(),
+                shell: false,
+                arguments: program.clone(),
+                environment: command.environment.clone(),
+            },
+            resources: Resources::parse(COMMAND_EXECUTOR_RESOURCES).unwrap_or_default(),
+            name: format!("Command Executor (Task: {})", task.task_id),
+            source: task.task_id.to_string(),
+        }
+    }
+
+    pub(super) fn adopt_framework(&mut self, framework: FrameworkInfo) {
+        let Some(fid) = framework.id.clone() else {
+            return;
+        };
+        if self.frameworks.get(&fid) == Some(&framework) {
+            return;
+        }
+        if framework.checkpoint {
+            if let Ok(dir) = paths::meta_framework_dir(&self.shared.config.work_dir, fid.as_str()) {
+                self.writer.submit(
+                    vec![Op::Replace {
+                        path: dir.join("framework.json"),
+                        bytes: checkpoint::json_bytes(&framework),
+                    }],
+                    None,
+                );
+            }
+        }
+        self.frameworks.insert(fid, framework);
+    }
+
+    pub(super) fn deliver_or_queue(&mut self, ekey: &ExecKey, task_id: TaskId) {
+        let Some(ex) = self.executors.get_mut(ekey) else {
+            return;
+        };
+        let connected = ex.subscribed && ex.conn.is_some();
+        if !connected {
+            ex.queued.push(task_id);
+            return;
+        }
+        if let Some(task) = self.tasks.get(&(ekey.0.clone(), task_id)) {
+            let event = exec_api::Event::Launch {
+                task: task.info.clone(),
+            };
+            self.send_exec(ekey, event);
+        }
+    }
+
+    pub(super) fn kill_task(&mut self, fid: FrameworkId, task_id: TaskId) {
+        let key = (fid.clone(), task_id.clone());
+        let Some(task) = self.tasks.get_mut(&key) else {
+            if !self.updates.has_stream(&fid, &task_id) {
+                let status = self.agent_status(
+                    &task_id,
+                    None,
+                    TaskState::Lost,
+                    Reason::ReasonTaskUnknown,
+                    "task is unknown to the agent".into(),
+                );
+                self.enqueue_update(fid, status, None);
+            }
+            return;
+        };
+        if task.state.is_terminal() {
+            return;
+        }
+        task.kill_requested = true;
+        let ekey = (fid.clone(), task.executor_id.clone());
+        let grace = task.info.kill_grace_period;
+        let Some(ex) = self.executors.get_mut(&ekey) else {
+            return;
+        };
+        if let Some(pos) = ex.queued.iter().position(|t| *t == task_id) {
+            ex.queued.remove(pos);
+            let eid = ekey.1.clone();
+            let status = self.agent_status(
+                &task_id,
+                Some(eid),
+                TaskState::Killed,
+                Reason::ReasonTaskKilled,
+                "task killed before it was delivered to its executor".into(),
+            );
+            self.enqueue_update(fid, status, None);
+            if !self.executor_has_live_tasks(&ekey) {
+                self.kill_executor(&ekey, None);
+            }
+            return;
+        }
+        if ex.subscribed && ex.conn.is_some() {
+            self.send_exec(
+                &ekey,
+                exec_api::Event::Kill {
+                    task_id,
+                    grace_period_seconds: grace,
+                },
+            );
+        }
+        // Otherwise the kill is sent when the executor re-subscribes.
+    }
+
+    pub(super) fn executor_has_live_tasks(&self, ekey: &ExecKey) -> bool {
+        self.tasks
+            .iter()
+            .any(|((f, _), t)| *f == ekey.0 && t.executor_id == ekey.1 && !t.state.is_terminal())
+    }
+
+    pub(super) fn acknowledge(&mut self, fid: FrameworkId, task_id: TaskId, uuid: String) {
+        let key = (fid.clone(), task_id.clone());
+        let checkpointed = self.tasks.get(&key).is_some_and(|t| t.checkpointed);
+        match self
+            .updates
+            .acknowledge(&fid, &task_id, &uuid, checkpointed, Instant::now())
+        {
+            AckOutcome::Ignored => {
+                tracing::debug!(framework_id = %fid, %task_id, %uuid, "acknowledgement for a non-head update ignored");
+            }
+            AckOutcome::Acknowledged { next, ended, .. } => {
+                self.acknowledged += 1;
+                let key = (fid.clone(), task_id.clone());
+                if checkpointed {
+                    // The next update goes out once the acknowledgement is
+                    // durable: after a crash the stream resumes exactly
+                    // where the master left it.
+                    let done: Option<checkpoint::Done> = (!ended).then(|| {
+                        let tx = self.tx.clone();
+                        let (fid, task_id) = (fid.clone(), task_id.clone());
+                        Box::new(move |result: std::io::Result<()>| {
+                            let _ = tx.blocking_send(CoreEvent::AckDurable {
+                                framework_id: fid,
+                                task_id,
+                                result: result.map_err(|e| e.to_string()),
+                            });
+                        }) as checkpoint::Done
+                    });
+                    self.writer.submit(
+                        vec![Op::Wal(WalRecord::Ack {
+                            framework_id: fid.clone(),
+                            task_id: task_id.clone(),
+                            uuid,
+                        })],
+                        done,
+                    );
+                }
+                if let Some(status) = next {
+                    self.send_master(agent_api::Call::StatusUpdate {
+                        framework_id: fid.clone(),
+                        status: *status,
+                    });
+                }
+                if ended {
+                    self.forget_task(&key);
+                }
+            }
+        }
+    }
+
+    pub(super) fn forget_task(&mut self, key: &StreamKey) {
+        let dir = self.task_meta_dir(key);
+        let Some(task) = self.tasks.remove(key) else {
+            return;
+        };
+        tracing::debug!(framework_id = %key.0, task_id = %key.1, "task forgotten");
+        if let Some(dir) = dir {
+            self.writer.submit(
+                vec![
+                    Op::Wal(WalRecord::End {
+                        framework_id: key.0.clone(),
+                        task_id: key.1.clone(),
+                    }),
+                    Op::RemoveDir { path: dir },
+                ],
+                None,
+            );
+        }
+        let ekey = (key.0.clone(), task.executor_id);
+        if let Some(ex) = self.executors.get_mut(&ekey) {
+            ex.queued.retain(|t| *t != key.1);
+        }
+        self.gc_executor(&ekey);
+    }
+
+    /// Records a checkpointed task in the status update log, which starts
+    /// its stream: one more record in the next group commit, where a file
+    /// of its own would cost a directory, a file and their syncs.
+    pub(super) fn checkpoint_task(
+        &self,
+        fid: &FrameworkId,
+        executor_id: &ExecutorId,
+        task: &TaskInfo,
+    ) {
+        self.writer.submit(
+            vec![Op::Wal(WalRecord::Task {
+                framework_id: fid.clone(),
+                executor_id: executor_id.clone(),
+                task: Box::new(task.clone()),
+            })],
+            None,
+        );
+    }
+
+    /// The directory of a task checkpointed as a `task.json` (by an older
+    /// agent): removed when the task is forgotten.
+    pub(super) fn task_meta_dir(&self, key: &StreamKey) -> Option<PathBuf> {
+        let task = self.tasks.get(key).filter(|t| t.checkpointed)?;
+        paths::meta_task_dir(
+            &self.shared.config.work_dir,
+            key.0.as_str(),
+            task.executor_id.as_str(),
+            key.1.as_str(),
+        )
+        .ok()
+    }
+
+    /// Removes the checkpoint of a finished executor and the framework
+    /// when nothing of them is left.
+    pub(super) fn gc_executor(&mut self, ekey: &ExecKey) {
+        let has_tasks = self
+            .tasks
+            .iter()
+            .any(|((f, _), t)| *f == ekey.0 && t.executor_id == ekey.1);
+        if !self.executors.contains_key(ekey) && !has_tasks && self.checkpointing(&ekey.0) {
+            if let Ok(dir) = paths::meta_executor_dir(
+                &self.shared.config.work_dir,
+                ekey.0.as_str(),
+                ekey.1.as_str(),
+            ) {
+                self.writer.submit(vec![Op::RemoveDir { path: dir }], None);
+            }
+        }
+        let fid = &ekey.0;
+        let busy = self.executors.keys().any(|(f, _)| f == fid)
+            || self.tasks.keys().any(|(f, _)| f == fid);
+        if !busy {
+            if let Some(framework) = self.frameworks.remove(fid) {
+                if framework.checkpoint {
+                    if let Ok(dir) =
+                        paths::meta_framework_dir(&self.shared.config.work_dir, fid.as_str())
+                    {
+                        self.writer.submit(vec![Op::RemoveDir { path: dir }], None);
+                    }
+                }
+            }
+        }
+    }
+}
