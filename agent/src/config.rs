@@ -14,6 +14,12 @@ const MEM_RESERVE_MIB: u64 = 1024;
 const DISK_RESERVE_MIB: u64 = 5 * 1024;
 /// Disk offered when the work dir's file system cannot be inspected.
 const FALLBACK_DISK_MIB: u64 = 10 * 1024;
+/// Default of [`Config::core_queue`].
+pub const DEFAULT_CORE_QUEUE: usize = 4096;
+/// Default of [`Config::executor_outbox`].
+pub const DEFAULT_EXECUTOR_OUTBOX: usize = 1024;
+/// Default of [`Config::master_outbox`].
+pub const DEFAULT_MASTER_OUTBOX: usize = 10_000;
 /// Ports offered by default, as in Mesos.
 const DEFAULT_PORTS: &str = "[31000-32000]";
 
@@ -63,6 +69,15 @@ pub struct Config {
     pub executor_recovery_timeout: Duration,
     /// What to do with executors found on restart.
     pub recover: RecoverMode,
+    /// Events the core may have queued (from connections, process
+    /// watchers, timers and the checkpoint writer) before their senders
+    /// wait.
+    pub core_queue: usize,
+    /// Events queued for one executor connection; an executor that lets
+    /// this many pile up unread is disconnected.
+    pub executor_outbox: usize,
+    /// Calls queued for the master connection.
+    pub master_outbox: usize,
 }
 
 // === impl Config ===
@@ -88,6 +103,9 @@ impl Config {
             reconnect_backoff_max: Duration::from_secs(5),
             executor_recovery_timeout: Duration::from_secs(15 * 60),
             recover: RecoverMode::Reconnect,
+            core_queue: DEFAULT_CORE_QUEUE,
+            executor_outbox: DEFAULT_EXECUTOR_OUTBOX,
+            master_outbox: DEFAULT_MASTER_OUTBOX,
         }
     }
 }

@@ -10,7 +10,7 @@
 //! [`agora_proto::MAX_FRAME_BYTES`] closes the connection with code 1009.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use agora_proto::executor::{Call, Event};
@@ -20,26 +20,52 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use futures::SinkExt;
+use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio_util::sync::CancellationToken;
 
 use crate::core::CoreEvent;
 use crate::files::{self, FileError, Target};
 use crate::{Counters, Shared};
 
-/// Events queued for one executor connection.
-pub(crate) const EXECUTOR_OUTBOX: usize = 1024;
 /// Most queued events written to an executor with one flush.
 const WRITE_BATCH: usize = 256;
+/// How long a closing connection may take to write its close frame.
+const WRITER_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What the core sends to an executor connection.
-#[derive(Debug)]
-pub(crate) enum ExecOut {
-    /// An event to write.
-    Event(Box<Event>),
-    /// Close the connection with this code and reason.
-    Close { code: u16, reason: String },
+/// The core's handle on one executor connection: the events queued for
+/// it, and a close request that no full queue can hold up.
+///
+/// Answers to the executor's own calls (acknowledgements, errors,
+/// `SUBSCRIBED`) are always queued: their number is bounded because the
+/// connection stops reading the executor's frames while more than
+/// `limit` events wait to be written. Events the executor did not ask for
+/// (launch, kill, messages, shutdown) are refused once `limit` are
+/// waiting: the executor is not reading.
+#[derive(Clone)]
+pub(crate) struct ExecLink {
+    events: mpsc::UnboundedSender<Box<Event>>,
+    unwritten: Arc<Unwritten>,
+    close: Arc<watch::Sender<Option<CloseFrame>>>,
+    limit: usize,
+}
+
+/// Events queued for a connection but not yet written, and a wake-up for
+/// the reader waiting for that number to fall to the limit.
+#[derive(Default)]
+struct Unwritten {
+    count: AtomicUsize,
+    drained: Notify,
+}
+
+/// Why [`ExecLink::push`] could not queue an event.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LinkFull {
+    /// The executor left the limit of events unread.
+    Full,
+    /// The connection is gone.
+    Closed,
 }
 
 #[derive(Clone)]
@@ -352,150 +378,247 @@ async fn executor_ws(ws: WebSocketUpgrade, State(app): State<AppState>) -> Respo
         .on_upgrade(move |socket| serve_executor(socket, app))
 }
 
-async fn send_event(ws: &mut WebSocket, event: &Event) -> bool {
-    ws.send(Message::text(agora_proto::encode(event)))
-        .await
-        .is_ok()
-}
-
-async fn close(ws: &mut WebSocket, code: u16, reason: String) {
-    let _ = ws
-        .send(Message::Close(Some(CloseFrame {
-            code,
-            reason: reason.into(),
-        })))
-        .await;
-}
-
 fn is_too_large(e: &axum::Error) -> bool {
     let text = e.to_string();
     text.contains("Space limit exceeded") || text.contains("too long") || text.contains("too big")
 }
 
-async fn serve_executor(mut ws: WebSocket, app: AppState) {
+/// Serves one executor connection: this task reads and decodes frames
+/// and hands calls to the core, waiting when the core's queue is full; a
+/// writer task of its own drains the events the core queues meanwhile,
+/// so waiting on the core never stops acknowledgements going out. While
+/// more than `--executor-outbox` events wait to be written, no further
+/// frame is read: an executor that does not read is slowed, not buffered.
+async fn serve_executor(ws: WebSocket, app: AppState) {
     let conn = app.shared.next_conn_id();
-    let (tx, mut rx) = mpsc::channel::<ExecOut>(EXECUTOR_OUTBOX);
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let (close_tx, close_rx) = watch::channel(None);
+    let link = ExecLink {
+        events: events_tx,
+        unwritten: Arc::default(),
+        close: Arc::new(close_tx),
+        limit: app.shared.config.executor_outbox.max(1),
+    };
+    let done = CancellationToken::new();
+    let (sink, mut stream) = ws.split();
+    let mut writer = tokio::spawn(write_executor(
+        sink,
+        events_rx,
+        link.unwritten.clone(),
+        close_rx,
+        done.clone(),
+    ));
     let mut subscribed = false;
     loop {
-        tokio::select! {
-            out = rx.recv() => match out {
-                Some(ExecOut::Event(event)) => {
-                    // Events already queued (acknowledgements, mostly) go
-                    // out with the same flush.
-                    let mut written = ws.feed(Message::text(agora_proto::encode(&*event))).await.is_ok();
-                    let mut queued = 1;
-                    let mut closing = None;
-                    while written && queued < WRITE_BATCH {
-                        match rx.try_recv() {
-                            Ok(ExecOut::Event(event)) => {
-                                written = ws.feed(Message::text(agora_proto::encode(&*event))).await.is_ok();
-                                queued += 1;
-                            }
-                            Ok(ExecOut::Close { code, reason }) => {
-                                closing = Some((code, reason));
-                                break;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    if !written || ws.flush().await.is_err() {
-                        break;
-                    }
-                    if let Some((code, reason)) = closing {
-                        close(&mut ws, code, reason).await;
-                        break;
-                    }
-                }
-                Some(ExecOut::Close { code, reason }) => {
-                    close(&mut ws, code, reason).await;
-                    break;
-                }
-                None => break,
-            },
-            frame = ws.recv() => {
-                let text = match frame {
-                    None | Some(Ok(Message::Close(_))) => break,
-                    Some(Err(e)) => {
-                        if is_too_large(&e) {
-                            close(
-                                &mut ws,
-                                1009,
-                                format!("frame exceeds the {}-byte limit", agora_proto::MAX_FRAME_BYTES),
-                            )
-                            .await;
-                        }
-                        break;
-                    }
-                    Some(Ok(Message::Binary(_))) => {
-                        let message = agora_proto::DecodeError::Binary.to_string();
-                        if !send_event(&mut ws, &Event::Error { message, fatal: false }).await {
-                            break;
-                        }
-                        continue;
-                    }
-                    Some(Ok(Message::Text(text))) => text,
-                    Some(Ok(_)) => continue,
-                };
-                let call = match agora_proto::decode::<Call>(text.as_str()) {
-                    Ok(call) => call,
-                    Err(e) => {
-                        if !send_event(&mut ws, &Event::Error { message: e.to_string(), fatal: false }).await {
-                            break;
-                        }
-                        continue;
-                    }
-                };
-                match call {
-                    Call::Subscribe {
-                        protocol,
-                        framework_id,
-                        executor_id,
-                        token,
-                        unacknowledged_updates,
-                        unacknowledged_tasks,
-                    } => {
-                        if protocol != agora_proto::PROTOCOL_VERSION {
-                            let message = format!(
-                                "protocol version {protocol} is not supported; this agent speaks {}",
-                                agora_proto::PROTOCOL_VERSION
-                            );
-                            send_event(&mut ws, &Event::Error { message: message.clone(), fatal: true }).await;
-                            close(&mut ws, 1002, message).await;
-                            break;
-                        }
-                        subscribed = true;
-                        let event = CoreEvent::ExecutorSubscribe {
-                            conn,
-                            tx: tx.clone(),
-                            framework_id,
-                            executor_id,
-                            token,
-                            updates: unacknowledged_updates,
-                            tasks: unacknowledged_tasks,
-                        };
-                        if app.core.send(event).await.is_err() {
-                            break;
-                        }
-                    }
-                    _ if !subscribed => {
-                        let event = Event::Error { message: "subscribe first".to_string(), fatal: false };
-                        if !send_event(&mut ws, &event).await {
-                            break;
-                        }
-                    }
-                    call => {
-                        if app.core.send(CoreEvent::ExecutorCall { conn, call }).await.is_err() {
-                            break;
-                        }
-                    }
-                }
+        while link.unwritten.count.load(Ordering::Acquire) > link.limit {
+            tokio::select! {
+                _ = done.cancelled() => break,
+                _ = link.unwritten.drained.notified() => {}
             }
         }
+        let frame = tokio::select! {
+            _ = done.cancelled() => break,
+            frame = stream.next() => frame,
+        };
+        let text = match frame {
+            None | Some(Ok(Message::Close(_))) => break,
+            Some(Err(e)) => {
+                if is_too_large(&e) {
+                    link.close(
+                        1009,
+                        format!(
+                            "frame exceeds the {}-byte limit",
+                            agora_proto::MAX_FRAME_BYTES
+                        ),
+                    );
+                }
+                break;
+            }
+            Some(Ok(Message::Binary(_))) => {
+                let message = agora_proto::DecodeError::Binary.to_string();
+                link.reply(Event::Error {
+                    message,
+                    fatal: false,
+                });
+                continue;
+            }
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(_)) => continue,
+        };
+        let call = match agora_proto::decode::<Call>(text.as_str()) {
+            Ok(call) => call,
+            Err(e) => {
+                link.reply(Event::Error {
+                    message: e.to_string(),
+                    fatal: false,
+                });
+                continue;
+            }
+        };
+        let event = match call {
+            Call::Subscribe {
+                protocol,
+                framework_id,
+                executor_id,
+                token,
+                unacknowledged_updates,
+                unacknowledged_tasks,
+            } => {
+                if protocol != agora_proto::PROTOCOL_VERSION {
+                    let message = format!(
+                        "protocol version {protocol} is not supported; this agent speaks {}",
+                        agora_proto::PROTOCOL_VERSION
+                    );
+                    link.reply(Event::Error {
+                        message: message.clone(),
+                        fatal: true,
+                    });
+                    link.close(1002, message);
+                    break;
+                }
+                subscribed = true;
+                CoreEvent::ExecutorSubscribe {
+                    conn,
+                    link: link.clone(),
+                    framework_id,
+                    executor_id,
+                    token,
+                    updates: unacknowledged_updates,
+                    tasks: unacknowledged_tasks,
+                }
+            }
+            _ if !subscribed => {
+                link.reply(Event::Error {
+                    message: "subscribe first".to_string(),
+                    fatal: false,
+                });
+                continue;
+            }
+            call => CoreEvent::ExecutorCall { conn, call },
+        };
+        let forwarded = tokio::select! {
+            r = app.core.send(event) => r.is_ok(),
+            _ = done.cancelled() => false,
+        };
+        if !forwarded {
+            break;
+        }
     }
+    // Everything read was handed over before this: the core learns of
+    // the disconnection after the connection's last call.
     if subscribed {
         let _ = app
             .core
             .send(CoreEvent::ExecutorDisconnected { conn })
             .await;
+    }
+    // Let the writer finish what is queued (a close frame, an error).
+    drop(link);
+    if tokio::time::timeout(WRITER_LINGER, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+}
+
+/// Writes what the core queues for one executor, everything already
+/// queued with one flush, until a close is asked for (written as a close
+/// frame after what was queued before it), every sender is gone, a write
+/// fails, or `done` fires.
+async fn write_executor(
+    mut sink: futures::stream::SplitSink<WebSocket, Message>,
+    mut events: mpsc::UnboundedReceiver<Box<Event>>,
+    unwritten: Arc<Unwritten>,
+    mut close: watch::Receiver<Option<CloseFrame>>,
+    done: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = done.cancelled() => break,
+            changed = close.changed() => {
+                let frame = if changed.is_ok() { close.borrow_and_update().clone() } else { None };
+                if let Some(frame) = frame {
+                    // What was queued before the close goes first (the
+                    // error that explains it, say), as far as time allows.
+                    let flush = async {
+                        while let Ok(event) = events.try_recv() {
+                            sink.feed(Message::text(agora_proto::encode(&*event))).await?;
+                        }
+                        sink.send(Message::Close(Some(frame))).await
+                    };
+                    let _ = tokio::time::timeout(WRITER_LINGER, flush).await;
+                }
+                break;
+            }
+            event = events.recv() => match event {
+                Some(event) => event,
+                None => break,
+            },
+        };
+        let mut written = sink
+            .feed(Message::text(agora_proto::encode(&*first)))
+            .await
+            .is_ok();
+        let mut queued = 1;
+        while written && queued < WRITE_BATCH {
+            let Ok(event) = events.try_recv() else { break };
+            written = sink
+                .feed(Message::text(agora_proto::encode(&*event)))
+                .await
+                .is_ok();
+            queued += 1;
+        }
+        if !written || sink.flush().await.is_err() {
+            break;
+        }
+        unwritten.count.fetch_sub(queued, Ordering::AcqRel);
+        unwritten.drained.notify_one();
+    }
+    // The reader stops too: a connection we no longer write is over.
+    done.cancel();
+}
+
+// === impl ExecLink ===
+
+impl ExecLink {
+    /// Queues an answer to the executor's own call. Returns whether the
+    /// connection is still open.
+    pub(crate) fn reply(&self, event: Event) -> bool {
+        self.unwritten.count.fetch_add(1, Ordering::AcqRel);
+        self.events.send(Box::new(event)).is_ok()
+    }
+
+    /// Queues an event the executor did not ask for, unless `limit`
+    /// events already wait to be written.
+    pub(crate) fn push(&self, event: Event) -> Result<(), LinkFull> {
+        if self.events.is_closed() {
+            return Err(LinkFull::Closed);
+        }
+        if self.unwritten.count.load(Ordering::Acquire) >= self.limit {
+            return Err(LinkFull::Full);
+        }
+        if self.reply(event) {
+            Ok(())
+        } else {
+            Err(LinkFull::Closed)
+        }
+    }
+
+    /// Asks for the connection to be closed with `code` and `reason`,
+    /// ahead of anything still queued. The first request wins.
+    pub(crate) fn close(&self, code: u16, reason: impl Into<String>) {
+        let frame = CloseFrame {
+            code,
+            reason: reason.into().into(),
+        };
+        self.close.send_if_modified(|current| {
+            if current.is_some() {
+                return false;
+            }
+            *current = Some(frame);
+            true
+        });
     }
 }

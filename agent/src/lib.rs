@@ -40,7 +40,9 @@ mod sys;
 mod wal;
 
 pub use agora_proto::{parse_duration, DurationError};
-pub use config::{Config, RecoverMode};
+pub use config::{
+    Config, RecoverMode, DEFAULT_CORE_QUEUE, DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
+};
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +150,7 @@ pub async fn run(
                 source,
             }
         })?;
-    let (core_tx, core_rx) = mpsc::channel(core::CORE_QUEUE);
+    let (core_tx, core_rx) = mpsc::channel(shared.config.core_queue.max(1));
     let mut core = core::Core::new(shared.clone(), core_tx.clone(), writer);
     core.recover(streams);
 

@@ -66,6 +66,16 @@ struct Flags {
     /// What to do with executors found on restart: reconnect or cleanup.
     #[arg(long, default_value = "reconnect")]
     recover: RecoverMode,
+    /// Events the agent's core may have queued before senders wait.
+    #[arg(long, default_value_t = agora_agent::DEFAULT_CORE_QUEUE, value_parser = positive)]
+    core_queue: usize,
+    /// Events queued for one executor connection; an executor that leaves
+    /// this many unread is disconnected.
+    #[arg(long, default_value_t = agora_agent::DEFAULT_EXECUTOR_OUTBOX, value_parser = positive)]
+    executor_outbox: usize,
+    /// Calls queued for the master connection.
+    #[arg(long, default_value_t = agora_agent::DEFAULT_MASTER_OUTBOX, value_parser = positive)]
+    master_outbox: usize,
     /// Log format: text or json (filter with RUST_LOG).
     #[arg(long, default_value = "text", value_parser = ["text", "json"], env = "AGORA_LOG_FORMAT")]
     log_format: String,
@@ -73,6 +83,14 @@ struct Flags {
 
 fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text).map_err(|e| e.to_string())
+}
+
+fn positive(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn parse_resources(text: &str) -> Result<Resources, String> {
@@ -125,6 +143,9 @@ fn main() -> ExitCode {
     config.reconnect_backoff_max = flags.reconnect_backoff_max;
     config.executor_recovery_timeout = flags.executor_recovery_timeout;
     config.recover = flags.recover;
+    config.core_queue = flags.core_queue;
+    config.executor_outbox = flags.executor_outbox;
+    config.master_outbox = flags.master_outbox;
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

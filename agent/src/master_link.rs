@@ -12,11 +12,12 @@
 //! what to do with events (see [`crate::core`]). The core can force a new
 //! connection by dropping the sender it was given.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agora_proto::agent::{Call, Event};
 use futures::{SinkExt, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
@@ -25,12 +26,12 @@ use tokio_util::sync::CancellationToken;
 use crate::core::CoreEvent;
 use crate::Shared;
 
-/// Calls queued for one master connection.
-pub(crate) const MASTER_OUTBOX: usize = 10_000;
 /// Most queued calls written to the master with one flush.
 const WRITE_BATCH: usize = 256;
 /// Pings the master may skip before the agent gives up on the connection.
 pub(crate) const MASTER_SILENT_PINGS: u32 = 3;
+/// How long a closing connection may take to write its close frame.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// How long to wait for `REGISTERED` before trying another connection.
 pub(crate) const REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
@@ -157,6 +158,12 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
 }
 
 /// Serves one connection; returns whether the agent got registered on it.
+///
+/// This task reads: it answers pings (through the writer), hands every
+/// other event to the core (waiting when the core's queue is full) and
+/// watches for silence. A writer task of its own drains what the core
+/// queues meanwhile, so waiting on the core never holds up the agent's
+/// updates and acknowledgements.
 async fn serve<S>(
     shared: &Shared,
     ws: tokio_tungstenite::WebSocketStream<S>,
@@ -165,11 +172,11 @@ async fn serve<S>(
     mut leader_changed: LeaderChanged,
 ) -> bool
 where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sink, mut stream) = ws.split();
+    let (sink, mut stream) = ws.split();
     let conn = shared.next_conn_id();
-    let (tx, mut outbox) = mpsc::channel::<Call>(MASTER_OUTBOX);
+    let (tx, outbox) = mpsc::channel::<Call>(shared.config.master_outbox.max(1));
     if core
         .send(CoreEvent::MasterConnected { conn, tx })
         .await
@@ -177,92 +184,125 @@ where
     {
         return false;
     }
+    let done = CancellationToken::new();
+    let pong = Arc::new(Notify::new());
+    let mut writer = tokio::spawn(write_master(sink, outbox, pong.clone(), done.clone()));
     let mut registered = false;
     let mut silence_limit = REGISTRATION_WAIT;
     let mut deadline = Instant::now() + silence_limit;
     loop {
-        tokio::select! {
-            _ = cancel.cancelled() => {
-                let _ = sink.send(Message::Close(None)).await;
-                break;
-            }
+        let frame = tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = done.cancelled() => break,
             _ = &mut leader_changed => {
                 tracing::warn!("this master no longer leads; reconnecting to the new leader");
-                let _ = sink.send(Message::Close(None)).await;
                 break;
             }
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(silent_for = ?silence_limit, "master is silent; dropping the connection");
                 break;
             }
-            call = outbox.recv() => match call {
-                Some(call) => {
-                    // What else is queued goes out with the same flush.
-                    let mut written = sink.feed(Message::text(agora_proto::encode(&call))).await.is_ok();
-                    let mut queued = 1;
-                    while written && queued < WRITE_BATCH {
-                        let Ok(call) = outbox.try_recv() else { break };
-                        written = sink.feed(Message::text(agora_proto::encode(&call))).await.is_ok();
-                        queued += 1;
-                    }
-                    if !written || sink.flush().await.is_err() {
-                        break;
-                    }
-                }
-                // The core asked for a fresh connection.
-                None => {
-                    let _ = sink.send(Message::Close(None)).await;
-                    break;
-                }
-            },
-            frame = stream.next() => {
-                let text = match frame {
-                    None => break,
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "master connection failed");
-                        break;
-                    }
-                    Some(Ok(Message::Text(text))) => text,
-                    Some(Ok(Message::Close(_))) => break,
-                    Some(Ok(Message::Binary(_))) => {
-                        tracing::warn!("master sent a binary frame; ignored");
-                        continue;
-                    }
-                    Some(Ok(_)) => continue,
-                };
-                deadline = Instant::now() + silence_limit;
-                let event = match agora_proto::decode::<Event>(text.as_str()) {
-                    Ok(event) => event,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "undecodable frame from master; ignored");
-                        continue;
-                    }
-                };
-                match &event {
-                    Event::Ping => {
-                        if sink.send(Message::text(agora_proto::encode(&Call::Pong))).await.is_err() {
-                            break;
-                        }
-                        continue;
-                    }
-                    Event::Registered { ping_interval_seconds, .. } => {
-                        registered = true;
-                        let interval = if ping_interval_seconds.is_finite() && *ping_interval_seconds > 0.0 {
-                            Duration::from_secs_f64(ping_interval_seconds.min(86_400.0))
-                        } else {
-                            Duration::from_secs(15)
-                        };
-                        silence_limit = interval * (MASTER_SILENT_PINGS + 1);
-                        deadline = Instant::now() + silence_limit;
-                    }
-                    _ => {}
-                }
-                if core.send(CoreEvent::MasterEvent { conn, event: Box::new(event) }).await.is_err() {
-                    break;
-                }
+            frame = stream.next() => frame,
+        };
+        let text = match frame {
+            None => break,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "master connection failed");
+                break;
             }
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(_))) => break,
+            Some(Ok(Message::Binary(_))) => {
+                tracing::warn!("master sent a binary frame; ignored");
+                continue;
+            }
+            Some(Ok(_)) => continue,
+        };
+        deadline = Instant::now() + silence_limit;
+        let event = match agora_proto::decode::<Event>(text.as_str()) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(error = %e, "undecodable frame from master; ignored");
+                continue;
+            }
+        };
+        match &event {
+            Event::Ping => {
+                pong.notify_one();
+                continue;
+            }
+            Event::Registered {
+                ping_interval_seconds,
+                ..
+            } => {
+                registered = true;
+                let interval = if ping_interval_seconds.is_finite() && *ping_interval_seconds > 0.0
+                {
+                    Duration::from_secs_f64(ping_interval_seconds.min(86_400.0))
+                } else {
+                    Duration::from_secs(15)
+                };
+                silence_limit = interval * (MASTER_SILENT_PINGS + 1);
+                deadline = Instant::now() + silence_limit;
+            }
+            _ => {}
         }
+        let forwarded = tokio::select! {
+            r = core.send(CoreEvent::MasterEvent { conn, event: Box::new(event) }) => r.is_ok(),
+            _ = done.cancelled() => false,
+            _ = cancel.cancelled() => false,
+        };
+        if !forwarded {
+            break;
+        }
+    }
+    done.cancel();
+    if tokio::time::timeout(CLOSE_WAIT, &mut writer).await.is_err() {
+        writer.abort();
     }
     let _ = core.send(CoreEvent::MasterDisconnected { conn }).await;
     registered
+}
+
+/// Writes the core's calls to the master, everything already queued with
+/// one flush, and a PONG whenever the reader saw a PING; ends (with a
+/// close frame) when `done` fires or the core drops its sender (it wants a
+/// fresh connection), and ends `done` when a write fails.
+async fn write_master<S>(
+    mut sink: futures::stream::SplitSink<tokio_tungstenite::WebSocketStream<S>, Message>,
+    mut outbox: mpsc::Receiver<Call>,
+    pong: Arc<Notify>,
+    done: CancellationToken,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        let call = tokio::select! {
+            biased;
+            _ = done.cancelled() => break,
+            _ = pong.notified() => Call::Pong,
+            call = outbox.recv() => match call {
+                Some(call) => call,
+                None => break,
+            },
+        };
+        let mut written = sink
+            .feed(Message::text(agora_proto::encode(&call)))
+            .await
+            .is_ok();
+        let mut queued = 1;
+        while written && queued < WRITE_BATCH {
+            let Ok(call) = outbox.try_recv() else { break };
+            written = sink
+                .feed(Message::text(agora_proto::encode(&call)))
+                .await
+                .is_ok();
+            queued += 1;
+        }
+        if !written || sink.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = tokio::time::timeout(CLOSE_WAIT, sink.send(Message::Close(None))).await;
+    done.cancel();
 }

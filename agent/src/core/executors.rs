@@ -219,7 +219,7 @@ impl Core {
     pub(super) fn executor_subscribe(
         &mut self,
         conn: u64,
-        tx: mpsc::Sender<ExecOut>,
+        link: ExecLink,
         fid: FrameworkId,
         eid: ExecutorId,
         token: String,
@@ -229,14 +229,11 @@ impl Core {
         let key = (fid.clone(), eid.clone());
         let refuse = |message: String| {
             tracing::warn!(framework_id = %fid, executor_id = %eid, %message, "executor subscription refused");
-            let _ = tx.try_send(ExecOut::Event(Box::new(exec_api::Event::Error {
+            link.reply(exec_api::Event::Error {
                 message: message.clone(),
                 fatal: true,
-            })));
-            let _ = tx.try_send(ExecOut::Close {
-                code: 1008,
-                reason: message,
             });
+            link.close(1008, message);
         };
         let Some(ex) = self.executors.get_mut(&key) else {
             refuse(format!("unknown executor {eid} of framework {fid}"));
@@ -249,10 +246,7 @@ impl Core {
         if let Some(old) = ex.conn.replace(conn) {
             if old != conn {
                 if let Some(c) = self.exec_conns.remove(&old) {
-                    let _ = c.tx.try_send(ExecOut::Close {
-                        code: 1000,
-                        reason: "replaced by a new subscription".into(),
-                    });
+                    c.link.close(1000, "replaced by a new subscription");
                 }
             }
         }
@@ -264,7 +258,7 @@ impl Core {
             conn,
             ExecConn {
                 key: key.clone(),
-                tx,
+                link,
             },
         );
         tracing::info!(framework_id = %fid, executor_id = %eid, resubscribed, "executor subscribed");
@@ -273,7 +267,7 @@ impl Core {
             f.id = Some(fid.clone());
             f
         });
-        self.send_exec(
+        self.reply_exec(
             &key,
             exec_api::Event::Subscribed {
                 executor_info: info,
@@ -322,7 +316,7 @@ impl Core {
                 let event = exec_api::Event::Launch {
                     task: task.info.clone(),
                 };
-                self.send_exec(&key, event);
+                self.reply_exec(&key, event);
             }
         }
         let kills: Vec<(TaskId, Option<f64>)> = self
@@ -334,7 +328,7 @@ impl Core {
             .map(|((_, tid), t)| (tid.clone(), t.info.kill_grace_period))
             .collect();
         for (task_id, grace_period_seconds) in kills {
-            self.send_exec(
+            self.reply_exec(
                 &key,
                 exec_api::Event::Kill {
                     task_id,
@@ -344,7 +338,7 @@ impl Core {
         }
         if killing {
             let grace = self.shared.config.executor_shutdown_grace_period;
-            self.send_exec(
+            self.reply_exec(
                 &key,
                 exec_api::Event::Shutdown {
                     grace_period_seconds: grace.as_secs_f64(),
@@ -372,7 +366,7 @@ impl Core {
 
     pub(super) fn executor_update(&mut self, ekey: &ExecKey, mut status: TaskStatus) {
         let Some(uuid) = status.uuid.clone() else {
-            self.send_exec(
+            self.reply_exec(
                 ekey,
                 exec_api::Event::Error {
                     message: format!("status update for task {} has no uuid", status.task_id),
@@ -389,7 +383,7 @@ impl Core {
                     "task {} does not belong to executor {}",
                     status.task_id, ekey.1
                 );
-                self.send_exec(
+                self.reply_exec(
                     ekey,
                     exec_api::Event::Error {
                         message,
@@ -411,6 +405,20 @@ impl Core {
         self.enqueue_update(ekey.0.clone(), status, Some(ekey.clone()));
     }
 
+    /// Queues an answer to the executor's own calls (see
+    /// [`ExecLink::reply`]); whether it is connected.
+    pub(super) fn reply_exec(&mut self, ekey: &ExecKey, event: exec_api::Event) -> bool {
+        let Some(conn) = self.executors.get(ekey).and_then(|e| e.conn) else {
+            return false;
+        };
+        self.exec_conns
+            .get(&conn)
+            .is_some_and(|c| c.link.reply(event))
+    }
+
+    /// Queues an event the executor did not ask for; an executor that
+    /// left too many unread is disconnected (it gets everything again
+    /// when it subscribes anew).
     pub(super) fn send_exec(&mut self, ekey: &ExecKey, event: exec_api::Event) -> bool {
         let Some(conn) = self.executors.get(ekey).and_then(|e| e.conn) else {
             return false;
@@ -418,21 +426,18 @@ impl Core {
         let Some(c) = self.exec_conns.get(&conn) else {
             return false;
         };
-        match c.tx.try_send(ExecOut::Event(Box::new(event))) {
+        match c.link.push(event) {
             Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(LinkFull::Full) => {
                 tracing::warn!(framework_id = %ekey.0, executor_id = %ekey.1, "executor is not reading; closing its connection");
-                let _ = c.tx.try_send(ExecOut::Close {
-                    code: 1008,
-                    reason: "too slow".into(),
-                });
+                c.link.close(1008, "too slow");
                 self.exec_conns.remove(&conn);
                 if let Some(ex) = self.executors.get_mut(ekey) {
                     ex.conn = None;
                 }
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(LinkFull::Closed) => false,
         }
     }
 
@@ -452,10 +457,7 @@ impl Core {
         tracing::info!(framework_id = %key.0, executor_id = %key.1, ?code, %message, "executor exited");
         if let Some(conn) = ex.conn {
             if let Some(c) = self.exec_conns.remove(&conn) {
-                let _ = c.tx.try_send(ExecOut::Close {
-                    code: 1000,
-                    reason: "executor exited".into(),
-                });
+                c.link.close(1000, "executor exited");
             }
         }
         if let Some(pid) = ex.pid {

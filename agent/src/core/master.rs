@@ -145,10 +145,7 @@ impl Core {
             }
         }
         for (_, conn) in self.exec_conns.drain() {
-            let _ = conn.tx.try_send(ExecOut::Close {
-                code: 1000,
-                reason: "agent shut down by the master".into(),
-            });
+            conn.link.close(1000, "agent shut down by the master");
         }
         self.tasks.clear();
         self.frameworks.clear();

@@ -28,15 +28,13 @@ mod tasks;
 mod updates;
 
 use crate::checkpoint::{self, ExecutorRecord, Op, Writer};
-use crate::http::ExecOut;
+use crate::http::{ExecLink, LinkFull};
 use crate::launcher::{self, LaunchSpec};
 use crate::paths;
 use crate::status_updates::{AckOutcome, StatusUpdateManager, StreamKey, UpdateOutcome};
 use crate::wal::{StreamState, WalRecord};
 use crate::{RecoverMode, Shared};
 
-/// Events queued for the core.
-pub(crate) const CORE_QUEUE: usize = 4096;
 /// Resources of the built-in command executor itself.
 const COMMAND_EXECUTOR_RESOURCES: &str = "cpus:0.1;mem:32";
 /// How often a recovered executor (not a child of this agent) is checked.
@@ -65,7 +63,7 @@ pub(crate) enum CoreEvent {
     /// An executor subscribed (or re-subscribed) on connection `conn`.
     ExecutorSubscribe {
         conn: u64,
-        tx: mpsc::Sender<ExecOut>,
+        link: ExecLink,
         framework_id: FrameworkId,
         executor_id: ExecutorId,
         token: String,
@@ -121,7 +119,7 @@ struct MasterConn {
 
 struct ExecConn {
     key: ExecKey,
-    tx: mpsc::Sender<ExecOut>,
+    link: ExecLink,
 }
 
 /// The terminal update an executor's unfinished tasks get when it ends.
@@ -252,10 +250,7 @@ impl Core {
             }
         }
         for conn in self.exec_conns.values() {
-            let _ = conn.tx.try_send(ExecOut::Close {
-                code: 1001,
-                reason: "agent shutting down".into(),
-            });
+            conn.link.close(1001, "agent shutting down");
         }
         self.exec_conns.clear();
         let wait = grace * 2 + OVERRUN_KILL_DELAY + Duration::from_secs(1);
@@ -301,15 +296,21 @@ impl Core {
             }
             CoreEvent::ExecutorSubscribe {
                 conn,
-                tx,
+                link,
                 framework_id,
                 executor_id,
                 token,
                 updates,
                 tasks,
-            } => {
-                self.executor_subscribe(conn, tx, framework_id, executor_id, token, updates, tasks)
-            }
+            } => self.executor_subscribe(
+                conn,
+                link,
+                framework_id,
+                executor_id,
+                token,
+                updates,
+                tasks,
+            ),
             CoreEvent::ExecutorCall { conn, call } => self.executor_call(conn, call),
             CoreEvent::ExecutorDisconnected { conn } => {
                 if let Some(c) = self.exec_conns.remove(&conn) {

@@ -107,7 +107,7 @@ impl Core {
     }
 
     pub(super) fn ack_executor(&mut self, ekey: &ExecKey, task_id: &TaskId, uuid: &str) {
-        self.send_exec(
+        self.reply_exec(
             ekey,
             exec_api::Event::Acknowledged {
                 task_id: task_id.clone(),
