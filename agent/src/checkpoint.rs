@@ -54,6 +54,8 @@ pub(crate) enum Op {
     /// Remove a directory tree (not synced; losing it only means more to
     /// clean up on recovery).
     RemoveDir { path: PathBuf },
+    /// Remove a file (a missing one is no error), then sync its directory.
+    RemoveFile { path: PathBuf },
 }
 
 struct Request {
@@ -218,6 +220,12 @@ fn commit(wal: &mut Wal, batch: Vec<Request>, stats: &Mutex<WalStats>) {
                     Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
                     _ => Ok(()),
                 },
+                Op::RemoveFile { path } => match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                    _ => path
+                        .parent()
+                        .map_or(Ok(()), |dir| std::fs::File::open(dir)?.sync_all()),
+                },
             };
             if let Err(e) = r {
                 tracing::error!(error = %e, "checkpoint write failed");
@@ -365,14 +373,6 @@ fn write_temp(path: &Path, bytes: &[u8]) -> io::Result<(PathBuf, File)> {
     Ok((tmp, f))
 }
 
-fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let (tmp, f) = write_temp(path, bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    sync_dir(path)
-}
-
 fn sync_dir(path: &Path) -> io::Result<()> {
     match path.parent() {
         Some(dir) => File::open(dir)?.sync_all(),
@@ -383,11 +383,6 @@ fn sync_dir(path: &Path) -> io::Result<()> {
 /// Serializes a JSON checkpoint file.
 pub(crate) fn json_bytes<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec_pretty(value).unwrap_or_default()
-}
-
-/// Writes the agent id (atomically, synced).
-pub(crate) fn write_agent_id(work_dir: &Path, id: &str) -> io::Result<()> {
-    replace_file(&crate::paths::agent_id_file(work_dir), id.as_bytes())
 }
 
 /// Reads the agent id, if one was saved.
@@ -760,7 +755,10 @@ mod tests {
     fn agent_id_roundtrip() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read_agent_id(dir.path()), None);
-        write_agent_id(dir.path(), "agent-1").unwrap();
+        let file = crate::paths::agent_id_file(dir.path());
+        std::fs::write(&file, "agent-1\n").unwrap();
         assert_eq!(read_agent_id(dir.path()).as_deref(), Some("agent-1"));
+        std::fs::write(&file, "../etc").unwrap();
+        assert_eq!(read_agent_id(dir.path()), None, "an unusable id is ignored");
     }
 }

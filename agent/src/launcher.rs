@@ -1,19 +1,36 @@
-//! Forking executors and ending them.
+//! Starting executors, waiting for them and signalling them, so that no
+//! signal ever reaches a process that is not the executor's.
 //!
-//! Each executor is started in its own session (`setsid`), which also makes
-//! it the leader of its own process group, with its sandbox as working
+//! Each executor is started with `posix_spawn` as the leader of its own
+//! session (and so of its own process group), with its sandbox as working
 //! directory and its output in the sandbox's `stdout` and `stderr` files.
-//! Killing an executor signals its whole session: the process group, and
-//! any member that moved to a group of its own (the command executor puts
-//! each task in a separate group), found through `/proc`.
+//! The agent holds a pidfd for it: exit is awaited on the pidfd, the exit
+//! status is read without reaping (`WNOWAIT`), and the leader stays a
+//! zombie until the agent has killed what is left of its session. While
+//! the leader is unreaped its pid, and so its process group and session
+//! id, cannot be given to another process, so signalling the group is
+//! safe; members of the session in other groups are found through
+//! `/proc` and signalled through pidfds of their own, after checking
+//! (with the pidfd held) that they still belong to the session.
+//!
+//! An executor re-attached after an agent restart is not the agent's
+//! child: its pidfd is opened by pid and checked against the start time
+//! recorded at launch, it is never reaped here, and its group is
+//! signalled only while its leader is seen alive.
 
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
+use std::process::ExitStatus;
 
-use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::io::unix::AsyncFd;
+
+use crate::sys;
 
 /// What to run for an executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,16 +47,21 @@ pub struct LaunchSpec {
     pub sandbox: PathBuf,
 }
 
-/// A running executor.
+/// A process the agent started (or re-attached to), named by a pidfd.
 #[derive(Debug)]
-pub struct Launched {
-    /// The process; wait on it to learn the exit status.
-    pub child: Child,
-    /// Its pid, which is also its process group and session id.
-    pub pid: u32,
-    /// Its start time (clock ticks since boot, `/proc/PID/stat` field 22),
-    /// which tells it apart from a later process with a reused pid.
-    pub start_time: Option<u64>,
+pub struct Process {
+    pid: u32,
+    pidfd: OwnedFd,
+    start_time: Option<u64>,
+    /// Started by this agent process, which reaps it.
+    child: bool,
+    reaped: bool,
+}
+
+/// Completes when a [`Process`] has exited.
+#[derive(Debug)]
+pub struct ExitWatch {
+    fd: AsyncFd<OwnedFd>,
 }
 
 /// The fields of `/proc/PID/stat` the agent uses.
@@ -88,43 +110,280 @@ impl LaunchSpec {
             }
         }
     }
-}
 
-/// Forks the executor described by `spec` in a new session. The sandbox
-/// must exist.
-pub fn spawn(spec: &LaunchSpec) -> std::io::Result<Launched> {
-    let stdout = open_log(&spec.sandbox.join("stdout"))?;
-    let stderr = open_log(&spec.sandbox.join("stderr"))?;
-    let mut command = Command::new(&spec.program);
-    if let Some(argv0) = &spec.argv0 {
-        command.arg0(argv0);
+    /// The environment the executor gets: the agent's own, with `env`
+    /// set over it.
+    fn environment(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut vars: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
+            .filter(|(k, _)| {
+                !self
+                    .env
+                    .iter()
+                    .any(|(key, _)| k.as_bytes() == key.as_bytes())
+            })
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
+        vars.extend(
+            self.env
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())),
+        );
+        vars
     }
-    command
-        .args(&spec.args)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.sandbox)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .kill_on_drop(false);
-    crate::sys::setsid_on_spawn(&mut command);
-    let child = command.spawn()?;
-    let pid = child
-        .id()
-        .ok_or_else(|| std::io::Error::other("executor exited before its pid was read"))?;
-    let start_time = proc_stat(pid as i32).map(|s| s.start_time);
-    Ok(Launched {
-        child,
-        pid,
-        start_time,
-    })
+
+    /// The program's path: as given when it has a `/`, else the first
+    /// executable file of that name on the `PATH` the executor gets.
+    fn resolve(&self, env: &[(Vec<u8>, Vec<u8>)]) -> std::io::Result<PathBuf> {
+        if self.program.contains('/') {
+            return Ok(PathBuf::from(&self.program));
+        }
+        let path = env
+            .iter()
+            .find(|(k, _)| k == b"PATH")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| b"/usr/local/bin:/usr/bin:/bin".to_vec());
+        for dir in path.split(|b| *b == b':').filter(|d| !d.is_empty()) {
+            let candidate = Path::new(OsStr::from_bytes(dir)).join(&self.program);
+            if is_executable(&candidate) {
+                return Ok(candidate);
+            }
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} not found on PATH", self.program),
+        ))
+    }
 }
 
-fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+// === impl Process ===
+
+impl Process {
+    /// Starts the executor described by `spec` in a new session. The
+    /// sandbox must exist. Blocking (a few hundred microseconds): call it
+    /// off the async threads.
+    pub fn spawn(spec: &LaunchSpec) -> std::io::Result<Process> {
+        let env = spec.environment();
+        let program = spec.resolve(&env)?;
+        let argv0 = spec.argv0.as_deref().unwrap_or(&spec.program);
+        let mut argv: Vec<&OsStr> = vec![OsStr::new(argv0)];
+        argv.extend(spec.args.iter().map(OsStr::new));
+        let envp: Vec<Vec<u8>> = env
+            .into_iter()
+            .map(|(mut k, v)| {
+                k.push(b'=');
+                k.extend(v);
+                k
+            })
+            .collect();
+        let pid = sys::spawn_session(&sys::SpawnArgs {
+            program: &program,
+            argv: &argv,
+            envp: &envp,
+            cwd: &spec.sandbox,
+            stdout: &spec.sandbox.join("stdout"),
+            stderr: &spec.sandbox.join("stderr"),
+        })?;
+        // The child cannot be reaped before this (only this process reaps
+        // its children, and it has not), so the pidfd names it.
+        let pidfd = match sys::pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                let _ = nix::sys::wait::waitpid(Pid::from_raw(pid as i32), None);
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("pidfd_open: {e} (the agent needs Linux 5.4 or later)"),
+                ));
+            }
+        };
+        let start_time = proc_stat(pid as i32).map(|s| s.start_time);
+        Ok(Process {
+            pid,
+            pidfd,
+            start_time,
+            child: true,
+            reaped: false,
+        })
+    }
+
+    /// Re-attaches to a process this agent did not start (one recorded
+    /// before a restart): `None` when `pid` is gone or is now another
+    /// process (its start time differs from `start_time`).
+    pub fn adopt(pid: u32, start_time: Option<u64>) -> Option<Process> {
+        if pid <= 1 {
+            return None;
+        }
+        let pidfd = sys::pidfd_open(pid).ok()?;
+        // With the pidfd held, a process that matches now is the one the
+        // pidfd names for as long as it lives.
+        if !is_alive(pid, start_time) {
+            return None;
+        }
+        Some(Process {
+            pid,
+            pidfd,
+            start_time,
+            child: false,
+            reaped: false,
+        })
+    }
+
+    /// Its pid, which is also its process group and session id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Its start time (clock ticks since boot), when it could be read.
+    pub fn start_time(&self) -> Option<u64> {
+        self.start_time
+    }
+
+    /// Whether this agent process started it (and so reaps it).
+    pub fn is_child(&self) -> bool {
+        self.child
+    }
+
+    /// Something to await the process's exit on, from an async task.
+    pub fn exit_watch(&self) -> std::io::Result<ExitWatch> {
+        let fd = self.pidfd.try_clone()?;
+        Ok(ExitWatch {
+            fd: sys::register_pidfd(fd)?,
+        })
+    }
+
+    /// Whether the process is still running (not exited, whether or not
+    /// reaped).
+    pub fn is_running(&self) -> bool {
+        !self.reaped && !pidfd_readable(&self.pidfd)
+    }
+
+    /// The exit status of a child that exited, without reaping it; `None`
+    /// while it runs, and always for a process that is not a child.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        if !self.child || self.reaped {
+            return None;
+        }
+        status_of(waitid(
+            Id::PIDFd(self.pidfd.as_fd()),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+        ))
+    }
+
+    /// Sends `signal` to the process's group: safe while the leader of a
+    /// child is unreaped; for a re-attached process, sent only while its
+    /// leader is seen alive (and then through the pidfd as well).
+    pub fn signal_group(&self, signal: Signal) {
+        if self.reaped {
+            return;
+        }
+        if self.child {
+            let _ = killpg(Pid::from_raw(self.pid as i32), signal);
+        } else if self.is_running() {
+            let _ = sys::pidfd_send_signal(self.pidfd.as_raw_fd(), signal);
+            let _ = killpg(Pid::from_raw(self.pid as i32), signal);
+        }
+    }
+
+    /// Reaps a child that exited and returns its status; `None` for one
+    /// still running or not a child.
+    pub fn reap(&mut self) -> Option<ExitStatus> {
+        if !self.child || self.reaped {
+            return None;
+        }
+        let status = status_of(waitid(
+            Id::PIDFd(self.pidfd.as_fd()),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG,
+        ));
+        if status.is_some() {
+            self.reaped = true;
+        }
+        status
+    }
+}
+
+// === impl ExitWatch ===
+
+impl ExitWatch {
+    /// Completes once the process has exited.
+    pub async fn exited(&self) {
+        loop {
+            match self.fd.readable().await {
+                Ok(mut guard) => {
+                    if pidfd_readable(self.fd.get_ref()) {
+                        return;
+                    }
+                    guard.clear_ready();
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The exit status of an exited child, read without reaping it;
+    /// `None` for a process that is not a child of this agent process.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        status_of(waitid(
+            Id::PIDFd(self.fd.get_ref().as_fd()),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+        ))
+    }
+}
+
+/// Whether a pidfd reports its process exited.
+fn pidfd_readable(fd: &OwnedFd) -> bool {
+    let mut fds = [nix::poll::PollFd::new(
+        fd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
+fn status_of(result: nix::Result<WaitStatus>) -> Option<ExitStatus> {
+    match result {
+        Ok(WaitStatus::Exited(_, code)) => Some(ExitStatus::from_raw((code & 0xff) << 8)),
+        Ok(WaitStatus::Signaled(_, signal, core)) => Some(ExitStatus::from_raw(
+            signal as i32 | if core { 0x80 } else { 0 },
+        )),
+        _ => None,
+    }
+}
+
+/// Sends `signal` to every process of each session in `sids` that is not
+/// in the session's own process group (those are reached by
+/// [`Process::signal_group`]): one pass over `/proc` for all of them.
+/// Each member is signalled through a pidfd opened and checked to be in
+/// the session first. Returns how many were signalled.
+pub fn signal_session_members(sids: &[u32], signal: Signal) -> usize {
+    let sids: Vec<i32> = sids.iter().filter(|s| **s > 1).map(|s| *s as i32).collect();
+    if sids.is_empty() {
+        return 0;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut signalled = 0;
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        let Some(stat) = proc_stat(pid) else { continue };
+        if !sids.contains(&stat.session) || stat.pgrp == stat.session || stat.state == 'Z' {
+            continue;
+        }
+        let Ok(fd) = sys::pidfd_open(pid as u32) else {
+            continue;
+        };
+        // Pinned by the pidfd: still the same member?
+        if proc_stat(pid)
+            .is_some_and(|s| s.session == stat.session && s.start_time == stat.start_time)
+            && sys::pidfd_send_signal(fd.as_raw_fd(), signal).is_ok()
+        {
+            signalled += 1;
+        }
+    }
+    signalled
 }
 
 /// Reads `/proc/PID/stat`.
@@ -156,7 +415,7 @@ pub fn is_alive(pid: u32, start_time: Option<u64>) -> bool {
     }
 }
 
-/// Live members of session `sid`.
+/// Live members of session `sid` (for tests and diagnostics).
 pub fn session_members(sid: u32) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -167,39 +426,8 @@ pub fn session_members(sid: u32) -> Vec<i32> {
         .collect()
 }
 
-/// Sends `signal` to process group `sid` and to every other member of
-/// session `sid`. Returns whether any process was signalled.
-pub fn signal_session(sid: u32, signal: Signal) -> bool {
-    if sid <= 1 {
-        // Never signal init's group or "all processes".
-        return false;
-    }
-    let mut any = killpg(Pid::from_raw(sid as i32), signal).is_ok();
-    for pid in session_members(sid) {
-        any |= kill(Pid::from_raw(pid), signal).is_ok();
-    }
-    any
-}
-
-/// Ends session `sid`: SIGTERM, then SIGKILL once `grace` has passed
-/// with any member still alive.
-pub async fn terminate_session(sid: u32, grace: Duration) {
-    if !signal_session(sid, Signal::SIGTERM) {
-        return;
-    }
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline {
-        if session_members(sid).is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    signal_session(sid, Signal::SIGKILL);
-}
-
 /// Exit code, or 128 + signal number for a signal, as reported to the master.
 pub fn wait_status_code(status: &ExitStatus) -> Option<i32> {
-    use std::os::unix::process::ExitStatusExt;
     status
         .code()
         .or_else(|| status.signal().map(|signal| 128 + signal))
@@ -208,7 +436,6 @@ pub fn wait_status_code(status: &ExitStatus) -> Option<i32> {
 /// Human-readable exit status: `exited with status 3` or
 /// `terminated by signal SIGKILL`.
 pub fn describe_exit(status: &ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
     if let Some(code) = status.code() {
         format!("exited with status {code}")
     } else if let Some(signal) = status.signal() {
@@ -265,8 +492,25 @@ mod tests {
     }
 
     #[test]
-    fn session_one_is_never_signalled() {
-        assert!(!signal_session(1, Signal::SIGTERM));
-        assert!(!signal_session(0, Signal::SIGTERM));
+    fn sessions_of_init_and_zero_are_never_signalled() {
+        assert_eq!(signal_session_members(&[0, 1], Signal::SIGTERM), 0);
+    }
+
+    #[test]
+    fn programs_resolve_on_the_executors_path() {
+        let spec = LaunchSpec {
+            program: "sh".into(),
+            argv0: None,
+            args: vec![],
+            env: vec![("PATH".into(), "/nonexistent:/bin".into())],
+            sandbox: PathBuf::from("/tmp"),
+        };
+        let env = spec.environment();
+        assert_eq!(spec.resolve(&env).unwrap(), PathBuf::from("/bin/sh"));
+        let missing = LaunchSpec {
+            program: "surely-not-a-program".into(),
+            ..spec
+        };
+        assert!(missing.resolve(&env).is_err());
     }
 }

@@ -35,6 +35,7 @@ mod http;
 pub mod launcher;
 mod master_link;
 pub mod paths;
+mod processes;
 pub mod status_updates;
 mod sys;
 mod wal;
@@ -151,7 +152,8 @@ pub async fn run(
             }
         })?;
     let (core_tx, core_rx) = mpsc::channel(shared.config.core_queue.max(1));
-    let mut core = core::Core::new(shared.clone(), core_tx.clone(), writer);
+    let processes = processes::Processes::start(core_tx.clone())?;
+    let mut core = core::Core::new(shared.clone(), core_tx.clone(), writer, processes);
     core.recover(streams);
 
     let cancel = CancellationToken::new();

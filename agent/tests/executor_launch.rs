@@ -1,12 +1,42 @@
-//! Forks real short processes through the agent's executor launcher and
+//! Starts real short processes through the agent's executor launcher and
 //! checks what an operator relies on: each executor runs in its own session
 //! and process group, in its sandbox, with its output in the sandbox; a
-//! kill ends everything it started; its exit status is reported correctly.
+//! kill ends everything it started; its exit status is reported correctly;
+//! a process that is not the executor is never signalled.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::time::Duration;
 
-use agora_agent::launcher::{self, LaunchSpec};
+use agora_agent::launcher::{self, LaunchSpec, Process};
+use nix::sys::signal::Signal;
+
+/// Waits for `process` to exit; its status, read without reaping it.
+async fn exited(process: &Process, within: Duration) -> Option<ExitStatus> {
+    let watch = process.exit_watch().unwrap();
+    tokio::time::timeout(within, watch.exited()).await.ok()?;
+    process.exit_status()
+}
+
+/// What the agent does to stop an executor: SIGTERM to its session, and
+/// SIGKILL once `grace` has passed; then leftovers are killed and the
+/// leader reaped. Returns the exit status.
+async fn terminate(mut process: Process, grace: Duration) -> ExitStatus {
+    process.signal_group(Signal::SIGTERM);
+    launcher::signal_session_members(&[process.pid()], Signal::SIGTERM);
+    let status = match exited(&process, grace).await {
+        Some(status) => status,
+        None => {
+            process.signal_group(Signal::SIGKILL);
+            launcher::signal_session_members(&[process.pid()], Signal::SIGKILL);
+            exited(&process, Duration::from_secs(10)).await.unwrap()
+        }
+    };
+    process.signal_group(Signal::SIGKILL);
+    launcher::signal_session_members(&[process.pid()], Signal::SIGKILL);
+    assert_eq!(process.reap(), Some(status));
+    status
+}
 
 fn shell(script: &str, sandbox: &Path) -> LaunchSpec {
     LaunchSpec {
@@ -54,14 +84,15 @@ async fn executor_runs_in_own_session_with_output_in_sandbox() {
         "echo \"hello $AGORA_TEST_VALUE\"; pwd; echo oops >&2; sleep 30",
         &sandbox,
     );
-    let mut launched = launcher::spawn(&spec).unwrap();
-    let pid = launched.pid as i32;
+    let launched = Process::spawn(&spec).unwrap();
+    let pid = launched.pid() as i32;
     let stat = launcher::proc_stat(pid).unwrap();
     assert_eq!(stat.pgrp, pid, "executor leads its own process group");
     assert_eq!(stat.session, pid, "executor leads its own session");
     let me = launcher::proc_stat(std::process::id() as i32).unwrap();
     assert_ne!(stat.session, me.session);
-    assert_eq!(launched.start_time, Some(stat.start_time));
+    assert_eq!(launched.start_time(), Some(stat.start_time));
+    assert!(launched.is_child() && launched.is_running());
 
     let out = wait_for_file(&sandbox.join("stdout"), "hello forty-two").await;
     let cwd = std::fs::canonicalize(&sandbox).unwrap();
@@ -71,8 +102,7 @@ async fn executor_runs_in_own_session_with_output_in_sandbox() {
     );
     wait_for_file(&sandbox.join("stderr"), "oops").await;
 
-    launcher::terminate_session(launched.pid, Duration::from_secs(2)).await;
-    let status = launched.child.wait().await.unwrap();
+    let status = terminate(launched, Duration::from_secs(2)).await;
     assert_eq!(launcher::wait_status_code(&status), Some(128 + 15));
     assert_eq!(
         launcher::describe_exit(&status),
@@ -92,7 +122,7 @@ async fn kill_ends_grandchildren_and_other_groups_of_the_session() {
     } else {
         "sleep 30 & echo $! > grandchild.pid; wait"
     };
-    let mut launched = launcher::spawn(&shell(script, &sandbox)).unwrap();
+    let launched = Process::spawn(&shell(script, &sandbox)).unwrap();
     let grandchild: i32 = wait_for_file(&sandbox.join("grandchild.pid"), "\n")
         .await
         .trim()
@@ -114,15 +144,14 @@ async fn kill_ends_grandchildren_and_other_groups_of_the_session() {
         }
         let stat = launcher::proc_stat(pid).unwrap();
         assert_eq!(stat.pgrp, pid);
-        assert_eq!(stat.session, launched.pid as i32);
+        assert_eq!(stat.session, launched.pid() as i32);
         Some(pid)
     } else {
         None
     };
-    assert!(launcher::session_members(launched.pid).contains(&grandchild));
+    assert!(launcher::session_members(launched.pid()).contains(&grandchild));
 
-    launcher::terminate_session(launched.pid, Duration::from_secs(2)).await;
-    let status = launched.child.wait().await.unwrap();
+    let status = terminate(launched, Duration::from_secs(2)).await;
     assert!(launcher::wait_status_code(&status).is_some());
     assert!(wait_gone(grandchild).await, "grandchild survived the kill");
     if let Some(pid) = own_group {
@@ -137,11 +166,10 @@ async fn sigterm_ignoring_executor_is_killed_after_grace() {
         "trap '' TERM; echo ready; while :; do sleep 1; done",
         &sandbox,
     );
-    let mut launched = launcher::spawn(&spec).unwrap();
+    let launched = Process::spawn(&spec).unwrap();
     wait_for_file(&sandbox.join("stdout"), "ready").await;
     let started = std::time::Instant::now();
-    launcher::terminate_session(launched.pid, Duration::from_millis(300)).await;
-    let status = launched.child.wait().await.unwrap();
+    let status = terminate(launched, Duration::from_millis(300)).await;
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert_eq!(launcher::wait_status_code(&status), Some(128 + 9));
 }
@@ -149,13 +177,20 @@ async fn sigterm_ignoring_executor_is_killed_after_grace() {
 #[tokio::test]
 async fn exit_codes_are_reported() {
     let (_dir, sandbox) = sandbox();
-    let mut launched = launcher::spawn(&shell("exit 3", &sandbox)).unwrap();
-    let status = launched.child.wait().await.unwrap();
+    let mut launched = Process::spawn(&shell("exit 3", &sandbox)).unwrap();
+    let status = exited(&launched, Duration::from_secs(10)).await.unwrap();
     assert_eq!(launcher::wait_status_code(&status), Some(3));
     assert_eq!(launcher::describe_exit(&status), "exited with status 3");
+    // Read without reaping: still a zombie, so its pid is not reused.
+    assert_eq!(
+        launcher::proc_stat(launched.pid() as i32).unwrap().state,
+        'Z'
+    );
+    assert_eq!(launched.reap(), Some(status));
+    assert!(launcher::proc_stat(launched.pid() as i32).is_none());
 
-    let mut launched = launcher::spawn(&shell("kill -KILL $$", &sandbox)).unwrap();
-    let status = launched.child.wait().await.unwrap();
+    let launched = Process::spawn(&shell("kill -KILL $$", &sandbox)).unwrap();
+    let status = exited(&launched, Duration::from_secs(10)).await.unwrap();
     assert_eq!(launcher::wait_status_code(&status), Some(137));
     assert_eq!(
         launcher::describe_exit(&status),
@@ -173,6 +208,27 @@ async fn missing_program_is_a_launch_error() {
         env: vec![],
         sandbox,
     };
-    let err = launcher::spawn(&spec).unwrap_err();
+    let err = Process::spawn(&spec).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// A recorded pid whose start time does not match is another process
+/// (the executor died and the pid was given to someone else): it is not
+/// adopted, so it is never signalled.
+#[tokio::test]
+async fn a_reused_pid_is_not_adopted() {
+    let (_dir, sandbox) = sandbox();
+    let bystander = Process::spawn(&shell("sleep 30", &sandbox)).unwrap();
+    let pid = bystander.pid();
+    let start = bystander.start_time().unwrap();
+    assert!(Process::adopt(pid, Some(start + 1)).is_none());
+    let adopted = Process::adopt(pid, Some(start)).expect("the recorded process");
+    assert!(!adopted.is_child() && adopted.is_running());
+    assert!(Process::adopt(1, None).is_none(), "init is never adopted");
+    let status = terminate(bystander, Duration::from_secs(2)).await;
+    assert_eq!(launcher::wait_status_code(&status), Some(128 + 15));
+    // The adopted handle sees the exit, cannot reap it, and signals nothing.
+    assert!(!adopted.is_running());
+    assert_eq!(adopted.exit_status(), None);
+    adopted.signal_group(Signal::SIGKILL);
 }

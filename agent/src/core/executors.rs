@@ -8,6 +8,9 @@ impl Core {
         self.frameworks.get(fid).is_some_and(|f| f.checkpoint)
     }
 
+    /// Starts an executor for `first` (and whatever is queued for it
+    /// meanwhile): the process thread creates its sandbox and spawns it;
+    /// until [`CoreEvent::ExecutorLaunched`] it has no pid.
     pub(super) fn launch_executor(
         &mut self,
         ekey: ExecKey,
@@ -15,76 +18,91 @@ impl Core {
         is_command: bool,
         first: TaskId,
     ) {
-        let config = self.shared.config.clone();
         let run_id = uuid::Uuid::new_v4().to_string();
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let launched =
-            paths::sandbox_dir(&config.work_dir, ekey.0.as_str(), ekey.1.as_str(), &run_id)
-                .map_err(|e| e.to_string())
-                .and_then(|sandbox| {
-                    std::fs::create_dir_all(&sandbox)
-                        .map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))?;
-                    let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
-                    spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
-                    let launched = launcher::spawn(&spec)
-                        .map_err(|e| format!("cannot start {:?}: {e}", spec.program))?;
-                    Ok((sandbox, launched))
-                });
-        let (sandbox, launched) = match launched {
-            Ok(ok) => ok,
-            Err(message) => {
-                tracing::warn!(framework_id = %ekey.0, executor_id = %ekey.1, %message, "executor launch failed");
+        let sandbox = match paths::sandbox_dir(
+            &self.shared.config.work_dir,
+            ekey.0.as_str(),
+            ekey.1.as_str(),
+            &run_id,
+        ) {
+            Ok(sandbox) => sandbox,
+            Err(e) => {
+                let message = format!("failed to launch executor {}: {e}", ekey.1);
                 let status = self.agent_status(
                     &first,
                     Some(ekey.1.clone()),
                     TaskState::Failed,
                     Reason::ReasonExecutorLaunchFailed,
-                    format!("failed to launch executor {}: {message}", ekey.1),
+                    message,
                 );
                 self.enqueue_update(ekey.0.clone(), status, None);
                 return;
             }
         };
-        let pid = launched.pid;
-        tracing::info!(framework_id = %ekey.0, executor_id = %ekey.1, pid, sandbox = %sandbox.display(), "executor started");
+        let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
+        spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
         let executor = Executor {
             info,
             run_id: run_id.clone(),
             token,
             sandbox,
-            pid: Some(pid),
-            start_time: launched.start_time,
+            pid: None,
+            start_time: None,
             is_command,
-            child: true,
             conn: None,
             subscribed: false,
             queued: vec![first],
             killing: false,
             termination: None,
+            exited: None,
         };
-        self.checkpoint_executor(&ekey, &executor);
         self.executors.insert(ekey.clone(), executor);
-        let tx = self.tx.clone();
-        let mut child = launched.child;
-        let (key, run) = (ekey.clone(), run_id.clone());
-        tokio::spawn(async move {
-            let (code, message) = match child.wait().await {
-                Ok(status) => (
-                    launcher::wait_status_code(&status),
-                    launcher::describe_exit(&status),
-                ),
-                Err(e) => (None, format!("could not be waited for: {e}")),
-            };
-            let _ = tx
-                .send(CoreEvent::ExecutorExited {
-                    key,
-                    run_id: run,
-                    code,
-                    message,
-                })
-                .await;
+        self.processes.send(Request::Launch {
+            key: ekey.clone(),
+            run_id: run_id.clone(),
+            spec,
         });
         self.start_registration_timer(ekey, run_id);
+    }
+
+    /// The process thread started an executor, or could not.
+    pub(super) fn executor_launched(
+        &mut self,
+        key: ExecKey,
+        run_id: String,
+        result: Result<Started, String>,
+    ) {
+        let Some(ex) = self.executors.get_mut(&key).filter(|e| e.run_id == run_id) else {
+            return;
+        };
+        match result {
+            Ok(started) => {
+                ex.pid = Some(started.pid);
+                ex.start_time = started.start_time;
+                let killing = ex.killing;
+                tracing::info!(framework_id = %key.0, executor_id = %key.1, pid = started.pid, sandbox = %ex.sandbox.display(), "executor started");
+                if let Some(ex) = self.executors.get(&key) {
+                    self.checkpoint_executor(&key, ex);
+                }
+                if killing {
+                    // Asked to stop while it was being started.
+                    self.processes.send(Request::Terminate {
+                        run_id,
+                        grace: self.shared.config.executor_shutdown_grace_period,
+                    });
+                }
+            }
+            Err(message) => {
+                tracing::warn!(framework_id = %key.0, executor_id = %key.1, %message, "executor launch failed");
+                ex.termination = Some(Termination {
+                    state: TaskState::Failed,
+                    reason: Reason::ReasonExecutorLaunchFailed,
+                    message: format!("failed to launch executor {}: {message}", key.1),
+                });
+                self.executor_ended(key, None, message);
+            }
+        }
     }
 
     pub(super) fn start_registration_timer(&self, key: ExecKey, run_id: String) {
@@ -178,9 +196,9 @@ impl Core {
         .collect()
     }
 
-    /// Asks an executor to stop: SHUTDOWN when connected and SIGTERM/SIGKILL
-    /// of its session after the grace period; at once SIGTERM, then SIGKILL
-    /// after the grace period, when not connected.
+    /// Asks an executor to stop: SHUTDOWN when connected, and SIGTERM
+    /// then SIGKILL of its session once the grace period is over; at once
+    /// SIGTERM, then SIGKILL after the grace period, when not connected.
     pub(super) fn kill_executor(&mut self, ekey: &ExecKey, termination: Option<Termination>) {
         let grace = self.shared.config.executor_shutdown_grace_period;
         let Some(ex) = self.executors.get_mut(ekey) else {
@@ -194,7 +212,9 @@ impl Core {
         }
         ex.killing = true;
         let connected = ex.subscribed && ex.conn.is_some();
+        let run_id = ex.run_id.clone();
         let Some(pid) = ex.pid else {
+            // Still being started: terminated once it is.
             return;
         };
         tracing::info!(framework_id = %ekey.0, executor_id = %ekey.1, pid, connected, "stopping executor");
@@ -205,13 +225,14 @@ impl Core {
                     grace_period_seconds: grace.as_secs_f64(),
                 },
             );
-            self.kills.spawn(async move {
+            let tx = self.tx.clone();
+            let key = ekey.clone();
+            tokio::spawn(async move {
                 tokio::time::sleep(grace).await;
-                launcher::terminate_session(pid, OVERRUN_KILL_DELAY).await;
+                let _ = tx.send(CoreEvent::ShutdownOverrun { key, run_id }).await;
             });
         } else {
-            self.kills
-                .spawn(async move { launcher::terminate_session(pid, grace).await });
+            self.processes.send(Request::Terminate { run_id, grace });
         }
     }
 
@@ -299,6 +320,7 @@ impl Core {
                     state: TaskState::Staging,
                     latest: None,
                     kill_requested: false,
+                    terminal_reported: false,
                     checkpointed,
                 },
             );
@@ -402,6 +424,11 @@ impl Core {
         }
         status.agent_id = self.agent_id.clone();
         status.executor_id = Some(ekey.1.clone());
+        if status.state.is_terminal() {
+            if let Some(task) = self.tasks.get_mut(&tkey) {
+                task.terminal_reported = true;
+            }
+        }
         self.enqueue_update(ekey.0.clone(), status, Some(ekey.clone()));
     }
 
@@ -441,6 +468,8 @@ impl Core {
         }
     }
 
+    /// An executor process ended. Whatever is left of its session is
+    /// killed and it is reaped once the core is done with it.
     pub(super) fn executor_exited(
         &mut self,
         key: ExecKey,
@@ -448,9 +477,48 @@ impl Core {
         code: Option<i32>,
         message: String,
     ) {
-        if self.executors.get(&key).is_none_or(|e| e.run_id != run_id) {
+        self.processes.send(Request::Release {
+            run_id: run_id.clone(),
+        });
+        let Some(ex) = self.executors.get_mut(&key).filter(|e| e.run_id == run_id) else {
+            return;
+        };
+        if ex.conn.is_some() {
+            // What it sent before exiting (its terminal updates, most
+            // likely) may still be unread on its connection: the executor
+            // ends when that connection does, after its last frame.
+            ex.exited = Some((code, message));
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(EXIT_DRAIN).await;
+                let _ = tx.send(CoreEvent::ExitDrained { key, run_id }).await;
+            });
             return;
         }
+        self.executor_ended(key, code, message);
+    }
+
+    /// An executor connection ended (after its last call was handled).
+    pub(super) fn executor_disconnected(&mut self, conn: u64) {
+        let Some(c) = self.exec_conns.remove(&conn) else {
+            return;
+        };
+        let Some(ex) = self.executors.get_mut(&c.key) else {
+            return;
+        };
+        if ex.conn != Some(conn) {
+            return;
+        }
+        ex.conn = None;
+        tracing::info!(framework_id = %c.key.0, executor_id = %c.key.1, "executor disconnected");
+        if let Some((code, message)) = ex.exited.take() {
+            self.executor_ended(c.key, code, message);
+        }
+    }
+
+    /// Forgets an executor that exited (or never started): its tasks
+    /// without a terminal state get one, the master hears of it.
+    pub(super) fn executor_ended(&mut self, key: ExecKey, code: Option<i32>, message: String) {
         let Some(ex) = self.executors.remove(&key) else {
             return;
         };
@@ -460,18 +528,15 @@ impl Core {
                 c.link.close(1000, "executor exited");
             }
         }
-        if let Some(pid) = ex.pid {
-            // Leftovers of the executor's session (a task in a group of its
-            // own) go with it. For a re-attached executor, only when the
-            // pid is not in use by someone else.
-            if ex.child || launcher::proc_stat(pid as i32).is_none() {
-                launcher::signal_session(pid, nix::sys::signal::Signal::SIGKILL);
-            }
-        }
         let unfinished: Vec<(TaskId, bool)> = self
             .tasks
             .iter()
-            .filter(|((f, _), t)| *f == key.0 && t.executor_id == key.1 && !t.state.is_terminal())
+            .filter(|((f, _), t)| {
+                *f == key.0
+                    && t.executor_id == key.1
+                    && !t.state.is_terminal()
+                    && !t.terminal_reported
+            })
             .map(|((_, tid), t)| (tid.clone(), t.kill_requested))
             .collect();
         for (task_id, kill_requested) in unfinished {

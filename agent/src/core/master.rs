@@ -19,15 +19,20 @@ impl Core {
                 }
                 tracing::info!(%agent_id, reregistered, master = %master_info.address, "registered with master");
                 if self.agent_id.as_ref() != Some(&agent_id) {
-                    if let Err(e) =
-                        checkpoint::write_agent_id(&self.shared.config.work_dir, agent_id.as_str())
-                    {
-                        tracing::error!(%agent_id, error = %e, "could not save the agent id");
-                    }
+                    self.writer.submit(
+                        vec![Op::Replace {
+                            path: paths::agent_id_file(&self.shared.config.work_dir),
+                            bytes: agent_id.as_str().as_bytes().to_vec(),
+                        }],
+                        None,
+                    );
                     self.agent_id = Some(agent_id);
                 }
                 if let Some(m) = self.master.as_mut() {
                     m.registered = true;
+                }
+                for call in std::mem::take(&mut self.unsent) {
+                    self.send_master(call);
                 }
                 for (framework_id, status) in self.updates.connected(Instant::now()) {
                     self.shared.counters.resent_on_registration();
@@ -125,8 +130,18 @@ impl Core {
         }
     }
 
+    /// Sends `call` to the master. While unregistered, status updates are
+    /// left to their streams (the heads go out on registration) and other
+    /// calls wait in a bounded queue.
     pub(super) fn send_master(&mut self, call: agent_api::Call) {
         let Some(master) = self.master.as_ref().filter(|m| m.registered) else {
+            if !matches!(
+                call,
+                agent_api::Call::StatusUpdate { .. } | agent_api::Call::Pong
+            ) && self.unsent.len() < UNSENT_LIMIT
+            {
+                self.unsent.push(call);
+            }
             return;
         };
         if let Err(mpsc::error::TrySendError::Full(_)) = master.tx.try_send(call) {
@@ -139,10 +154,12 @@ impl Core {
         tracing::warn!(%message, "master shut this agent down; killing everything and registering anew");
         let grace = self.shared.config.executor_shutdown_grace_period;
         for (_, ex) in self.executors.drain() {
-            if let Some(pid) = ex.pid {
-                self.kills
-                    .spawn(async move { launcher::terminate_session(pid, grace).await });
-            }
+            // Terminated whether or not it has started: the process thread
+            // handles requests in order.
+            self.processes.send(Request::Terminate {
+                run_id: ex.run_id,
+                grace,
+            });
         }
         for (_, conn) in self.exec_conns.drain() {
             conn.link.close(1000, "agent shut down by the master");
@@ -161,11 +178,13 @@ impl Core {
             ],
             None,
         );
-        if let Err(e) = std::fs::remove_file(paths::agent_id_file(work_dir)) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::error!(error = %e, "could not remove the agent id file");
-            }
-        }
+        self.writer.submit(
+            vec![Op::RemoveFile {
+                path: paths::agent_id_file(work_dir),
+            }],
+            None,
+        );
+        self.unsent.clear();
         self.agent_id = None;
         // Dropping the connection's sender makes the link reconnect, and the
         // new connection registers as a new agent.

@@ -17,7 +17,6 @@ use agora_proto::{
 };
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 mod executors;
@@ -31,14 +30,18 @@ use crate::checkpoint::{self, ExecutorRecord, Op, Writer};
 use crate::http::{ExecLink, LinkFull};
 use crate::launcher::{self, LaunchSpec};
 use crate::paths;
+use crate::processes::{Processes, Request, Started};
 use crate::status_updates::{AckOutcome, StatusUpdateManager, StreamKey, UpdateOutcome};
 use crate::wal::{StreamState, WalRecord};
 use crate::{RecoverMode, Shared};
 
 /// Resources of the built-in command executor itself.
 const COMMAND_EXECUTOR_RESOURCES: &str = "cpus:0.1;mem:32";
-/// How often a recovered executor (not a child of this agent) is checked.
-const RECOVERED_POLL: Duration = Duration::from_millis(500);
+/// Most calls kept for the master while the agent is not registered.
+const UNSENT_LIMIT: usize = 4096;
+/// How long an exited executor's connection may stay open (held by a
+/// process it left behind) before the executor is ended without it.
+const EXIT_DRAIN: Duration = Duration::from_secs(2);
 /// Time between SIGTERM and SIGKILL once an executor overran its shutdown
 /// grace period.
 const OVERRUN_KILL_DELAY: Duration = Duration::from_secs(1);
@@ -74,6 +77,18 @@ pub(crate) enum CoreEvent {
     ExecutorCall { conn: u64, call: exec_api::Call },
     /// A subscribed executor connection ended.
     ExecutorDisconnected { conn: u64 },
+    /// A launch asked of the process thread succeeded or failed.
+    ExecutorLaunched {
+        key: ExecKey,
+        run_id: String,
+        result: Result<Started, String>,
+    },
+    /// An executor asked to shut down had its grace period: it is to be
+    /// terminated.
+    ShutdownOverrun { key: ExecKey, run_id: String },
+    /// An exited executor's connection did not close in time (another
+    /// process holds it): end the executor without it.
+    ExitDrained { key: ExecKey, run_id: String },
     /// An executor process ended.
     ExecutorExited {
         key: ExecKey,
@@ -138,14 +153,16 @@ struct Executor {
     pid: Option<u32>,
     start_time: Option<u64>,
     is_command: bool,
-    /// Forked by this agent run (else re-attached after a restart).
-    child: bool,
     conn: Option<u64>,
     subscribed: bool,
     /// Tasks not yet delivered, in arrival order.
     queued: Vec<TaskId>,
     killing: bool,
     termination: Option<Termination>,
+    /// The process exited (code, description) while its connection was
+    /// still open: it ends once that connection has delivered its last
+    /// frames.
+    exited: Option<(Option<i32>, String)>,
 }
 
 struct Task {
@@ -154,6 +171,9 @@ struct Task {
     state: TaskState,
     latest: Option<TaskStatus>,
     kill_requested: bool,
+    /// The executor reported a terminal state (its update may still be on
+    /// its way to the disk).
+    terminal_reported: bool,
     checkpointed: bool,
 }
 
@@ -173,13 +193,21 @@ pub(crate) struct Core {
     /// Status updates whose acknowledgement came back from the master.
     acknowledged: u64,
     writer: Writer,
-    kills: JoinSet<()>,
+    processes: Processes,
+    /// Calls other than status updates made while not registered, sent
+    /// once registered (at most [`UNSENT_LIMIT`]).
+    unsent: Vec<agent_api::Call>,
 }
 
 // === impl Core ===
 
 impl Core {
-    pub(crate) fn new(shared: Shared, tx: mpsc::Sender<CoreEvent>, writer: Writer) -> Self {
+    pub(crate) fn new(
+        shared: Shared,
+        tx: mpsc::Sender<CoreEvent>,
+        writer: Writer,
+        processes: Processes,
+    ) -> Self {
         let updates = StatusUpdateManager::new(
             shared.config.status_update_retry_min,
             shared.config.status_update_retry_max,
@@ -197,7 +225,8 @@ impl Core {
             pending_durable: HashSet::new(),
             acknowledged: 0,
             writer,
-            kills: JoinSet::new(),
+            processes,
+            unsent: Vec::new(),
         }
     }
 
@@ -229,7 +258,6 @@ impl Core {
                         self.send_master(agent_api::Call::StatusUpdate { framework_id, status });
                     }
                 }
-                Some(_) = self.kills.join_next(), if !self.kills.is_empty() => {}
             }
         };
         self.stop().await;
@@ -239,27 +267,44 @@ impl Core {
     async fn stop(&mut self) {
         let grace = self.shared.config.executor_shutdown_grace_period;
         let keys: Vec<ExecKey> = self.executors.keys().cloned().collect();
+        let mut runs = Vec::new();
         for key in keys {
             let recoverable = self.checkpointing(&key.0)
                 && self.shared.config.recover == RecoverMode::Reconnect
                 && self.executors.get(&key).is_some_and(|e| e.pid.is_some());
             if recoverable {
                 tracing::info!(framework_id = %key.0, executor_id = %key.1, "leaving checkpointed executor running for recovery");
-            } else {
-                self.kill_executor(&key, None);
+                continue;
+            }
+            let asked = self
+                .executors
+                .get(&key)
+                .is_some_and(|e| e.subscribed && e.conn.is_some());
+            if asked {
+                self.send_exec(
+                    &key,
+                    exec_api::Event::Shutdown {
+                        grace_period_seconds: grace.as_secs_f64(),
+                    },
+                );
+            }
+            if let Some(ex) = self.executors.get(&key) {
+                runs.push((ex.run_id.clone(), asked));
             }
         }
         for conn in self.exec_conns.values() {
             conn.link.close(1001, "agent shutting down");
         }
         self.exec_conns.clear();
-        let wait = grace * 2 + OVERRUN_KILL_DELAY + Duration::from_secs(1);
-        let kills = &mut self.kills;
-        let _ = tokio::time::timeout(
-            wait,
-            async move { while kills.join_next().await.is_some() {} },
-        )
-        .await;
+        let (done, stopped) = oneshot::channel();
+        self.processes.send(Request::StopAll {
+            runs,
+            grace,
+            overrun: OVERRUN_KILL_DELAY,
+            done,
+        });
+        let wait = grace + OVERRUN_KILL_DELAY + Duration::from_secs(5);
+        let _ = tokio::time::timeout(wait, stopped).await;
         // Flush the checkpoint writer.
         let (tx, rx) = oneshot::channel();
         self.writer.submit(
@@ -312,13 +357,12 @@ impl Core {
                 tasks,
             ),
             CoreEvent::ExecutorCall { conn, call } => self.executor_call(conn, call),
-            CoreEvent::ExecutorDisconnected { conn } => {
-                if let Some(c) = self.exec_conns.remove(&conn) {
-                    if let Some(ex) = self.executors.get_mut(&c.key) {
-                        if ex.conn == Some(conn) {
-                            ex.conn = None;
-                            tracing::info!(framework_id = %c.key.0, executor_id = %c.key.1, "executor disconnected");
-                        }
+            CoreEvent::ExecutorDisconnected { conn } => self.executor_disconnected(conn),
+            CoreEvent::ExitDrained { key, run_id } => {
+                if let Some(ex) = self.executors.get(&key).filter(|e| e.run_id == run_id) {
+                    if let Some((code, message)) = ex.exited.clone() {
+                        tracing::warn!(framework_id = %key.0, executor_id = %key.1, "the connection of an exited executor is still open; ending it without waiting for more");
+                        self.executor_ended(key, code, message);
                     }
                 }
             }
@@ -328,6 +372,20 @@ impl Core {
                 code,
                 message,
             } => self.executor_exited(key, run_id, code, message),
+            CoreEvent::ExecutorLaunched {
+                key,
+                run_id,
+                result,
+            } => self.executor_launched(key, run_id, result),
+            CoreEvent::ShutdownOverrun { key, run_id } => {
+                if self.executors.get(&key).is_some_and(|e| e.run_id == run_id) {
+                    tracing::warn!(framework_id = %key.0, executor_id = %key.1, "executor did not shut down within its grace period; terminating it");
+                    self.processes.send(Request::Terminate {
+                        run_id,
+                        grace: OVERRUN_KILL_DELAY,
+                    });
+                }
+            }
             CoreEvent::RegistrationTimeout { key, run_id } => {
                 let timeout = self.shared.config.executor_registration_timeout;
                 if let Some(ex) = self.executors.get_mut(&key) {

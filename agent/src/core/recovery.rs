@@ -72,6 +72,7 @@ impl Core {
                             state: latest.as_ref().map_or(TaskState::Staging, |s| s.state),
                             latest,
                             kill_requested: false,
+                            terminal_reported: false,
                             checkpointed: true,
                         },
                     );
@@ -95,20 +96,20 @@ impl Core {
                                 pid: Some(pid),
                                 start_time: record.start_time,
                                 is_command: record.is_command,
-                                child: false,
                                 conn: None,
                                 subscribed: false,
                                 queued: fresh,
                                 killing: false,
                                 termination: None,
+                                exited: None,
                             },
                         );
-                        self.poll_recovered(
-                            ekey.clone(),
-                            record.run_id.clone(),
+                        self.processes.send(Request::Adopt {
+                            key: ekey.clone(),
+                            run_id: record.run_id.clone(),
                             pid,
-                            record.start_time,
-                        );
+                            start_time: record.start_time,
+                        });
                         match config.recover {
                             RecoverMode::Reconnect => {
                                 self.start_registration_timer(ekey.clone(), record.run_id)
@@ -158,35 +159,5 @@ impl Core {
                 }
             }
         }
-    }
-
-    pub(super) fn poll_recovered(
-        &self,
-        key: ExecKey,
-        run_id: String,
-        pid: u32,
-        start_time: Option<u64>,
-    ) {
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(RECOVERED_POLL).await;
-                if tx.is_closed() {
-                    return;
-                }
-                if !launcher::is_alive(pid, start_time) {
-                    let _ = tx
-                        .send(CoreEvent::ExecutorExited {
-                            key,
-                            run_id,
-                            code: None,
-                            message: "exited (status unknown: not a child of this agent run)"
-                                .into(),
-                        })
-                        .await;
-                    return;
-                }
-            }
-        });
     }
 }

@@ -73,6 +73,7 @@ impl Core {
                 state: TaskState::Staging,
                 latest: None,
                 kill_requested: false,
+                terminal_reported: false,
                 checkpointed,
             },
         );
