@@ -306,6 +306,12 @@ impl StatusUpdateManager {
             .is_some_and(|s| s.seen.contains(uuid))
     }
 
+    /// Drops one task's stream, whatever it still holds.
+    pub fn end_stream(&mut self, framework_id: &FrameworkId, task_id: &TaskId) {
+        self.streams
+            .remove(&(framework_id.clone(), task_id.clone()));
+    }
+
     /// Drops every stream of a framework (it is gone) or of all (`None`).
     pub fn forget(&mut self, framework_id: Option<&FrameworkId>) {
         match framework_id {

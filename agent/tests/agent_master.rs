@@ -645,3 +645,61 @@ async fn unacknowledged_updates_are_retried_and_counted() {
     );
     agent.stop().await;
 }
+
+/// Every RUN_TASK gets an answer. A second launch of a task id that still
+/// runs here is refused with TASK_DROPPED (before, it was ignored and the
+/// task stayed STAGING at the master for good); a launch of an id whose
+/// previous task ended here (its terminal update not yet acknowledged)
+/// starts the new task.
+#[tokio::test]
+async fn a_launch_of_a_task_id_in_use_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+    let (mut conn, mut exec, _running) = running_task(&master, &work, "agent-d").await;
+    let (_, first) = conn.recv_update(true).await;
+    assert_eq!(first.state, TaskState::Running);
+
+    // Still running: the second launch is dropped, the first goes on.
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: command_task("t"),
+    })
+    .await;
+    let (_, dropped) = conn.recv_update(true).await;
+    assert_eq!(dropped.task_id, TaskId::new("t"));
+    assert_eq!(dropped.state, TaskState::Dropped);
+    assert_eq!(dropped.reason, Some(Reason::ReasonTaskInvalid));
+    assert!(
+        dropped.message.as_deref().unwrap().contains("still in use"),
+        "{dropped:?}"
+    );
+
+    // The task finishes; its terminal update is not acknowledged yet
+    // when the id is launched again: the new task is accepted (its
+    // executor, still connected, gets it).
+    exec.send(&ExecCall::Update {
+        status: executor_status("t", TaskState::Finished),
+    })
+    .await;
+    assert!(matches!(exec.recv().await, ExecEvent::Acknowledged { .. }));
+    let (_, finished) = conn.recv_update(false).await;
+    assert_eq!(finished.state, TaskState::Finished);
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: command_task("t"),
+    })
+    .await;
+    match exec.recv().await {
+        ExecEvent::Launch { task } => assert_eq!(task.task_id, TaskId::new("t")),
+        e => panic!("{e:?}"),
+    }
+    let (status, body) = agent.get("/state").await;
+    assert_eq!(status, 200);
+    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let task = &state["frameworks"][0]["executors"][0]["tasks"][0];
+    assert_eq!(task["state"], "TASK_STAGING", "{state}");
+    agent.stop().await;
+}

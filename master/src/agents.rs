@@ -216,8 +216,6 @@ impl Master {
                 continue;
             };
             let key = (fid.clone(), report.task.task_id.clone());
-            reported.insert(key.clone());
-            agent.tasks.insert(key);
             match fw.tasks.get_mut(&report.task.task_id) {
                 Some(task) if task.agent_id == aid => {
                     if !task.state.is_terminal() {
@@ -227,7 +225,13 @@ impl Master {
                         }
                     }
                 }
-                Some(_) => {}
+                Some(task) => {
+                    // An earlier task with this id, whose stream this agent
+                    // still holds; the task of that id lives elsewhere.
+                    tracing::warn!(agent_id = %aid, owner = %task.agent_id, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports a task that lives on another agent; not adopted");
+                    self.metrics.reports_refused_reregistration.inc();
+                    continue;
+                }
                 None => {
                     let mut task = Task::new(fid.clone(), report.task, report.state);
                     task.agent_id = aid.clone();
@@ -241,6 +245,8 @@ impl Master {
                     fw.tasks.insert(task.info.task_id.clone(), task);
                 }
             }
+            reported.insert(key.clone());
+            agent.tasks.insert(key);
         }
         for report in executors {
             let fid = report.framework_id;

@@ -41,6 +41,12 @@ pub(crate) struct Metrics {
     pub(crate) status_updates_retried: Counter,
     /// Scheduler acknowledgements relayed to agents.
     pub(crate) status_updates_acked: Counter,
+    /// Status updates from an agent about a task that lives on another
+    /// agent: acknowledged to the sender, not applied or forwarded.
+    pub(crate) reports_refused_update: Counter,
+    /// Tasks in an agent's re-registration that live on another agent:
+    /// neither adopted nor charged to the reporting agent.
+    pub(crate) reports_refused_reregistration: Counter,
     pub(crate) frames_in_scheduler: Counter,
     pub(crate) frames_in_agent: Counter,
     pub(crate) frames_out_scheduler: Counter,
@@ -290,6 +296,15 @@ impl Metrics {
                 ("event=\"sent\"", self.status_updates_sent.get()),
                 ("event=\"retried\"", self.status_updates_retried.get()),
                 ("event=\"acked\"", self.status_updates_acked.get()),
+            ],
+        );
+        counter(
+            &mut out,
+            "agora_master_agent_reports_refused_total",
+            "Reports from an agent about a task that lives on another agent, refused: status updates (acknowledged to the sender, not forwarded) and tasks in a re-registration (not adopted)",
+            &[
+                ("report=\"status_update\"", self.reports_refused_update.get()),
+                ("report=\"reregistration\"", self.reports_refused_reregistration.get()),
             ],
         );
         counter(

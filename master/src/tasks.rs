@@ -167,7 +167,8 @@ impl Master {
         let Some(uuid) = status.uuid.clone() else {
             return self.agent_error(conn, "STATUS_UPDATE must carry a uuid");
         };
-        status.agent_id.get_or_insert_with(|| aid.clone());
+        // An update speaks for the agent that sent it, whatever it says.
+        status.agent_id = Some(aid.clone());
         if !self.frameworks.contains_key(&fid)
             && !self.removed_frameworks.contains(&fid)
             && self.agents_may_reregister(now)
@@ -191,6 +192,27 @@ impl Master {
                 },
             );
         };
+        if let Some(owner) = fw
+            .tasks
+            .get(&status.task_id)
+            .map(|t| &t.agent_id)
+            .filter(|owner| *owner != aid)
+        {
+            // A stale report of an earlier task with this id (its
+            // acknowledgement was lost while the agent was away): applying it
+            // would end the task that runs elsewhere and free its resources
+            // twice. Acknowledged so the sender's stream drains.
+            tracing::warn!(agent_id = %aid, owner = %owner, framework_id = %fid, task_id = %status.task_id, state = %status.state, "status update for a task that lives on another agent; refused");
+            self.metrics.reports_refused_update.inc();
+            return self.send_agent_conn(
+                conn,
+                agent::Event::Acknowledge {
+                    framework_id: fid,
+                    task_id: status.task_id,
+                    uuid,
+                },
+            );
+        }
         let completed = !fw.tasks.contains_key(&status.task_id)
             && self
                 .completed

@@ -6,13 +6,54 @@ use super::*;
 impl Core {
     pub(super) fn run_task(&mut self, framework: FrameworkInfo, task: TaskInfo) {
         let Some(fid) = framework.id.clone() else {
-            tracing::warn!(task_id = %task.task_id, "RUN_TASK without a framework id; ignored");
+            // Nothing to address an update to: the master never sends this.
+            tracing::error!(task_id = %task.task_id, "RUN_TASK without a framework id; ignored");
             return;
         };
         let key = (fid.clone(), task.task_id.clone());
-        if self.tasks.contains_key(&key) || self.updates.has_stream(&fid, &task.task_id) {
-            tracing::warn!(framework_id = %fid, task_id = %task.task_id, "RUN_TASK for a task the agent already has; ignored");
+        let live = self
+            .tasks
+            .get(&key)
+            .is_some_and(|t| !t.state.is_terminal() && !t.terminal_reported);
+        if live {
+            // Its stream belongs to the task that runs: the refusal of the
+            // new one travels on its own, unacknowledged (a lost one is
+            // answered again when the master re-sends the launch after a
+            // re-registration).
+            tracing::warn!(framework_id = %fid, task_id = %task.task_id, "RUN_TASK for a task id still running here; dropped");
+            let status = self.agent_status(
+                &task.task_id,
+                None,
+                TaskState::Dropped,
+                Reason::ReasonTaskInvalid,
+                format!(
+                    "task id {} is still in use by a running task on this agent",
+                    task.task_id
+                ),
+            );
+            self.send_master(agent_api::Call::StatusUpdate {
+                framework_id: fid,
+                status,
+            });
             return;
+        }
+        if self.tasks.contains_key(&key) || self.updates.has_stream(&fid, &task.task_id) {
+            // A new task with the id of one that ended here: the master has
+            // settled the old one (it would not launch the id otherwise), so
+            // what its stream still holds is of no use to anyone.
+            tracing::info!(framework_id = %fid, task_id = %task.task_id, "task id reused; the previous task's stream is dropped");
+            self.updates.end_stream(&fid, &task.task_id);
+            if self.tasks.contains_key(&key) {
+                self.forget_task(&key);
+            } else {
+                self.writer.submit(
+                    vec![Op::Wal(WalRecord::End {
+                        framework_id: fid.clone(),
+                        task_id: task.task_id.clone(),
+                    })],
+                    None,
+                );
+            }
         }
         let (mut info, is_command) = match (&task.command, &task.executor) {
             (Some(command), None) => (self.command_executor_info(&task, command), true),

@@ -1460,3 +1460,98 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
     assert_eq!(updates(&out, S1)[0].state, TaskState::Lost);
     assert!(h.m.agents.contains_key(&back));
 }
+
+/// The review's sequence: `t1` finishes on agent A while A is away (the
+/// acknowledgement to A is dropped), the framework launches `t1` again on
+/// agent B, then A comes back reporting the old `t1` and re-sends its
+/// TASK_FINISHED. The master must neither end B's task nor charge or free
+/// its resources twice: A's reports are refused (and counted), and A's
+/// update is acknowledged to A so its stream drains.
+#[test]
+fn reports_about_a_task_on_another_agent_are_refused() {
+    const B1: ConnId = 103;
+    const A3: ConnId = 104;
+    let mut h = H::new();
+    let fid = h.subscribe(S1, "fw");
+    let a = h.register(A1, "cpus:2;mem:1024");
+    let offer_a = h.offers(S1).remove(0);
+    let t1_on_a = command_task("t1", &a, "cpus:1;mem:256");
+    h.launch(S1, &[&offer_a], vec![t1_on_a.clone()]);
+    h.status(A1, &fid, "t1", TaskState::Finished, "old");
+    h.input(Input::AgentClosed { conn: A1 });
+    let out = h.sched(
+        S1,
+        scheduler::Call::Acknowledge {
+            agent_id: a.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "old".into(),
+        },
+    );
+    assert!(agent_events(&out, A1).is_empty(), "A is away");
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+
+    let b = h.register(B1, "cpus:2;mem:1024");
+    let offer_b = h
+        .offers(S1)
+        .into_iter()
+        .find(|o| o.agent_id == b)
+        .expect("an offer from B");
+    h.launch(
+        S1,
+        &[&offer_b],
+        vec![command_task("t1", &b, "cpus:1;mem:256")],
+    );
+    h.status(B1, &fid, "t1", TaskState::Running, "b-running");
+
+    // A re-registers, still holding the old t1's unacknowledged stream.
+    let mut finished = TaskStatus::new(
+        TaskId::new("t1"),
+        TaskState::Finished,
+        Source::SourceExecutor,
+    );
+    finished.uuid = Some("old".into());
+    let report = TaskReport {
+        framework_id: fid.clone(),
+        task: t1_on_a,
+        state: TaskState::Finished,
+        latest_status: Some(finished),
+    };
+    h.register_info(A3, agent_info(Some(&a), "cpus:2;mem:1024"), vec![report]);
+    assert!(!h.m.agents[&a]
+        .tasks
+        .contains(&(fid.clone(), TaskId::new("t1"))));
+    assert!(h.m.agents[&a].used.is_empty(), "nothing charged to A");
+    let out = h.status(A3, &fid, "t1", TaskState::Finished, "old");
+    assert!(updates(&out, S1).is_empty(), "not forwarded");
+    assert_eq!(
+        agent_events(&out, A3),
+        vec![agent::Event::Acknowledge {
+            framework_id: fid.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "old".into()
+        }]
+    );
+    let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+    assert_eq!((task.state, &task.agent_id), (TaskState::Running, &b));
+    assert_eq!(h.m.agents[&b].used, r("cpus:1;mem:256"));
+    assert_eq!(h.m.metrics.reports_refused_update.get(), 1);
+    assert_eq!(h.m.metrics.reports_refused_reregistration.get(), 1);
+
+    // An update claiming another agent's id speaks for its sender.
+    let mut forged = TaskStatus::new(TaskId::new("t1"), TaskState::Failed, Source::SourceExecutor);
+    forged.uuid = Some("forged".into());
+    forged.agent_id = Some(b.clone());
+    let out = h.agent(
+        A3,
+        agent::Call::StatusUpdate {
+            framework_id: fid.clone(),
+            status: forged,
+        },
+    );
+    assert!(updates(&out, S1).is_empty());
+    assert_eq!(
+        h.m.frameworks[&fid].tasks[&TaskId::new("t1")].state,
+        TaskState::Running
+    );
+    assert_eq!(h.m.metrics.reports_refused_update.get(), 2);
+}
