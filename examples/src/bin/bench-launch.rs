@@ -1,0 +1,670 @@
+//! `bench-launch`: tasks launched per second, end to end, through real
+//! processes: an `agora-master` and `--agents` `agora-agent`s on
+//! 127.0.0.1 ephemeral ports, a framework in this process (agora-scheduler,
+//! implicit acknowledgements) and real executors running `/bin/true` for
+//! each task, either the agents' built-in command executor
+//! (`agora-command-executor`) or a custom executor (`test-executor`, one
+//! per agent, that runs `/bin/true` for each of its tasks).
+//!
+//! For each grid point (executor × concurrent slots) it starts a fresh
+//! cluster whose agents together fit exactly `slots` tasks, runs `--tasks`
+//! tasks, and prints:
+//! - tasks/s from the first launch to the last TASK_FINISHED (acknowledged
+//!   as its callback returns);
+//! - p50/p99 of accept → TASK_RUNNING and accept → TASK_FINISHED;
+//! - the master's RSS per task (peak growth over the run ÷ tasks) and an
+//!   agent's RSS per executor it ran at once (peak growth ÷ peak executors);
+//! - the machine's spawn ceiling (`posix_spawn` + `waitpid` of `/bin/true`
+//!   from two threads), measured in the same run, and the ratio to it.
+//!
+//! The binaries must sit next to this one:
+//!
+//! ```text
+//! cargo build --release --workspace --bins
+//! target/release/bench-launch --tasks 10000 --slots 100,1000,2000
+//! ```
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use agora_proto::{
+    AgentId, Bytes, CommandInfo, ExecutorId, ExecutorInfo, Filters, FrameworkId, FrameworkInfo,
+    MasterInfo, Offer, Resources, TaskId, TaskInfo, TaskState, TaskStatus,
+};
+use agora_scheduler::{DriverConfig, Scheduler, SchedulerDriver};
+use anyhow::{bail, Context};
+use clap::Parser;
+
+/// The throughput the issue asks for, at every concurrency.
+const TARGET_PER_SEC: f64 = 1000.0;
+/// Throughput at the highest concurrency must be at least this share of
+/// the throughput at the lowest.
+const TARGET_FLATNESS: f64 = 0.8;
+
+/// End-to-end launch throughput through real processes.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "bench-launch")]
+struct Args {
+    /// Tasks per grid point.
+    #[arg(long, default_value_t = 10_000)]
+    tasks: usize,
+    /// Concurrent slots (tasks the agents fit at once), comma separated.
+    #[arg(long, default_value = "100,1000,2000", value_delimiter = ',')]
+    slots: Vec<usize>,
+    /// Executors to measure: command, custom (comma separated).
+    #[arg(long, default_value = "command,custom", value_delimiter = ',')]
+    executors: Vec<String>,
+    /// Agents.
+    #[arg(long, default_value_t = 3)]
+    agents: usize,
+    /// Ask agents to checkpoint the tasks.
+    #[arg(long)]
+    checkpoint: bool,
+    /// Where agora-master, agora-agent, agora-command-executor and
+    /// test-executor are (default: this binary's directory).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Give up on a grid point after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
+    /// Also print one JSON object per grid point.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One grid point's figures.
+#[derive(Debug, Clone)]
+struct Figures {
+    executor: String,
+    slots: usize,
+    tasks: usize,
+    secs: f64,
+    running: Percentiles,
+    finished: Percentiles,
+    master_kib_per_task: f64,
+    agent_kib_per_executor: f64,
+    failed: usize,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Percentiles {
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    agora_examples::cli::init_logging(false);
+    match run(&args) {
+        Ok(met) => {
+            if met {
+                ExitCode::SUCCESS
+            } else {
+                // Figures below target are a result, not an error; say so.
+                ExitCode::from(3)
+            }
+        }
+        Err(e) => {
+            eprintln!("bench-launch: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<bool> {
+    let bin_dir = match &args.bin_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("locating this binary's directory")?
+            .to_path_buf(),
+    };
+    for name in [
+        "agora-master",
+        "agora-agent",
+        "agora-command-executor",
+        "test-executor",
+    ] {
+        if !bin_dir.join(name).is_file() {
+            bail!(
+                "{} is missing: build everything first with `cargo build --release --workspace --bins`",
+                bin_dir.join(name).display()
+            );
+        }
+    }
+    for executor in &args.executors {
+        if executor != "command" && executor != "custom" {
+            bail!("--executors takes command and custom, not {executor:?}");
+        }
+    }
+    let ceiling = spawn_ceiling(Duration::from_secs(2));
+    eprintln!(
+        "spawn ceiling: {ceiling:.0} /bin/true per second (posix_spawn + waitpid, 2 threads)"
+    );
+    let runtime = tokio::runtime::Runtime::new()?;
+    let mut results = Vec::new();
+    for executor in &args.executors {
+        for &slots in &args.slots {
+            eprintln!(
+                "running {} tasks, {executor} executor, {slots} slots",
+                args.tasks
+            );
+            let figures = runtime.block_on(grid_point(args, &bin_dir, executor, slots))?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "executor": figures.executor,
+                        "slots": figures.slots,
+                        "tasks": figures.tasks,
+                        "secs": figures.secs,
+                        "tasks_per_sec": figures.tasks as f64 / figures.secs,
+                        "running_p50_ms": figures.running.p50_ms,
+                        "running_p99_ms": figures.running.p99_ms,
+                        "finished_p50_ms": figures.finished.p50_ms,
+                        "finished_p99_ms": figures.finished.p99_ms,
+                        "master_kib_per_task": figures.master_kib_per_task,
+                        "agent_kib_per_executor": figures.agent_kib_per_executor,
+                        "spawn_ceiling": ceiling,
+                    })
+                );
+            }
+            results.push(figures);
+        }
+    }
+    Ok(print_table(args, ceiling, &results))
+}
+
+fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
+    println!(
+        "\nlaunch end to end: {} tasks of /bin/true per point, {} agents, checkpoint {}; spawn ceiling {:.0}/s",
+        args.tasks,
+        args.agents,
+        if args.checkpoint { "on" } else { "off" },
+        ceiling
+    );
+    println!(
+        "{:<9} {:>6} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>8}",
+        "executor",
+        "slots",
+        "secs",
+        "tasks/s",
+        "vs 1000",
+        "of ceil",
+        "run p50",
+        "run p99",
+        "fin p50",
+        "fin p99",
+        "master/task",
+        "agent/ex"
+    );
+    let mut met = true;
+    for f in results {
+        let rate = f.tasks as f64 / f.secs;
+        met &= rate >= TARGET_PER_SEC && f.failed == 0;
+        println!(
+            "{:<9} {:>6} {:>8.2} {:>9.0} {:>7.2}x {:>8.0}% {:>7.1}ms {:>7.1}ms {:>7.1}ms {:>8.1}ms {:>8.2}KiB {:>5.0}KiB{}",
+            f.executor,
+            f.slots,
+            f.secs,
+            rate,
+            rate / TARGET_PER_SEC,
+            100.0 * rate / ceiling,
+            f.running.p50_ms,
+            f.running.p99_ms,
+            f.finished.p50_ms,
+            f.finished.p99_ms,
+            f.master_kib_per_task,
+            f.agent_kib_per_executor,
+            if f.failed > 0 {
+                format!("  ({} not TASK_FINISHED)", f.failed)
+            } else {
+                String::new()
+            }
+        );
+    }
+    for executor in &args.executors {
+        let of = |slots: Option<usize>| {
+            results
+                .iter()
+                .find(|f| f.executor == *executor && Some(f.slots) == slots)
+                .map(|f| f.tasks as f64 / f.secs)
+        };
+        let low = of(args.slots.iter().min().copied());
+        let high = of(args.slots.iter().max().copied());
+        if let (Some(low), Some(high)) = (low, high) {
+            if args.slots.len() > 1 {
+                let ratio = high / low;
+                met &= ratio >= TARGET_FLATNESS;
+                println!(
+                    "{executor}: {} slots ÷ {} slots = {ratio:.2} (target ≥ {TARGET_FLATNESS})",
+                    args.slots.iter().max().unwrap_or(&0),
+                    args.slots.iter().min().unwrap_or(&0),
+                );
+            }
+        }
+    }
+    println!(
+        "targets: ≥ {TARGET_PER_SEC:.0} tasks/s at every point, flatness ≥ {TARGET_FLATNESS}: {}",
+        if met { "met" } else { "NOT met" }
+    );
+    met
+}
+
+/// `posix_spawn` + `waitpid` of `/bin/true` from two threads, per second.
+fn spawn_ceiling(run_for: Duration) -> f64 {
+    let started = Instant::now();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while started.elapsed() < run_for {
+                    // std's Command uses posix_spawn when it can (no
+                    // pre_exec, plain stdio).
+                    if let Ok(status) = Command::new("/bin/true")
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status()
+                    {
+                        if status.success() {
+                            n += 1;
+                        }
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = threads.into_iter().filter_map(|t| t.join().ok()).sum();
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+// --- the cluster ---
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn start(program: &Path, args: &[String], log: &Path) -> anyhow::Result<Server> {
+        let stderr = std::fs::File::create(log)?;
+        let mut child = Command::new(program)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting {}", program.display()))?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            for line in lines.by_ref().map_while(Result::ok) {
+                if let Some((_, addr)) = line.split_once("listening on ") {
+                    let _ = tx.send(addr.trim().to_string());
+                    break;
+                }
+            }
+            for _ in lines {}
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .with_context(|| format!("{} did not print its address", program.display()))?;
+        Ok(Server {
+            child,
+            addr: addr.parse()?,
+        })
+    }
+
+    fn rss_kib(&self) -> u64 {
+        rss_kib(self.child.id())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Processes whose parent is `pid` (an agent's running executors).
+fn children_of(pid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = &s[s.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .count()
+}
+
+// --- the framework ---
+
+#[derive(Default)]
+struct Run {
+    pending: VecDeque<usize>,
+    launched_at: HashMap<TaskId, Instant>,
+    running: Vec<f64>,
+    finished: Vec<f64>,
+    terminal: BTreeMap<TaskState, usize>,
+    first_launch: Option<Instant>,
+    last_finish: Option<Instant>,
+    done: usize,
+}
+
+struct Shared {
+    run: Mutex<Run>,
+    changed: Condvar,
+}
+
+struct Bench {
+    shared: Arc<Shared>,
+    executor: ExecutorKind,
+    task_resources: Resources,
+    suppressed: bool,
+}
+
+#[derive(Clone)]
+enum ExecutorKind {
+    Command,
+    Custom(ExecutorInfo),
+}
+
+impl Scheduler for Bench {
+    fn registered(&mut self, _d: &SchedulerDriver, _f: &FrameworkId, _m: &MasterInfo) {}
+
+    fn resource_offers(&mut self, driver: &SchedulerDriver, offers: Vec<Offer>) {
+        let mut run = self.shared.run.lock().unwrap_or_else(|e| e.into_inner());
+        for offer in offers {
+            let mut left = offer.resources.clone();
+            if let ExecutorKind::Custom(info) = &self.executor {
+                // The executor's own share, once per agent (whether or not it
+                // runs already: the offer leaves it out when it does).
+                left = left.checked_sub(&info.resources).unwrap_or(left);
+            }
+            let mut tasks = Vec::new();
+            while let Some(&i) = run.pending.front() {
+                let Ok(rest) = left.checked_sub(&self.task_resources) else {
+                    break;
+                };
+                left = rest;
+                run.pending.pop_front();
+                tasks.push(self.task(i, &offer.agent_id));
+            }
+            if tasks.is_empty() {
+                let _ = driver.decline_offer(
+                    &offer.id,
+                    Filters {
+                        refuse_seconds: Some(if run.pending.is_empty() { 60.0 } else { 0.05 }),
+                    },
+                );
+                continue;
+            }
+            let now = Instant::now();
+            run.first_launch.get_or_insert(now);
+            for task in &tasks {
+                run.launched_at.insert(task.task_id.clone(), now);
+            }
+            let _ = driver.launch_tasks(
+                std::slice::from_ref(&offer.id),
+                tasks,
+                Filters {
+                    refuse_seconds: Some(0.05),
+                },
+            );
+        }
+        if run.pending.is_empty() && !self.suppressed {
+            self.suppressed = true;
+            let _ = driver.suppress_offers();
+        }
+    }
+
+    fn status_update(&mut self, _d: &SchedulerDriver, status: &TaskStatus) {
+        let now = Instant::now();
+        let mut run = self.shared.run.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(at) = run.launched_at.get(&status.task_id).copied() else {
+            return;
+        };
+        let ms = (now - at).as_secs_f64() * 1000.0;
+        match status.state {
+            TaskState::Running => run.running.push(ms),
+            state if state.is_terminal() => {
+                run.launched_at.remove(&status.task_id);
+                *run.terminal.entry(state).or_default() += 1;
+                if state == TaskState::Finished {
+                    run.finished.push(ms);
+                }
+                run.done += 1;
+                run.last_finish = Some(now);
+                self.shared.changed.notify_all();
+            }
+            _ => {}
+        }
+    }
+
+    fn error(&mut self, _d: &SchedulerDriver, message: &str) {
+        eprintln!("bench-launch: scheduler error: {message}");
+    }
+}
+
+impl Bench {
+    fn task(&self, i: usize, agent_id: &AgentId) -> TaskInfo {
+        let (command, executor, data) = match &self.executor {
+            ExecutorKind::Command => (
+                Some(CommandInfo {
+                    value: "/bin/true".into(),
+                    shell: true,
+                    ..CommandInfo::default()
+                }),
+                None,
+                None,
+            ),
+            ExecutorKind::Custom(info) => (
+                None,
+                Some(info.clone()),
+                Some(Bytes::from(b"run /bin/true".to_vec())),
+            ),
+        };
+        TaskInfo {
+            name: format!("bench {i}"),
+            task_id: TaskId::new(format!("b{i}")),
+            agent_id: agent_id.clone(),
+            resources: self.task_resources.clone(),
+            executor,
+            command,
+            data,
+            kill_grace_period: None,
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+async fn grid_point(
+    args: &Args,
+    bin_dir: &Path,
+    executor: &str,
+    slots: usize,
+) -> anyhow::Result<Figures> {
+    let dir = tempfile::Builder::new()
+        .prefix("agora-bench-launch-")
+        .tempdir()?;
+    let master = Server::start(
+        &bin_dir.join("agora-master"),
+        &[
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--work-dir".into(),
+            dir.path().join("master").display().to_string(),
+        ],
+        &dir.path().join("master.log"),
+    )?;
+    // Each task takes one cpu; the agents' cpus add up to `slots` (the
+    // custom executor's own share comes on top, once per agent).
+    let mut agents = Vec::new();
+    for i in 0..args.agents {
+        let cpus = slots / args.agents + usize::from(i < slots % args.agents);
+        let resources = format!("cpus:{}.5;mem:1000000;disk:1000", cpus);
+        let work = dir.path().join(format!("agent-{i}"));
+        agents.push(Server::start(
+            &bin_dir.join("agora-agent"),
+            &[
+                "--master".into(),
+                master.addr.to_string(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--work-dir".into(),
+                work.display().to_string(),
+                "--resources".into(),
+                resources,
+                "--command-executor".into(),
+                bin_dir.join("agora-command-executor").display().to_string(),
+            ],
+            &dir.path().join(format!("agent-{i}.log")),
+        )?);
+    }
+    agora_examples::local::wait_for_agents(master.addr, args.agents, Duration::from_secs(30))
+        .await?;
+    let kind = match executor {
+        "command" => ExecutorKind::Command,
+        _ => {
+            let program = bin_dir.join("test-executor").display().to_string();
+            ExecutorKind::Custom(ExecutorInfo {
+                executor_id: ExecutorId::new("bench-executor"),
+                framework_id: None,
+                command: CommandInfo {
+                    value: program.clone(),
+                    shell: false,
+                    arguments: vec![program],
+                    environment: BTreeMap::new(),
+                },
+                resources: Resources::parse("cpus:0.5;mem:64")?,
+                name: "bench executor".into(),
+                source: "bench-launch".into(),
+            })
+        }
+    };
+    let shared = Arc::new(Shared {
+        run: Mutex::new(Run {
+            pending: (0..args.tasks).collect(),
+            ..Run::default()
+        }),
+        changed: Condvar::new(),
+    });
+    let master_base = master.rss_kib();
+    let agent_base: Vec<u64> = agents.iter().map(Server::rss_kib).collect();
+    let mut info = FrameworkInfo::new("bench-launch");
+    info.checkpoint = args.checkpoint;
+    let driver = SchedulerDriver::new(
+        Bench {
+            shared: shared.clone(),
+            executor: kind,
+            task_resources: Resources::parse("cpus:1;mem:1")?,
+            suppressed: false,
+        },
+        info,
+        DriverConfig::new(master.addr.to_string()),
+    );
+    driver.start().map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    // Sample memory and executors while the tasks run.
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    let (mut master_peak, mut agent_peak, mut executors_peak) = (master_base, 0u64, 0usize);
+    loop {
+        let done = {
+            let run = shared.run.lock().unwrap_or_else(|e| e.into_inner());
+            let (run, _) = shared
+                .changed
+                .wait_timeout(run, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner());
+            run.done
+        };
+        master_peak = master_peak.max(master.rss_kib());
+        if let Some((agent, base)) = agents.first().zip(agent_base.first()) {
+            agent_peak = agent_peak.max(agent.rss_kib().saturating_sub(*base));
+            executors_peak = executors_peak.max(children_of(agent.child.id()));
+        }
+        if done >= args.tasks {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = driver.stop(false);
+            bail!(
+                "timed out after {} s: {done} of {} tasks ended",
+                args.timeout_secs,
+                args.tasks
+            );
+        }
+    }
+    let _ = driver.stop(false);
+    let run = shared.run.lock().unwrap_or_else(|e| e.into_inner());
+    let secs = match (run.first_launch, run.last_finish) {
+        (Some(a), Some(b)) => (b - a).as_secs_f64().max(1e-6),
+        _ => bail!("no task was launched"),
+    };
+    let failed = args.tasks - run.terminal.get(&TaskState::Finished).copied().unwrap_or(0);
+    if failed > 0 {
+        eprintln!("tasks that did not finish: {:?}", run.terminal);
+    }
+    Ok(Figures {
+        executor: executor.to_string(),
+        slots,
+        tasks: args.tasks,
+        secs,
+        running: percentiles(run.running.clone()),
+        finished: percentiles(run.finished.clone()),
+        master_kib_per_task: master_peak.saturating_sub(master_base) as f64 / args.tasks as f64,
+        agent_kib_per_executor: agent_peak as f64 / executors_peak.max(1) as f64,
+        failed,
+    })
+}
+
+fn percentiles(mut v: Vec<f64>) -> Percentiles {
+    if v.is_empty() {
+        return Percentiles::default();
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
+    Percentiles {
+        p50_ms: at(0.50),
+        p99_ms: at(0.99),
+    }
+}
