@@ -88,6 +88,8 @@ pub(crate) struct ExecutorRecord {
 #[derive(Debug, Clone)]
 pub(crate) struct RecoveredTask {
     pub info: TaskInfo,
+    /// Its own sandbox, when it has one (command tasks).
+    pub sandbox: Option<PathBuf>,
     /// Its update stream; `None` when it took no update yet.
     pub stream: Option<StreamState>,
 }
@@ -453,7 +455,11 @@ pub(crate) fn load(
                         s.task = None;
                         s
                     });
-                tasks.push(RecoveredTask { info, stream });
+                tasks.push(RecoveredTask {
+                    info,
+                    sandbox: None,
+                    stream,
+                });
             }
             let keys = logged
                 .remove(&(fid.clone(), executor_id.clone()))
@@ -465,9 +471,11 @@ pub(crate) fn load(
                 let Some(info) = stream.task.take() else {
                     continue;
                 };
+                let sandbox = stream.sandbox.take();
                 let stream = (!stream.has_no_updates()).then_some(stream);
                 tasks.push(RecoveredTask {
                     info: *info,
+                    sandbox,
                     stream,
                 });
             }
@@ -695,6 +703,7 @@ mod tests {
                 framework_id: FrameworkId::new(fid),
                 executor_id: ExecutorId::new(eid),
                 task: Box::new(task_info(id)),
+                sandbox: None,
             })
         };
         {

@@ -20,6 +20,8 @@ pub const DEFAULT_CORE_QUEUE: usize = 4096;
 pub const DEFAULT_EXECUTOR_OUTBOX: usize = 1024;
 /// Default of [`Config::master_outbox`].
 pub const DEFAULT_MASTER_OUTBOX: usize = 10_000;
+/// Default of [`Config::command_executor_tasks`].
+pub const DEFAULT_COMMAND_EXECUTOR_TASKS: usize = 128;
 /// Ports offered by default, as in Mesos.
 const DEFAULT_PORTS: &str = "[31000-32000]";
 
@@ -78,6 +80,12 @@ pub struct Config {
     pub executor_outbox: usize,
     /// Calls queued for the master connection.
     pub master_outbox: usize,
+    /// Command tasks one command executor runs at once (1: a command
+    /// executor per task, as in Mesos).
+    pub command_executor_tasks: usize,
+    /// How long a command executor with no task waits for one before it
+    /// is shut down.
+    pub command_executor_idle: Duration,
 }
 
 // === impl Config ===
@@ -106,6 +114,8 @@ impl Config {
             core_queue: DEFAULT_CORE_QUEUE,
             executor_outbox: DEFAULT_EXECUTOR_OUTBOX,
             master_outbox: DEFAULT_MASTER_OUTBOX,
+            command_executor_tasks: DEFAULT_COMMAND_EXECUTOR_TASKS,
+            command_executor_idle: Duration::from_secs(10),
         }
     }
 }

@@ -42,7 +42,8 @@ mod wal;
 
 pub use agora_proto::{parse_duration, DurationError};
 pub use config::{
-    Config, RecoverMode, DEFAULT_CORE_QUEUE, DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
+    Config, RecoverMode, DEFAULT_COMMAND_EXECUTOR_TASKS, DEFAULT_CORE_QUEUE,
+    DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
 };
 
 /// Why the agent could not start or stopped with an error.

@@ -76,6 +76,14 @@ struct Flags {
     /// Calls queued for the master connection.
     #[arg(long, default_value_t = agora_agent::DEFAULT_MASTER_OUTBOX, value_parser = positive)]
     master_outbox: usize,
+    /// Command tasks one command executor process runs at once (1: a
+    /// command executor per task, as in Mesos).
+    #[arg(long, default_value_t = agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS, value_parser = positive)]
+    command_executor_tasks: usize,
+    /// How long a command executor with no task waits for one before it is
+    /// shut down.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    command_executor_idle: Duration,
     /// Log format: text or json (filter with RUST_LOG).
     #[arg(long, default_value = "text", value_parser = ["text", "json"], env = "AGORA_LOG_FORMAT")]
     log_format: String,
@@ -146,6 +154,8 @@ fn main() -> ExitCode {
     config.core_queue = flags.core_queue;
     config.executor_outbox = flags.executor_outbox;
     config.master_outbox = flags.master_outbox;
+    config.command_executor_tasks = flags.command_executor_tasks;
+    config.command_executor_idle = flags.command_executor_idle;
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -4,7 +4,9 @@
 //!
 //! ```text
 //! WORK_DIR/agent_id                                        the agent's id
-//! WORK_DIR/frameworks/FID/executors/EID/runs/RUN/          sandboxes
+//! WORK_DIR/frameworks/FID/executors/EID/runs/RUN/          sandboxes (of command
+//!                                                          tasks too: EID = the task id)
+//! WORK_DIR/frameworks/FID/executors/~command-N/runs/RUN/   a command executor's own
 //! WORK_DIR/meta/frameworks/FID/framework.json              checkpoints
 //! WORK_DIR/meta/frameworks/FID/executors/EID/executor.json
 //! WORK_DIR/meta/frameworks/FID/executors/EID/tasks/TID/task.json (read only: older agents')
@@ -13,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agora_proto::{validate_id, IdError};
+use agora_proto::{validate_executor_id, validate_id, IdError};
 
 /// An id that cannot be used as a path component.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,8 +28,16 @@ pub struct BadPathId {
 }
 
 fn check(kind: &'static str, id: &str) -> Result<(), BadPathId> {
-    validate_id(id).map_err(|source| BadPathId { kind, source })
+    // The agent's own executors (command executors) are named `~NAME`,
+    // which no framework's id can be.
+    match kind {
+        "executor" => validate_executor_id(id),
+        _ => validate_id(id),
+    }
+    .map_err(|source| BadPathId { kind, source })
 }
+
+pub use agora_proto::AGENT_EXECUTOR_PREFIX;
 
 /// The file holding the agent id.
 pub fn agent_id_file(work_dir: &Path) -> PathBuf {

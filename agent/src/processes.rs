@@ -36,6 +36,9 @@ pub(crate) enum Request {
         pid: u32,
         start_time: Option<u64>,
     },
+    /// Create a directory (a command task's sandbox, which its command
+    /// executor also creates if it gets there first).
+    CreateDir { path: std::path::PathBuf },
     /// End the executor's whole session: SIGTERM now, SIGKILL once
     /// `grace` has passed with the executor still running.
     Terminate { run_id: String, grace: Duration },
@@ -143,6 +146,11 @@ impl Keeper {
                     pid,
                     start_time,
                 } => self.adopt(key, run_id, pid, start_time),
+                Request::CreateDir { path } => {
+                    if let Err(e) = std::fs::create_dir_all(&path) {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot create a task sandbox");
+                    }
+                }
                 Request::Terminate { run_id, grace } => {
                     if let Some(entry) = self.processes.get(&run_id) {
                         entry.process.signal_group(Signal::SIGTERM);

@@ -76,6 +76,9 @@ pub(crate) enum WalRecord {
         framework_id: FrameworkId,
         executor_id: ExecutorId,
         task: Box<TaskInfo>,
+        /// The task's own sandbox (command tasks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sandbox: Option<PathBuf>,
     },
     /// The whole of one live stream, as written by compaction.
     Stream(StreamState),
@@ -98,6 +101,9 @@ pub(crate) struct StreamState {
     /// by older agents have a `task.json` instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<Box<TaskInfo>>,
+    /// The task's own sandbox, when it has one (command tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<PathBuf>,
 }
 
 /// Size thresholds of compaction.
@@ -203,10 +209,12 @@ impl Streams {
                 framework_id,
                 executor_id,
                 task,
+                sandbox,
             } => {
                 let live = self.live(framework_id, executor_id.clone(), &task.task_id);
                 live.state.executor_id = executor_id;
                 live.state.task = Some(task);
+                live.state.sandbox = sandbox;
                 true
             }
             WalRecord::Stream(state) => {
@@ -248,6 +256,7 @@ impl Streams {
                 last_acked: None,
                 pending: Vec::new(),
                 task: None,
+                sandbox: None,
             },
             seen: HashSet::new(),
         })

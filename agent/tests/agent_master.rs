@@ -47,13 +47,15 @@ async fn registers_pongs_launches_and_delivers_updates() {
         task: command_task("task-1"),
     })
     .await;
-    let (sandbox, env) = executor_env(&work, "fw-1", "task-1").await;
+    // Command tasks run in a command executor of the agent's own.
+    let (sandbox, env) = command_executor_env(&work, "fw-1").await;
     let sandbox_s = std::fs::canonicalize(&sandbox).unwrap();
     let sandbox_s = sandbox_s.to_str().unwrap();
+    let host_id = env["AGORA_EXECUTOR_ID"].clone();
+    assert!(host_id.starts_with("~command-"), "{host_id}");
     assert_eq!(env["AGORA_FRAMEWORK_ID"], "fw-1");
     assert_eq!(env["MESOS_FRAMEWORK_ID"], "fw-1");
-    assert_eq!(env["AGORA_EXECUTOR_ID"], "task-1");
-    assert_eq!(env["MESOS_EXECUTOR_ID"], "task-1");
+    assert_eq!(env["MESOS_EXECUTOR_ID"], host_id);
     assert_eq!(env["AGORA_AGENT_ID"], "agent-1");
     assert_eq!(env["MESOS_SLAVE_ID"], "agent-1");
     assert_eq!(env["AGORA_SANDBOX"], sandbox_s);
@@ -61,7 +63,10 @@ async fn registers_pongs_launches_and_delivers_updates() {
     assert_eq!(env["MESOS_DIRECTORY"], sandbox_s);
     assert_eq!(env["PWD"], sandbox_s);
     assert_eq!(env["AGORA_CHECKPOINT"], "0");
-    assert_eq!(env["TASK_VAR"], "task-value");
+    assert!(
+        !env.contains_key("TASK_VAR"),
+        "a task's environment is its own, not its executor's"
+    );
     assert_eq!(
         env["AGORA_AGENT_ENDPOINT"],
         format!("ws://{}/api/executor", agent.addr)
@@ -70,18 +75,28 @@ async fn registers_pongs_launches_and_delivers_updates() {
     assert!(env.contains_key("AGORA_SHUTDOWN_GRACE_PERIOD"));
     assert!(env.contains_key("AGORA_RECOVERY_TIMEOUT"));
 
-    // /state shows the executor with its pid and sandbox.
+    // /state shows the task as its own command executor, with the
+    // process's pid and the task's own sandbox.
     let (status, body) = agent.get("/state").await;
     assert_eq!(status, 200);
     let state: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(state["id"], "agent-1");
     let ex = &state["frameworks"][0]["executors"][0];
     assert_eq!(ex["id"], "task-1");
+    assert_eq!(ex["command_executor"], true);
+    assert_eq!(ex["process"], host_id.as_str());
     let pid = ex["pid"].as_u64().unwrap() as i32;
-    assert_eq!(ex["sandbox"], sandbox_s);
+    let task_sandbox = ex["sandbox"].as_str().unwrap().to_string();
+    assert!(
+        task_sandbox.contains("/frameworks/fw-1/executors/task-1/runs/"),
+        "{task_sandbox}"
+    );
     assert_eq!(ex["tasks"][0]["state"], "TASK_STAGING");
     let stat = agora_agent::launcher::proc_stat(pid).unwrap();
     assert_eq!(stat.session, pid);
+    let host = &state["frameworks"][0]["command_executors"][0];
+    assert_eq!(host["id"], host_id.as_str());
+    assert_eq!(host["sandbox"], sandbox_s);
 
     // Act as the executor: a wrong token is refused.
     let endpoint = env["AGORA_AGENT_ENDPOINT"].clone();
@@ -124,7 +139,7 @@ async fn registers_pongs_launches_and_delivers_updates() {
             agent_id,
             hostname,
         } => {
-            assert_eq!(executor_info.executor_id.as_str(), "task-1");
+            assert_eq!(executor_info.executor_id.as_str(), host_id);
             assert_eq!(framework_info.id, Some(FrameworkId::new("fw-1")));
             assert_eq!(agent_id.as_str(), "agent-1");
             assert_eq!(hostname, "test-host");
@@ -132,7 +147,10 @@ async fn registers_pongs_launches_and_delivers_updates() {
         e => panic!("{e:?}"),
     }
     match exec.recv().await {
-        ExecEvent::Launch { task } => assert_eq!(task.task_id.as_str(), "task-1"),
+        ExecEvent::Launch { task, sandbox } => {
+            assert_eq!(task.task_id.as_str(), "task-1");
+            assert_eq!(sandbox.as_deref(), Some(task_sandbox.as_str()));
+        }
         e => panic!("{e:?}"),
     }
 
@@ -186,26 +204,13 @@ async fn registers_pongs_launches_and_delivers_updates() {
     let (_, s) = conn.recv_update(true).await;
     assert_eq!(s.state, TaskState::Finished);
 
-    // The executor "exits": kill the script; the master hears about it.
+    // The command executor exits: its task had ended, so the master hears
+    // of no executor.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    match conn.recv().await {
-        AgentCall::ExecutorExited {
-            framework_id,
-            executor_id,
-            status,
-            message,
-        } => {
-            assert_eq!(framework_id.as_str(), "fw-1");
-            assert_eq!(executor_id.as_str(), "task-1");
-            assert_eq!(status, Some(137));
-            assert!(message.contains("SIGKILL"), "{message}");
-        }
-        c => panic!("{c:?}"),
-    }
     // Everything is forgotten once the terminal update is acknowledged.
     let mut forgotten = false;
     for _ in 0..100 {
@@ -239,17 +244,20 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
     let script = sleeper_script(dir.path());
     let work = dir.path().join("work");
     let master = FakeMaster::bind().await;
-    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+    let mut c = config(&master.addr(), &work, &script);
+    c.command_executor_idle = Duration::from_millis(200);
+    let agent = Agent::start(c).await;
     let mut conn = master.accept().await;
     conn.register("agent-1").await;
 
-    // Task a: the executor subscribes, then dies → TASK_FAILED.
+    // Task a: its command executor subscribes, then dies → TASK_FAILED,
+    // and the master hears that task a's executor exited.
     conn.send(&AgentEvent::RunTask {
         framework: framework("fw", false),
         task: command_task("a"),
     })
     .await;
-    let (_, env) = executor_env(&work, "fw", "a").await;
+    let (sandbox_a, env) = command_executor_env(&work, "fw").await;
     let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
     exec.send(&subscribe(&env, vec![], vec![])).await;
     assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
@@ -276,6 +284,7 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
                 assert_eq!(status.state, TaskState::Failed);
                 assert_eq!(status.reason, Some(Reason::ReasonExecutorTerminated));
                 assert_eq!(status.source, Source::SourceAgent);
+                assert_eq!(status.executor_id.as_ref().map(|e| e.as_str()), Some("a"));
                 assert!(status.uuid.is_some());
                 assert!(
                     status.message.as_deref().unwrap_or("").contains("SIGTERM"),
@@ -289,7 +298,12 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
                 .await;
                 saw_update = true;
             }
-            AgentCall::ExecutorExited { status, .. } => {
+            AgentCall::ExecutorExited {
+                executor_id,
+                status,
+                ..
+            } => {
+                assert_eq!(executor_id.as_str(), "a");
                 assert_eq!(status, Some(128 + 15));
                 saw_exit = true;
             }
@@ -297,13 +311,23 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
         }
     }
 
-    // Task b: killed while still queued (its executor never subscribed).
+    // Task b: killed while still queued (its command executor never
+    // subscribed).
     conn.send(&AgentEvent::RunTask {
         framework: framework("fw", false),
         task: command_task("b"),
     })
     .await;
-    executor_env(&work, "fw", "b").await;
+    let host_b = loop {
+        let (_, body) = agent.get("/state").await;
+        let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let host = &state["frameworks"][0]["command_executors"][0];
+        if let Some(pid) = host["pid"].as_u64() {
+            assert_ne!(host["sandbox"], sandbox_a.to_str().unwrap());
+            break pid as i32;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     conn.send(&AgentEvent::KillTask {
         framework_id: FrameworkId::new("fw"),
         task_id: TaskId::new("b"),
@@ -313,11 +337,17 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
     assert_eq!(s.task_id.as_str(), "b");
     assert_eq!(s.state, TaskState::Killed);
     assert_eq!(s.source, Source::SourceAgent);
-    // Its executor has nothing left to do and is stopped.
-    match conn.recv().await {
-        AgentCall::ExecutorExited { executor_id, .. } => assert_eq!(executor_id.as_str(), "b"),
-        c => panic!("{c:?}"),
+    // Its command executor has nothing left to do: once idle for
+    // --command-executor-idle it is stopped.
+    let mut gone = false;
+    for _ in 0..200 {
+        if agora_agent::launcher::proc_stat(host_b).is_none_or(|s| s.state == 'Z') {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    assert!(gone, "the idle command executor was stopped");
 
     // Invalid task: neither command nor executor → TASK_ERROR.
     let mut bad = command_task("c");
@@ -349,6 +379,30 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
     conn.send(&AgentEvent::RunTask {
         framework: framework("fw", false),
         task: escape,
+    })
+    .await;
+    let (_, s) = conn.recv_update(true).await;
+    assert_eq!(s.state, TaskState::Error);
+    assert!(s.message.unwrap().contains("executor id"));
+
+    // The ids of the agent's own command executors are not a framework's.
+    let mut taken = command_task("e");
+    taken.command = None;
+    taken.executor = Some(agora_proto::ExecutorInfo {
+        executor_id: agora_proto::ExecutorId::new("~command-1"),
+        framework_id: None,
+        command: agora_proto::CommandInfo {
+            value: "true".into(),
+            shell: true,
+            ..Default::default()
+        },
+        resources: Default::default(),
+        name: String::new(),
+        source: String::new(),
+    });
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: taken,
     })
     .await;
     let (_, s) = conn.recv_update(true).await;
@@ -435,7 +489,10 @@ async fn reconnects_and_reregisters_with_its_id_and_resends_heads() {
             assert_eq!(agent_info.id.as_ref().map(|a| a.as_str()), Some("agent-7"));
             assert_eq!(tasks.len(), 1);
             assert_eq!(tasks[0].state, TaskState::Running);
-            assert_eq!(executors.len(), 1);
+            assert!(
+                executors.is_empty(),
+                "command executors are the agent's own"
+            );
             assert_eq!(frameworks.len(), 1);
         }
         _ => unreachable!(),
@@ -584,7 +641,7 @@ async fn running_task(
         task: command_task("t"),
     })
     .await;
-    let (_, env) = executor_env(work, "fw", "t").await;
+    let (_, env) = command_executor_env(work, "fw").await;
     let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
     exec.send(&subscribe(&env, vec![], vec![])).await;
     assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
@@ -693,7 +750,7 @@ async fn a_launch_of_a_task_id_in_use_is_answered() {
     })
     .await;
     match exec.recv().await {
-        ExecEvent::Launch { task } => assert_eq!(task.task_id, TaskId::new("t")),
+        ExecEvent::Launch { task, .. } => assert_eq!(task.task_id, TaskId::new("t")),
         e => panic!("{e:?}"),
     }
     let (status, body) = agent.get("/state").await;

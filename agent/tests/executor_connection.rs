@@ -40,7 +40,7 @@ async fn a_burst_of_updates_is_acknowledged_with_tiny_queues() {
         task: command_task("task-1"),
     })
     .await;
-    let (_sandbox, env) = executor_env(&work, "fw-1", "task-1").await;
+    let (_sandbox, env) = command_executor_env(&work, "fw-1").await;
     let endpoint = env["AGORA_AGENT_ENDPOINT"].clone();
 
     let updates: Vec<TaskStatus> = (0..UPDATES)
@@ -142,7 +142,7 @@ async fn a_subscription_carrying_many_updates_is_acknowledged() {
         task: command_task("task-1"),
     })
     .await;
-    let (_sandbox, env) = executor_env(&work, "fw-1", "task-1").await;
+    let (_sandbox, env) = command_executor_env(&work, "fw-1").await;
     let endpoint = env["AGORA_AGENT_ENDPOINT"].clone();
     let updates: Vec<TaskStatus> = (0..UPDATES)
         .map(|_| executor_status("task-1", TaskState::Running))

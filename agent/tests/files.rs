@@ -35,15 +35,24 @@ async fn sandbox_files_are_served_and_confined() {
         task: command_task("task-1"),
     })
     .await;
-    let (sandbox, _env) = executor_env(&work, "fw-1", "task-1").await;
-    // The fake executor echoes "started" to its stdout.
-    let stdout = sandbox.join("stdout");
+    command_executor_env(&work, "fw-1").await;
+    // The task's own sandbox, which the agent makes; write what a command
+    // would.
+    let (_, body) = agent.get("/state").await;
+    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let sandbox = std::path::PathBuf::from(
+        state["frameworks"][0]["executors"][0]["sandbox"]
+            .as_str()
+            .unwrap(),
+    );
     for _ in 0..200 {
-        if std::fs::read_to_string(&stdout).is_ok_and(|s| s.contains("started")) {
+        if sandbox.is_dir() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
+    std::fs::write(sandbox.join("stdout"), "started\n").unwrap();
+    std::fs::write(sandbox.join("stderr"), "").unwrap();
     std::fs::write(sandbox.join("data.txt"), "0123456789").unwrap();
 
     // A whole file, then windows of it.

@@ -1,40 +1,62 @@
-//! The built-in command executor: runs the [`CommandInfo`] of the one task
-//! it is given.
+//! The built-in command executor: runs the [`CommandInfo`] of command
+//! tasks, as many at once as the agent gives it.
 //!
 //! The agent starts it (the `agora-command-executor` binary, or any
 //! multi-call binary that calls [`run`]) for tasks that carry a `command`
-//! instead of an executor. It subscribes, and on `LAUNCH`:
+//! instead of an executor, and gives one process many such tasks of the
+//! same framework: an executor process per task would cost more to start
+//! than most short tasks take to run. For each `LAUNCH` it:
 //!
-//! - spawns `/bin/sh -c VALUE` (or, with `shell: false`, `VALUE` with
-//!   `arguments[1..]`, `arguments[0]` as argv\[0\]) in the sandbox, in its
-//!   own process group, with `CommandInfo.environment` added, stdout and
-//!   stderr inherited (the agent points them at the sandbox files);
+//! - spawns the command in the sandbox the agent made for that task (or,
+//!   from an agent that does not make one, in its own sandbox), in a
+//!   process group of its own, with `CommandInfo.environment` added, the
+//!   task's own sandbox and executor id (the task id, as for Mesos's
+//!   command executor) in `AGORA_SANDBOX`/`MESOS_SANDBOX` and
+//!   `AGORA_EXECUTOR_ID`/`MESOS_EXECUTOR_ID`, and its output appended to
+//!   that sandbox's `stdout` and `stderr`. A shell command is run by
+//!   `/bin/sh -c VALUE`, unless it is a plain path followed by plain words
+//!   (`/bin/true`, `./run.sh --n=3`), which the shell would only fork and
+//!   exec as it stands: that is exec'd directly, saving a process.
+//!   `shell: false` runs `VALUE` with `arguments[1..]`, `arguments[0]`
+//!   as argv\[0\];
 //! - sends `TASK_RUNNING` once the child has started, then `TASK_FINISHED`
 //!   on exit 0 or `TASK_FAILED` (reason `REASON_COMMAND_EXECUTOR_FAILED`)
-//!   naming the exit status or signal;
-//! - on `KILL` (or `SHUTDOWN`) sends SIGTERM to the child's process group,
-//!   SIGKILL after the grace period (`TaskInfo::kill_grace_period`, else
-//!   the executor's shutdown grace period), and reports `TASK_KILLED`.
+//!   naming the exit status or signal. When the command's process exits,
+//!   whatever it left in its process group is killed, as Mesos destroys a
+//!   command task's container;
+//! - on `KILL` sends SIGTERM to the task's process group, SIGKILL after
+//!   the grace period (`TaskInfo::kill_grace_period`, else the executor's
+//!   shutdown grace period), and reports `TASK_KILLED`.
 //!
-//! After the terminal update it stops the driver, which waits for the
-//! agent's acknowledgement, and exits 0.
+//! It stays up between tasks until the agent shuts it down (`SHUTDOWN`:
+//! every running task is killed, its terminal update sent, and the driver
+//! stops once they are acknowledged). Given a task without a sandbox of
+//! its own (an older agent, which starts one command executor per task),
+//! it stops after that task, as before.
+//!
+//! One thread reaps every child: it learns which one exited without
+//! reaping it (`waitid` with `WNOWAIT`), kills what is left of its group
+//! while the group id cannot have been reused, then reaps it. Signals are
+//! sent only to groups whose leader is known unreaped.
 
+use std::collections::HashMap;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
-use std::process::{Child, ExitCode, ExitStatus, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use agora_proto::{CommandInfo, Reason, Source, TaskId, TaskInfo, TaskState, TaskStatus};
 use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::{DriverStatus, Executor, ExecutorConfig, ExecutorDriver};
 
 /// Runs the command executor with the configuration from the environment
-/// and returns the process's exit code: success once the task's terminal
-/// update went out and the driver stopped, failure otherwise.
+/// and returns the process's exit code: success once its tasks' terminal
+/// updates went out and the driver stopped, failure otherwise.
 pub fn run() -> ExitCode {
     init_tracing();
     let config = match ExecutorConfig::from_env() {
@@ -67,26 +89,36 @@ pub fn run() -> ExitCode {
 pub(crate) struct CommandExecutor {
     sandbox: PathBuf,
     shutdown_grace: Duration,
-    /// The task this executor was given, once launched.
-    task: Option<Arc<TaskSlot>>,
+    tasks: Arc<Tasks>,
+    /// Started with the first task.
+    reaper: Option<thread::JoinHandle<()>>,
 }
 
-/// The one task and its child process, shared with the thread that waits
-/// for the child.
-struct TaskSlot {
-    task_id: TaskId,
-    /// The child's pid, which is also its process group id.
-    pgid: Pid,
-    grace: Duration,
-    state: Mutex<SlotState>,
-    ended: Condvar,
+/// The running tasks, shared with the reaper and kill timers. A task is in
+/// `running` from before its child can be reaped until after: a signal
+/// sent to its group under the lock cannot reach a reused group id.
+struct Tasks {
+    state: Mutex<TasksState>,
+    changed: Condvar,
 }
 
 #[derive(Default)]
-struct SlotState {
+struct TasksState {
+    /// By the pid of the task's process, which leads the task's group.
+    running: HashMap<u32, Running>,
+    /// The task ids in `running`.
+    ids: HashMap<TaskId, u32>,
+    /// Stop the driver once no task runs (set by a task launched without a
+    /// sandbox of its own, and by `SHUTDOWN`).
+    stop_when_idle: bool,
+    /// The driver is being stopped: no new task.
+    stopping: bool,
+}
+
+struct Running {
+    task_id: TaskId,
+    grace: Duration,
     kill_requested: bool,
-    /// The terminal update was sent.
-    ended: bool,
 }
 
 // === impl CommandExecutor ===
@@ -96,254 +128,394 @@ impl CommandExecutor {
         CommandExecutor {
             sandbox,
             shutdown_grace,
-            task: None,
+            tasks: Arc::new(Tasks {
+                state: Mutex::new(TasksState::default()),
+                changed: Condvar::new(),
+            }),
+            reaper: None,
         }
     }
 
-    /// Sends a terminal update for a task that never started, and ends.
-    fn refuse(
-        &self,
-        driver: &ExecutorDriver,
-        task_id: TaskId,
-        state: TaskState,
-        reason: Reason,
-        message: String,
-    ) {
-        tracing::warn!(task_id = %task_id, %message, "task not started");
-        let status = TaskStatus::new(task_id, state, Source::SourceExecutor)
-            .with_reason(reason)
-            .with_message(message);
-        let _ = driver.send_status_update(status);
-    }
-
-    fn spawn(&self, command: &CommandInfo) -> std::io::Result<Child> {
-        let mut process = if command.shell {
-            let mut process = std::process::Command::new("/bin/sh");
-            process.arg("-c").arg(&command.value);
-            process
-        } else {
-            let mut process = std::process::Command::new(&command.value);
-            if let Some((argv0, rest)) = command.arguments.split_first() {
-                process.arg0(argv0).args(rest);
-            }
-            process
+    fn launch(&mut self, driver: &ExecutorDriver, task: TaskInfo, sandbox: Option<&Path>) {
+        let refuse = |state, reason, message: String| {
+            refuse(driver, task.task_id.clone(), state, reason, message)
         };
-        process
-            .envs(&command.environment)
-            // The token is the executor's credential, not the task's.
-            .env_remove(agora_proto::env::EXECUTOR_TOKEN)
-            .current_dir(&self.sandbox)
-            .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .process_group(0)
-            .spawn()
-    }
-}
-
-impl Executor for CommandExecutor {
-    fn launch_task(&mut self, driver: &ExecutorDriver, task: TaskInfo) {
-        if let Some(current) = &self.task {
-            self.refuse(
-                driver,
-                task.task_id,
-                TaskState::Error,
-                Reason::ReasonTaskInvalid,
-                format!(
-                    "the command executor runs one task and already has task {}",
-                    current.task_id
-                ),
-            );
-            return;
-        }
         let Some(command) = task.command.as_ref() else {
-            self.refuse(
-                driver,
-                task.task_id,
+            return refuse(
                 TaskState::Error,
                 Reason::ReasonTaskInvalid,
                 "the task has no command for the command executor to run".into(),
             );
-            let _ = driver.stop();
-            return;
         };
         if command.value.is_empty() {
-            self.refuse(
-                driver,
-                task.task_id,
+            return refuse(
                 TaskState::Error,
                 Reason::ReasonTaskInvalid,
                 "the task's command is empty".into(),
             );
-            let _ = driver.stop();
-            return;
         }
-        let mut child = match self.spawn(command) {
-            Ok(child) => child,
-            Err(error) => {
-                self.refuse(
-                    driver,
-                    task.task_id,
-                    TaskState::Failed,
-                    Reason::ReasonCommandExecutorFailed,
-                    format!("cannot start command {:?}: {error}", command.value),
-                );
-                let _ = driver.stop();
-                return;
+        if self.reaper.is_none() {
+            let tasks = self.tasks.clone();
+            let reaper_driver = driver.clone();
+            match thread::Builder::new()
+                .name("agora-command-reaper".into())
+                .spawn(move || reap(&tasks, &reaper_driver))
+            {
+                Ok(handle) => self.reaper = Some(handle),
+                Err(error) => {
+                    return refuse(
+                        TaskState::Failed,
+                        Reason::ReasonCommandExecutorFailed,
+                        format!("cannot start the thread that waits for commands: {error}"),
+                    );
+                }
             }
-        };
+        }
         let grace = task
             .kill_grace_period
             .filter(|g| g.is_finite() && *g >= 0.0)
             .map(|g| Duration::from_secs_f64(g.min(86_400.0)))
             .unwrap_or(self.shutdown_grace);
-        let slot = Arc::new(TaskSlot {
-            task_id: task.task_id.clone(),
-            pgid: Pid::from_raw(child.id() as i32),
-            grace,
-            state: Mutex::new(SlotState::default()),
-            ended: Condvar::new(),
-        });
-        tracing::info!(task_id = %task.task_id, pid = child.id(), "command started");
-        let running = TaskStatus::new(
-            task.task_id.clone(),
-            TaskState::Running,
-            Source::SourceExecutor,
-        );
-        let _ = driver.send_status_update(running);
-        self.task = Some(slot.clone());
-
-        let waited = thread::Builder::new()
-            .name("agora-command-wait".into())
-            .spawn({
-                let slot = slot.clone();
-                let driver = driver.clone();
-                move || {
-                    let result = child.wait();
-                    slot.finish(&driver, result);
-                }
-            });
-        if let Err(error) = waited {
-            // Without a waiter nobody would report the task: kill it.
-            tracing::error!(%error, "cannot start the thread that waits for the command");
-            slot.signal(Signal::SIGKILL);
-            slot.finish(
-                driver,
-                Err(std::io::Error::other(format!(
-                    "cannot wait for the command: {error}"
-                ))),
+        // Spawned under the lock: the reaper cannot look for the child
+        // before it is recorded.
+        let mut state = self.tasks.lock();
+        if state.stopping {
+            drop(state);
+            return refuse(
+                TaskState::Dropped,
+                Reason::ReasonExecutorShutdown,
+                "the command executor is shutting down".into(),
             );
         }
+        if state.ids.contains_key(&task.task_id) {
+            drop(state);
+            return refuse(
+                TaskState::Error,
+                Reason::ReasonTaskInvalid,
+                format!("task {} already runs in this executor", task.task_id),
+            );
+        }
+        let spawned = spawn(
+            command,
+            sandbox.unwrap_or(&self.sandbox),
+            sandbox.map(|s| (s, &task.task_id)),
+        );
+        let pid = match spawned {
+            Ok(pid) => pid,
+            Err(error) => {
+                drop(state);
+                return refuse(
+                    TaskState::Failed,
+                    Reason::ReasonCommandExecutorFailed,
+                    format!("cannot start command {:?}: {error}", command.value),
+                );
+            }
+        };
+        if sandbox.is_none() {
+            state.stop_when_idle = true;
+        }
+        state.running.insert(
+            pid,
+            Running {
+                task_id: task.task_id.clone(),
+                grace,
+                kill_requested: false,
+            },
+        );
+        state.ids.insert(task.task_id.clone(), pid);
+        tracing::debug!(task_id = %task.task_id, pid, "command started");
+        // Queued under the lock: the reaper, which needs it, cannot report
+        // the end of a quick command before its start.
+        let running = TaskStatus::new(task.task_id, TaskState::Running, Source::SourceExecutor);
+        let _ = driver.send_status_update(running);
+        self.tasks.changed.notify_all();
+    }
+}
+
+impl Executor for CommandExecutor {
+    fn launch_task(&mut self, driver: &ExecutorDriver, task: TaskInfo) {
+        self.launch(driver, task, None);
+    }
+
+    fn launch_task_in(&mut self, driver: &ExecutorDriver, task: TaskInfo, sandbox: Option<&Path>) {
+        self.launch(driver, task, sandbox);
     }
 
     fn kill_task(&mut self, _driver: &ExecutorDriver, task_id: &TaskId) {
-        match &self.task {
-            Some(slot) if slot.task_id == *task_id => slot.kill(slot.grace),
-            _ => tracing::warn!(task_id = %task_id, "kill for a task this executor does not run"),
+        let pid = self.tasks.lock().ids.get(task_id).copied();
+        match pid {
+            Some(pid) => self.tasks.kill(pid, None),
+            None => {
+                tracing::warn!(task_id = %task_id, "kill for a task this executor does not run")
+            }
         }
     }
 
     fn shutdown(&mut self, _driver: &ExecutorDriver) {
-        let Some(slot) = &self.task else {
-            return;
-        };
-        // Leave half of the shutdown grace period for the terminal update
+        // Leave half of the shutdown grace period for the terminal updates
         // to be acknowledged before the agent kills this process.
-        let grace = slot.grace.min(self.shutdown_grace / 2);
-        slot.kill(grace);
-        slot.wait_ended(grace + Duration::from_secs(1));
+        let limit = self.shutdown_grace / 2;
+        let pids: Vec<u32> = {
+            let mut state = self.tasks.lock();
+            state.stopping = true;
+            state.stop_when_idle = true;
+            state.running.keys().copied().collect()
+        };
+        for pid in pids {
+            self.tasks.kill(pid, Some(limit));
+        }
+        self.tasks.wait_idle(limit + Duration::from_secs(1));
     }
 }
 
-// === impl TaskSlot ===
+// === impl Tasks ===
 
-impl TaskSlot {
-    fn lock(&self) -> MutexGuard<'_, SlotState> {
+impl Tasks {
+    fn lock(&self) -> MutexGuard<'_, TasksState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// SIGTERM to the group now, SIGKILL after `grace` if the task is
-    /// still there.
-    fn kill(self: &Arc<Self>, grace: Duration) {
-        {
+    /// SIGTERM to the task's group now, SIGKILL after its grace period
+    /// (at most `limit`) if it is still there.
+    fn kill(self: &Arc<Self>, pid: u32, limit: Option<Duration>) {
+        let grace = {
             let mut state = self.lock();
-            if state.ended {
+            let Some(task) = state.running.get_mut(&pid) else {
+                return;
+            };
+            if task.kill_requested {
+                // A second kill does not restart the grace period.
                 return;
             }
-            if state.kill_requested {
-                // A second kill: do not restart the grace period.
-                return;
-            }
-            state.kill_requested = true;
-        }
-        tracing::info!(task_id = %self.task_id, ?grace, "killing the command");
-        self.signal(Signal::SIGTERM);
-        let slot = self.clone();
+            task.kill_requested = true;
+            tracing::info!(task_id = %task.task_id, grace = ?task.grace, "killing the command");
+            signal_group(pid, Signal::SIGTERM);
+            limit.map_or(task.grace, |l| task.grace.min(l))
+        };
+        let tasks = self.clone();
         let escalation = thread::Builder::new()
             .name("agora-command-kill".into())
             .spawn(move || {
-                if !slot.wait_ended(grace) {
-                    tracing::warn!(task_id = %slot.task_id, "grace period over; sending SIGKILL");
-                    slot.signal(Signal::SIGKILL);
+                let deadline = Instant::now() + grace;
+                let mut state = tasks.lock();
+                while state.running.contains_key(&pid) {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        tracing::warn!(pid, "grace period over; sending SIGKILL");
+                        signal_group(pid, Signal::SIGKILL);
+                        return;
+                    }
+                    state = tasks
+                        .changed
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
                 }
             });
         if escalation.is_err() {
-            self.signal(Signal::SIGKILL);
-        }
-    }
-
-    fn signal(&self, signal: Signal) {
-        match killpg(self.pgid, signal) {
-            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-            Err(error) => {
-                tracing::warn!(task_id = %self.task_id, %error, ?signal, "cannot signal the command")
+            let state = self.lock();
+            if state.running.contains_key(&pid) {
+                signal_group(pid, Signal::SIGKILL);
             }
         }
     }
 
-    /// Waits until the terminal update was sent; whether it was.
-    fn wait_ended(&self, timeout: Duration) -> bool {
+    /// Waits until no task runs; whether none does.
+    fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut state = self.lock();
-        while !state.ended {
+        while !state.running.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
             }
             state = self
-                .ended
+                .changed
                 .wait_timeout(state, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
         true
     }
+}
 
-    /// The child exited (or could not be waited for): report and stop.
-    fn finish(&self, driver: &ExecutorDriver, result: std::io::Result<ExitStatus>) {
-        let kill_requested = self.lock().kill_requested;
-        if kill_requested {
-            // Processes the command left behind in its group go too.
-            self.signal(Signal::SIGKILL);
+/// Sends a terminal update for a task that never started.
+fn refuse(
+    driver: &ExecutorDriver,
+    task_id: TaskId,
+    state: TaskState,
+    reason: Reason,
+    message: String,
+) {
+    tracing::warn!(task_id = %task_id, %message, "task not started");
+    let status = TaskStatus::new(task_id, state, Source::SourceExecutor)
+        .with_reason(reason)
+        .with_message(message);
+    let _ = driver.send_status_update(status);
+}
+
+/// Signals the group led by `pid`; call only with the task's entry present
+/// (its leader unreaped).
+fn signal_group(pid: u32, signal: Signal) {
+    match killpg(Pid::from_raw(pid as i32), signal) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(error) => tracing::warn!(pid, %error, ?signal, "cannot signal the command"),
+    }
+}
+
+/// The reaper: reports each child's end, forever (the process exits when
+/// the driver stops).
+fn reap(tasks: &Tasks, driver: &ExecutorDriver) {
+    loop {
+        {
+            let mut state = tasks.lock();
+            while state.running.is_empty() {
+                state = tasks
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
         }
-        let status = terminal_status(self.task_id.clone(), kill_requested, result);
-        tracing::info!(
-            task_id = %self.task_id,
-            state = %status.state,
-            message = status.message.as_deref().unwrap_or(""),
+        // Which child exited, without reaping it: its group id stays ours.
+        let exited = match waitid(Id::All, WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Ok(status) => status.pid(),
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::ECHILD) => continue,
+            Err(error) => {
+                tracing::error!(%error, "waiting for commands failed");
+                thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let Some(pid) = exited else { continue };
+        let mut state = tasks.lock();
+        let entry = state.running.remove(&(pid.as_raw() as u32));
+        // What the command left in its group goes with it.
+        if entry.is_some() {
+            signal_group(pid.as_raw() as u32, Signal::SIGKILL);
+        }
+        let status = match waitpid(pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => Ok(ExitStatus::from_raw((code & 0xff) << 8)),
+            Ok(WaitStatus::Signaled(_, signal, core)) => Ok(ExitStatus::from_raw(
+                signal as i32 | if core { 0x80 } else { 0 },
+            )),
+            Ok(other) => Err(std::io::Error::other(format!(
+                "unexpected wait status {other:?}"
+            ))),
+            Err(e) => Err(std::io::Error::from(e)),
+        };
+        let Some(task) = entry else {
+            continue;
+        };
+        state.ids.remove(&task.task_id);
+        let idle = state.running.is_empty() && state.stop_when_idle;
+        let terminal = terminal_status(task.task_id.clone(), task.kill_requested, status);
+        tracing::debug!(
+            task_id = %task.task_id,
+            state = %terminal.state,
+            message = terminal.message.as_deref().unwrap_or(""),
             "command ended"
         );
-        if let Err(error) = driver.send_status_update(status) {
+        // Sent before the task leaves `running` for good (under the lock),
+        // so a shutdown waiting for idleness stops only after it.
+        if let Err(error) = driver.send_status_update(terminal) {
             tracing::error!(%error, "cannot send the task's terminal update");
         }
-        {
-            let mut state = self.lock();
-            state.ended = true;
-            self.ended.notify_all();
+        tasks.changed.notify_all();
+        drop(state);
+        if idle {
+            // Waits (bounded) for the acknowledgements, then the process
+            // exits.
+            let _ = driver.stop();
         }
-        // Waits (bounded) for the acknowledgement, then the process exits.
-        let _ = driver.stop();
     }
+}
+
+/// Whether a shell command is a plain path followed by plain words, which
+/// `/bin/sh -c` would only fork and exec as it stands: no quoting,
+/// expansion, redirection, operators or builtins (a builtin is never
+/// named by a path).
+fn plain_words(value: &str) -> Option<Vec<&str>> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
+    let words: Vec<&str> = value.split([' ', '\t']).filter(|w| !w.is_empty()).collect();
+    let first = words.first()?;
+    (first.contains('/')
+        && !first.contains('=')
+        && value.chars().all(|c| plain(c) || c == ' ' || c == '\t'))
+    .then_some(words)
+}
+
+/// Starts `command` in `cwd` as the leader of a new process group; with a
+/// task sandbox, the task's output goes to files there and its
+/// environment names it. Returns the child's pid.
+fn spawn(
+    command: &CommandInfo,
+    cwd: &Path,
+    task: Option<(&Path, &TaskId)>,
+) -> std::io::Result<u32> {
+    let mut process = if command.shell {
+        match plain_words(&command.value) {
+            Some(words) => {
+                let mut process = std::process::Command::new(words[0]);
+                process.args(&words[1..]);
+                process
+            }
+            None => {
+                let mut process = std::process::Command::new("/bin/sh");
+                process.arg("-c").arg(&command.value);
+                process
+            }
+        }
+    } else {
+        let mut process = std::process::Command::new(&command.value);
+        if let Some((argv0, rest)) = command.arguments.split_first() {
+            process.arg0(argv0).args(rest);
+        }
+        process
+    };
+    // The token is the executor's credential, not the task's.
+    process.env_remove(agora_proto::env::EXECUTOR_TOKEN);
+    let (stdout, stderr) = match task {
+        Some((sandbox, task_id)) => {
+            // The agent makes it too; whoever comes first.
+            std::fs::create_dir_all(sandbox)?;
+            let dir = sandbox.to_string_lossy();
+            for name in [
+                agora_proto::env::SANDBOX,
+                agora_proto::env::MESOS_SANDBOX,
+                agora_proto::env::MESOS_DIRECTORY,
+            ] {
+                process.env(name, dir.as_ref());
+            }
+            for name in [
+                agora_proto::env::EXECUTOR_ID,
+                agora_proto::env::MESOS_EXECUTOR_ID,
+            ] {
+                process.env(name, task_id.as_str());
+            }
+            (
+                Stdio::from(append(&sandbox.join("stdout"))?),
+                Stdio::from(append(&sandbox.join("stderr"))?),
+            )
+        }
+        None => (Stdio::inherit(), Stdio::inherit()),
+    };
+    let child = process
+        .envs(&command.environment)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .spawn()?;
+    // Reaped by the reaper thread, not through this handle.
+    Ok(child.id())
+}
+
+fn append(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
 /// The update for a command that ended.
@@ -431,5 +603,31 @@ mod tests {
         );
         let lost = terminal_status(t(), false, Err(std::io::Error::other("gone")));
         assert_eq!(lost.state, TaskState::Failed);
+    }
+
+    #[test]
+    fn only_a_plain_path_with_plain_words_skips_the_shell() {
+        assert_eq!(plain_words("/bin/true"), Some(vec!["/bin/true"]));
+        assert_eq!(
+            plain_words("./run.sh  --n=3 a,b"),
+            Some(vec!["./run.sh", "--n=3", "a,b"])
+        );
+        for shell in [
+            "true",
+            "echo hi",
+            "exit 3",
+            "/bin/echo $HOME",
+            "/bin/echo a > out",
+            "/bin/true && /bin/false",
+            "/bin/echo 'quoted'",
+            "/bin/ls *",
+            "A=1 /bin/env",
+            "/bin/sleep 1 &",
+            "/bin/echo ~",
+            "/bin/echo a\n/bin/echo b",
+            "",
+        ] {
+            assert_eq!(plain_words(shell), None, "{shell:?} needs the shell");
+        }
     }
 }

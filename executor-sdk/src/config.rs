@@ -77,8 +77,10 @@ impl ExecutorConfig {
             env::FRAMEWORK_ID,
             env::MESOS_FRAMEWORK_ID,
         ])?)?);
-        let executor_id =
-            ExecutorId::new(id(required(&[env::EXECUTOR_ID, env::MESOS_EXECUTOR_ID])?)?);
+        let executor_id = ExecutorId::new(executor_id(required(&[
+            env::EXECUTOR_ID,
+            env::MESOS_EXECUTOR_ID,
+        ])?)?);
         let agent_id = first(&[env::AGENT_ID, env::MESOS_SLAVE_ID])
             .filter(|(_, value)| !value.is_empty())
             .map(id)
@@ -134,6 +136,11 @@ fn invalid(name: &'static str, value: &str, reason: impl Into<String>) -> Execut
 
 fn id((name, value): (&'static str, String)) -> Result<String, ExecutorError> {
     agora_proto::validate_id(&value).map_err(|e| invalid(name, &value, e.to_string()))?;
+    Ok(value)
+}
+
+fn executor_id((name, value): (&'static str, String)) -> Result<String, ExecutorError> {
+    agora_proto::validate_executor_id(&value).map_err(|e| invalid(name, &value, e.to_string()))?;
     Ok(value)
 }
 

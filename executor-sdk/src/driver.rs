@@ -621,7 +621,9 @@ fn callback_loop(
             } => executor.registered(d, &info, &framework, &agent_id),
             Callback::Reregistered(agent_id) => executor.reregistered(d, &agent_id),
             Callback::Disconnected => executor.disconnected(d),
-            Callback::LaunchTask(task) => executor.launch_task(d, task),
+            Callback::LaunchTask { task, sandbox } => {
+                executor.launch_task_in(d, task, sandbox.as_deref().map(std::path::Path::new))
+            }
             Callback::KillTask(task_id) => executor.kill_task(d, &task_id),
             Callback::FrameworkMessage(data) => executor.framework_message(d, &data),
             Callback::Acknowledged { task_id, uuid } => {

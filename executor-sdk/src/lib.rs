@@ -102,6 +102,20 @@ pub trait Executor: Send + 'static {
     /// terminal update.
     fn launch_task(&mut self, driver: &ExecutorDriver, task: TaskInfo) {}
 
+    /// Run a task, given the sandbox the agent made for it alone when it
+    /// made one (the built-in command executor, which runs many command
+    /// tasks, gets one per task). The default ignores the sandbox and
+    /// calls [`Executor::launch_task`].
+    fn launch_task_in(
+        &mut self,
+        driver: &ExecutorDriver,
+        task: TaskInfo,
+        sandbox: Option<&std::path::Path>,
+    ) {
+        let _ = sandbox;
+        self.launch_task(driver, task)
+    }
+
     /// Kill a task; send `TASK_KILLED` once it is gone.
     fn kill_task(&mut self, driver: &ExecutorDriver, task_id: &TaskId) {}
 

@@ -49,7 +49,10 @@ pub(crate) enum Callback {
     },
     Reregistered(AgentId),
     Disconnected,
-    LaunchTask(TaskInfo),
+    LaunchTask {
+        task: TaskInfo,
+        sandbox: Option<String>,
+    },
     KillTask(TaskId),
     FrameworkMessage(Vec<u8>),
     /// The agent acknowledged (checkpointed) an update.
@@ -272,7 +275,7 @@ impl DriverCore {
                 tracing::debug!("ignoring an event received while stopping");
                 Vec::new()
             }
-            Event::Launch { task } => {
+            Event::Launch { task, sandbox } => {
                 if !self
                     .unacknowledged_tasks
                     .iter()
@@ -280,7 +283,7 @@ impl DriverCore {
                 {
                     self.unacknowledged_tasks.push(task.clone());
                 }
-                vec![Action::Callback(Callback::LaunchTask(task))]
+                vec![Action::Callback(Callback::LaunchTask { task, sandbox })]
             }
             Event::Kill { task_id, .. } => vec![Action::Callback(Callback::KillTask(task_id))],
             Event::Message { data } => vec![Action::Callback(Callback::FrameworkMessage(data.0))],
@@ -624,8 +627,20 @@ mod tests {
     #[test]
     fn unacknowledged_updates_and_tasks_are_resent_in_order() {
         let (mut core, now) = connected(true);
-        core.on_event(Event::Launch { task: task("t1") }, now);
-        core.on_event(Event::Launch { task: task("t2") }, now);
+        core.on_event(
+            Event::Launch {
+                task: task("t1"),
+                sandbox: None,
+            },
+            now,
+        );
+        core.on_event(
+            Event::Launch {
+                task: task("t2"),
+                sandbox: None,
+            },
+            now,
+        );
         core.on_command(update("t1", TaskState::Running, "u1"), now);
         core.on_command(update("t2", TaskState::Running, "u2"), now);
         core.on_command(update("t1", TaskState::Finished, "u3"), now);

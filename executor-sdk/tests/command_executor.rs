@@ -65,7 +65,14 @@ async fn launch(run: &Run, task: agora_executor::TaskInfo) -> Conn {
         other => panic!("expected SUBSCRIBE, got {other:?}"),
     }
     send(&mut ws, &subscribed("task-1")).await;
-    send(&mut ws, &Event::Launch { task }).await;
+    send(
+        &mut ws,
+        &Event::Launch {
+            task,
+            sandbox: None,
+        },
+    )
+    .await;
     ws
 }
 
@@ -209,6 +216,7 @@ async fn task_without_command_and_second_launch_are_errors() {
         &mut ws,
         &Event::Launch {
             task: command_task("task-2", None),
+            sandbox: None,
         },
     )
     .await;
@@ -240,4 +248,85 @@ async fn missing_environment_is_a_clear_error() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("AGORA_AGENT_ENDPOINT"));
+}
+
+/// Given tasks with sandboxes of their own (as the agent gives them), the
+/// executor runs them at once, each in its sandbox with its own output and
+/// environment, and stays up between tasks until it is shut down.
+#[tokio::test]
+async fn many_tasks_run_in_their_own_sandboxes_until_shutdown() {
+    let mut run = start("4").await;
+    let mut ws = launch_none(&run).await;
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let scripts = [
+        "echo one; echo \"$AGORA_SANDBOX $MESOS_EXECUTOR_ID $PWD\"; echo err >&2",
+        // A plain path: exec'd without a shell.
+        "/bin/true",
+        "sleep 30",
+    ];
+    for (i, script) in scripts.iter().enumerate() {
+        send(
+            &mut ws,
+            &Event::Launch {
+                task: command_task(&format!("t{i}"), Some(shell(script))),
+                sandbox: Some(dirs[i].path().display().to_string()),
+            },
+        )
+        .await;
+    }
+    let mut states: std::collections::HashMap<String, Vec<TaskState>> = Default::default();
+    while states.values().map(Vec::len).sum::<usize>() < 5 {
+        let update = recv_update(&mut ws).await;
+        ack(&mut ws, &update).await;
+        states
+            .entry(update.task_id.to_string())
+            .or_default()
+            .push(update.state);
+    }
+    assert_eq!(states["t0"], vec![TaskState::Running, TaskState::Finished]);
+    assert_eq!(states["t1"], vec![TaskState::Running, TaskState::Finished]);
+    assert_eq!(states["t2"], vec![TaskState::Running]);
+    let out = std::fs::read_to_string(dirs[0].path().join("stdout")).unwrap();
+    let dir = dirs[0].path().display().to_string();
+    assert_eq!(out, format!("one\n{dir} t0 {dir}\n"));
+    let err = std::fs::read_to_string(dirs[0].path().join("stderr")).unwrap();
+    assert_eq!(err, "err\n");
+    assert!(dirs[1].path().join("stdout").exists());
+    assert!(
+        run.child.try_wait().unwrap().is_none(),
+        "the executor stays up between tasks"
+    );
+
+    send(
+        &mut ws,
+        &Event::Kill {
+            task_id: TaskId::new("t2"),
+            grace_period_seconds: None,
+        },
+    )
+    .await;
+    let killed = recv_update(&mut ws).await;
+    assert_eq!(
+        (killed.task_id.as_str(), killed.state),
+        ("t2", TaskState::Killed)
+    );
+    ack(&mut ws, &killed).await;
+    assert!(run.child.try_wait().unwrap().is_none());
+    send(
+        &mut ws,
+        &Event::Shutdown {
+            grace_period_seconds: 2.0,
+        },
+    )
+    .await;
+    assert_eq!(drain_until_closed(&mut ws).await, vec![]);
+    assert_eq!(exit_code(&mut run.child).await, 0);
+}
+
+/// Subscribes the executor without launching anything.
+async fn launch_none(run: &Run) -> Conn {
+    let mut ws = run.agent.accept().await;
+    assert!(matches!(recv(&mut ws).await, Call::Subscribe { .. }));
+    send(&mut ws, &subscribed("task-1")).await;
+    ws
 }

@@ -134,6 +134,7 @@ async fn resends_unacknowledged_updates_in_order_after_reconnect() {
             &mut ws,
             &Event::Launch {
                 task: command_task(id, None),
+                sandbox: None,
             },
         )
         .await;

@@ -75,6 +75,13 @@ pub enum Event {
     Launch {
         /// The task.
         task: TaskInfo,
+        /// A sandbox the agent made for this task alone (absolute path),
+        /// when the executor runs the tasks of many: the built-in command
+        /// executor runs each command there, as Mesos's command executor
+        /// runs its one task in its own sandbox. Absent for tasks that
+        /// share their executor's sandbox.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sandbox: Option<String>,
     },
     /// Kill a task; send a terminal update (TASK_KILLED) when done.
     Kill {

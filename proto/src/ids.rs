@@ -55,6 +55,17 @@ pub fn validate_id(id: &str) -> Result<(), IdError> {
     Ok(())
 }
 
+/// The first character of the ids of executors an agent runs on its own
+/// account (its command executors): never that of an id a framework
+/// chooses, which [`validate_id`] checks.
+pub const AGENT_EXECUTOR_PREFIX: char = '~';
+
+/// [`validate_id`] for an executor id, which may also be one of an
+/// agent's own executors ([`AGENT_EXECUTOR_PREFIX`] and a valid id).
+pub fn validate_executor_id(id: &str) -> Result<(), IdError> {
+    validate_id(id.strip_prefix(AGENT_EXECUTOR_PREFIX).unwrap_or(id))
+}
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*

@@ -31,7 +31,8 @@ pub use attributes::{Attribute, AttributeError, AttributeValue, Attributes};
 pub use codec::{decode, encode, DecodeError, Message, MAX_FRAME_BYTES};
 pub use duration::{parse_duration, DurationError};
 pub use ids::{
-    validate_id, AgentId, ExecutorId, FrameworkId, IdError, OfferId, TaskId, MAX_ID_LEN,
+    validate_executor_id, validate_id, AgentId, ExecutorId, FrameworkId, IdError, OfferId, TaskId,
+    AGENT_EXECUTOR_PREFIX, MAX_ID_LEN,
 };
 pub use resources::{
     round_scalar, Range, Resource, ResourceError, Resources, Value, DEFAULT_ROLE, MAX_SCALAR,

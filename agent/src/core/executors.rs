@@ -56,6 +56,7 @@ impl Core {
             killing: false,
             termination: None,
             exited: None,
+            assignments: 0,
         };
         self.executors.insert(ekey.clone(), executor);
         self.processes.send(Request::Launch {
@@ -310,12 +311,13 @@ impl Core {
                 continue;
             }
             if checkpointed {
-                self.checkpoint_task(&fid, &eid, &task);
+                self.checkpoint_task(&fid, &eid, &task, None);
             }
-            self.tasks.insert(
+            self.insert_task(
                 tkey,
                 Task {
                     executor_id: eid.clone(),
+                    sandbox: None,
                     info: task,
                     state: TaskState::Staging,
                     latest: None,
@@ -337,6 +339,7 @@ impl Core {
             if let Some(task) = self.tasks.get(&(fid.clone(), task_id)) {
                 let event = exec_api::Event::Launch {
                     task: task.info.clone(),
+                    sandbox: task.sandbox.as_ref().map(|s| s.display().to_string()),
                 };
                 self.reply_exec(&key, event);
             }
@@ -423,13 +426,17 @@ impl Core {
             }
         }
         status.agent_id = self.agent_id.clone();
-        status.executor_id = Some(ekey.1.clone());
-        if status.state.is_terminal() {
+        status.executor_id = self.tasks.get(&tkey).map(Task::reported_executor_id);
+        let terminal = status.state.is_terminal();
+        if terminal {
             if let Some(task) = self.tasks.get_mut(&tkey) {
                 task.terminal_reported = true;
             }
         }
         self.enqueue_update(ekey.0.clone(), status, Some(ekey.clone()));
+        if terminal {
+            self.command_executor_maybe_idle(ekey);
+        }
     }
 
     /// Queues an answer to the executor's own calls (see
@@ -528,43 +535,94 @@ impl Core {
                 c.link.close(1000, "executor exited");
             }
         }
-        let unfinished: Vec<(TaskId, bool)> = self
-            .tasks
-            .iter()
-            .filter(|((f, _), t)| {
-                *f == key.0
-                    && t.executor_id == key.1
-                    && !t.state.is_terminal()
-                    && !t.terminal_reported
-            })
-            .map(|((_, tid), t)| (tid.clone(), t.kill_requested))
+        let unfinished: Vec<(TaskId, ExecutorId, bool)> = self
+            .executor_tasks(&key)
+            .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
+            .map(|(tid, t)| (tid.clone(), t.reported_executor_id(), t.kill_requested))
             .collect();
-        for (task_id, kill_requested) in unfinished {
+        let who = if ex.is_command {
+            "command executor".to_string()
+        } else {
+            format!("executor {}", key.1)
+        };
+        for (task_id, reported_eid, kill_requested) in &unfinished {
             let (state, reason, text) = match &ex.termination {
                 Some(t) => (t.state, t.reason, t.message.clone()),
-                None if kill_requested => (
+                None if *kill_requested => (
                     TaskState::Killed,
                     Reason::ReasonExecutorTerminated,
-                    format!(
-                        "executor {} {message} while the task was being killed",
-                        key.1
-                    ),
+                    format!("{who} {message} while the task was being killed"),
                 ),
                 None => (
                     TaskState::Failed,
                     Reason::ReasonExecutorTerminated,
-                    format!("executor {} {message}", key.1),
+                    format!("{who} {message}"),
                 ),
             };
-            let status = self.agent_status(&task_id, Some(key.1.clone()), state, reason, text);
+            let status =
+                self.agent_status(task_id, Some(reported_eid.clone()), state, reason, text);
             self.enqueue_update(key.0.clone(), status, None);
         }
-        self.send_master(agent_api::Call::ExecutorExited {
-            framework_id: key.0.clone(),
-            executor_id: key.1.clone(),
-            status: code,
-            message,
-        });
+        if ex.is_command {
+            // The master knows a command task's executor by the task's id:
+            // each task whose command executor died hears of it as its own.
+            for (_, reported_eid, _) in unfinished {
+                self.send_master(agent_api::Call::ExecutorExited {
+                    framework_id: key.0.clone(),
+                    executor_id: reported_eid,
+                    status: code,
+                    message: message.clone(),
+                });
+            }
+        } else {
+            self.send_master(agent_api::Call::ExecutorExited {
+                framework_id: key.0.clone(),
+                executor_id: key.1.clone(),
+                status: code,
+                message,
+            });
+        }
         self.gc_executor(&key);
+    }
+
+    /// A command executor left without a task waits for one for
+    /// `--command-executor-idle`, then is shut down.
+    pub(super) fn command_executor_maybe_idle(&mut self, ekey: &ExecKey) {
+        let Some(ex) = self
+            .executors
+            .get(ekey)
+            .filter(|e| e.is_command && !e.killing)
+        else {
+            return;
+        };
+        if self.live_tasks(ekey) > 0 {
+            return;
+        }
+        let (key, run_id, assignments) = (ekey.clone(), ex.run_id.clone(), ex.assignments);
+        let idle = self.shared.config.command_executor_idle;
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(idle).await;
+            let _ = tx
+                .send(CoreEvent::CommandExecutorIdle {
+                    key,
+                    run_id,
+                    assignments,
+                })
+                .await;
+        });
+    }
+
+    /// A command executor's idle timer fired.
+    pub(super) fn command_executor_idle(&mut self, key: ExecKey, run_id: String, assignments: u64) {
+        let still_idle = self
+            .executors
+            .get(&key)
+            .is_some_and(|e| e.run_id == run_id && e.assignments == assignments && !e.killing)
+            && self.live_tasks(&key) == 0;
+        if still_idle {
+            tracing::debug!(framework_id = %key.0, executor_id = %key.1, "command executor idle; shutting it down");
+            self.kill_executor(&key, None);
+        }
     }
 }

@@ -107,9 +107,12 @@ impl Core {
                 latest_status: t.latest.clone(),
             })
             .collect();
+        // Command executors are the agent's own: the master knows a command
+        // task's executor by the task.
         let executors = self
             .executors
             .iter()
+            .filter(|(_, e)| !e.is_command)
             .map(|((fid, _), e)| ExecutorReport {
                 framework_id: fid.clone(),
                 executor: e.info.clone(),
@@ -165,6 +168,8 @@ impl Core {
             conn.link.close(1000, "agent shut down by the master");
         }
         self.tasks.clear();
+        self.tasks_by_executor.clear();
+        self.tasks_by_framework.clear();
         self.frameworks.clear();
         self.updates.forget(None);
         self.pending_durable.clear();

@@ -86,6 +86,13 @@ pub(crate) enum CoreEvent {
     /// An executor asked to shut down had its grace period: it is to be
     /// terminated.
     ShutdownOverrun { key: ExecKey, run_id: String },
+    /// A command executor's idle time ran out: it stops unless it was given
+    /// a task since (`assignments` moved on).
+    CommandExecutorIdle {
+        key: ExecKey,
+        run_id: String,
+        assignments: u64,
+    },
     /// An exited executor's connection did not close in time (another
     /// process holds it): end the executor without it.
     ExitDrained { key: ExecKey, run_id: String },
@@ -152,6 +159,8 @@ struct Executor {
     sandbox: PathBuf,
     pid: Option<u32>,
     start_time: Option<u64>,
+    /// The built-in command executor, which runs the command tasks of its
+    /// framework (up to `--command-executor-tasks` at once).
     is_command: bool,
     conn: Option<u64>,
     subscribed: bool,
@@ -163,10 +172,18 @@ struct Executor {
     /// still open: it ends once that connection has delivered its last
     /// frames.
     exited: Option<(Option<i32>, String)>,
+    /// Bumped whenever a command executor is given a task, so an idle
+    /// timer set before knows it is stale.
+    assignments: u64,
 }
 
 struct Task {
+    /// The executor process that runs it (for a command task, the command
+    /// executor it was given to; see [`Task::reported_executor_id`]).
     executor_id: ExecutorId,
+    /// Its own sandbox: command tasks have one each, as with a command
+    /// executor per task; other tasks share their executor's.
+    sandbox: Option<PathBuf>,
     info: TaskInfo,
     state: TaskState,
     latest: Option<TaskStatus>,
@@ -186,6 +203,11 @@ pub(crate) struct Core {
     frameworks: HashMap<FrameworkId, FrameworkInfo>,
     executors: HashMap<ExecKey, Executor>,
     tasks: HashMap<StreamKey, Task>,
+    /// The tasks of each executor (it may be gone while its tasks' streams
+    /// are not).
+    tasks_by_executor: HashMap<ExecKey, HashSet<TaskId>>,
+    /// How many tasks each framework has.
+    tasks_by_framework: HashMap<FrameworkId, usize>,
     exec_conns: HashMap<u64, ExecConn>,
     updates: StatusUpdateManager,
     /// Updates submitted to the checkpoint writer, not yet durable.
@@ -197,6 +219,29 @@ pub(crate) struct Core {
     /// Calls other than status updates made while not registered, sent
     /// once registered (at most [`UNSENT_LIMIT`]).
     unsent: Vec<agent_api::Call>,
+}
+
+// === impl Task ===
+
+impl Task {
+    /// Whether it runs in one of the agent's command executors (whose ids
+    /// no framework can use).
+    fn in_command_executor(&self) -> bool {
+        self.executor_id
+            .as_str()
+            .starts_with(paths::AGENT_EXECUTOR_PREFIX)
+    }
+
+    /// The executor id its updates and reports name: a command task's own
+    /// id (as when each had a command executor of its own, as in Mesos),
+    /// else its executor's.
+    fn reported_executor_id(&self) -> ExecutorId {
+        if self.in_command_executor() {
+            ExecutorId::new(self.info.task_id.as_str())
+        } else {
+            self.executor_id.clone()
+        }
+    }
 }
 
 // === impl Core ===
@@ -220,6 +265,8 @@ impl Core {
             frameworks: HashMap::new(),
             executors: HashMap::new(),
             tasks: HashMap::new(),
+            tasks_by_executor: HashMap::new(),
+            tasks_by_framework: HashMap::new(),
             exec_conns: HashMap::new(),
             updates,
             pending_durable: HashSet::new(),
@@ -316,6 +363,54 @@ impl Core {
         let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
     }
 
+    /// Adds a task, keeping the indexes.
+    fn insert_task(&mut self, key: StreamKey, task: Task) {
+        self.tasks_by_executor
+            .entry((key.0.clone(), task.executor_id.clone()))
+            .or_default()
+            .insert(key.1.clone());
+        if let Some(old) = self.tasks.insert(key.clone(), task) {
+            self.unindex_task(&key, &old);
+        }
+        *self.tasks_by_framework.entry(key.0).or_default() += 1;
+    }
+
+    /// Removes a task, keeping the indexes.
+    fn remove_task(&mut self, key: &StreamKey) -> Option<Task> {
+        let task = self.tasks.remove(key)?;
+        self.unindex_task(key, &task);
+        Some(task)
+    }
+
+    fn unindex_task(&mut self, key: &StreamKey, task: &Task) {
+        let ekey = (key.0.clone(), task.executor_id.clone());
+        if let Some(set) = self.tasks_by_executor.get_mut(&ekey) {
+            set.remove(&key.1);
+            if set.is_empty() {
+                self.tasks_by_executor.remove(&ekey);
+            }
+        }
+        if let Some(n) = self.tasks_by_framework.get_mut(&key.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.tasks_by_framework.remove(&key.0);
+            }
+        }
+    }
+
+    /// The tasks of executor `ekey`.
+    fn executor_tasks(&self, ekey: &ExecKey) -> impl Iterator<Item = (&TaskId, &Task)> + '_ {
+        let fid = ekey.0.clone();
+        self.tasks_by_executor
+            .get(ekey)
+            .into_iter()
+            .flatten()
+            .filter_map(move |tid| {
+                let task = self.tasks.get(&(fid.clone(), tid.clone()))?;
+                Some((tid, task))
+            })
+    }
+
     fn handle(&mut self, event: CoreEvent) -> Option<Stop> {
         match event {
             CoreEvent::MasterConnected { conn, tx } => {
@@ -358,6 +453,11 @@ impl Core {
             ),
             CoreEvent::ExecutorCall { conn, call } => self.executor_call(conn, call),
             CoreEvent::ExecutorDisconnected { conn } => self.executor_disconnected(conn),
+            CoreEvent::CommandExecutorIdle {
+                key,
+                run_id,
+                assignments,
+            } => self.command_executor_idle(key, run_id, assignments),
             CoreEvent::ExitDrained { key, run_id } => {
                 if let Some(ex) = self.executors.get(&key).filter(|e| e.run_id == run_id) {
                     if let Some((code, message)) = ex.exited.clone() {

@@ -64,10 +64,11 @@ impl Core {
                     if latest.is_none() {
                         fresh.push(tid.clone());
                     }
-                    self.tasks.insert(
+                    self.insert_task(
                         (fid.clone(), tid),
                         Task {
                             executor_id: eid.clone(),
+                            sandbox: rt.sandbox,
                             info: rt.info,
                             state: latest.as_ref().map_or(TaskState::Staging, |s| s.state),
                             latest,
@@ -102,6 +103,7 @@ impl Core {
                                 killing: false,
                                 termination: None,
                                 exited: None,
+                                assignments: 0,
                             },
                         );
                         self.processes.send(Request::Adopt {
@@ -128,21 +130,18 @@ impl Core {
                     }
                     None => {
                         tracing::info!(framework_id = %fid, executor_id = %eid, "checkpointed executor is gone");
-                        let unfinished: Vec<TaskId> = self
-                            .tasks
-                            .iter()
-                            .filter(|((f, _), t)| {
-                                *f == fid && t.executor_id == eid && !t.state.is_terminal()
-                            })
-                            .map(|((_, tid), _)| tid.clone())
+                        let unfinished: Vec<(TaskId, ExecutorId)> = self
+                            .executor_tasks(&ekey)
+                            .filter(|(_, t)| !t.state.is_terminal())
+                            .map(|(tid, t)| (tid.clone(), t.reported_executor_id()))
                             .collect();
-                        for tid in unfinished {
+                        for (tid, reported_eid) in unfinished {
                             let status = self.agent_status(
                                 &tid,
-                                Some(eid.clone()),
+                                Some(reported_eid.clone()),
                                 TaskState::Failed,
                                 Reason::ReasonExecutorTerminated,
-                                format!("executor {eid} exited while the agent was down"),
+                                format!("executor {reported_eid} exited while the agent was down"),
                             );
                             self.enqueue_update(fid.clone(), status, None);
                         }

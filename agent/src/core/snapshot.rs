@@ -6,20 +6,19 @@ impl Core {
     pub(super) fn snapshot(&self) -> serde_json::Value {
         let config = &self.shared.config;
         let wal = self.writer.stats();
-        let task_json = |fid: &FrameworkId, eid: &ExecutorId| -> Vec<serde_json::Value> {
+        let one_task = |fid: &FrameworkId, tid: &TaskId, t: &Task| {
+            json!({
+                "id": tid,
+                "name": t.info.name,
+                "state": t.state,
+                "resources": t.info.resources,
+                "pending_updates": self.updates.pending(fid, tid).len(),
+            })
+        };
+        let task_json = |ekey: &ExecKey| -> Vec<serde_json::Value> {
             let mut tasks: Vec<_> = self
-                .tasks
-                .iter()
-                .filter(|((f, _), t)| f == fid && t.executor_id == *eid)
-                .map(|((_, tid), t)| {
-                    json!({
-                        "id": tid,
-                        "name": t.info.name,
-                        "state": t.state,
-                        "resources": t.info.resources,
-                        "pending_updates": self.updates.pending(fid, tid).len(),
-                    })
-                })
+                .executor_tasks(ekey)
+                .map(|(tid, t)| one_task(&ekey.0, tid, t))
                 .collect();
             tasks.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
             tasks
@@ -30,32 +29,26 @@ impl Core {
             .into_iter()
             .map(|fid| {
                 let info = &self.frameworks[fid];
-                let mut eids: HashSet<&ExecutorId> = self
+                // Executors by id: running ones, and gone ones whose tasks'
+                // updates are still on their way.
+                let mut eids: Vec<ExecutorId> = self
                     .executors
                     .keys()
-                    .filter(|(f, _)| f == fid)
-                    .map(|(_, e)| e)
-                    .collect();
-                let orphan: HashSet<&ExecutorId> = self
-                    .tasks
-                    .iter()
-                    .filter(|((f, _), t)| {
-                        f == fid
-                            && !self
-                                .executors
-                                .contains_key(&(fid.clone(), t.executor_id.clone()))
+                    .chain(self.tasks_by_executor.keys())
+                    .filter(|(f, e)| {
+                        f == fid && !e.as_str().starts_with(paths::AGENT_EXECUTOR_PREFIX)
                     })
-                    .map(|(_, t)| &t.executor_id)
+                    .map(|(_, e)| e.clone())
                     .collect();
-                eids.extend(orphan.iter().copied());
-                let mut eids: Vec<_> = eids.into_iter().collect();
                 eids.sort();
-                let executors: Vec<_> = eids
+                eids.dedup();
+                let mut executors: Vec<_> = eids
                     .into_iter()
-                    .map(
-                        |eid| match self.executors.get(&(fid.clone(), eid.clone())) {
+                    .map(|eid| {
+                        let ekey = (fid.clone(), eid);
+                        match self.executors.get(&ekey) {
                             Some(ex) => json!({
-                                "id": eid,
+                                "id": ekey.1,
                                 "name": ex.info.name,
                                 "running": true,
                                 "pid": ex.pid,
@@ -65,21 +58,71 @@ impl Core {
                                 "subscribed": ex.subscribed,
                                 "connected": ex.conn.is_some(),
                                 "stopping": ex.killing,
-                                "tasks": task_json(fid, eid),
+                                "tasks": task_json(&ekey),
                             }),
                             None => json!({
-                                "id": eid,
+                                "id": ekey.1,
                                 "running": false,
-                                "tasks": task_json(fid, eid),
+                                "tasks": task_json(&ekey),
                             }),
-                        },
-                    )
+                        }
+                    })
                     .collect();
+                // A command task shows as its own command executor, as in
+                // Mesos: named by the task, with the task's sandbox.
+                let mut command_executors = Vec::new();
+                for ((f, host_id), tids) in &self.tasks_by_executor {
+                    if f != fid || !host_id.as_str().starts_with(paths::AGENT_EXECUTOR_PREFIX) {
+                        continue;
+                    }
+                    let host = self.executors.get(&(f.clone(), host_id.clone()));
+                    for tid in tids {
+                        let Some(t) = self.tasks.get(&(f.clone(), tid.clone())) else {
+                            continue;
+                        };
+                        let run_id = t
+                            .sandbox
+                            .as_ref()
+                            .and_then(|s| s.file_name())
+                            .map(|n| n.to_string_lossy().into_owned());
+                        executors.push(json!({
+                            "id": tid,
+                            "name": format!("Command Executor (Task: {tid})"),
+                            "running": host.is_some(),
+                            "pid": host.and_then(|h| h.pid),
+                            "run_id": run_id,
+                            "sandbox": t.sandbox,
+                            "command_executor": true,
+                            "process": host_id,
+                            "subscribed": host.is_some_and(|h| h.subscribed),
+                            "connected": host.is_some_and(|h| h.conn.is_some()),
+                            "stopping": host.is_some_and(|h| h.killing),
+                            "tasks": [one_task(f, tid, t)],
+                        }));
+                    }
+                }
+                for ((f, host_id), host) in &self.executors {
+                    if f == fid && host.is_command {
+                        command_executors.push(json!({
+                            "id": host_id,
+                            "pid": host.pid,
+                            "run_id": host.run_id,
+                            "sandbox": host.sandbox,
+                            "subscribed": host.subscribed,
+                            "connected": host.conn.is_some(),
+                            "stopping": host.killing,
+                            "live_tasks": self.live_tasks(&(f.clone(), host_id.clone())),
+                        }));
+                    }
+                }
+                executors.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+                command_executors.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
                 json!({
                     "id": fid,
                     "name": info.name,
                     "checkpoint": info.checkpoint,
                     "executors": executors,
+                    "command_executors": command_executors,
                 })
             })
             .collect();

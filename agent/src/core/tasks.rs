@@ -55,9 +55,9 @@ impl Core {
                 );
             }
         }
-        let (mut info, is_command) = match (&task.command, &task.executor) {
-            (Some(command), None) => (self.command_executor_info(&task, command), true),
-            (None, Some(executor)) => (executor.clone(), false),
+        let mut info = match (&task.command, &task.executor) {
+            (Some(_), None) => None,
+            (None, Some(executor)) => Some(executor.clone()),
             _ => {
                 self.reject(
                     &fid,
@@ -69,12 +69,10 @@ impl Core {
                 return;
             }
         };
-        info.framework_id = Some(fid.clone());
-        let ids = [
-            ("framework", fid.as_str()),
-            ("task", task.task_id.as_str()),
-            ("executor", info.executor_id.as_str()),
-        ];
+        let mut ids = vec![("framework", fid.as_str()), ("task", task.task_id.as_str())];
+        if let Some(info) = &info {
+            ids.push(("executor", info.executor_id.as_str()));
+        }
         for (kind, id) in ids {
             if let Err(e) = agora_proto::validate_id(id) {
                 let message = format!("invalid {kind} id: {e}");
@@ -88,6 +86,11 @@ impl Core {
                 return;
             }
         }
+        let Some(info) = info.as_mut() else {
+            self.adopt_framework(framework);
+            return self.run_command_task(fid, task);
+        };
+        info.framework_id = Some(fid.clone());
         let ekey = (fid.clone(), info.executor_id.clone());
         if self.executors.get(&ekey).is_some_and(|e| e.killing) {
             self.reject(
@@ -100,16 +103,18 @@ impl Core {
             return;
         }
         self.adopt_framework(framework);
+        let info = info.clone();
         let checkpointed = self.checkpointing(&fid);
         if checkpointed {
-            self.checkpoint_task(&fid, &ekey.1, &task);
+            self.checkpoint_task(&fid, &ekey.1, &task, None);
         }
         tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
         let task_id = task.task_id.clone();
-        self.tasks.insert(
+        self.insert_task(
             key,
             Task {
                 executor_id: ekey.1.clone(),
+                sandbox: None,
                 info: task,
                 state: TaskState::Staging,
                 latest: None,
@@ -121,8 +126,90 @@ impl Core {
         if self.executors.contains_key(&ekey) {
             self.deliver_or_queue(&ekey, task_id);
         } else {
-            self.launch_executor(ekey, info, is_command, task_id);
+            self.launch_executor(ekey, info, false, task_id);
         }
+    }
+
+    /// Runs a command task in a command executor of its framework with
+    /// room for it, starting one when none has, in a sandbox of its own.
+    fn run_command_task(&mut self, fid: FrameworkId, task: TaskInfo) {
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let sandbox = match paths::sandbox_dir(
+            &self.shared.config.work_dir,
+            fid.as_str(),
+            task.task_id.as_str(),
+            &run_id,
+        ) {
+            Ok(sandbox) => sandbox,
+            Err(e) => {
+                let message = format!("no sandbox for the task: {e}");
+                self.reject(
+                    &fid,
+                    &task,
+                    TaskState::Error,
+                    Reason::ReasonTaskInvalid,
+                    message,
+                );
+                return;
+            }
+        };
+        let limit = self.shared.config.command_executor_tasks.max(1);
+        let host = self
+            .executors
+            .iter()
+            .filter(|((f, _), ex)| *f == fid && ex.is_command && !ex.killing)
+            .map(|(key, _)| key)
+            .find(|key| self.live_tasks(key) < limit)
+            .cloned();
+        let ekey = host.clone().unwrap_or_else(|| {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            (
+                fid.clone(),
+                ExecutorId::new(format!(
+                    "{}command-{}",
+                    paths::AGENT_EXECUTOR_PREFIX,
+                    &id[..12]
+                )),
+            )
+        });
+        self.processes.send(Request::CreateDir {
+            path: sandbox.clone(),
+        });
+        let checkpointed = self.checkpointing(&fid);
+        if checkpointed {
+            self.checkpoint_task(&fid, &ekey.1, &task, Some(&sandbox));
+        }
+        tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
+        let task_id = task.task_id.clone();
+        self.insert_task(
+            (fid.clone(), task_id.clone()),
+            Task {
+                executor_id: ekey.1.clone(),
+                sandbox: Some(sandbox),
+                info: task,
+                state: TaskState::Staging,
+                latest: None,
+                kill_requested: false,
+                terminal_reported: false,
+                checkpointed,
+            },
+        );
+        if host.is_some() {
+            if let Some(ex) = self.executors.get_mut(&ekey) {
+                ex.assignments += 1;
+            }
+            self.deliver_or_queue(&ekey, task_id);
+        } else {
+            let info = self.command_executor_info(&ekey);
+            self.launch_executor(ekey, info, true, task_id);
+        }
+    }
+
+    /// Tasks of executor `ekey` without a terminal state, reported or not.
+    pub(super) fn live_tasks(&self, ekey: &ExecKey) -> usize {
+        self.executor_tasks(ekey)
+            .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
+            .count()
     }
 
     /// An agent-generated update for a task the agent does not run.
@@ -139,24 +226,22 @@ impl Core {
         self.enqueue_update(fid.clone(), status, None);
     }
 
-    pub(super) fn command_executor_info(
-        &self,
-        task: &TaskInfo,
-        command: &CommandInfo,
-    ) -> ExecutorInfo {
+    /// What a command executor runs as: the configured program, with the
+    /// command executor's own resources.
+    pub(super) fn command_executor_info(&self, ekey: &ExecKey) -> ExecutorInfo {
         let program = &self.shared.config.command_executor;
         ExecutorInfo {
-            executor_id: ExecutorId::new(task.task_id.as_str()),
-            framework_id: None,
+            executor_id: ekey.1.clone(),
+            framework_id: Some(ekey.0.clone()),
             command: CommandInfo {
                 value: program.first().cloned().unwrap_or_default(),
                 shell: false,
                 arguments: program.clone(),
-                environment: command.environment.clone(),
+                environment: Default::default(),
             },
             resources: Resources::parse(COMMAND_EXECUTOR_RESOURCES).unwrap_or_default(),
-            name: format!("Command Executor (Task: {})", task.task_id),
-            source: task.task_id.to_string(),
+            name: "Command Executor".into(),
+            source: "agora".into(),
         }
     }
 
@@ -193,6 +278,7 @@ impl Core {
         if let Some(task) = self.tasks.get(&(ekey.0.clone(), task_id)) {
             let event = exec_api::Event::Launch {
                 task: task.info.clone(),
+                sandbox: task.sandbox.as_ref().map(|s| s.display().to_string()),
             };
             self.send_exec(ekey, event);
         }
@@ -218,22 +304,28 @@ impl Core {
         }
         task.kill_requested = true;
         let ekey = (fid.clone(), task.executor_id.clone());
+        let reported_eid = task.reported_executor_id();
         let grace = task.info.kill_grace_period;
         let Some(ex) = self.executors.get_mut(&ekey) else {
             return;
         };
         if let Some(pos) = ex.queued.iter().position(|t| *t == task_id) {
             ex.queued.remove(pos);
-            let eid = ekey.1.clone();
+            let is_command = ex.is_command;
             let status = self.agent_status(
                 &task_id,
-                Some(eid),
+                Some(reported_eid),
                 TaskState::Killed,
                 Reason::ReasonTaskKilled,
                 "task killed before it was delivered to its executor".into(),
             );
             self.enqueue_update(fid, status, None);
-            if !self.executor_has_live_tasks(&ekey) {
+            if let Some(task) = self.tasks.get_mut(&(ekey.0.clone(), task_id)) {
+                task.terminal_reported = true;
+            }
+            if is_command {
+                self.command_executor_maybe_idle(&ekey);
+            } else if self.live_tasks(&ekey) == 0 {
                 self.kill_executor(&ekey, None);
             }
             return;
@@ -248,12 +340,6 @@ impl Core {
             );
         }
         // Otherwise the kill is sent when the executor re-subscribes.
-    }
-
-    pub(super) fn executor_has_live_tasks(&self, ekey: &ExecKey) -> bool {
-        self.tasks
-            .iter()
-            .any(|((f, _), t)| *f == ekey.0 && t.executor_id == ekey.1 && !t.state.is_terminal())
     }
 
     pub(super) fn acknowledge(&mut self, fid: FrameworkId, task_id: TaskId, uuid: String) {
@@ -308,7 +394,7 @@ impl Core {
 
     pub(super) fn forget_task(&mut self, key: &StreamKey) {
         let dir = self.task_meta_dir(key);
-        let Some(task) = self.tasks.remove(key) else {
+        let Some(task) = self.remove_task(key) else {
             return;
         };
         tracing::debug!(framework_id = %key.0, task_id = %key.1, "task forgotten");
@@ -339,12 +425,14 @@ impl Core {
         fid: &FrameworkId,
         executor_id: &ExecutorId,
         task: &TaskInfo,
+        sandbox: Option<&PathBuf>,
     ) {
         self.writer.submit(
             vec![Op::Wal(WalRecord::Task {
                 framework_id: fid.clone(),
                 executor_id: executor_id.clone(),
                 task: Box::new(task.clone()),
+                sandbox: sandbox.cloned(),
             })],
             None,
         );
@@ -366,10 +454,7 @@ impl Core {
     /// Removes the checkpoint of a finished executor and the framework
     /// when nothing of them is left.
     pub(super) fn gc_executor(&mut self, ekey: &ExecKey) {
-        let has_tasks = self
-            .tasks
-            .iter()
-            .any(|((f, _), t)| *f == ekey.0 && t.executor_id == ekey.1);
+        let has_tasks = self.tasks_by_executor.contains_key(ekey);
         if !self.executors.contains_key(ekey) && !has_tasks && self.checkpointing(&ekey.0) {
             if let Ok(dir) = paths::meta_executor_dir(
                 &self.shared.config.work_dir,
@@ -380,8 +465,8 @@ impl Core {
             }
         }
         let fid = &ekey.0;
-        let busy = self.executors.keys().any(|(f, _)| f == fid)
-            || self.tasks.keys().any(|(f, _)| f == fid);
+        let busy = self.tasks_by_framework.contains_key(fid)
+            || self.executors.keys().any(|(f, _)| f == fid);
         if !busy {
             if let Some(framework) = self.frameworks.remove(fid) {
                 if framework.checkpoint {

@@ -269,15 +269,38 @@ pub async fn executor_env(
     fid: &str,
     eid: &str,
 ) -> (PathBuf, std::collections::HashMap<String, String>) {
-    let runs = work_dir
-        .join("frameworks")
-        .join(fid)
-        .join("executors")
-        .join(eid)
-        .join("runs");
+    wait_env(work_dir, fid, |name| name == eid).await
+}
+
+/// Like [`executor_env`], for the (only) command executor of `fid`, which
+/// runs its command tasks (`~command-…`).
+pub async fn command_executor_env(
+    work_dir: &Path,
+    fid: &str,
+) -> (PathBuf, std::collections::HashMap<String, String>) {
+    wait_env(work_dir, fid, |name| name.starts_with('~')).await
+}
+
+async fn wait_env(
+    work_dir: &Path,
+    fid: &str,
+    executor: impl Fn(&str) -> bool,
+) -> (PathBuf, std::collections::HashMap<String, String>) {
+    let executors = work_dir.join("frameworks").join(fid).join("executors");
     for _ in 0..400 {
-        if let Ok(entries) = std::fs::read_dir(&runs) {
-            for entry in entries.flatten() {
+        for dir in std::fs::read_dir(&executors)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if !executor(&dir.file_name().to_string_lossy()) {
+                continue;
+            }
+            for entry in std::fs::read_dir(dir.path().join("runs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
                 let file = entry.path().join("env.txt");
                 if let Ok(text) = std::fs::read_to_string(&file) {
                     let env = text
@@ -291,10 +314,7 @@ pub async fn executor_env(
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!(
-        "executor {eid} never wrote env.txt under {}",
-        runs.display()
-    );
+    panic!("no executor wrote env.txt under {}", executors.display());
 }
 
 pub fn subscribe(

@@ -46,7 +46,7 @@ async fn run() -> Result<(), String> {
         };
         match agora_proto::decode::<Event>(text.as_str()).map_err(|e| e.to_string())? {
             Event::Subscribed { agent_id: id, .. } => agent_id = Some(id),
-            Event::Launch { task } => {
+            Event::Launch { task, .. } => {
                 for state in [TaskState::Running, TaskState::Finished] {
                     let mut status =
                         TaskStatus::new(task.task_id.clone(), state, Source::SourceExecutor)
