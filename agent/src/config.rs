@@ -48,8 +48,15 @@ pub struct Config {
     pub resources: Resources,
     /// Facts about the machine, sent with offers.
     pub attributes: Attributes,
-    /// Host name reported to the master.
+    /// Host name reported to the master: the name shown to users.
     pub hostname: String,
+    /// IP address the master and clients reach this agent at. Default: the
+    /// address it listens on, or, listening on a wildcard address, the
+    /// local address of its connection to the master.
+    pub advertise_ip: Option<std::net::IpAddr>,
+    /// Port the master and clients reach this agent at (behind a port
+    /// mapping, say). Default: the port it listens on.
+    pub advertise_port: Option<u16>,
     /// Program (and leading arguments) of the built-in command executor.
     /// Default: `agora-command-executor` next to the running executable.
     pub command_executor: Vec<String>,
@@ -102,6 +109,8 @@ impl Config {
             resources,
             attributes: Attributes::default(),
             hostname: detect_hostname(),
+            advertise_ip: None,
+            advertise_port: None,
             command_executor: vec![default_command_executor()],
             executor_registration_timeout: Duration::from_secs(60),
             executor_shutdown_grace_period: Duration::from_secs(5),

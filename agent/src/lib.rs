@@ -73,8 +73,8 @@ pub enum AgentError {
 #[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
-    /// `host:port` reported to the master.
-    pub(crate) address: String,
+    /// The address the agent listens on.
+    pub(crate) listen: SocketAddr,
     /// `ws://host:port/api/executor`, given to executors.
     pub(crate) executor_endpoint: String,
     next_conn: Arc<AtomicU64>,
@@ -139,7 +139,7 @@ pub async fn run(
         })?;
     let local = listener.local_addr()?;
     let shared = Shared {
-        address: advertised_address(&config.hostname, local),
+        listen: local,
         executor_endpoint: format!("ws://{}/api/executor", loopback_if_unspecified(local)),
         config: Arc::new(config),
         next_conn: Arc::new(AtomicU64::new(1)),
@@ -192,10 +192,65 @@ fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-fn advertised_address(hostname: &str, addr: SocketAddr) -> String {
-    if addr.ip().is_unspecified() {
-        format!("{hostname}:{}", addr.port())
-    } else {
-        addr.to_string()
+impl Shared {
+    /// `IP:PORT` the master and clients reach this agent at: the advertised
+    /// IP and port when given, else the listen address; a wildcard listen
+    /// address is replaced by `via`, the local address of the connection to
+    /// the master, which the master and its clients can route to (and,
+    /// before any connection, by the host name).
+    pub(crate) fn advertised_address(&self, via: Option<std::net::IpAddr>) -> String {
+        let config = &self.config;
+        let port = config.advertise_port.unwrap_or(self.listen.port());
+        let ip = config
+            .advertise_ip
+            .or_else(|| (!self.listen.ip().is_unspecified()).then_some(self.listen.ip()))
+            .or(via);
+        match ip {
+            Some(ip) => SocketAddr::new(ip, port).to_string(),
+            None => format!("{}:{port}", config.hostname),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(listen: &str, config: impl FnOnce(&mut Config)) -> Shared {
+        let mut c = Config::new("127.0.0.1:5050", std::env::temp_dir());
+        c.hostname = "box".into();
+        config(&mut c);
+        Shared {
+            config: Arc::new(c),
+            listen: listen.parse().unwrap(),
+            executor_endpoint: String::new(),
+            next_conn: Arc::default(),
+            counters: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn the_advertised_address_is_one_clients_can_reach() {
+        let via = Some("10.1.2.3".parse().unwrap());
+        // A wildcard listen address: the address the master sees.
+        let s = shared("0.0.0.0:5051", |_| {});
+        assert_eq!(s.advertised_address(via), "10.1.2.3:5051");
+        assert_eq!(
+            s.advertised_address(None),
+            "box:5051",
+            "before any connection"
+        );
+        // A specific listen address is reachable as it is.
+        let s = shared("192.168.7.9:6000", |_| {});
+        assert_eq!(s.advertised_address(via), "192.168.7.9:6000");
+        // --advertise-ip and --advertise-port win.
+        let s = shared("0.0.0.0:5051", |c| {
+            c.advertise_ip = Some("203.0.113.5".parse().unwrap());
+            c.advertise_port = Some(15051);
+        });
+        assert_eq!(s.advertised_address(via), "203.0.113.5:15051");
+        let s = shared("[::]:5051", |_| {});
+        let v6 = Some("fd00::7".parse().unwrap());
+        assert_eq!(s.advertised_address(v6), "[fd00::7]:5051");
     }
 }

@@ -38,9 +38,19 @@ struct Flags {
     /// Attributes, e.g. `rack:a;zone:b`.
     #[arg(long, value_parser = parse_attributes)]
     attributes: Option<Attributes>,
-    /// Host name reported to the master (default: this machine's).
+    /// Host name reported to the master, the name shown to users (default:
+    /// this machine's).
     #[arg(long)]
     hostname: Option<String>,
+    /// IP address the master and clients reach this agent at (default: the
+    /// listen address, or with a wildcard listen address the local address
+    /// of the agent's connection to the master).
+    #[arg(long)]
+    advertise_ip: Option<std::net::IpAddr>,
+    /// Port the master and clients reach this agent at (default: the listen
+    /// port).
+    #[arg(long)]
+    advertise_port: Option<u16>,
     /// Program of the built-in command executor (default:
     /// `agora-command-executor` next to this binary).
     #[arg(long)]
@@ -141,6 +151,8 @@ fn main() -> ExitCode {
     if let Some(hostname) = flags.hostname {
         config.hostname = hostname;
     }
+    config.advertise_ip = flags.advertise_ip;
+    config.advertise_port = flags.advertise_port;
     if let Some(program) = flags.command_executor {
         config.command_executor = vec![program];
     }

@@ -133,7 +133,14 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
         match result {
             Ok(Ok((ws, _))) => {
                 tracing::info!(%master, "connected to master");
-                let registered = serve(&shared, ws, &core, &cancel, leader_changed).await;
+                // What the master sees this agent's traffic come from.
+                let local_ip = match ws.get_ref() {
+                    tokio_tungstenite::MaybeTlsStream::Plain(tcp) => {
+                        tcp.local_addr().ok().map(|a| a.ip())
+                    }
+                    _ => None,
+                };
+                let registered = serve(&shared, ws, local_ip, &core, &cancel, leader_changed).await;
                 if cancel.is_cancelled() {
                     return;
                 }
@@ -167,6 +174,7 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
 async fn serve<S>(
     shared: &Shared,
     ws: tokio_tungstenite::WebSocketStream<S>,
+    local_ip: Option<std::net::IpAddr>,
     core: &mpsc::Sender<CoreEvent>,
     cancel: &CancellationToken,
     mut leader_changed: LeaderChanged,
@@ -178,7 +186,7 @@ where
     let conn = shared.next_conn_id();
     let (tx, outbox) = mpsc::channel::<Call>(shared.config.master_outbox.max(1));
     if core
-        .send(CoreEvent::MasterConnected { conn, tx })
+        .send(CoreEvent::MasterConnected { conn, tx, local_ip })
         .await
         .is_err()
     {

@@ -123,7 +123,7 @@ impl Core {
             agent_info: AgentInfo {
                 id: self.agent_id.clone(),
                 hostname: config.hostname.clone(),
-                address: self.shared.address.clone(),
+                address: self.shared.advertised_address(self.master_local_ip),
                 resources: config.resources.clone(),
                 attributes: config.attributes.clone(),
             },

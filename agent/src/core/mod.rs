@@ -55,6 +55,8 @@ pub(crate) enum CoreEvent {
     MasterConnected {
         conn: u64,
         tx: mpsc::Sender<agent_api::Call>,
+        /// The connection's local IP (for the advertised address).
+        local_ip: Option<std::net::IpAddr>,
     },
     /// An event (other than PING) from the master.
     MasterEvent {
@@ -216,6 +218,8 @@ pub(crate) struct Core {
     acknowledged: u64,
     writer: Writer,
     processes: Processes,
+    /// The local IP of the latest connection to the master.
+    master_local_ip: Option<std::net::IpAddr>,
     /// Calls other than status updates made while not registered, sent
     /// once registered (at most [`UNSENT_LIMIT`]).
     unsent: Vec<agent_api::Call>,
@@ -274,6 +278,7 @@ impl Core {
             writer,
             processes,
             unsent: Vec::new(),
+            master_local_ip: None,
         }
     }
 
@@ -413,7 +418,10 @@ impl Core {
 
     fn handle(&mut self, event: CoreEvent) -> Option<Stop> {
         match event {
-            CoreEvent::MasterConnected { conn, tx } => {
+            CoreEvent::MasterConnected { conn, tx, local_ip } => {
+                if local_ip.is_some() {
+                    self.master_local_ip = local_ip;
+                }
                 let register = self.register_call();
                 if tx.try_send(register).is_ok() {
                     self.master = Some(MasterConn {

@@ -132,7 +132,7 @@ impl Core {
             "master": config.master,
             "registered": self.master.as_ref().is_some_and(|m| m.registered),
             "hostname": config.hostname,
-            "address": self.shared.address,
+            "address": self.shared.advertised_address(self.master_local_ip),
             "work_dir": config.work_dir,
             "resources": config.resources,
             "attributes": config.attributes,
