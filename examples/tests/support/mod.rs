@@ -416,6 +416,32 @@ impl TestCluster {
     /// Starts one more agent that reaches the master at `master` (e.g. a
     /// proxy in front of it).
     pub fn add_agent_via(&mut self, master: &str, resources: &str, extra: &[&str]) -> usize {
+        let attributes = format!("rack:r{}", self.agents.len() % 2);
+        self.add_agent_as(master, resources, &attributes, extra)
+    }
+
+    /// Starts one more agent with its own `--hostname` and attributes
+    /// (e.g. `rack:r0`), so placement tests see distinct hosts and racks.
+    pub fn add_agent_named(
+        &mut self,
+        hostname: &str,
+        attributes: &str,
+        resources: &str,
+        extra: &[&str],
+    ) -> usize {
+        let master = self.master.addr.to_string();
+        let mut flags = vec!["--hostname", hostname];
+        flags.extend_from_slice(extra);
+        self.add_agent_as(&master, resources, attributes, &flags)
+    }
+
+    fn add_agent_as(
+        &mut self,
+        master: &str,
+        resources: &str,
+        attributes: &str,
+        extra: &[&str],
+    ) -> usize {
         let i = self.agents.len();
         let work_dir = self.dir.path().join(format!("agent-{i}"));
         std::fs::create_dir_all(&work_dir).expect("agent dir");
@@ -429,7 +455,7 @@ impl TestCluster {
             "--resources".to_string(),
             resources.to_string(),
             "--attributes".to_string(),
-            format!("rack:r{}", i % 2),
+            attributes.to_string(),
             "--command-executor".to_string(),
             bin("agora-command-executor").display().to_string(),
         ];
