@@ -305,8 +305,9 @@ impl Job {
                 } else {
                     format!("worker@{host}")
                 };
-                let mut spec = WorkerSpec::new(name, opts.worker_resources.clone(), command.clone())
-                    .locality_wait(opts.locality_wait);
+                let mut spec =
+                    WorkerSpec::new(name, opts.worker_resources.clone(), command.clone())
+                        .locality_wait(opts.locality_wait);
                 if !host.is_empty() {
                     spec = spec.prefer_host(host, 1.0);
                 }
@@ -453,17 +454,28 @@ impl Job {
                         .collect(),
                     constraint: LocationConstraint::Any,
                 };
-                let Ok(slot) = pool.allocate(&request) else { break };
+                let Ok(slot) = pool.allocate(&request) else {
+                    break;
+                };
                 let Some(writer) = writers.get(&slot.worker) else {
                     let _ = pool.free(&slot.worker);
                     continue;
                 };
                 let duration_ms = opts.subtask_duration.as_millis() as u64;
-                if writer.send(Message::Run { subtask, duration_ms }).is_err() {
+                if writer
+                    .send(Message::Run {
+                        subtask,
+                        duration_ms,
+                    })
+                    .is_err()
+                {
                     let _ = pool.free(&slot.worker);
                     continue;
                 }
-                *summary.locality.entry(slot.locality.as_str().into()).or_default() += 1;
+                *summary
+                    .locality
+                    .entry(slot.locality.as_str().into())
+                    .or_default() += 1;
                 running.insert(subtask, slot.worker);
             }
             if finished.len() >= opts.subtasks {
@@ -474,14 +486,21 @@ impl Job {
         summary.finished = finished.len();
         summary.time_to_workers_ms = percentiles(waits);
         manager
-            .deregister(FinalStatus::Succeeded, Some("every subtask finished".into()))
+            .deregister(
+                FinalStatus::Succeeded,
+                Some("every subtask finished".into()),
+            )
             .await?;
         Ok(summary)
     }
 }
 
 fn shell_quote(text: &str) -> String {
-    if !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-:".contains(c)) {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-:".contains(c))
+    {
         text.to_string()
     } else {
         format!("'{}'", text.replace('\'', r"'\''"))
@@ -577,9 +596,8 @@ pub async fn run_elected(opts: MinijobOptions) -> anyhow::Result<Option<Summary>
             bail!("no leader finished the job within {:?}", opts.timeout);
         }
         let (c, key) = (client.clone(), done_key.clone());
-        let finished_elsewhere = tokio::task::spawn_blocking(move || {
-            c.get(key.as_bytes()).ok().flatten().is_some()
-        });
+        let finished_elsewhere =
+            tokio::task::spawn_blocking(move || c.get(key.as_bytes()).ok().flatten().is_some());
         if finished_elsewhere.await? {
             println!("another leader finished the job");
             return Ok(None);
@@ -608,7 +626,8 @@ pub async fn run_elected(opts: MinijobOptions) -> anyhow::Result<Option<Summary>
         // runtime is up; a revoke meanwhile stops it.
         let confirm = election.clone();
         let addr = address.clone();
-        let confirmed = tokio::task::spawn_blocking(move || confirm.confirm_leadership(epoch, &addr)).await??;
+        let confirmed =
+            tokio::task::spawn_blocking(move || confirm.confirm_leadership(epoch, &addr)).await??;
         if !confirmed {
             continue;
         }
@@ -626,12 +645,20 @@ pub async fn run_elected(opts: MinijobOptions) -> anyhow::Result<Option<Summary>
         };
         match outcome {
             Ok(summary) => {
-                let (c, key, leader_key) = (client.clone(), done_key.clone(), election.leader_key().to_string());
+                let (c, key, leader_key) = (
+                    client.clone(),
+                    done_key.clone(),
+                    election.leader_key().to_string(),
+                );
                 tokio::task::spawn_blocking(move || {
                     c.txn_if_created_at(
                         leader_key.as_bytes(),
                         epoch.0,
-                        &[agora_proto::etcd::TxnOp::Put { key: key.into_bytes(), value: b"done".to_vec(), lease: 0 }],
+                        &[agora_proto::etcd::TxnOp::Put {
+                            key: key.into_bytes(),
+                            value: b"done".to_vec(),
+                            lease: 0,
+                        }],
                     )
                 })
                 .await??;
@@ -650,7 +677,8 @@ pub async fn run_elected(opts: MinijobOptions) -> anyhow::Result<Option<Summary>
 /// etcd), runs the subtasks it is given, and reconnects when the runtime
 /// goes away. Blocks until killed.
 pub fn run_worker(runtime: RuntimeAddress, slots: usize) -> anyhow::Result<()> {
-    let id = std::env::var(agora_workers::ENV_WORKER_ID).context("AGORA_WORKER_ID is not set: run workers through the runtime")?;
+    let id = std::env::var(agora_workers::ENV_WORKER_ID)
+        .context("AGORA_WORKER_ID is not set: run workers through the runtime")?;
     let host = std::env::var(agora_workers::ENV_WORKER_HOST).unwrap_or_else(|_| "localhost".into());
     let rack = std::env::var(agora_workers::ENV_WORKER_RACK).ok();
     let done = Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
@@ -676,7 +704,11 @@ pub fn run_worker(runtime: RuntimeAddress, slots: usize) -> anyhow::Result<()> {
         }
         for line in BufReader::new(stream).lines() {
             let Ok(line) = line else { break };
-            if let Ok(Message::Run { subtask, duration_ms }) = serde_json::from_str(&line) {
+            if let Ok(Message::Run {
+                subtask,
+                duration_ms,
+            }) = serde_json::from_str(&line)
+            {
                 let (writer, done, host) = (writer.clone(), done.clone(), host.clone());
                 std::thread::spawn(move || {
                     std::thread::sleep(Duration::from_millis(duration_ms));
@@ -695,7 +727,9 @@ pub fn run_worker(runtime: RuntimeAddress, slots: usize) -> anyhow::Result<()> {
 fn send(writer: &std::sync::Mutex<std::net::TcpStream>, message: &Message) -> std::io::Result<()> {
     let mut line = serde_json::to_string(message).unwrap_or_default();
     line.push('\n');
-    let mut w = writer.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+    let mut w = writer
+        .lock()
+        .map_err(|_| std::io::Error::other("poisoned"))?;
     w.write_all(line.as_bytes())
 }
 
@@ -719,7 +753,14 @@ mod tests {
     #[test]
     fn inputs_files_parse() {
         let inputs = parse_inputs("# job\n0 h1,h2\n2 h3\n", 3).unwrap();
-        assert_eq!(inputs, vec![vec!["h1".to_string(), "h2".into()], vec![], vec!["h3".into()]]);
+        assert_eq!(
+            inputs,
+            vec![
+                vec!["h1".to_string(), "h2".into()],
+                vec![],
+                vec!["h3".into()]
+            ]
+        );
         assert!(parse_inputs("5 h1", 3).is_err());
         assert!(parse_inputs("x h1", 3).is_err());
     }

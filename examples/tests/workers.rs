@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use agora_proto::Resources;
 use agora_workers::manager::{ManagerEvent, ManagerOptions};
 use agora_workers::{
-    Constraint, ConnectionState, DriverOptions, FatalError, FileStore, FinalStatus, Locality,
+    ConnectionState, Constraint, DriverOptions, FatalError, FileStore, FinalStatus, Locality,
     MemoryStore, RequestError, TerminationCause, WorkerDriver, WorkerEventHandler, WorkerHandle,
     WorkerId, WorkerManager, WorkerSpec, WorkerStore,
 };
@@ -204,7 +204,13 @@ fn live_tasks(cluster: &TestCluster) -> usize {
                     let s = t["state"].as_str().unwrap_or("");
                     !matches!(
                         s,
-                        "TASK_FINISHED" | "TASK_FAILED" | "TASK_KILLED" | "TASK_LOST" | "TASK_ERROR" | "TASK_DROPPED" | "TASK_GONE"
+                        "TASK_FINISHED"
+                            | "TASK_FAILED"
+                            | "TASK_KILLED"
+                            | "TASK_LOST"
+                            | "TASK_ERROR"
+                            | "TASK_DROPPED"
+                            | "TASK_GONE"
                     )
                 })
                 .count()
@@ -231,27 +237,56 @@ fn workers_complete_before_they_register_and_end_once_when_released() {
         .map(|_| driver.request_worker(worker_spec("tm", &runtime_addr)))
         .collect();
     let workers = join_all(&rt, complete_all(&rt, &log, futures));
-    wait_until(Duration::from_secs(30), "10 registrations", || format!("{:?}", log.all()), || {
-        (log.count(|s| matches!(s, Seen::Registered(_))) == 10).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "10 registrations",
+        || format!("{:?}", log.all()),
+        || (log.count(|s| matches!(s, Seen::Registered(_))) == 10).then_some(()),
+    );
     let seen = log.all();
-    assert_eq!(seen.first(), Some(&Seen::Recovered(Vec::new())), "recovery is reported first");
+    assert_eq!(
+        seen.first(),
+        Some(&Seen::Recovered(Vec::new())),
+        "recovery is reported first"
+    );
     for w in &workers {
-        let completed = seen.iter().position(|s| *s == Seen::Completed(w.id.clone())).unwrap();
-        let registered = seen.iter().position(|s| *s == Seen::Registered(w.id.clone())).unwrap();
-        assert!(completed < registered, "{} registered before its future completed: {seen:?}", w.id);
-        assert!(!seen[..completed].iter().any(|s| matches!(s, Seen::Terminated(id, _) if *id == w.id)));
+        let completed = seen
+            .iter()
+            .position(|s| *s == Seen::Completed(w.id.clone()))
+            .unwrap();
+        let registered = seen
+            .iter()
+            .position(|s| *s == Seen::Registered(w.id.clone()))
+            .unwrap();
+        assert!(
+            completed < registered,
+            "{} registered before its future completed: {seen:?}",
+            w.id
+        );
+        assert!(!seen[..completed]
+            .iter()
+            .any(|s| matches!(s, Seen::Terminated(id, _) if *id == w.id)));
     }
     for w in &workers {
         driver.release_worker(&w.id).unwrap();
     }
-    wait_until(Duration::from_secs(30), "10 terminations", || format!("{:?}", log.all()), || {
-        (log.terminations().len() >= 10).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "10 terminations",
+        || format!("{:?}", log.all()),
+        || (log.terminations().len() >= 10).then_some(()),
+    );
     std::thread::sleep(Duration::from_millis(500));
     let ends = log.terminations();
-    assert_eq!(ends.len(), 10, "exactly one termination per worker: {ends:?}");
-    assert!(ends.iter().all(|(_, c)| *c == TerminationCause::Killed), "{ends:?}");
+    assert_eq!(
+        ends.len(),
+        10,
+        "exactly one termination per worker: {ends:?}"
+    );
+    assert!(
+        ends.iter().all(|(_, c)| *c == TerminationCause::Killed),
+        "{ends:?}"
+    );
     rt.block_on(driver.terminate());
 }
 
@@ -292,28 +327,50 @@ fn locality_is_met_with_capacity_and_falls_back_within_twice_the_wait() {
     assert!(hits * 100 >= 95 * 50, "{hits}/50 on their host");
 
     // Fill h4 (alone on rack r2), then ask for one more there.
-    let filler = WorkerSpec::new("filler", Resources::parse("cpus:7;mem:4096").unwrap(), "sleep 600")
-        .constraint(Constraint::equals("hostname", "h4"));
+    let filler = WorkerSpec::new(
+        "filler",
+        Resources::parse("cpus:7;mem:4096").unwrap(),
+        "sleep 600",
+    )
+    .constraint(Constraint::equals("hostname", "h4"));
     let filled = rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(30), driver.request_worker(filler)).await
     });
     assert_eq!(filled.unwrap().unwrap().hostname, "h4");
     let wait = Duration::from_secs(1);
     let asked = Instant::now();
-    let big = WorkerSpec::new("big", Resources::parse("cpus:2;mem:64").unwrap(), "sleep 600")
-        .prefer_host("h4", 1.0)
-        .locality_wait(wait);
+    let big = WorkerSpec::new(
+        "big",
+        Resources::parse("cpus:2;mem:64").unwrap(),
+        "sleep 600",
+    )
+    .prefer_host("h4", 1.0)
+    .locality_wait(wait);
     let placed = rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(30), driver.request_worker(big)).await })
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(30), driver.request_worker(big)).await
+        })
         .unwrap()
         .unwrap();
     let took = asked.elapsed();
-    eprintln!("fallback: {} at {} after {:.2} s", placed.hostname, placed.locality, took.as_secs_f64());
+    eprintln!(
+        "fallback: {} at {} after {:.2} s",
+        placed.hostname,
+        placed.locality,
+        took.as_secs_f64()
+    );
     assert_eq!(placed.locality, Locality::Any);
     assert_ne!(placed.hostname, "h4");
-    assert!(took >= wait * 2 - Duration::from_millis(100), "stepped down too early: {took:?}");
-    assert!(took <= wait * 2 + Duration::from_millis(2500), "stepped down too late: {took:?}");
-    rt.block_on(driver.deregister(FinalStatus::Succeeded, None)).unwrap();
+    assert!(
+        took >= wait * 2 - Duration::from_millis(100),
+        "stepped down too early: {took:?}"
+    );
+    assert!(
+        took <= wait * 2 + Duration::from_millis(2500),
+        "stepped down too late: {took:?}"
+    );
+    rt.block_on(driver.deregister(FinalStatus::Succeeded, None))
+        .unwrap();
 }
 
 /// §7 test 3 and 13: `unique(hostname)` places 6 workers on 5 agents as
@@ -333,13 +390,22 @@ fn unique_hostname_keeps_one_pending_and_cancelled_requests_never_launch() {
     )
     .unwrap();
     let unique = worker_spec("unique", &runtime_addr).constraint(Constraint::unique("hostname"));
-    let futures: Vec<_> = (0..6).map(|_| driver.request_worker(unique.clone())).collect();
+    let futures: Vec<_> = (0..6)
+        .map(|_| driver.request_worker(unique.clone()))
+        .collect();
     let tasks = complete_all(&rt, &log, futures);
-    wait_until(Duration::from_secs(20), "5 placed", || format!("{:?}", log.all()), || {
-        (log.count(|s| matches!(s, Seen::Completed(_))) == 5).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(20),
+        "5 placed",
+        || format!("{:?}", log.all()),
+        || (log.count(|s| matches!(s, Seen::Completed(_))) == 5).then_some(()),
+    );
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(log.count(|s| matches!(s, Seen::Completed(_))), 5, "the sixth stays pending");
+    assert_eq!(
+        log.count(|s| matches!(s, Seen::Completed(_))),
+        5,
+        "the sixth stays pending"
+    );
     let placed: Vec<WorkerHandle> = rt.block_on(async {
         let mut out = Vec::new();
         for t in tasks {
@@ -355,7 +421,9 @@ fn unique_hostname_keeps_one_pending_and_cancelled_requests_never_launch() {
     assert_eq!(hosts.len(), 5, "one per host: {hosts:?}");
 
     let gpu = worker_spec("gpu", &runtime_addr).constraint(Constraint::equals("gpu", "yes"));
-    let futures: Vec<_> = (0..10).map(|_| driver.request_worker(gpu.clone())).collect();
+    let futures: Vec<_> = (0..10)
+        .map(|_| driver.request_worker(gpu.clone()))
+        .collect();
     let ids: Vec<_> = futures.iter().map(|f| f.request_id()).collect();
     for id in ids.iter().step_by(2) {
         driver.cancel(*id).unwrap();
@@ -365,7 +433,11 @@ fn unique_hostname_keeps_one_pending_and_cancelled_requests_never_launch() {
     let results: Vec<Result<WorkerHandle, RequestError>> = rt.block_on(async {
         let mut out = Vec::new();
         for f in futures {
-            out.push(tokio::time::timeout(Duration::from_secs(30), f).await.expect("answered"));
+            out.push(
+                tokio::time::timeout(Duration::from_secs(30), f)
+                    .await
+                    .expect("answered"),
+            );
         }
         out
     });
@@ -378,12 +450,28 @@ fn unique_hostname_keeps_one_pending_and_cancelled_requests_never_launch() {
     for (i, r) in results.iter().enumerate() {
         assert_eq!(r.is_err(), i % 2 == 0, "request {i}: {r:?}");
     }
-    wait_until(Duration::from_secs(20), "5 more tasks", || cluster.logs(), || {
-        (live_tasks(&cluster) == before + 5).then_some(())
-    });
+    // The new host also takes the sixth unique worker, pending so far.
+    let expected = before + 5 + 1;
+    wait_until(
+        Duration::from_secs(20),
+        "5 gpu workers and the sixth unique one",
+        || {
+            format!(
+                "before {before}, now {}: {}",
+                live_tasks(&cluster),
+                cluster.state()["frameworks"]
+            )
+        },
+        || (live_tasks(&cluster) == expected).then_some(()),
+    );
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(live_tasks(&cluster), before + 5, "exactly 5 launched");
-    rt.block_on(driver.deregister(FinalStatus::Succeeded, None)).unwrap();
+    assert_eq!(
+        live_tasks(&cluster),
+        expected,
+        "exactly 5 gpu workers launched"
+    );
+    rt.block_on(driver.deregister(FinalStatus::Succeeded, None))
+        .unwrap();
 }
 
 /// §7 test 4: killing an agent with k workers gives exactly k `AgentLost`
@@ -405,20 +493,28 @@ fn agent_loss_gives_k_terminations_and_k_replacements() {
     manager.declare(worker_spec("tm", &runtime_addr), 10);
     let mut started: Vec<WorkerHandle> = Vec::new();
     let mut lost = Vec::new();
-    let collect = |events: &mut tokio::sync::mpsc::UnboundedReceiver<ManagerEvent>,
-                   started: &mut Vec<WorkerHandle>,
-                   lost: &mut Vec<(WorkerId, TerminationCause)>,
-                   until: &dyn Fn(&[WorkerHandle], &[(WorkerId, TerminationCause)]) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !until(started, lost) {
-            assert!(Instant::now() < deadline, "timed out: started {started:?} lost {lost:?}");
-            match rt.block_on(async { tokio::time::timeout(Duration::from_millis(200), events.recv()).await }) {
-                Ok(Some(ManagerEvent::WorkerStarted(h))) => started.push(h),
-                Ok(Some(ManagerEvent::WorkerTerminated { id, cause, .. })) => lost.push((id, cause)),
-                _ => {}
+    let collect =
+        |events: &mut tokio::sync::mpsc::UnboundedReceiver<ManagerEvent>,
+         started: &mut Vec<WorkerHandle>,
+         lost: &mut Vec<(WorkerId, TerminationCause)>,
+         until: &dyn Fn(&[WorkerHandle], &[(WorkerId, TerminationCause)]) -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !until(started, lost) {
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out: started {started:?} lost {lost:?}"
+                );
+                match rt.block_on(async {
+                    tokio::time::timeout(Duration::from_millis(200), events.recv()).await
+                }) {
+                    Ok(Some(ManagerEvent::WorkerStarted(h))) => started.push(h),
+                    Ok(Some(ManagerEvent::WorkerTerminated { id, cause, .. })) => {
+                        lost.push((id, cause))
+                    }
+                    _ => {}
+                }
             }
-        }
-    };
+        };
     collect(&mut events, &mut started, &mut lost, &|s, _| s.len() >= 10);
     for w in &started {
         manager.worker_registered(&w.id);
@@ -432,10 +528,18 @@ fn agent_loss_gives_k_terminations_and_k_replacements() {
     let index: usize = victim.trim_start_matches('h').parse().unwrap();
     eprintln!("killing agent {victim} with {k} workers");
     cluster.agents[index].kill();
-    collect(&mut events, &mut started, &mut lost, &|s, l| l.len() >= k && s.len() >= 10 + k);
-    assert!(lost.iter().all(|(_, c)| *c == TerminationCause::AgentLost), "{lost:?}");
+    collect(&mut events, &mut started, &mut lost, &|s, l| {
+        l.len() >= k && s.len() >= 10 + k
+    });
+    assert!(
+        lost.iter().all(|(_, c)| *c == TerminationCause::AgentLost),
+        "{lost:?}"
+    );
     let replacements = &started[10..];
-    assert!(replacements.iter().all(|w| w.hostname != victim), "{replacements:?}");
+    assert!(
+        replacements.iter().all(|w| w.hostname != victim),
+        "{replacements:?}"
+    );
     cluster.agents[index].restart();
     std::thread::sleep(Duration::from_secs(2));
     while let Ok(e) = events.try_recv() {
@@ -447,7 +551,8 @@ fn agent_loss_gives_k_terminations_and_k_replacements() {
     }
     assert_eq!(lost.len(), k, "exactly k terminations: {lost:?}");
     assert_eq!(started.len(), 10 + k, "exactly k replacements");
-    rt.block_on(manager.deregister(FinalStatus::Succeeded, None)).unwrap();
+    rt.block_on(manager.deregister(FinalStatus::Succeeded, None))
+        .unwrap();
 }
 
 /// §7 test 6 and 7: a worker whose command fails at once is requested
@@ -457,20 +562,44 @@ fn agent_loss_gives_k_terminations_and_k_replacements() {
 fn start_failures_are_paced_and_silent_workers_are_replaced() {
     let cluster = cluster(2);
     let rt = runtime();
-    let (manager, mut events) = WorkerManager::start(
+    let limits = ManagerOptions {
+        max_failures: 3,
+        retry_interval: Duration::from_secs(1),
+        registration_timeout: Duration::from_secs(2),
+        ..ManagerOptions::default()
+    };
+    // Two runtimes: the failure limit pauses all of a manager's requests.
+    let (manager, crash_events) = WorkerManager::start(
         options(&cluster, "failing"),
         Box::new(MemoryStore::default()),
-        ManagerOptions {
-            max_failures: 3,
-            retry_interval: Duration::from_secs(1),
-            registration_timeout: Duration::from_secs(2),
-            ..ManagerOptions::default()
-        },
+        limits.clone(),
         rt.handle(),
     )
     .unwrap();
-    manager.declare(WorkerSpec::new("crash", Resources::parse(WORKER).unwrap(), "exit 1"), 1);
-    manager.declare(WorkerSpec::new("silent", Resources::parse(WORKER).unwrap(), "sleep 600"), 1);
+    let (silent_manager, silent_events) = WorkerManager::start(
+        options(&cluster, "silent"),
+        Box::new(MemoryStore::default()),
+        limits,
+        rt.handle(),
+    )
+    .unwrap();
+    manager.declare(
+        WorkerSpec::new("crash", Resources::parse(WORKER).unwrap(), "exit 1"),
+        1,
+    );
+    silent_manager.declare(
+        WorkerSpec::new("silent", Resources::parse(WORKER).unwrap(), "sleep 600"),
+        1,
+    );
+    let (merged, mut events) = tokio::sync::mpsc::unbounded_channel();
+    for mut source in [crash_events, silent_events] {
+        let merged = merged.clone();
+        rt.spawn(async move {
+            while let Some(e) = source.recv().await {
+                let _ = merged.send(e);
+            }
+        });
+    }
     let mut crash_started = 0;
     let mut silent_started = 0;
     let mut crashes = 0;
@@ -478,11 +607,18 @@ fn start_failures_are_paced_and_silent_workers_are_replaced() {
     let mut cooling = 0;
     let end = Instant::now() + Duration::from_secs(8);
     while Instant::now() < end {
-        let event = rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), events.recv()).await });
+        let event = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(100), events.recv()).await
+        });
         match event {
-            Ok(Some(ManagerEvent::WorkerStarted(h))) if h.spec_name == "crash" => crash_started += 1,
+            Ok(Some(ManagerEvent::WorkerStarted(h))) if h.spec_name == "crash" => {
+                crash_started += 1
+            }
             Ok(Some(ManagerEvent::WorkerStarted(_))) => silent_started += 1,
-            Ok(Some(ManagerEvent::WorkerTerminated { cause: TerminationCause::Exited { code: 1 }, .. })) => crashes += 1,
+            Ok(Some(ManagerEvent::WorkerTerminated {
+                cause: TerminationCause::Exited { code: 1 },
+                ..
+            })) => crashes += 1,
             Ok(Some(ManagerEvent::RegistrationTimedOut(_))) => timed_out += 1,
             Ok(Some(ManagerEvent::CoolingDown { .. })) => cooling += 1,
             _ => {}
@@ -491,10 +627,19 @@ fn start_failures_are_paced_and_silent_workers_are_replaced() {
     eprintln!("crash: {crash_started} started, {crashes} exits, {cooling} cool-downs; silent: {silent_started} started, {timed_out} timed out");
     assert!(crashes >= 3, "the crashing worker was retried");
     assert!(cooling >= 1, "the failure limit was reached");
-    assert!(crash_started <= 4, "at most the limit (3) within the minute, plus one in flight: {crash_started}");
-    assert!(timed_out >= 2, "released after each 2 s registration timeout");
+    assert!(
+        crash_started <= 4,
+        "at most the limit (3) within the minute, plus one in flight: {crash_started}"
+    );
+    assert!(
+        timed_out >= 2,
+        "released after each 2 s registration timeout"
+    );
     assert!(silent_started >= 3, "and replaced each time");
-    rt.block_on(manager.deregister(FinalStatus::Failed, None)).unwrap();
+    rt.block_on(manager.deregister(FinalStatus::Failed, None))
+        .unwrap();
+    rt.block_on(silent_manager.deregister(FinalStatus::Failed, None))
+        .unwrap();
 }
 
 /// §7 test 8: the master restarts under 20 running workers: the driver
@@ -512,20 +657,32 @@ fn master_restart_with_twenty_workers_terminates_none() {
         log.clone(),
     )
     .unwrap();
-    let futures = (0..20).map(|_| driver.request_worker(worker_spec("tm", &runtime_addr))).collect();
+    let futures = (0..20)
+        .map(|_| driver.request_worker(worker_spec("tm", &runtime_addr)))
+        .collect();
     join_all(&rt, complete_all(&rt, &log, futures));
-    wait_until(Duration::from_secs(30), "20 running", || format!("{:?}", log.all()), || {
-        (log.count(|s| matches!(s, Seen::Running(_))) == 20).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "20 running",
+        || format!("{:?}", log.all()),
+        || (log.count(|s| matches!(s, Seen::Running(_))) == 20).then_some(()),
+    );
     let framework = driver.framework_id().unwrap();
     cluster.master.restart_same_port();
     cluster.wait_agents(3);
-    wait_until(Duration::from_secs(30), "re-registration", || format!("{:?}", log.all()), || {
-        (log.count(|s| *s == Seen::Connection(ConnectionState::Reconnected)) >= 1).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "re-registration",
+        || format!("{:?}", log.all()),
+        || (log.count(|s| *s == Seen::Connection(ConnectionState::Reconnected)) >= 1).then_some(()),
+    );
     let after = rt
         .block_on(async {
-            tokio::time::timeout(Duration::from_secs(30), driver.request_worker(worker_spec("tm", &runtime_addr))).await
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                driver.request_worker(worker_spec("tm", &runtime_addr)),
+            )
+            .await
         })
         .expect("served after the failover");
     assert!(after.is_ok(), "{after:?}");
@@ -533,7 +690,8 @@ fn master_restart_with_twenty_workers_terminates_none() {
     assert_eq!(driver.framework_id(), Some(framework));
     assert!(log.terminations().is_empty(), "{:?}", log.terminations());
     assert_eq!(live_tasks(&cluster), 21, "{}", cluster.logs());
-    rt.block_on(driver.deregister(FinalStatus::Succeeded, None)).unwrap();
+    rt.block_on(driver.deregister(FinalStatus::Succeeded, None))
+        .unwrap();
 }
 
 /// §7 test 9, 11 and 14: the runtime stops (failover mode) with 6
@@ -556,19 +714,30 @@ fn runtime_failover_recovers_launched_workers_and_leaks_nothing() {
         log_a.clone(),
     )
     .unwrap();
-    let futures = (0..7).map(|_| driver.request_worker(worker_spec("tm", &runtime_addr))).collect();
+    let futures = (0..7)
+        .map(|_| driver.request_worker(worker_spec("tm", &runtime_addr)))
+        .collect();
     let launched = join_all(&rt, complete_all(&rt, &log_a, futures));
-    let nowhere = worker_spec("nowhere", &runtime_addr).constraint(Constraint::equals("hostname", "nowhere"));
-    let pending: Vec<_> = (0..2).map(|_| driver.request_worker(nowhere.clone())).collect();
-    wait_until(Duration::from_secs(30), "7 running", || format!("{:?}", log_a.all()), || {
-        (log_a.count(|s| matches!(s, Seen::Running(_))) == 7).then_some(())
-    });
+    let nowhere =
+        worker_spec("nowhere", &runtime_addr).constraint(Constraint::equals("hostname", "nowhere"));
+    let pending: Vec<_> = (0..2)
+        .map(|_| driver.request_worker(nowhere.clone()))
+        .collect();
+    wait_until(
+        Duration::from_secs(30),
+        "7 running",
+        || format!("{:?}", log_a.all()),
+        || (log_a.count(|s| matches!(s, Seen::Running(_))) == 7).then_some(()),
+    );
     let framework = driver.framework_id().unwrap();
     rt.block_on(driver.terminate());
     for f in pending {
         assert_eq!(rt.block_on(f), Err(RequestError::Stopped));
     }
-    assert!(driver.release_worker(&launched[0].id).is_err(), "a stopped driver refuses calls");
+    assert!(
+        driver.release_worker(&launched[0].id).is_err(),
+        "a stopped driver refuses calls"
+    );
     // The last record is lost (as if its write never happened): that
     // task is unknown to the next attempt.
     let forgotten = launched[6].id.clone();
@@ -577,7 +746,9 @@ fn runtime_failover_recovers_launched_workers_and_leaks_nothing() {
         let state = store.load().unwrap();
         assert_eq!(state.workers.len(), 9, "7 Launched and 2 New records");
         store
-            .apply(&[agora_workers::store::StoreOp::Remove { id: forgotten.clone() }])
+            .apply(&[agora_workers::store::StoreOp::Remove {
+                id: forgotten.clone(),
+            }])
             .unwrap();
     }
     assert_eq!(live_tasks(&cluster), 7, "workers outlive the runtime");
@@ -588,9 +759,12 @@ fn runtime_failover_recovers_launched_workers_and_leaks_nothing() {
         log_b.clone(),
     )
     .unwrap();
-    wait_until(Duration::from_secs(20), "re-registration", || format!("{:?}", log_b.all()), || {
-        (log_b.count(|s| matches!(s, Seen::Connection(_))) >= 1).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(20),
+        "re-registration",
+        || format!("{:?}", log_b.all()),
+        || (log_b.count(|s| matches!(s, Seen::Connection(_))) >= 1).then_some(()),
+    );
     let Seen::Recovered(recovered) = &log_b.all()[0] else {
         panic!("recovery comes first: {:?}", log_b.all())
     };
@@ -599,15 +773,27 @@ fn runtime_failover_recovers_launched_workers_and_leaks_nothing() {
     assert_eq!(recovered, &expected);
     assert_eq!(second.framework_id(), Some(framework));
     assert_eq!(second.attempt(), 2);
-    wait_until(Duration::from_secs(20), "the forgotten task killed", || cluster.logs(), || {
-        (live_tasks(&cluster) == 6).then_some(())
-    });
-    assert!(log_b.terminations().iter().all(|(id, _)| *id != forgotten), "no event for an unknown task");
+    wait_until(
+        Duration::from_secs(20),
+        "the forgotten task killed",
+        || cluster.logs(),
+        || (live_tasks(&cluster) == 6).then_some(()),
+    );
+    assert!(
+        log_b.terminations().iter().all(|(id, _)| *id != forgotten),
+        "no event for an unknown task"
+    );
     rt.block_on(second.deregister(FinalStatus::Succeeded, Some("test over".into())))
         .unwrap();
-    wait_until(Duration::from_secs(20), "every task ended", || cluster.logs(), || {
-        (live_tasks(&cluster) == 0).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(20),
+        "every task ended",
+        || cluster.logs(),
+        || (live_tasks(&cluster) == 0).then_some(()),
+    );
     let state = FileStore::open(&path).unwrap().load().unwrap();
-    assert!(state.workers.is_empty() && state.framework_id.is_none(), "{state:?}");
+    assert!(
+        state.workers.is_empty() && state.framework_id.is_none(),
+        "{state:?}"
+    );
 }

@@ -415,7 +415,11 @@ impl WorkerCore {
         if !plan.unusable.is_empty() {
             self.filtered = true;
             actions.push(Action::Decline {
-                offer_ids: plan.unusable.iter().map(|i| offers[*i].id.clone()).collect(),
+                offer_ids: plan
+                    .unusable
+                    .iter()
+                    .map(|i| offers[*i].id.clone())
+                    .collect(),
                 refuse: self.config.refuse_unusable,
             });
         }

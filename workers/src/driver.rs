@@ -667,7 +667,11 @@ impl Shell {
                 diagnostics,
                 done,
             }) => {
-                tracing::info!(?status, diagnostics = diagnostics.as_deref().unwrap_or(""), "deregistering the application");
+                tracing::info!(
+                    ?status,
+                    diagnostics = diagnostics.as_deref().unwrap_or(""),
+                    "deregistering the application"
+                );
                 let actions = core.deregister();
                 let flow = self.execute(core, actions);
                 stop_scheduler(scheduler, false);

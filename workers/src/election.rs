@@ -156,7 +156,11 @@ impl LeaderElection {
 
     /// Publishes `address` as the leader's, if `epoch` still leads.
     /// Returns whether it did (a contender deposed meanwhile gets `false`).
-    pub fn confirm_leadership(&self, epoch: LeaderEpoch, address: &str) -> Result<bool, ElectionError> {
+    pub fn confirm_leadership(
+        &self,
+        epoch: LeaderEpoch,
+        address: &str,
+    ) -> Result<bool, ElectionError> {
         let Some(held) = self.inner.held() else {
             return Ok(false);
         };
@@ -173,10 +177,10 @@ impl LeaderElection {
             value: serde_json::to_vec(&value).unwrap_or_default(),
             lease: held.lease,
         };
-        let done = self
-            .inner
-            .client
-            .txn_if_created_at(self.inner.key.as_bytes(), epoch.0, &[put])?;
+        let done =
+            self.inner
+                .client
+                .txn_if_created_at(self.inner.key.as_bytes(), epoch.0, &[put])?;
         Ok(done.succeeded)
     }
 
@@ -207,7 +211,10 @@ impl Drop for LeaderElection {
 }
 
 /// Reads the current leader under `prefix` (`None`: nobody leads).
-pub fn current_leader(endpoint: &str, prefix: &str) -> Result<Option<RuntimeLeader>, ElectionError> {
+pub fn current_leader(
+    endpoint: &str,
+    prefix: &str,
+) -> Result<Option<RuntimeLeader>, ElectionError> {
     let client = Client::new(endpoint)?;
     let Some(kv) = client.get(leader_key(prefix).as_bytes())? else {
         return Ok(None);
@@ -331,7 +338,9 @@ impl Inner {
                 Ok((remaining, true)) if remaining > 0 => {
                     valid_until = now + Duration::from_secs(remaining as u64).min(ttl);
                 }
-                Ok((remaining, _)) if remaining <= 0 => return "etcd says the lease is gone".into(),
+                Ok((remaining, _)) if remaining <= 0 => {
+                    return "etcd says the lease is gone".into()
+                }
                 Ok(_) => return "the leader key is no longer ours".into(),
                 Err(e) => tracing::warn!(error = %e, "cannot renew the runtime leader lease"),
             }

@@ -33,7 +33,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::driver::RequestId;
-use crate::events::{ConnectionState, FatalError, TerminationCause, WorkerEventHandler, WorkerHandle, WorkerId};
+use crate::events::{
+    ConnectionState, FatalError, TerminationCause, WorkerEventHandler, WorkerHandle, WorkerId,
+};
 use crate::spec::WorkerSpec;
 use crate::store::WorkerStore;
 use crate::{DriverOptions, FinalStatus, RequestError, WorkerDriver, WorkerError};
@@ -328,7 +330,9 @@ impl ManagerCore {
         let expired: Vec<WorkerId> = self
             .started
             .iter()
-            .filter(|(_, s)| !s.registered && now.saturating_duration_since(s.started_at) >= timeout)
+            .filter(|(_, s)| {
+                !s.registered && now.saturating_duration_since(s.started_at) >= timeout
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in expired {
@@ -364,7 +368,11 @@ impl ManagerCore {
         let oldest = self.failures.front().copied().unwrap_or(now);
         let until = (oldest + window).max(now + self.options.retry_interval);
         self.cooldown_until = Some(until);
-        tracing::warn!(failures = self.failures.len(), ?window, "worker start failures exceed the limit; pausing requests");
+        tracing::warn!(
+            failures = self.failures.len(),
+            ?window,
+            "worker start failures exceed the limit; pausing requests"
+        );
         vec![ManagerAction::Event(ManagerEvent::CoolingDown { until })]
     }
 
@@ -372,10 +380,7 @@ impl ManagerCore {
         if self.ready || self.ready_deadline.is_none() {
             return Vec::new();
         }
-        let waiting = self
-            .started
-            .values()
-            .any(|s| s.previous && !s.registered);
+        let waiting = self.started.values().any(|s| s.previous && !s.registered);
         if waiting && self.ready_deadline.is_some_and(|d| now < d) {
             return Vec::new();
         }
@@ -568,7 +573,10 @@ impl ManagerTask {
                 let name = spec.name.clone();
                 let future = self.driver.request_worker(spec);
                 let request = future.request_id();
-                self.requests.entry(name.clone()).or_default().push_back(request);
+                self.requests
+                    .entry(name.clone())
+                    .or_default()
+                    .push_back(request);
                 self.core.on_requested(&name);
                 let inputs = self.inputs.clone();
                 self.runtime.spawn(async move {
@@ -607,9 +615,11 @@ impl WorkerEventHandler for Bridge {
         let _ = self.0.send(Input::Running(worker.clone()));
     }
     fn on_worker_terminated(&self, id: &WorkerId, cause: TerminationCause, diagnostics: &str) {
-        let _ = self
-            .0
-            .send(Input::Terminated(id.clone(), cause, diagnostics.to_string()));
+        let _ = self.0.send(Input::Terminated(
+            id.clone(),
+            cause,
+            diagnostics.to_string(),
+        ));
     }
     fn on_connection(&self, state: ConnectionState) {
         let _ = self.0.send(Input::Connection(state));
@@ -622,8 +632,8 @@ impl WorkerEventHandler for Bridge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agora_proto::{AgentId, Resources};
     use crate::placement::Locality;
+    use agora_proto::{AgentId, Resources};
 
     fn spec() -> WorkerSpec {
         WorkerSpec::new("tm", Resources::parse("cpus:1").unwrap(), "run")
@@ -671,11 +681,21 @@ mod tests {
             m.on_registered(&WorkerId::new(format!("w{i}")), t0);
         }
         assert_eq!(m.total("tm"), 3);
-        let actions = m.on_terminated(&WorkerId::new("w1"), TerminationCause::AgentLost, String::new(), t0);
+        let actions = m.on_terminated(
+            &WorkerId::new("w1"),
+            TerminationCause::AgentLost,
+            String::new(),
+            t0,
+        );
         assert_eq!(requests(&actions), 1, "one replacement");
         // A duplicate termination is ignored.
         assert!(m
-            .on_terminated(&WorkerId::new("w1"), TerminationCause::AgentLost, String::new(), t0)
+            .on_terminated(
+                &WorkerId::new("w1"),
+                TerminationCause::AgentLost,
+                String::new(),
+                t0
+            )
             .is_empty());
     }
 
@@ -713,13 +733,20 @@ mod tests {
         assert!(m.on_tick(t0 + Duration::from_secs(9)).is_empty());
         let actions = m.on_tick(t0 + Duration::from_secs(10));
         assert!(actions.contains(&ManagerAction::Release(WorkerId::new("w0"))));
-        assert!(actions.contains(&ManagerAction::Event(ManagerEvent::RegistrationTimedOut(
-            WorkerId::new("w0")
-        ))));
+        assert!(
+            actions.contains(&ManagerAction::Event(ManagerEvent::RegistrationTimedOut(
+                WorkerId::new("w0")
+            )))
+        );
         assert_eq!(requests(&actions), 1);
         // Its later Killed termination changes nothing.
         assert!(m
-            .on_terminated(&WorkerId::new("w0"), TerminationCause::Killed, String::new(), t0)
+            .on_terminated(
+                &WorkerId::new("w0"),
+                TerminationCause::Killed,
+                String::new(),
+                t0
+            )
             .is_empty());
     }
 
@@ -750,7 +777,10 @@ mod tests {
         }
         // At most 3 per minute, plus the first burst of 3.
         assert!(requested <= 3 * 5 + 3, "{requested} requests in 5 minutes");
-        assert!(requested >= 3 * 4, "requests go on after each cool-down: {requested}");
+        assert!(
+            requested >= 3 * 4,
+            "requests go on after each cool-down: {requested}"
+        );
     }
 
     #[test]

@@ -295,10 +295,26 @@ impl PartialEq for Constraint {
         use Constraint::*;
         match (self, other) {
             (Equals { field: a, value: x }, Equals { field: b, value: y }) => a == b && x == y,
-            (Like { field: a, pattern: x }, Like { field: b, pattern: y })
-            | (Unlike { field: a, pattern: x }, Unlike { field: b, pattern: y }) => {
-                a == b && x.as_str() == y.as_str()
-            }
+            (
+                Like {
+                    field: a,
+                    pattern: x,
+                },
+                Like {
+                    field: b,
+                    pattern: y,
+                },
+            )
+            | (
+                Unlike {
+                    field: a,
+                    pattern: x,
+                },
+                Unlike {
+                    field: b,
+                    pattern: y,
+                },
+            ) => a == b && x.as_str() == y.as_str(),
             (Unique { field: a }, Unique { field: b }) => a == b,
             (MaxPer { field: a, max: x }, MaxPer { field: b, max: y }) => a == b && x == y,
             _ => false,
@@ -418,7 +434,9 @@ impl Topology {
                     .filter(|(a, _)| agent_host(a) == Some(hostname))
                     .map(|(_, w)| *w),
             )
-            .fold(None, |best: Option<f64>, w| Some(best.map_or(w, |b| b.max(w))));
+            .fold(None, |best: Option<f64>, w| {
+                Some(best.map_or(w, |b| b.max(w)))
+            });
         if let Some(w) = host_weight {
             return (Locality::Host, w);
         }
@@ -445,7 +463,9 @@ impl Topology {
                     .filter(|(a, _)| agent_host(a).and_then(host_rack) == Some(rack))
                     .map(|(_, w)| *w),
             )
-            .fold(None, |best: Option<f64>, w| Some(best.map_or(w, |b| b.max(w))));
+            .fold(None, |best: Option<f64>, w| {
+                Some(best.map_or(w, |b| b.max(w)))
+            });
         match rack_weight {
             Some(w) => (Locality::Rack, w),
             None => (Locality::Any, 0.0),
@@ -796,7 +816,16 @@ mod tests {
             since: t0,
         }];
         let wait = Duration::from_secs(3);
-        let at = |secs: u64| plan(&pending, &offers, &[], &t, wait, t0 + Duration::from_secs(secs));
+        let at = |secs: u64| {
+            plan(
+                &pending,
+                &offers,
+                &[],
+                &t,
+                wait,
+                t0 + Duration::from_secs(secs),
+            )
+        };
         let early = at(1);
         assert!(early.assignments.is_empty());
         assert_eq!(early.delayed, vec![0]);
@@ -902,10 +931,19 @@ mod tests {
 
     #[test]
     fn resources_and_named_ports_are_taken_from_the_offer() {
-        let offers = vec![offer(0, "h0", "rack:r0", "cpus:2;mem:256;ports:[31000-31002]")];
+        let offers = vec![offer(
+            0,
+            "h0",
+            "rack:r0",
+            "cpus:2;mem:256;ports:[31000-31002]",
+        )];
         let now = Instant::now();
         let s = spec("tm").port("rpc").port("data");
-        let plan = run(&[(s.clone(), now), (s.clone(), now), (s, now)], &offers, now);
+        let plan = run(
+            &[(s.clone(), now), (s.clone(), now), (s, now)],
+            &offers,
+            now,
+        );
         assert_eq!(plan.assignments.len(), 1, "one fits by ports and cpus");
         let a = &plan.assignments[0];
         assert_eq!(a.ports.get("rpc"), Some(&31000));

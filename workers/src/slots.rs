@@ -137,7 +137,9 @@ impl SlotPool {
 
     /// Gives out the free slot closest to the request's inputs.
     pub fn allocate(&mut self, request: &SlotRequest) -> Result<SlotAssignment, SlotError> {
-        if request.constraint == LocationConstraint::All && request.inputs.iter().any(Option::is_none) {
+        if request.constraint == LocationConstraint::All
+            && request.inputs.iter().any(Option::is_none)
+        {
             return Err(SlotError::InputsNotPlaced);
         }
         let mut locations: Vec<&Location> = request.inputs.iter().flatten().collect();

@@ -109,7 +109,9 @@ fn run(args: Args) -> anyhow::Result<bool> {
         let address = match (runtime, etcd) {
             (Some(r), _) => RuntimeAddress::Fixed(r),
             #[cfg(feature = "etcd")]
-            (None, Some(e)) => RuntimeAddress::Etcd(e.trim_start_matches("http://").to_string(), etcd_prefix),
+            (None, Some(e)) => {
+                RuntimeAddress::Etcd(e.trim_start_matches("http://").to_string(), etcd_prefix)
+            }
             _ => anyhow::bail!("give --runtime HOST:PORT (or --etcd with the etcd feature)"),
         };
         minijob::run_worker(address, slots)?;

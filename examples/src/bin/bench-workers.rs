@@ -94,7 +94,9 @@ fn main() -> ExitCode {
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
-    let dir = tempfile::Builder::new().prefix("bench-workers-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("bench-workers-")
+        .tempdir()?;
     let mut options = LocalOptions::new(args.agents, dir.path().to_path_buf())?;
     options.agent_resources = Resources::parse("cpus:64;mem:65536;disk:16384;ports:[31000-32000]")?;
     options.hostname_prefix = Some("h".into());
@@ -149,11 +151,17 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn round(master: &str, args: &Args, n: usize, cluster: &LocalCluster) -> anyhow::Result<Round> {
+async fn round(
+    master: &str,
+    args: &Args,
+    n: usize,
+    cluster: &LocalCluster,
+) -> anyhow::Result<Round> {
     let clock = Arc::new(Clock::default());
     let mut options = DriverOptions::new(master, format!("bench-workers-{n}"));
     options.locality_wait = args.locality_wait;
-    let driver = WorkerDriver::initialize(options, Box::new(MemoryStore::default()), clock.clone())?;
+    let driver =
+        WorkerDriver::initialize(options, Box::new(MemoryStore::default()), clock.clone())?;
     let resources = Resources::parse("cpus:0.01;mem:8")?;
     let start = Instant::now();
     let futures: Vec<_> = (0..n)
@@ -182,7 +190,11 @@ async fn round(master: &str, args: &Args, n: usize, cluster: &LocalCluster) -> a
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let running = clock.running.lock().map(|r| r.clone()).unwrap_or_default();
-    let total = running.values().max().map(|t| *t - start).unwrap_or_default();
+    let total = running
+        .values()
+        .max()
+        .map(|t| *t - start)
+        .unwrap_or_default();
     let mut r = Round {
         n,
         total,
@@ -194,7 +206,8 @@ async fn round(master: &str, args: &Args, n: usize, cluster: &LocalCluster) -> a
     for (handle, at) in placed {
         let ran = running.get(&handle.id).map(|t| *t - start).unwrap_or(total);
         r.placed.push(at.as_secs_f64() * 1000.0);
-        r.launched.push((ran.saturating_sub(at)).as_secs_f64() * 1000.0);
+        r.launched
+            .push((ran.saturating_sub(at)).as_secs_f64() * 1000.0);
         r.end_to_end.push(ran.as_secs_f64() * 1000.0);
         if matches!(handle.locality, Locality::Local | Locality::Host) {
             r.local_or_host += 1;
@@ -221,7 +234,11 @@ async fn wait_idle(cluster: &LocalCluster) {
             if let Ok(state) = serde_json::from_str::<serde_json::Value>(&body) {
                 let live = state["frameworks"]
                     .as_array()
-                    .map(|f| f.iter().map(|f| f["tasks"].as_array().map_or(0, |t| t.len())).sum::<usize>())
+                    .map(|f| {
+                        f.iter()
+                            .map(|f| f["tasks"].as_array().map_or(0, |t| t.len()))
+                            .sum::<usize>()
+                    })
                     .unwrap_or(0);
                 if live == 0 {
                     return;

@@ -100,10 +100,14 @@ fn a_placement_persists_then_completes_then_launches_and_keeps_no_offer() {
     assert_eq!(core.flush(), vec![Action::Revive]);
     let offers = vec![offer(0, AGENT), offer(1, "cpus:0.5;mem:64")];
     let actions = core.on_offers(offers.clone(), t0);
-    let persist = position(&actions, |a| {
-        matches!(a, Action::Persist(ops) if ops.iter().any(|o| matches!(o, StoreOp::Put { record } if record.state == WorkerState::Launched)))
-    });
-    let complete = position(&actions, |a| matches!(a, Action::Complete { id: i, result: Ok(_) } if *i == id));
+    let persist = position(
+        &actions,
+        |a| matches!(a, Action::Persist(ops) if ops.iter().any(|o| matches!(o, StoreOp::Put { record } if record.state == WorkerState::Launched))),
+    );
+    let complete = position(
+        &actions,
+        |a| matches!(a, Action::Complete { id: i, result: Ok(_) } if *i == id),
+    );
     let launch = position(&actions, |a| matches!(a, Action::Launch { .. }));
     assert!(persist < complete && complete < launch, "{actions:#?}");
     // Every offer is used or declined in this same round.
@@ -120,7 +124,9 @@ fn a_placement_persists_then_completes_then_launches_and_keeps_no_offer() {
     all.sort();
     assert_eq!(answered, all);
     // The unusable offer is refused for a while; nothing pending: suppress.
-    assert!(actions.iter().any(|a| matches!(a, Action::Decline { refuse, .. } if *refuse == Duration::from_secs(30))));
+    assert!(actions.iter().any(
+        |a| matches!(a, Action::Decline { refuse, .. } if *refuse == Duration::from_secs(30))
+    ));
     assert_eq!(actions.last(), Some(&Action::Suppress));
 }
 
@@ -130,9 +136,14 @@ fn offers_are_suppressed_while_idle_and_revived_on_demand() {
     let mut core = WorkerCore::new(config());
     core.recover(StoreState::default(), t0);
     let actions = core.on_subscribed(Some(FrameworkId::new("F")), t0);
-    assert!(actions.contains(&Action::Suppress), "nothing pending at subscription");
+    assert!(
+        actions.contains(&Action::Suppress),
+        "nothing pending at subscription"
+    );
     let actions = core.on_offers(vec![offer(0, AGENT)], t0);
-    assert!(matches!(&actions[0], Action::Decline { refuse, .. } if *refuse == Duration::from_secs(60)));
+    assert!(
+        matches!(&actions[0], Action::Decline { refuse, .. } if *refuse == Duration::from_secs(60))
+    );
     // A burst of requests revives once.
     for _ in 0..5 {
         core.request(spec(), t0);
@@ -155,7 +166,10 @@ fn a_terminal_update_is_reported_once_and_acknowledged_after_it() {
     let mut failed = status(&id, TaskState::Failed, Some("u2"));
     failed.message = Some("command exited with status 2".into());
     let actions = core.on_status(failed.clone(), t0);
-    assert_eq!(terminations(&actions), vec![(id.clone(), TerminationCause::Exited { code: 2 })]);
+    assert_eq!(
+        terminations(&actions),
+        vec![(id.clone(), TerminationCause::Exited { code: 2 })]
+    );
     let persist = position(&actions, |a| matches!(a, Action::Persist(_)));
     let event = position(&actions, |a| matches!(a, Action::Event(_)));
     let ack = position(&actions, |a| matches!(a, Action::Acknowledge(_)));
@@ -191,16 +205,26 @@ fn a_released_worker_is_killed_until_it_is_reported_ended() {
     let mut core = started(t0);
     let id = launch(&mut core, 1, t0).remove(0);
     let actions = core.release(&id, t0);
-    assert!(matches!(&actions[0], Action::Persist(ops) if matches!(&ops[..], [StoreOp::Put { record }] if record.state == WorkerState::Released)));
+    assert!(
+        matches!(&actions[0], Action::Persist(ops) if matches!(&ops[..], [StoreOp::Put { record }] if record.state == WorkerState::Released))
+    );
     assert!(matches!(&actions[1], Action::Kill { .. }));
     assert!(core.release(&id, t0).is_empty(), "released once");
     // The kill is lost (nothing comes back): retried every 5 s.
-    let kills = |actions: &[Action]| actions.iter().filter(|a| matches!(a, Action::Kill { .. })).count();
+    let kills = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::Kill { .. }))
+            .count()
+    };
     assert_eq!(kills(&core.on_tick(t0 + Duration::from_secs(4))), 0);
     assert_eq!(kills(&core.on_tick(t0 + Duration::from_secs(5))), 1);
     assert_eq!(kills(&core.on_tick(t0 + Duration::from_secs(6))), 0);
     assert_eq!(kills(&core.on_tick(t0 + Duration::from_secs(10))), 1);
-    let actions = core.on_status(status(&id, TaskState::Killed, Some("u")), t0 + Duration::from_secs(11));
+    let actions = core.on_status(
+        status(&id, TaskState::Killed, Some("u")),
+        t0 + Duration::from_secs(11),
+    );
     assert_eq!(terminations(&actions), vec![(id, TerminationCause::Killed)]);
     assert_eq!(kills(&core.on_tick(t0 + Duration::from_secs(20))), 0);
 }
@@ -221,7 +245,9 @@ fn cancelling_five_of_ten_pending_requests_launches_five() {
     let actions = core.on_offers(vec![offer(0, "cpus:64;mem:65536")], t0);
     let launched: Vec<&WorkerId> = completes(&actions).iter().map(|h| &h.id).collect();
     assert_eq!(launched.len(), 5);
-    assert!(launched.iter().all(|id| !ids.iter().step_by(2).any(|c| c == *id)));
+    assert!(launched
+        .iter()
+        .all(|id| !ids.iter().step_by(2).any(|c| c == *id)));
     let tasks: usize = actions
         .iter()
         .map(|a| match a {
@@ -300,7 +326,9 @@ fn recovery_drops_new_reports_launched_and_kills_released() {
         task_id: TaskId::new(ids[2].as_str()),
         agent_id: Some(AgentId::new("a0"))
     }));
-    assert!(actions.iter().any(|a| matches!(a, Action::Reconcile(t) if t.len() == 3)));
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Reconcile(t) if t.len() == 3)));
     assert!(actions.contains(&Action::Reconcile(Vec::new())));
     // A new request's id is of the new attempt.
     assert!(core.request(spec(), t0).0.as_str().starts_with("worker-2-"));
@@ -327,7 +355,10 @@ fn a_silent_launch_is_reconciled_and_ends_lost_after_reconciliation() {
     answer.reason = Some(Reason::ReasonReconciliation);
     answer.message = Some("unknown task".into());
     let actions = core.on_status(answer, t0 + Duration::from_secs(38));
-    assert_eq!(terminations(&actions), vec![(id, TerminationCause::LostAfterReconciliation)]);
+    assert_eq!(
+        terminations(&actions),
+        vec![(id, TerminationCause::LostAfterReconciliation)]
+    );
 }
 
 #[test]
@@ -356,11 +387,23 @@ fn master_failover_keeps_workers_and_reconciles_them() {
     }
     let _ = core.request(spec(), t0);
     let actions = core.on_disconnected();
-    assert_eq!(actions, vec![Action::Event(Event::Connection(ConnectionState::Disconnected))]);
+    assert_eq!(
+        actions,
+        vec![Action::Event(Event::Connection(
+            ConnectionState::Disconnected
+        ))]
+    );
     let actions = core.on_subscribed(None, t0 + Duration::from_secs(2));
-    assert!(actions.contains(&Action::Event(Event::Connection(ConnectionState::Reconnected))));
-    assert!(actions.iter().any(|a| matches!(a, Action::Reconcile(t) if t.len() == 20)));
-    assert!(actions.contains(&Action::Revive), "the pending request wants offers");
+    assert!(actions.contains(&Action::Event(Event::Connection(
+        ConnectionState::Reconnected
+    ))));
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Reconcile(t) if t.len() == 20)));
+    assert!(
+        actions.contains(&Action::Revive),
+        "the pending request wants offers"
+    );
     assert!(terminations(&actions).is_empty());
     // The master answers with the tasks' states: still no terminations.
     for id in &ids {
@@ -382,13 +425,17 @@ fn a_delayed_request_revives_offers_when_it_may_step_down() {
     core.topology.learn(&offer(1, AGENT));
     let actions = core.on_offers(vec![offer(0, AGENT)], t0);
     assert!(completes(&actions).is_empty());
-    assert!(matches!(&actions[..], [Action::Decline { refuse, .. }] if *refuse == Duration::from_secs(3)));
+    assert!(
+        matches!(&actions[..], [Action::Decline { refuse, .. }] if *refuse == Duration::from_secs(3))
+    );
     core.on_tick(t0 + Duration::from_secs(2));
     assert!(core.flush().is_empty());
     core.on_tick(t0 + Duration::from_secs(3));
     assert_eq!(core.flush(), vec![Action::Revive]);
     // RACK: still not h0 (another rack); ANY after twice the wait.
-    assert!(completes(&core.on_offers(vec![offer(0, AGENT)], t0 + Duration::from_secs(4))).is_empty());
+    assert!(
+        completes(&core.on_offers(vec![offer(0, AGENT)], t0 + Duration::from_secs(4))).is_empty()
+    );
     let actions = core.on_offers(vec![offer(0, AGENT)], t0 + Duration::from_secs(6));
     assert_eq!(completes(&actions)[0].locality, Locality::Any);
 }
@@ -407,5 +454,11 @@ fn deregister_fails_pending_requests_and_clears_the_store() {
     }));
     assert_eq!(core.live_count(), 0);
     let (_, after) = core.request(spec(), t0);
-    assert!(matches!(&after[..], [Action::Complete { result: Err(RequestError::Stopped), .. }]));
+    assert!(matches!(
+        &after[..],
+        [Action::Complete {
+            result: Err(RequestError::Stopped),
+            ..
+        }]
+    ));
 }

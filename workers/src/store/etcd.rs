@@ -112,11 +112,17 @@ impl WorkerStore for EtcdStore {
                         framework_id: next.framework_id.clone(),
                         attempt: next.attempt,
                     };
-                    record(self.meta_key(), Some(serde_json::to_vec(&meta).unwrap_or_default()));
+                    record(
+                        self.meta_key(),
+                        Some(serde_json::to_vec(&meta).unwrap_or_default()),
+                    );
                 }
                 StoreOp::Put { record: r } => {
                     next.apply(op);
-                    record(self.worker_key(&r.id), Some(serde_json::to_vec(r).unwrap_or_default()));
+                    record(
+                        self.worker_key(&r.id),
+                        Some(serde_json::to_vec(r).unwrap_or_default()),
+                    );
                 }
                 StoreOp::Remove { id } => {
                     next.apply(op);

@@ -134,7 +134,9 @@ impl WorkerStore for FileStore {
         let Some(log) = self.log.as_mut() else {
             return Err(self.io(std::io::Error::other("the log is not open")));
         };
-        let written = log.write_all(line.as_bytes()).and_then(|()| log.sync_data());
+        let written = log
+            .write_all(line.as_bytes())
+            .and_then(|()| log.sync_data());
         if let Err(e) = written {
             // The file may now end in a torn line; reopening folds what
             // was complete.
@@ -178,7 +180,13 @@ fn read_log(path: &Path) -> Result<StoreState, StoreError> {
             Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {
                 tracing::warn!(path = %path.display(), "ignoring a torn last line of the worker store");
             }
-            Err(e) => return Err(StoreError::Corrupt(format!("{} line {}: {e}", path.display(), i + 1))),
+            Err(e) => {
+                return Err(StoreError::Corrupt(format!(
+                    "{} line {}: {e}",
+                    path.display(),
+                    i + 1
+                )))
+            }
         }
     }
     Ok(state)
@@ -233,11 +241,17 @@ mod tests {
         assert_eq!(state.framework_id, Some(FrameworkId::new("F1")));
         assert_eq!(state.attempt, 1);
         assert_eq!(state.workers.len(), 1);
-        assert_eq!(state.workers[&WorkerId::new("w1")].state, WorkerState::Launched);
+        assert_eq!(
+            state.workers[&WorkerId::new("w1")].state,
+            WorkerState::Launched
+        );
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
         store.apply(&[StoreOp::Clear]).unwrap();
         drop(store);
-        assert_eq!(FileStore::open(&path).unwrap().load().unwrap(), StoreState::default());
+        assert_eq!(
+            FileStore::open(&path).unwrap().load().unwrap(),
+            StoreState::default()
+        );
     }
 
     #[test]
@@ -254,7 +268,10 @@ mod tests {
         let state = FileStore::open(&path).unwrap().load().unwrap();
         assert_eq!(state.workers.len(), 1);
         std::fs::write(&path, "garbage\n{\"ops\":[]}\n").unwrap();
-        assert!(matches!(FileStore::open(&path), Err(StoreError::Corrupt(_))));
+        assert!(matches!(
+            FileStore::open(&path),
+            Err(StoreError::Corrupt(_))
+        ));
     }
 
     #[test]

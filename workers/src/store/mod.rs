@@ -15,9 +15,9 @@
 //! write fenced on the leader's epoch). [`MemoryStore`] keeps nothing
 //! across restarts, for runtimes that need no recovery.
 
-mod file;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod file;
 
 use std::collections::BTreeMap;
 
