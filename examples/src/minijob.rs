@@ -359,6 +359,10 @@ impl Job {
         let mut waits: Vec<f64> = Vec::new();
         let mut lost_at: Vec<Instant> = Vec::new();
         let mut declared = false;
+        // Delay scheduling for slots too: a subtask takes a slot off its
+        // inputs' host only after waiting the locality wait.
+        let mut waiting_since: HashMap<usize, Instant> = HashMap::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
         let deadline = tokio::time::sleep(opts.timeout);
         tokio::pin!(deadline);
         loop {
@@ -426,6 +430,7 @@ impl Job {
                         }
                     }
                 }
+                _ = tick.tick() => {}
                 _ = &mut deadline => {
                     accept.abort();
                     bail!("the job did not finish within {:?}: {} of {} subtasks done", opts.timeout, finished.len(), opts.subtasks);
@@ -457,6 +462,14 @@ impl Job {
                 let Ok(slot) = pool.allocate(&request) else {
                     break;
                 };
+                let since = *waiting_since.entry(subtask).or_insert_with(Instant::now);
+                if !hosts.is_empty()
+                    && slot.locality > Locality::Host
+                    && since.elapsed() < opts.locality_wait
+                {
+                    let _ = pool.free(&slot.worker);
+                    continue;
+                }
                 let Some(writer) = writers.get(&slot.worker) else {
                     let _ = pool.free(&slot.worker);
                     continue;
@@ -477,6 +490,7 @@ impl Job {
                     .entry(slot.locality.as_str().into())
                     .or_default() += 1;
                 running.insert(subtask, slot.worker);
+                waiting_since.remove(&subtask);
             }
             if finished.len() >= opts.subtasks {
                 break;
