@@ -33,6 +33,9 @@ const MASTER_FLAGS: &[&str] = &[
     "5",
 ];
 
+/// A condition on the workers started and ended so far.
+type Until<'a> = dyn Fn(&[WorkerHandle], &[(WorkerId, TerminationCause)]) -> bool + 'a;
+
 /// What the runtime saw, in order.
 #[derive(Debug, Clone, PartialEq)]
 enum Seen {
@@ -493,28 +496,27 @@ fn agent_loss_gives_k_terminations_and_k_replacements() {
     manager.declare(worker_spec("tm", &runtime_addr), 10);
     let mut started: Vec<WorkerHandle> = Vec::new();
     let mut lost = Vec::new();
-    let collect =
-        |events: &mut tokio::sync::mpsc::UnboundedReceiver<ManagerEvent>,
-         started: &mut Vec<WorkerHandle>,
-         lost: &mut Vec<(WorkerId, TerminationCause)>,
-         until: &dyn Fn(&[WorkerHandle], &[(WorkerId, TerminationCause)]) -> bool| {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !until(started, lost) {
-                assert!(
-                    Instant::now() < deadline,
-                    "timed out: started {started:?} lost {lost:?}"
-                );
-                match rt.block_on(async {
-                    tokio::time::timeout(Duration::from_millis(200), events.recv()).await
-                }) {
-                    Ok(Some(ManagerEvent::WorkerStarted(h))) => started.push(h),
-                    Ok(Some(ManagerEvent::WorkerTerminated { id, cause, .. })) => {
-                        lost.push((id, cause))
-                    }
-                    _ => {}
+    let collect = |events: &mut tokio::sync::mpsc::UnboundedReceiver<ManagerEvent>,
+                   started: &mut Vec<WorkerHandle>,
+                   lost: &mut Vec<(WorkerId, TerminationCause)>,
+                   until: &Until<'_>| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !until(started, lost) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out: started {started:?} lost {lost:?}"
+            );
+            match rt.block_on(async {
+                tokio::time::timeout(Duration::from_millis(200), events.recv()).await
+            }) {
+                Ok(Some(ManagerEvent::WorkerStarted(h))) => started.push(h),
+                Ok(Some(ManagerEvent::WorkerTerminated { id, cause, .. })) => {
+                    lost.push((id, cause))
                 }
+                _ => {}
             }
-        };
+        }
+    };
     collect(&mut events, &mut started, &mut lost, &|s, _| s.len() >= 10);
     for w in &started {
         manager.worker_registered(&w.id);
