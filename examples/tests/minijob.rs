@@ -9,26 +9,10 @@ mod support;
 
 use std::time::Duration;
 
-use support::{bin, wait_until, Background, TestCluster};
-
-const AGENT: &str = "cpus:8;mem:8192;disk:4096;ports:[31000-32000]";
-const MASTER_FLAGS: &[&str] = &[
-    "--allocation-interval",
-    "100ms",
-    "--agent-ping-interval",
-    "200ms",
-    "--max-missed-pings",
-    "5",
-];
+use support::{bin, wait_until, Background, TestCluster, FAST_MASTER_FLAGS, NAMED_AGENT};
 
 fn cluster(n: usize) -> TestCluster {
-    let mut cluster = TestCluster::start_with(0, AGENT, MASTER_FLAGS);
-    for i in 0..n {
-        let rack = ["r0", "r0", "r1", "r1", "r2"][i % 5];
-        cluster.add_agent_named(&format!("h{i}"), &format!("rack:{rack}"), AGENT, &[]);
-    }
-    cluster.wait_agents(n);
-    cluster
+    TestCluster::start_named(n, NAMED_AGENT, FAST_MASTER_FLAGS)
 }
 
 fn summary(stdout: &str) -> serde_json::Value {
@@ -132,12 +116,8 @@ fn minijob_replaces_workers_lost_with_their_agent() {
 #[cfg(feature = "etcd")]
 mod elected {
     use super::*;
-    use std::net::TcpListener;
-    use std::path::Path;
-    use std::process::{Child, Command, Stdio};
     use std::sync::{Arc, Mutex};
 
-    use agora_proto::etcd::Client;
     use agora_proto::Resources;
     use agora_workers::election::{
         current_leader, ElectionOptions, LeaderContender, LeaderElection, LeaderEpoch,
@@ -146,70 +126,7 @@ mod elected {
     use agora_workers::{
         DriverOptions, FatalError, RequestError, WorkerDriver, WorkerEventHandler, WorkerSpec,
     };
-
-    /// An etcd of the test's own.
-    struct Etcd {
-        child: Child,
-        endpoint: String,
-    }
-
-    impl Etcd {
-        /// Starts etcd, or `None` (skip) when it is not installed outside CI.
-        fn start(dir: &Path) -> Option<Etcd> {
-            let Some(program) = std::env::var_os("PATH")
-                .into_iter()
-                .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-                .map(|d| d.join("etcd"))
-                .find(|p| p.is_file())
-            else {
-                assert!(
-                    std::env::var("CI").as_deref() != Ok("true"),
-                    "etcd is not installed (apt-get install etcd-server); under CI=true this fails the run"
-                );
-                eprintln!("skipping: etcd is not installed (apt-get install etcd-server)");
-                return None;
-            };
-            let port = || {
-                TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-                    .port()
-            };
-            let (client, peer) = (port(), port());
-            let url = |p: u16| format!("http://127.0.0.1:{p}");
-            let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
-            let child = Command::new(program)
-                .args(["--name", "test", "--data-dir"])
-                .arg(dir.join("etcd-data"))
-                .args(["--listen-client-urls", &url(client)])
-                .args(["--advertise-client-urls", &url(client)])
-                .args(["--listen-peer-urls", &url(peer)])
-                .args(["--initial-advertise-peer-urls", &url(peer)])
-                .args(["--initial-cluster", &format!("test={}", url(peer))])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .expect("start etcd");
-            let etcd = Etcd {
-                child,
-                endpoint: format!("127.0.0.1:{client}"),
-            };
-            let c = Client::new(&etcd.endpoint).unwrap();
-            wait_until(Duration::from_secs(20), "etcd", String::new, || {
-                c.get(b"/probe").ok()
-            });
-            Some(etcd)
-        }
-    }
-
-    impl Drop for Etcd {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    use support::etcd::Etcd;
 
     fn contender(cluster: &TestCluster, etcd: &Etcd, name: &str) -> Background {
         let args: Vec<String> = [

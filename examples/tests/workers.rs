@@ -20,18 +20,9 @@ use agora_workers::{
     MemoryStore, RequestError, TerminationCause, WorkerDriver, WorkerEventHandler, WorkerHandle,
     WorkerId, WorkerManager, WorkerSpec, WorkerStore,
 };
-use support::{bin, wait_until, TestCluster};
+use support::{bin, named_rack, wait_until, TestCluster, FAST_MASTER_FLAGS, NAMED_AGENT};
 
-const AGENT: &str = "cpus:8;mem:8192;disk:4096;ports:[31000-32000]";
 const WORKER: &str = "cpus:0.1;mem:32";
-const MASTER_FLAGS: &[&str] = &[
-    "--allocation-interval",
-    "100ms",
-    "--agent-ping-interval",
-    "200ms",
-    "--max-missed-pings",
-    "5",
-];
 
 /// A condition on the workers started and ended so far.
 type Until<'a> = dyn Fn(&[WorkerHandle], &[(WorkerId, TerminationCause)]) -> bool + 'a;
@@ -92,21 +83,12 @@ impl WorkerEventHandler for Log {
 
 /// A cluster of `n` named agents.
 fn cluster(n: usize) -> TestCluster {
-    let mut cluster = TestCluster::start_with(0, AGENT, MASTER_FLAGS);
-    for i in 0..n {
-        add_agent(&mut cluster, i, "");
-    }
-    cluster.wait_agents(n);
-    cluster
-}
-
-fn rack(i: usize) -> &'static str {
-    ["r0", "r0", "r1", "r1", "r2"][i % 5]
+    TestCluster::start_named(n, NAMED_AGENT, FAST_MASTER_FLAGS)
 }
 
 fn add_agent(cluster: &mut TestCluster, i: usize, extra_attributes: &str) -> usize {
-    let attributes = format!("rack:{}{extra_attributes}", rack(i));
-    cluster.add_agent_named(&format!("h{i}"), &attributes, AGENT, &[])
+    let attributes = format!("rack:{}{extra_attributes}", named_rack(i));
+    cluster.add_agent_named(&format!("h{i}"), &attributes, NAMED_AGENT, &[])
 }
 
 /// The "runtime" workers register with: a TCP listener logging each

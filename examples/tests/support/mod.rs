@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod ledger;
 pub mod lossy_proxy;
 
@@ -402,6 +404,23 @@ impl TestCluster {
         cluster
     }
 
+    /// A master (with `master_flags`) and `agents` agents with their own
+    /// host names `h0`, `h1`, … and racks (`h0`, `h1` on `r0`; `h2`,
+    /// `h3` on `r1`; `h4` alone on `r2`), for placement tests.
+    pub fn start_named(agents: usize, resources: &str, master_flags: &[&str]) -> TestCluster {
+        let mut cluster = Self::start_with(0, resources, master_flags);
+        for i in 0..agents {
+            cluster.add_agent_named(
+                &format!("h{i}"),
+                &format!("rack:{}", named_rack(i)),
+                resources,
+                &[],
+            );
+        }
+        cluster.wait_agents(agents);
+        cluster
+    }
+
     /// A master and `agents` agents with default flags.
     pub fn start(agents: usize, resources: &str) -> TestCluster {
         Self::start_with(agents, resources, &[])
@@ -572,6 +591,24 @@ impl Drop for TestCluster {
         self.master.terminate(Duration::from_secs(5));
         kill_sandboxed_processes(self.dir.path());
     }
+}
+
+/// Resources of the agents of placement tests: room for many workers.
+pub const NAMED_AGENT: &str = "cpus:8;mem:8192;disk:4096;ports:[31000-32000]";
+
+/// Master flags for fast allocation and agent-loss detection (1 s).
+pub const FAST_MASTER_FLAGS: &[&str] = &[
+    "--allocation-interval",
+    "100ms",
+    "--agent-ping-interval",
+    "200ms",
+    "--max-missed-pings",
+    "5",
+];
+
+/// The rack of agent `i` of [`TestCluster::start_named`].
+pub fn named_rack(i: usize) -> &'static str {
+    ["r0", "r0", "r1", "r1", "r2"][i % 5]
 }
 
 /// SIGKILLs every process whose `AGORA_SANDBOX` lies under `root`: no
