@@ -12,12 +12,11 @@
 
 mod support;
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agora_proto::etcd::{Client, TxnOp};
+use agora_proto::etcd::TxnOp;
 use nix::sys::signal::Signal;
 use support::etcd::Etcd;
 use support::ledger::Ledger;
