@@ -4,6 +4,9 @@
 //!   command executor (the `agora-execute` binary, and `agora-local --command`);
 //! - [`local`]: a whole cluster — one master and N agents — on 127.0.0.1 in
 //!   one process (the `agora-local` binary);
+//! - [`minijob`]: a mini job runtime on `agora-workers` (the
+//!   `agora-minijob` binary): workers placed by the locality of their
+//!   inputs, subtasks placed in their slots, leader election on etcd;
 //! - the `test-framework` and `test-executor` binaries: a framework with its
 //!   own executor, exchanging framework messages, as in Mesos's examples.
 
@@ -11,3 +14,4 @@ pub mod cli;
 pub mod execute;
 pub mod http;
 pub mod local;
+pub mod minijob;

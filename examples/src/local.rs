@@ -29,6 +29,9 @@ pub struct LocalOptions {
     pub master_listen: SocketAddr,
     /// Program and leading arguments agents run as the command executor.
     pub command_executor: Vec<String>,
+    /// Give agent `i` the host name `PREFIXi` (default: all `localhost`),
+    /// so placement by host can be seen on one machine.
+    pub hostname_prefix: Option<String>,
 }
 
 /// A running local cluster. Dropping it without [`LocalCluster::shutdown`]
@@ -58,6 +61,7 @@ impl LocalOptions {
             work_dir,
             master_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             command_executor: vec![exe.display().to_string(), COMMAND_EXECUTOR_ARG.to_string()],
+            hostname_prefix: None,
         })
     }
 }
@@ -104,7 +108,10 @@ impl LocalCluster {
             );
             config.resources = opts.agent_resources.clone();
             config.attributes = Attributes::parse(&format!("rack:r{};agent:{i}", i % 2))?;
-            config.hostname = "localhost".to_string();
+            config.hostname = match &opts.hostname_prefix {
+                Some(prefix) => format!("{prefix}{i}"),
+                None => "localhost".to_string(),
+            };
             config.command_executor = opts.command_executor.clone();
             let shutdown = wait_stop(agents_stopped.clone());
             agent_tasks.push(tokio::spawn(async move {

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod ledger;
 pub mod lossy_proxy;
 
@@ -402,6 +404,23 @@ impl TestCluster {
         cluster
     }
 
+    /// A master (with `master_flags`) and `agents` agents with their own
+    /// host names `h0`, `h1`, … and racks (`h0`, `h1` on `r0`; `h2`,
+    /// `h3` on `r1`; `h4` alone on `r2`), for placement tests.
+    pub fn start_named(agents: usize, resources: &str, master_flags: &[&str]) -> TestCluster {
+        let mut cluster = Self::start_with(0, resources, master_flags);
+        for i in 0..agents {
+            cluster.add_agent_named(
+                &format!("h{i}"),
+                &format!("rack:{}", named_rack(i)),
+                resources,
+                &[],
+            );
+        }
+        cluster.wait_agents(agents);
+        cluster
+    }
+
     /// A master and `agents` agents with default flags.
     pub fn start(agents: usize, resources: &str) -> TestCluster {
         Self::start_with(agents, resources, &[])
@@ -416,6 +435,32 @@ impl TestCluster {
     /// Starts one more agent that reaches the master at `master` (e.g. a
     /// proxy in front of it).
     pub fn add_agent_via(&mut self, master: &str, resources: &str, extra: &[&str]) -> usize {
+        let attributes = format!("rack:r{}", self.agents.len() % 2);
+        self.add_agent_as(master, resources, &attributes, extra)
+    }
+
+    /// Starts one more agent with its own `--hostname` and attributes
+    /// (e.g. `rack:r0`), so placement tests see distinct hosts and racks.
+    pub fn add_agent_named(
+        &mut self,
+        hostname: &str,
+        attributes: &str,
+        resources: &str,
+        extra: &[&str],
+    ) -> usize {
+        let master = self.master.addr.to_string();
+        let mut flags = vec!["--hostname", hostname];
+        flags.extend_from_slice(extra);
+        self.add_agent_as(&master, resources, attributes, &flags)
+    }
+
+    fn add_agent_as(
+        &mut self,
+        master: &str,
+        resources: &str,
+        attributes: &str,
+        extra: &[&str],
+    ) -> usize {
         let i = self.agents.len();
         let work_dir = self.dir.path().join(format!("agent-{i}"));
         std::fs::create_dir_all(&work_dir).expect("agent dir");
@@ -429,7 +474,7 @@ impl TestCluster {
             "--resources".to_string(),
             resources.to_string(),
             "--attributes".to_string(),
-            format!("rack:r{}", i % 2),
+            attributes.to_string(),
             "--command-executor".to_string(),
             bin("agora-command-executor").display().to_string(),
         ];
@@ -546,6 +591,24 @@ impl Drop for TestCluster {
         self.master.terminate(Duration::from_secs(5));
         kill_sandboxed_processes(self.dir.path());
     }
+}
+
+/// Resources of the agents of placement tests: room for many workers.
+pub const NAMED_AGENT: &str = "cpus:8;mem:8192;disk:4096;ports:[31000-32000]";
+
+/// Master flags for fast allocation and agent-loss detection (1 s).
+pub const FAST_MASTER_FLAGS: &[&str] = &[
+    "--allocation-interval",
+    "100ms",
+    "--agent-ping-interval",
+    "200ms",
+    "--max-missed-pings",
+    "5",
+];
+
+/// The rack of agent `i` of [`TestCluster::start_named`].
+pub fn named_rack(i: usize) -> &'static str {
+    ["r0", "r0", "r1", "r1", "r2"][i % 5]
 }
 
 /// SIGKILLs every process whose `AGORA_SANDBOX` lies under `root`: no
