@@ -72,6 +72,13 @@ struct Args {
     /// Give up on a grid point after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
+    /// Extra flags for agora-master (repeatable), e.g.
+    /// `--master-flag=--allocation-batch-window=5ms`.
+    #[arg(long, allow_hyphen_values = true)]
+    master_flag: Vec<String>,
+    /// Extra flags for each agora-agent (repeatable).
+    #[arg(long, allow_hyphen_values = true)]
+    agent_flag: Vec<String>,
     /// Also print one JSON object per grid point.
     #[arg(long)]
     json: bool,
@@ -148,13 +155,19 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     );
     let runtime = tokio::runtime::Runtime::new()?;
     let mut results = Vec::new();
+    let mut work_dirs = Vec::new();
     for executor in &args.executors {
         for &slots in &args.slots {
             eprintln!(
                 "running {} tasks, {executor} executor, {slots} slots",
                 args.tasks
             );
-            let figures = runtime.block_on(grid_point(args, &bin_dir, executor, slots))?;
+            let (figures, dir) = runtime.block_on(grid_point(args, &bin_dir, executor, slots))?;
+            // Removed at the end: deleting 10,000 sandboxes makes the file
+            // system's next inode allocations slower for a while (ext4
+            // checks recently freed inodes), which would be charged to the
+            // next point.
+            work_dirs.push(dir);
             if args.json {
                 println!(
                     "{}",
@@ -177,7 +190,9 @@ fn run(args: &Args) -> anyhow::Result<bool> {
             results.push(figures);
         }
     }
-    Ok(print_table(args, ceiling, &results))
+    let met = print_table(args, ceiling, &results);
+    drop(work_dirs);
+    Ok(met)
 }
 
 fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
@@ -386,6 +401,8 @@ struct Run {
     running: Vec<f64>,
     finished: Vec<f64>,
     terminal: BTreeMap<TaskState, usize>,
+    /// The first few tasks that did not finish, with how they ended.
+    not_finished: Vec<String>,
     first_launch: Option<Instant>,
     last_finish: Option<Instant>,
     done: usize,
@@ -472,6 +489,14 @@ impl Scheduler for Bench {
                 *run.terminal.entry(state).or_default() += 1;
                 if state == TaskState::Finished {
                     run.finished.push(ms);
+                } else if run.not_finished.len() < 5 {
+                    let line = format!(
+                        "{} {state} {:?} {}",
+                        status.task_id,
+                        status.reason,
+                        status.message.as_deref().unwrap_or("")
+                    );
+                    run.not_finished.push(line);
                 }
                 run.done += 1;
                 run.last_finish = Some(now);
@@ -523,18 +548,20 @@ async fn grid_point(
     bin_dir: &Path,
     executor: &str,
     slots: usize,
-) -> anyhow::Result<Figures> {
+) -> anyhow::Result<(Figures, tempfile::TempDir)> {
     let dir = tempfile::Builder::new()
         .prefix("agora-bench-launch-")
         .tempdir()?;
+    let mut master_args = vec![
+        "--listen".to_string(),
+        "127.0.0.1:0".into(),
+        "--work-dir".into(),
+        dir.path().join("master").display().to_string(),
+    ];
+    master_args.extend(args.master_flag.iter().cloned());
     let master = Server::start(
         &bin_dir.join("agora-master"),
-        &[
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--work-dir".into(),
-            dir.path().join("master").display().to_string(),
-        ],
+        &master_args,
         &dir.path().join("master.log"),
     )?;
     // Each task takes one cpu; the agents' cpus add up to `slots` (the
@@ -544,9 +571,7 @@ async fn grid_point(
         let cpus = slots / args.agents + usize::from(i < slots % args.agents);
         let resources = format!("cpus:{}.5;mem:1000000;disk:1000", cpus);
         let work = dir.path().join(format!("agent-{i}"));
-        agents.push(Server::start(
-            &bin_dir.join("agora-agent"),
-            &[
+        let mut agent_args: Vec<String> = vec![
                 "--master".into(),
                 master.addr.to_string(),
                 "--listen".into(),
@@ -557,7 +582,11 @@ async fn grid_point(
                 resources,
                 "--command-executor".into(),
                 bin_dir.join("agora-command-executor").display().to_string(),
-            ],
+            ];
+        agent_args.extend(args.agent_flag.iter().cloned());
+        agents.push(Server::start(
+            &bin_dir.join("agora-agent"),
+            &agent_args,
             &dir.path().join(format!("agent-{i}.log")),
         )?);
     }
@@ -642,9 +671,15 @@ async fn grid_point(
     };
     let failed = args.tasks - run.terminal.get(&TaskState::Finished).copied().unwrap_or(0);
     if failed > 0 {
-        eprintln!("tasks that did not finish: {:?}", run.terminal);
+        eprintln!(
+            "tasks that did not finish: {:?}, e.g.:\n  {}",
+            run.terminal,
+            run.not_finished.join("\n  ")
+        );
     }
-    Ok(Figures {
+    drop(agents);
+    drop(master);
+    let figures = Figures {
         executor: executor.to_string(),
         slots,
         tasks: args.tasks,
@@ -654,7 +689,8 @@ async fn grid_point(
         master_kib_per_task: master_peak.saturating_sub(master_base) as f64 / args.tasks as f64,
         agent_kib_per_executor: agent_peak as f64 / executors_peak.max(1) as f64,
         failed,
-    })
+    };
+    Ok((figures, dir))
 }
 
 fn percentiles(mut v: Vec<f64>) -> Percentiles {
