@@ -361,53 +361,32 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
     assert_eq!(s.state, TaskState::Error);
     assert_eq!(s.reason, Some(Reason::ReasonTaskInvalid));
 
-    // An executor id that would escape the sandbox → TASK_ERROR.
-    let mut escape = command_task("d");
-    escape.command = None;
-    escape.executor = Some(agora_proto::ExecutorInfo {
-        executor_id: agora_proto::ExecutorId::new(".."),
-        framework_id: None,
-        command: agora_proto::CommandInfo {
-            value: "true".into(),
-            shell: true,
-            ..Default::default()
-        },
-        resources: Default::default(),
-        name: String::new(),
-        source: String::new(),
-    });
-    conn.send(&AgentEvent::RunTask {
-        framework: framework("fw", false),
-        task: escape,
-    })
-    .await;
-    let (_, s) = conn.recv_update(true).await;
-    assert_eq!(s.state, TaskState::Error);
-    assert!(s.message.unwrap().contains("executor id"));
-
-    // The ids of the agent's own command executors are not a framework's.
-    let mut taken = command_task("e");
-    taken.command = None;
-    taken.executor = Some(agora_proto::ExecutorInfo {
-        executor_id: agora_proto::ExecutorId::new("~command-1"),
-        framework_id: None,
-        command: agora_proto::CommandInfo {
-            value: "true".into(),
-            shell: true,
-            ..Default::default()
-        },
-        resources: Default::default(),
-        name: String::new(),
-        source: String::new(),
-    });
-    conn.send(&AgentEvent::RunTask {
-        framework: framework("fw", false),
-        task: taken,
-    })
-    .await;
-    let (_, s) = conn.recv_update(true).await;
-    assert_eq!(s.state, TaskState::Error);
-    assert!(s.message.unwrap().contains("executor id"));
+    // An executor id that would escape the sandbox, or that of one of the
+    // agent's own command executors → TASK_ERROR.
+    for (task, executor_id) in [("d", ".."), ("e", "~command-1")] {
+        let mut custom = command_task(task);
+        custom.command = None;
+        custom.executor = Some(agora_proto::ExecutorInfo {
+            executor_id: agora_proto::ExecutorId::new(executor_id),
+            framework_id: None,
+            command: agora_proto::CommandInfo {
+                value: "true".into(),
+                shell: true,
+                ..Default::default()
+            },
+            resources: Default::default(),
+            name: String::new(),
+            source: String::new(),
+        });
+        conn.send(&AgentEvent::RunTask {
+            framework: framework("fw", false),
+            task: custom,
+        })
+        .await;
+        let (_, s) = conn.recv_update(true).await;
+        assert_eq!(s.state, TaskState::Error);
+        assert!(s.message.unwrap().contains("executor id"));
+    }
     agent.stop().await;
 }
 

@@ -24,23 +24,8 @@ const UPDATES: usize = 600;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_updates_is_acknowledged_with_tiny_queues() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = sleeper_script(dir.path());
-    let work = dir.path().join("work");
-    let master = FakeMaster::bind().await;
-    let mut config = config(&master.addr(), &work, &script);
     // Queues this small make every burst fill them.
-    config.core_queue = 2;
-    config.executor_outbox = 4;
-    let agent = Agent::start(config).await;
-    let mut conn = master.accept().await;
-    conn.register("agent-1").await;
-    conn.send(&AgentEvent::RunTask {
-        framework: framework("fw-1", true),
-        task: command_task("task-1"),
-    })
-    .await;
-    let (_sandbox, env) = command_executor_env(&work, "fw-1").await;
+    let (_dir, agent, _conn, env) = task_on_tiny_queues(2, 4).await;
     let endpoint = env["AGORA_AGENT_ENDPOINT"].clone();
 
     let updates: Vec<TaskStatus> = (0..UPDATES)
@@ -128,21 +113,7 @@ async fn a_burst_of_updates_is_acknowledged_with_tiny_queues() {
 /// forever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_carrying_many_updates_is_acknowledged() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = sleeper_script(dir.path());
-    let work = dir.path().join("work");
-    let master = FakeMaster::bind().await;
-    let mut config = config(&master.addr(), &work, &script);
-    config.executor_outbox = 4;
-    let agent = Agent::start(config).await;
-    let mut conn = master.accept().await;
-    conn.register("agent-1").await;
-    conn.send(&AgentEvent::RunTask {
-        framework: framework("fw-1", true),
-        task: command_task("task-1"),
-    })
-    .await;
-    let (_sandbox, env) = command_executor_env(&work, "fw-1").await;
+    let (_dir, agent, _conn, env) = task_on_tiny_queues(agora_agent::DEFAULT_CORE_QUEUE, 4).await;
     let endpoint = env["AGORA_AGENT_ENDPOINT"].clone();
     let updates: Vec<TaskStatus> = (0..UPDATES)
         .map(|_| executor_status("task-1", TaskState::Running))
@@ -164,4 +135,36 @@ async fn a_subscription_carrying_many_updates_is_acknowledged() {
         }
     }
     agent.stop().await;
+}
+
+/// An agent with these queue bounds, registered with a fake master (whose
+/// connection is returned, to keep it open), that was given command task
+/// `task-1` of checkpointing framework `fw-1`; the environment of the
+/// command executor it started for it.
+async fn task_on_tiny_queues(
+    core_queue: usize,
+    executor_outbox: usize,
+) -> (
+    tempfile::TempDir,
+    Agent,
+    MasterConn,
+    std::collections::HashMap<String, String>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let mut config = config(&master.addr(), &work, &script);
+    config.core_queue = core_queue;
+    config.executor_outbox = executor_outbox;
+    let agent = Agent::start(config).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-1").await;
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw-1", true),
+        task: command_task("task-1"),
+    })
+    .await;
+    let (_sandbox, env) = command_executor_env(&work, "fw-1").await;
+    (dir, agent, conn, env)
 }

@@ -183,14 +183,7 @@ impl Master {
             // The framework is gone: acknowledge ourselves so the agent's
             // stream drains.
             tracing::debug!(framework_id = %fid, task_id = %status.task_id, "update for a removed framework; acknowledging it");
-            return self.send_agent_conn(
-                conn,
-                agent::Event::Acknowledge {
-                    framework_id: fid,
-                    task_id: status.task_id,
-                    uuid,
-                },
-            );
+            return self.acknowledge_unforwarded(conn, fid, status.task_id, uuid);
         };
         if let Some(owner) = fw
             .tasks
@@ -204,14 +197,7 @@ impl Master {
             // twice. Acknowledged so the sender's stream drains.
             tracing::warn!(agent_id = %aid, owner = %owner, framework_id = %fid, task_id = %status.task_id, state = %status.state, "status update for a task that lives on another agent; refused");
             self.metrics.reports_refused_update.inc();
-            return self.send_agent_conn(
-                conn,
-                agent::Event::Acknowledge {
-                    framework_id: fid,
-                    task_id: status.task_id,
-                    uuid,
-                },
-            );
+            return self.acknowledge_unforwarded(conn, fid, status.task_id, uuid);
         }
         let completed = !fw.tasks.contains_key(&status.task_id)
             && self
@@ -225,14 +211,7 @@ impl Master {
             // show the scheduler a second terminal state; acknowledge it
             // so the agent's stream drains.
             tracing::debug!(framework_id = %fid, task_id = %status.task_id, state = %status.state, "update for a completed task; acknowledging it without forwarding");
-            return self.send_agent_conn(
-                conn,
-                agent::Event::Acknowledge {
-                    framework_id: fid,
-                    task_id: status.task_id,
-                    uuid,
-                },
-            );
+            return self.acknowledge_unforwarded(conn, fid, status.task_id, uuid);
         }
         let Some(fw) = self.frameworks.get_mut(&fid) else {
             return;
@@ -263,6 +242,25 @@ impl Master {
             self.metrics.status_updates_sent.inc();
             self.send_scheduler(conn, Event::Update { status });
         }
+    }
+
+    /// Acknowledges an agent's update that the master does not forward,
+    /// so the agent's stream drains.
+    fn acknowledge_unforwarded(
+        &mut self,
+        conn: ConnId,
+        fid: FrameworkId,
+        task_id: TaskId,
+        uuid: String,
+    ) {
+        self.send_agent_conn(
+            conn,
+            agent::Event::Acknowledge {
+                framework_id: fid,
+                task_id,
+                uuid,
+            },
+        );
     }
 
     pub(crate) fn acknowledge(

@@ -313,19 +313,7 @@ impl Core {
             if checkpointed {
                 self.checkpoint_task(&fid, &eid, &task, None);
             }
-            self.insert_task(
-                tkey,
-                Task {
-                    executor_id: eid.clone(),
-                    sandbox: None,
-                    info: task,
-                    state: TaskState::Staging,
-                    latest: None,
-                    kill_requested: false,
-                    terminal_reported: false,
-                    checkpointed,
-                },
-            );
+            self.insert_task(tkey, Task::staging(eid.clone(), None, task, checkpointed));
         }
         for status in updates {
             self.executor_update(&key, status);

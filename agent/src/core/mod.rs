@@ -228,6 +228,25 @@ pub(crate) struct Core {
 // === impl Task ===
 
 impl Task {
+    /// A task just given to the agent: staging, no update yet.
+    fn staging(
+        executor_id: ExecutorId,
+        sandbox: Option<PathBuf>,
+        info: TaskInfo,
+        checkpointed: bool,
+    ) -> Task {
+        Task {
+            executor_id,
+            sandbox,
+            info,
+            state: TaskState::Staging,
+            latest: None,
+            kill_requested: false,
+            terminal_reported: false,
+            checkpointed,
+        }
+    }
+
     /// Whether it runs in one of the agent's command executors (whose ids
     /// no framework can use).
     fn in_command_executor(&self) -> bool {

@@ -67,14 +67,9 @@ impl Core {
                     self.insert_task(
                         (fid.clone(), tid),
                         Task {
-                            executor_id: eid.clone(),
-                            sandbox: rt.sandbox,
-                            info: rt.info,
                             state: latest.as_ref().map_or(TaskState::Staging, |s| s.state),
                             latest,
-                            kill_requested: false,
-                            terminal_reported: false,
-                            checkpointed: true,
+                            ..Task::staging(eid.clone(), rt.sandbox, rt.info, true)
                         },
                     );
                 }

@@ -110,19 +110,7 @@ impl Core {
         }
         tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
         let task_id = task.task_id.clone();
-        self.insert_task(
-            key,
-            Task {
-                executor_id: ekey.1.clone(),
-                sandbox: None,
-                info: task,
-                state: TaskState::Staging,
-                latest: None,
-                kill_requested: false,
-                terminal_reported: false,
-                checkpointed,
-            },
-        );
+        self.insert_task(key, Task::staging(ekey.1.clone(), None, task, checkpointed));
         if self.executors.contains_key(&ekey) {
             self.deliver_or_queue(&ekey, task_id);
         } else {
@@ -183,16 +171,7 @@ impl Core {
         let task_id = task.task_id.clone();
         self.insert_task(
             (fid.clone(), task_id.clone()),
-            Task {
-                executor_id: ekey.1.clone(),
-                sandbox: Some(sandbox),
-                info: task,
-                state: TaskState::Staging,
-                latest: None,
-                kill_requested: false,
-                terminal_reported: false,
-                checkpointed,
-            },
+            Task::staging(ekey.1.clone(), Some(sandbox), task, checkpointed),
         );
         if host.is_some() {
             if let Some(ex) = self.executors.get_mut(&ekey) {

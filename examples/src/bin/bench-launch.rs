@@ -572,17 +572,17 @@ async fn grid_point(
         let resources = format!("cpus:{}.5;mem:1000000;disk:1000", cpus);
         let work = dir.path().join(format!("agent-{i}"));
         let mut agent_args: Vec<String> = vec![
-                "--master".into(),
-                master.addr.to_string(),
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-                "--work-dir".into(),
-                work.display().to_string(),
-                "--resources".into(),
-                resources,
-                "--command-executor".into(),
-                bin_dir.join("agora-command-executor").display().to_string(),
-            ];
+            "--master".into(),
+            master.addr.to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--work-dir".into(),
+            work.display().to_string(),
+            "--resources".into(),
+            resources,
+            "--command-executor".into(),
+            bin_dir.join("agora-command-executor").display().to_string(),
+        ];
         agent_args.extend(args.agent_flag.iter().cloned());
         agents.push(Server::start(
             &bin_dir.join("agora-agent"),
