@@ -82,9 +82,12 @@ pub struct Config {
     /// watchers, timers and the checkpoint writer) before their senders
     /// wait.
     pub core_queue: usize,
-    /// Events queued for one executor connection; an executor that lets
-    /// this many pile up unread is disconnected.
+    /// Events queued for one executor connection: past this many, the
+    /// agent reads no more of the executor's frames, and an executor that
+    /// leaves them unread for `executor_stall_timeout` is disconnected.
     pub executor_outbox: usize,
+    /// How long an executor may leave `executor_outbox` events unread.
+    pub executor_stall_timeout: Duration,
     /// Calls queued for the master connection.
     pub master_outbox: usize,
     /// Command tasks one command executor runs at once (1: a command
@@ -122,6 +125,7 @@ impl Config {
             recover: RecoverMode::Reconnect,
             core_queue: DEFAULT_CORE_QUEUE,
             executor_outbox: DEFAULT_EXECUTOR_OUTBOX,
+            executor_stall_timeout: Duration::from_secs(10),
             master_outbox: DEFAULT_MASTER_OUTBOX,
             command_executor_tasks: DEFAULT_COMMAND_EXECUTOR_TASKS,
             command_executor_idle: Duration::from_secs(10),

@@ -42,21 +42,56 @@ const WRITER_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 /// connection stops reading the executor's frames while more than
 /// `limit` events wait to be written. Events the executor did not ask for
 /// (launch, kill, messages, shutdown) are refused once `limit` are
-/// waiting: the executor is not reading.
+/// waiting and have been for `stall`: the executor is not reading (a busy
+/// one that is behind catches up).
 #[derive(Clone)]
 pub(crate) struct ExecLink {
     events: mpsc::UnboundedSender<Box<Event>>,
     unwritten: Arc<Unwritten>,
     close: Arc<watch::Sender<Option<CloseFrame>>>,
     limit: usize,
+    stall: std::time::Duration,
 }
 
 /// Events queued for a connection but not yet written, and a wake-up for
 /// the reader waiting for that number to fall to the limit.
-#[derive(Default)]
 struct Unwritten {
     count: AtomicUsize,
     drained: Notify,
+    /// Since when (milliseconds since `since`, plus one; 0: not) the queue
+    /// has been at the limit, as seen by the core.
+    full_since_ms: AtomicU64,
+    since: std::time::Instant,
+}
+
+impl Default for Unwritten {
+    fn default() -> Self {
+        Unwritten {
+            count: AtomicUsize::new(0),
+            drained: Notify::new(),
+            full_since_ms: AtomicU64::new(0),
+            since: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Unwritten {
+    fn now_ms(&self) -> u64 {
+        self.since.elapsed().as_millis() as u64
+    }
+
+    /// The queue is at the limit: whether it has been for `stall` (the
+    /// writer did not get it below since).
+    fn stalled(&self, stall: std::time::Duration) -> bool {
+        let now = self.now_ms() + 1;
+        match self
+            .full_since_ms
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => false,
+            Err(since) => now.saturating_sub(since) >= stall.as_millis() as u64,
+        }
+    }
 }
 
 /// Why [`ExecLink::push`] could not queue an event.
@@ -398,6 +433,7 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
         unwritten: Arc::default(),
         close: Arc::new(close_tx),
         limit: app.shared.config.executor_outbox.max(1),
+        stall: app.shared.config.executor_stall_timeout,
     };
     let done = CancellationToken::new();
     let (sink, mut stream) = ws.split();
@@ -405,6 +441,7 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
         sink,
         events_rx,
         link.unwritten.clone(),
+        link.limit,
         close_rx,
         done.clone(),
     ));
@@ -530,6 +567,7 @@ async fn write_executor(
     mut sink: futures::stream::SplitSink<WebSocket, Message>,
     mut events: mpsc::UnboundedReceiver<Box<Event>>,
     unwritten: Arc<Unwritten>,
+    limit: usize,
     mut close: watch::Receiver<Option<CloseFrame>>,
     done: CancellationToken,
 ) {
@@ -573,7 +611,10 @@ async fn write_executor(
         if !written || sink.flush().await.is_err() {
             break;
         }
-        unwritten.count.fetch_sub(queued, Ordering::AcqRel);
+        let left = unwritten.count.fetch_sub(queued, Ordering::AcqRel) - queued;
+        if left < limit {
+            unwritten.full_since_ms.store(0, Ordering::Release);
+        }
         unwritten.drained.notify_one();
     }
     // The reader stops too: a connection we no longer write is over.
@@ -596,7 +637,9 @@ impl ExecLink {
         if self.events.is_closed() {
             return Err(LinkFull::Closed);
         }
-        if self.unwritten.count.load(Ordering::Acquire) >= self.limit {
+        if self.unwritten.count.load(Ordering::Acquire) >= self.limit
+            && self.unwritten.stalled(self.stall)
+        {
             return Err(LinkFull::Full);
         }
         if self.reply(event) {

@@ -79,10 +79,14 @@ struct Flags {
     /// Events the agent's core may have queued before senders wait.
     #[arg(long, default_value_t = agora_agent::DEFAULT_CORE_QUEUE, value_parser = positive)]
     core_queue: usize,
-    /// Events queued for one executor connection; an executor that leaves
-    /// this many unread is disconnected.
+    /// Events queued for one executor connection: past this many the agent
+    /// reads no more of the executor's frames, and an executor that leaves
+    /// them unread for --executor-stall-timeout is disconnected.
     #[arg(long, default_value_t = agora_agent::DEFAULT_EXECUTOR_OUTBOX, value_parser = positive)]
     executor_outbox: usize,
+    /// How long an executor may leave --executor-outbox events unread.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    executor_stall_timeout: Duration,
     /// Calls queued for the master connection.
     #[arg(long, default_value_t = agora_agent::DEFAULT_MASTER_OUTBOX, value_parser = positive)]
     master_outbox: usize,
@@ -165,6 +169,7 @@ fn main() -> ExitCode {
     config.recover = flags.recover;
     config.core_queue = flags.core_queue;
     config.executor_outbox = flags.executor_outbox;
+    config.executor_stall_timeout = flags.executor_stall_timeout;
     config.master_outbox = flags.master_outbox;
     config.command_executor_tasks = flags.command_executor_tasks;
     config.command_executor_idle = flags.command_executor_idle;

@@ -168,3 +168,63 @@ async fn task_on_tiny_queues(
     let (_sandbox, env) = command_executor_env(&work, "fw-1").await;
     (dir, agent, conn, env)
 }
+
+/// An executor that stops reading is disconnected once it has left
+/// `--executor-outbox` events unread for `--executor-stall-timeout` (a busy
+/// one that is only behind catches up and keeps its connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_that_does_not_read_is_disconnected() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let mut config = config(&master.addr(), &work, &script);
+    config.executor_outbox = 4;
+    config.executor_stall_timeout = Duration::from_millis(300);
+    let agent = Agent::start(config).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-1").await;
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw-1", false),
+        task: command_task("task-1"),
+    })
+    .await;
+    let (_sandbox, env) = command_executor_env(&work, "fw-1").await;
+    let host = env["AGORA_EXECUTOR_ID"].clone();
+    let mut exec = ExecClient::connect(&env["AGORA_AGENT_ENDPOINT"]).await;
+    exec.send(&subscribe(&env, vec![], vec![])).await;
+    assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
+    // From now on the executor reads nothing. Framework messages of 1 MiB
+    // fill the socket's buffers, then the queue.
+    let data = vec![b'x'; 1 << 20];
+    let connected = |state: &serde_json::Value| {
+        state["frameworks"][0]["command_executors"][0]["connected"].as_bool()
+    };
+    let started = Instant::now();
+    let mut disconnected = false;
+    for _ in 0..200 {
+        conn.send(&AgentEvent::Message {
+            framework_id: agora_proto::FrameworkId::new("fw-1"),
+            executor_id: agora_proto::ExecutorId::new(&host),
+            data: data.clone().into(),
+        })
+        .await;
+        let (_, body) = agent.get("/state").await;
+        let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if connected(&state) == Some(false) {
+            disconnected = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        disconnected,
+        "the executor that reads nothing kept its connection"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "disconnected before the stall timeout"
+    );
+    drop(exec);
+    agent.stop().await;
+}

@@ -670,12 +670,19 @@ async fn grid_point(
         _ => bail!("no task was launched"),
     };
     let failed = args.tasks - run.terminal.get(&TaskState::Finished).copied().unwrap_or(0);
+    let mut dir = dir;
     if failed > 0 {
         eprintln!(
             "tasks that did not finish: {:?}, e.g.:\n  {}",
             run.terminal,
             run.not_finished.join("\n  ")
         );
+        // Kept for a look at the logs.
+        let kept = dir.keep();
+        eprintln!("logs kept in {}", kept.display());
+        dir = tempfile::Builder::new()
+            .prefix("agora-bench-launch-")
+            .tempdir()?;
     }
     drop(agents);
     drop(master);
