@@ -22,11 +22,12 @@ use axum::routing::get;
 use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::CoreEvent;
+use crate::core::Input;
 use crate::files::{self, FileError, Target};
+use crate::shell::{CoreEvent, Snapshot};
 use crate::{Counters, Shared};
 
 /// Most queued events written to an executor with one flush.
@@ -107,6 +108,8 @@ pub(crate) enum LinkFull {
 struct AppState {
     shared: Shared,
     core: mpsc::Sender<CoreEvent>,
+    /// The core's latest `/state` view, published by the shell.
+    snapshots: watch::Receiver<Snapshot>,
     counters: Arc<FileCounters>,
 }
 
@@ -131,7 +134,11 @@ struct FileParams {
 }
 
 /// The router for the agent's port.
-pub(crate) fn router(shared: Shared, core: mpsc::Sender<CoreEvent>) -> Router {
+pub(crate) fn router(
+    shared: Shared,
+    core: mpsc::Sender<CoreEvent>,
+    snapshots: watch::Receiver<Snapshot>,
+) -> Router {
     Router::new()
         .route("/api/executor", get(executor_ws))
         .route("/health", get(|| async { "ok" }))
@@ -147,6 +154,7 @@ pub(crate) fn router(shared: Shared, core: mpsc::Sender<CoreEvent>) -> Router {
         .with_state(AppState {
             shared,
             core,
+            snapshots,
             counters: Arc::default(),
         })
 }
@@ -159,11 +167,14 @@ async fn allow_cross_origin(mut response: Response) -> Response {
     response
 }
 
-/// The core's `/state` JSON, or `None` when the agent is stopping.
-async fn core_state(app: &AppState) -> Option<serde_json::Value> {
-    let (reply, rx) = oneshot::channel();
-    app.core.send(CoreEvent::State { reply }).await.ok()?;
-    rx.await.ok()
+/// The core's latest published `/state` view (at most
+/// [`crate::shell::SNAPSHOT_EVERY`] old), or `None` when the agent is
+/// stopping.
+async fn core_state(app: &AppState) -> Option<Snapshot> {
+    if app.core.is_closed() {
+        return None;
+    }
+    Some(app.snapshots.borrow().clone())
 }
 
 /// Prometheus text: gauges counted from the core's state, plus what
@@ -402,7 +413,7 @@ async fn serve_file(
 
 async fn state(State(app): State<AppState>) -> Response {
     match core_state(&app).await {
-        Some(v) => Json(v).into_response(),
+        Some(v) => Json(&*v).into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response(),
     }
 }
@@ -531,7 +542,7 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
                 });
                 continue;
             }
-            call => CoreEvent::ExecutorCall { conn, call },
+            call => CoreEvent::Input(Input::ExecutorCall { conn, call }),
         };
         let forwarded = tokio::select! {
             r = app.core.send(event) => r.is_ok(),
@@ -546,7 +557,7 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
     if subscribed {
         let _ = app
             .core
-            .send(CoreEvent::ExecutorDisconnected { conn })
+            .send(CoreEvent::Input(Input::ExecutorDisconnected { conn }))
             .await;
     }
     // Let the writer finish what is queued (a close frame, an error).
@@ -572,45 +583,65 @@ async fn write_executor(
     done: CancellationToken,
 ) {
     loop {
+        let asked = close.borrow_and_update().clone();
+        if let Some(frame) = asked {
+            // What was queued before the close goes first (the error that
+            // explains it, say), as far as time allows.
+            let flush = async {
+                while let Ok(event) = events.try_recv() {
+                    sink.feed(Message::text(agora_proto::encode(&*event)))
+                        .await?;
+                }
+                sink.send(Message::Close(Some(frame))).await
+            };
+            let _ = tokio::time::timeout(WRITER_LINGER, flush).await;
+            break;
+        }
         let first = tokio::select! {
             biased;
             _ = done.cancelled() => break,
             changed = close.changed() => {
-                let frame = if changed.is_ok() { close.borrow_and_update().clone() } else { None };
-                if let Some(frame) = frame {
-                    // What was queued before the close goes first (the
-                    // error that explains it, say), as far as time allows.
-                    let flush = async {
-                        while let Ok(event) = events.try_recv() {
-                            sink.feed(Message::text(agora_proto::encode(&*event))).await?;
-                        }
-                        sink.send(Message::Close(Some(frame))).await
-                    };
-                    let _ = tokio::time::timeout(WRITER_LINGER, flush).await;
+                if changed.is_err() {
+                    break;
                 }
-                break;
+                continue;
             }
             event = events.recv() => match event {
                 Some(event) => event,
                 None => break,
             },
         };
-        let mut written = sink
-            .feed(Message::text(agora_proto::encode(&*first)))
-            .await
-            .is_ok();
-        let mut queued = 1;
-        while written && queued < WRITE_BATCH {
-            let Ok(event) = events.try_recv() else { break };
-            written = sink
-                .feed(Message::text(agora_proto::encode(&*event)))
+        let batch = async {
+            let mut written = sink
+                .feed(Message::text(agora_proto::encode(&*first)))
                 .await
                 .is_ok();
-            queued += 1;
-        }
-        if !written || sink.flush().await.is_err() {
+            let mut queued = 1;
+            while written && queued < WRITE_BATCH {
+                let Ok(event) = events.try_recv() else { break };
+                written = sink
+                    .feed(Message::text(agora_proto::encode(&*event)))
+                    .await
+                    .is_ok();
+                queued += 1;
+            }
+            (written && sink.flush().await.is_ok()).then_some(queued)
+        };
+        // A write to an executor that reads nothing never completes: a
+        // close asked for meanwhile gives it a moment, then ends the
+        // connection.
+        let closing = async {
+            let _ = close.changed().await;
+            tokio::time::sleep(WRITER_LINGER).await;
+        };
+        let queued = tokio::select! {
+            queued = batch => queued,
+            _ = done.cancelled() => None,
+            _ = closing => None,
+        };
+        let Some(queued) = queued else {
             break;
-        }
+        };
         let left = unwritten.count.fetch_sub(queued, Ordering::AcqRel) - queued;
         if left < limit {
             unwritten.full_since_ms.store(0, Ordering::Release);

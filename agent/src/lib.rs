@@ -4,11 +4,16 @@
 //!
 //! [`run`] serves one port: the executor WebSocket (`/api/executor`) and
 //! HTTP `/health`, `/state` and `/version`. It keeps a connection to the
-//! master's `/api/agent`, re-registering after every drop. State lives in
-//! one task (the core); the status update streams are a sans-IO state
-//! machine in [`status_updates`]; frameworks that set `checkpoint` have
-//! their executors, tasks and updates checkpointed under `WORK_DIR/meta`
-//! so a restarted agent recovers them (see [`RecoverMode`]).
+//! master's `/api/agent`, re-registering after every drop. All state lives
+//! in the core, a sans-IO state machine (inputs and the time in, actions
+//! out) split by domain noun; one task, the shell, feeds it and carries out
+//! its actions, with processes spawned, signalled and reaped on a thread of
+//! their own and checkpoints written on another. The status update streams
+//! are a sans-IO state machine in [`status_updates`]; frameworks that set
+//! `checkpoint` have their executors, tasks and updates checkpointed under
+//! `WORK_DIR/meta` so a restarted agent recovers them (see
+//! [`RecoverMode`]). `/state` and `/metrics` are served from a snapshot the
+//! shell publishes, never built on the core per request.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agora_agent::AgentError> {
@@ -36,6 +41,7 @@ pub mod launcher;
 mod master_link;
 pub mod paths;
 mod processes;
+mod shell;
 pub mod status_updates;
 mod sys;
 mod wal;
@@ -154,11 +160,19 @@ pub async fn run(
         })?;
     let (core_tx, core_rx) = mpsc::channel(shared.config.core_queue.max(1));
     let processes = processes::Processes::start(core_tx.clone())?;
-    let mut core = core::Core::new(shared.clone(), core_tx.clone(), writer, processes);
-    core.recover(streams);
+    let (now, wall) = (tokio::time::Instant::now(), agora_proto::now_timestamp());
+    let mut core = core::Core::new(shared.clone(), rand::random(), now, wall);
+    core.recover(
+        core::Recovered::load(&shared.config.work_dir, streams),
+        now,
+        wall,
+    );
+    let (snapshots, snapshot) = tokio::sync::watch::channel(Arc::new(serde_json::Value::Null));
+    let mut shell = shell::Shell::new(core, core_tx.clone(), writer, processes, snapshots);
+    shell.flush();
 
     let cancel = CancellationToken::new();
-    let app = http::router(shared.clone(), core_tx.clone());
+    let app = http::router(shared.clone(), core_tx.clone(), snapshot);
     let server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(cancel.clone().cancelled_owned())
@@ -167,7 +181,7 @@ pub async fn run(
     let link = tokio::spawn(master_link::run(shared.clone(), core_tx, cancel.clone()));
     tracing::info!(address = %local, master = %shared.config.master, "agent started");
 
-    let stop = core.run(core_rx, shutdown).await;
+    let stop = shell.run(core_rx, shutdown).await;
     cancel.cancel();
     let _ = link.await;
     let mut server = server;

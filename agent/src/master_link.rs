@@ -23,7 +23,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::CoreEvent;
+use crate::core::Input;
+use crate::shell::CoreEvent;
 use crate::Shared;
 
 /// Most queued calls written to the master with one flush.
@@ -256,7 +257,7 @@ where
             _ => {}
         }
         let forwarded = tokio::select! {
-            r = core.send(CoreEvent::MasterEvent { conn, event: Box::new(event) }) => r.is_ok(),
+            r = core.send(CoreEvent::Input(Input::MasterEvent { conn, event: Box::new(event) })) => r.is_ok(),
             _ = done.cancelled() => false,
             _ = cancel.cancelled() => false,
         };
@@ -268,7 +269,9 @@ where
     if tokio::time::timeout(CLOSE_WAIT, &mut writer).await.is_err() {
         writer.abort();
     }
-    let _ = core.send(CoreEvent::MasterDisconnected { conn }).await;
+    let _ = core
+        .send(CoreEvent::Input(Input::MasterDisconnected { conn }))
+        .await;
     registered
 }
 

@@ -3,8 +3,8 @@
 //! core's loop or on the async threads.
 //!
 //! The core sends it [`Request`]s and hears back through its own queue:
-//! [`CoreEvent::ExecutorLaunched`] once a launch succeeded or failed, and
-//! [`CoreEvent::ExecutorExited`] once a process ended (a watcher task per
+//! [`Input::ExecutorLaunched`] once a launch succeeded or failed, and
+//! [`Input::ExecutorExited`] once a process ended (a watcher task per
 //! process awaits its pidfd). An exited child is not reaped until the
 //! core sends [`Request::Release`]: until then its pid cannot be reused,
 //! so killing what is left of its session cannot hit anyone else.
@@ -18,10 +18,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::core::{CoreEvent, ExecKey};
+use crate::core::{ExecKey, Input};
 use crate::launcher::{self, LaunchSpec, Process};
+use crate::shell::CoreEvent;
 
 /// What the core asks of the process thread.
+#[derive(Debug)]
 pub(crate) enum Request {
     /// Create the sandbox and start the executor.
     Launch {
@@ -227,23 +229,27 @@ impl Keeper {
             }
             Err(message) => Err(message),
         };
-        let _ = self.core.blocking_send(CoreEvent::ExecutorLaunched {
-            key,
-            run_id,
-            result,
-        });
+        let _ = self
+            .core
+            .blocking_send(CoreEvent::Input(Input::ExecutorLaunched {
+                key,
+                run_id,
+                result,
+            }));
     }
 
     fn adopt(&mut self, key: ExecKey, run_id: String, pid: u32, start_time: Option<u64>) {
         match Process::adopt(pid, start_time) {
             Some(process) => self.watch(key, run_id, process),
             None => {
-                let _ = self.core.blocking_send(CoreEvent::ExecutorExited {
-                    key,
-                    run_id,
-                    code: None,
-                    message: "exited (status unknown: not a child of this agent run)".into(),
-                });
+                let _ = self
+                    .core
+                    .blocking_send(CoreEvent::Input(Input::ExecutorExited {
+                        key,
+                        run_id,
+                        code: None,
+                        message: "exited (status unknown: not a child of this agent run)".into(),
+                    }));
             }
         }
     }
@@ -264,12 +270,14 @@ impl Keeper {
             Ok(watch) => watch,
             Err(e) => {
                 tracing::error!(framework_id = %key.0, executor_id = %key.1, error = %e, "cannot watch the executor's exit; treating it as exited");
-                let _ = self.core.blocking_send(CoreEvent::ExecutorExited {
-                    key,
-                    run_id,
-                    code: None,
-                    message: format!("could not be watched: {e}"),
-                });
+                let _ = self
+                    .core
+                    .blocking_send(CoreEvent::Input(Input::ExecutorExited {
+                        key,
+                        run_id,
+                        code: None,
+                        message: format!("could not be watched: {e}"),
+                    }));
                 return;
             }
         };
@@ -287,12 +295,12 @@ impl Keeper {
                 ),
             };
             let _ = core
-                .send(CoreEvent::ExecutorExited {
+                .send(CoreEvent::Input(Input::ExecutorExited {
                     key,
                     run_id,
                     code,
                     message,
-                })
+                }))
                 .await;
         });
     }

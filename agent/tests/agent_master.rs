@@ -77,9 +77,9 @@ async fn registers_pongs_launches_and_delivers_updates() {
 
     // /state shows the task as its own command executor, with the
     // process's pid and the task's own sandbox.
-    let (status, body) = agent.get("/state").await;
-    assert_eq!(status, 200);
-    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let state = agent
+        .state_when(|s| s["frameworks"][0]["executors"][0]["pid"].is_u64())
+        .await;
     assert_eq!(state["id"], "agent-1");
     let ex = &state["frameworks"][0]["executors"][0];
     assert_eq!(ex["id"], "task-1");
@@ -262,8 +262,9 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
     exec.send(&subscribe(&env, vec![], vec![])).await;
     assert!(matches!(exec.recv().await, ExecEvent::Subscribed { .. }));
     assert!(matches!(exec.recv().await, ExecEvent::Launch { .. }));
-    let (_, body) = agent.get("/state").await;
-    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let state = agent
+        .state_when(|s| s["frameworks"][0]["executors"][0]["pid"].is_u64())
+        .await;
     let pid = state["frameworks"][0]["executors"][0]["pid"]
         .as_u64()
         .unwrap() as i32;
@@ -318,16 +319,16 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
         task: command_task("b"),
     })
     .await;
-    let host_b = loop {
-        let (_, body) = agent.get("/state").await;
-        let state: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let host = &state["frameworks"][0]["command_executors"][0];
-        if let Some(pid) = host["pid"].as_u64() {
-            assert_ne!(host["sandbox"], sandbox_a.to_str().unwrap());
-            break pid as i32;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let sandbox_a = sandbox_a.to_str().unwrap().to_string();
+    let state = agent
+        .state_when(|s| {
+            let host = &s["frameworks"][0]["command_executors"][0];
+            host["pid"].is_u64() && host["sandbox"] != sandbox_a.as_str()
+        })
+        .await;
+    let host_b = state["frameworks"][0]["command_executors"][0]["pid"]
+        .as_u64()
+        .unwrap() as i32;
     conn.send(&AgentEvent::KillTask {
         framework_id: FrameworkId::new("fw"),
         task_id: TaskId::new("b"),
@@ -732,10 +733,8 @@ async fn a_launch_of_a_task_id_in_use_is_answered() {
         ExecEvent::Launch { task, .. } => assert_eq!(task.task_id, TaskId::new("t")),
         e => panic!("{e:?}"),
     }
-    let (status, body) = agent.get("/state").await;
-    assert_eq!(status, 200);
-    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let task = &state["frameworks"][0]["executors"][0]["tasks"][0];
-    assert_eq!(task["state"], "TASK_STAGING", "{state}");
+    agent
+        .state_when(|s| s["frameworks"][0]["executors"][0]["tasks"][0]["state"] == "TASK_STAGING")
+        .await;
     agent.stop().await;
 }

@@ -13,8 +13,9 @@ use agora_proto::{Reason, TaskState};
 use support::*;
 
 async fn pid_of(agent: &Agent) -> i32 {
-    let (_, body) = agent.get("/state").await;
-    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let state = agent
+        .state_when(|s| s["frameworks"][0]["executors"][0]["pid"].is_u64())
+        .await;
     state["frameworks"][0]["executors"][0]["pid"]
         .as_u64()
         .unwrap() as i32

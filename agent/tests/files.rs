@@ -38,8 +38,9 @@ async fn sandbox_files_are_served_and_confined() {
     command_executor_env(&work, "fw-1").await;
     // The task's own sandbox, which the agent makes; write what a command
     // would.
-    let (_, body) = agent.get("/state").await;
-    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let state = agent
+        .state_when(|s| s["frameworks"][0]["executors"][0]["sandbox"].is_string())
+        .await;
     let sandbox = std::path::PathBuf::from(
         state["frameworks"][0]["executors"][0]["sandbox"]
             .as_str()

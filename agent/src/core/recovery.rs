@@ -1,24 +1,69 @@
 //! Recovery: what a restarted agent finds checkpointed.
 
 use super::*;
+use crate::checkpoint::RecoveredFramework;
+use crate::wal::StreamState;
+
+/// What a restarting agent found on disk: read by the shell (file and
+/// `/proc` reads), taken in by [`Core::recover`].
+pub(crate) struct Recovered {
+    pub(crate) agent_id: Option<AgentId>,
+    pub(crate) frameworks: Vec<RecoveredFramework>,
+    /// Streams whose task was not checkpointed (forgotten).
+    pub(crate) orphans: Vec<StreamState>,
+    /// The run ids of checkpointed executors found alive (their recorded
+    /// pid runs, with the recorded start time).
+    pub(crate) alive: HashSet<String>,
+}
+
+// === impl Recovered ===
+
+impl Recovered {
+    /// Reads what the agent checkpointed under `work_dir`, given the
+    /// streams its status update log held.
+    pub(crate) fn load(work_dir: &std::path::Path, streams: Vec<StreamState>) -> Recovered {
+        let agent_id = checkpoint::read_agent_id(work_dir).map(AgentId::new);
+        let (frameworks, orphans) = checkpoint::load(work_dir, streams);
+        let alive = frameworks
+            .iter()
+            .flat_map(|f| &f.executors)
+            .filter_map(|e| e.record.as_ref())
+            .filter(|r| {
+                r.pid
+                    .is_some_and(|pid| crate::launcher::is_alive(pid, r.start_time))
+            })
+            .map(|r| r.run_id.clone())
+            .collect();
+        Recovered {
+            agent_id,
+            frameworks,
+            orphans,
+            alive,
+        }
+    }
+}
 
 impl Core {
-    /// Loads the agent id and the checkpoints, re-attaches to executors
+    /// Takes in what a restarting agent found: re-attaches to executors
     /// that survived (or kills them with [`RecoverMode::Cleanup`]) and
     /// gives the tasks of dead ones terminal updates.
-    pub(crate) fn recover(&mut self, streams: Vec<StreamState>) {
+    pub(crate) fn recover(&mut self, recovered: Recovered, now: Instant, wall: f64) {
+        self.now = now;
+        self.wall = wall;
         let config = self.shared.config.clone();
-        self.agent_id = checkpoint::read_agent_id(&config.work_dir).map(AgentId::new);
-        let (frameworks, orphans) = checkpoint::load(&config.work_dir, streams);
+        self.agent_id = recovered.agent_id;
+        let Recovered {
+            frameworks,
+            orphans,
+            alive: alive_runs,
+            ..
+        } = recovered;
         for stream in orphans {
             tracing::debug!(framework_id = %stream.framework_id, task_id = %stream.task_id, "dropping the update stream of a forgotten task");
-            self.writer.submit(
-                vec![Op::Wal(WalRecord::End {
-                    framework_id: stream.framework_id,
-                    task_id: stream.task_id,
-                })],
-                None,
-            );
+            self.checkpoint(vec![Op::Wal(WalRecord::End {
+                framework_id: stream.framework_id,
+                task_id: stream.task_id,
+            })]);
         }
         for fw in frameworks {
             let Some(fid) = fw.info.id.clone() else {
@@ -47,16 +92,13 @@ impl Core {
                             eid.as_str(),
                             tid.as_str(),
                         ) {
-                            self.writer.submit(
-                                vec![
-                                    Op::Wal(WalRecord::End {
-                                        framework_id: fid.clone(),
-                                        task_id: tid.clone(),
-                                    }),
-                                    Op::RemoveDir { path: dir },
-                                ],
-                                None,
-                            );
+                            self.checkpoint(vec![
+                                Op::Wal(WalRecord::End {
+                                    framework_id: fid.clone(),
+                                    task_id: tid.clone(),
+                                }),
+                                Op::RemoveDir { path: dir },
+                            ]);
                         }
                         continue;
                     }
@@ -73,10 +115,10 @@ impl Core {
                         },
                     );
                 }
-                let alive = rex.record.as_ref().filter(|r| {
-                    r.pid
-                        .is_some_and(|pid| launcher::is_alive(pid, r.start_time))
-                });
+                let alive = rex
+                    .record
+                    .as_ref()
+                    .filter(|r| r.pid.is_some() && alive_runs.contains(&r.run_id));
                 match alive {
                     Some(record) => {
                         let record = record.clone();
@@ -101,7 +143,7 @@ impl Core {
                                 assignments: 0,
                             },
                         );
-                        self.processes.send(Request::Adopt {
+                        self.process(Request::Adopt {
                             key: ekey.clone(),
                             run_id: record.run_id.clone(),
                             pid,
@@ -149,7 +191,7 @@ impl Core {
             {
                 self.frameworks.remove(&fid);
                 if let Ok(dir) = paths::meta_framework_dir(&config.work_dir, fid.as_str()) {
-                    self.writer.submit(vec![Op::RemoveDir { path: dir }], None);
+                    self.checkpoint(vec![Op::RemoveDir { path: dir }]);
                 }
             }
         }

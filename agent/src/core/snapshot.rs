@@ -3,9 +3,10 @@
 use super::*;
 
 impl Core {
-    pub(super) fn snapshot(&self) -> serde_json::Value {
+    /// The `/state` view (`wal`: the status update log's counters, which
+    /// the writer thread keeps).
+    pub(crate) fn snapshot(&self, wal: crate::wal::WalStats) -> serde_json::Value {
         let config = &self.shared.config;
-        let wal = self.writer.stats();
         let one_task = |fid: &FrameworkId, tid: &TaskId, t: &Task| {
             json!({
                 "id": tid,

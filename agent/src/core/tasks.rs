@@ -46,13 +46,10 @@ impl Core {
             if self.tasks.contains_key(&key) {
                 self.forget_task(&key);
             } else {
-                self.writer.submit(
-                    vec![Op::Wal(WalRecord::End {
-                        framework_id: fid.clone(),
-                        task_id: task.task_id.clone(),
-                    })],
-                    None,
-                );
+                self.checkpoint(vec![Op::Wal(WalRecord::End {
+                    framework_id: fid.clone(),
+                    task_id: task.task_id.clone(),
+                })]);
             }
         }
         let mut info = match (&task.command, &task.executor) {
@@ -121,7 +118,7 @@ impl Core {
     /// Runs a command task in a command executor of its framework with
     /// room for it, starting one when none has, in a sandbox of its own.
     fn run_command_task(&mut self, fid: FrameworkId, task: TaskInfo) {
-        let run_id = uuid::Uuid::new_v4().to_string();
+        let run_id = self.uuid().to_string();
         let sandbox = match paths::sandbox_dir(
             &self.shared.config.work_dir,
             fid.as_str(),
@@ -150,7 +147,7 @@ impl Core {
             .find(|key| self.live_tasks(key) < limit)
             .cloned();
         let ekey = host.clone().unwrap_or_else(|| {
-            let id = uuid::Uuid::new_v4().simple().to_string();
+            let id = self.uuid().simple().to_string();
             (
                 fid.clone(),
                 ExecutorId::new(format!(
@@ -160,7 +157,7 @@ impl Core {
                 )),
             )
         });
-        self.processes.send(Request::CreateDir {
+        self.process(Request::CreateDir {
             path: sandbox.clone(),
         });
         let checkpointed = self.checkpointing(&fid);
@@ -233,13 +230,10 @@ impl Core {
         }
         if framework.checkpoint {
             if let Ok(dir) = paths::meta_framework_dir(&self.shared.config.work_dir, fid.as_str()) {
-                self.writer.submit(
-                    vec![Op::Replace {
-                        path: dir.join("framework.json"),
-                        bytes: checkpoint::json_bytes(&framework),
-                    }],
-                    None,
-                );
+                self.checkpoint(vec![Op::Replace {
+                    path: dir.join("framework.json"),
+                    bytes: checkpoint::json_bytes(&framework),
+                }]);
             }
         }
         self.frameworks.insert(fid, framework);
@@ -326,7 +320,7 @@ impl Core {
         let checkpointed = self.tasks.get(&key).is_some_and(|t| t.checkpointed);
         match self
             .updates
-            .acknowledge(&fid, &task_id, &uuid, checkpointed, Instant::now())
+            .acknowledge(&fid, &task_id, &uuid, checkpointed, self.now)
         {
             AckOutcome::Ignored => {
                 tracing::debug!(framework_id = %fid, %task_id, %uuid, "acknowledgement for a non-head update ignored");
@@ -338,25 +332,18 @@ impl Core {
                     // The next update goes out once the acknowledgement is
                     // durable: after a crash the stream resumes exactly
                     // where the master left it.
-                    let done: Option<checkpoint::Done> = (!ended).then(|| {
-                        let tx = self.tx.clone();
-                        let (fid, task_id) = (fid.clone(), task_id.clone());
-                        Box::new(move |result: std::io::Result<()>| {
-                            let _ = tx.blocking_send(CoreEvent::AckDurable {
-                                framework_id: fid,
-                                task_id,
-                                result: result.map_err(|e| e.to_string()),
-                            });
-                        }) as checkpoint::Done
+                    let then = (!ended).then(|| Durable::Ack {
+                        framework_id: fid.clone(),
+                        task_id: task_id.clone(),
                     });
-                    self.writer.submit(
-                        vec![Op::Wal(WalRecord::Ack {
+                    self.actions.push(Action::Checkpoint {
+                        ops: vec![Op::Wal(WalRecord::Ack {
                             framework_id: fid.clone(),
                             task_id: task_id.clone(),
                             uuid,
                         })],
-                        done,
-                    );
+                        then,
+                    });
                 }
                 if let Some(status) = next {
                     self.send_master(agent_api::Call::StatusUpdate {
@@ -378,16 +365,13 @@ impl Core {
         };
         tracing::debug!(framework_id = %key.0, task_id = %key.1, "task forgotten");
         if let Some(dir) = dir {
-            self.writer.submit(
-                vec![
-                    Op::Wal(WalRecord::End {
-                        framework_id: key.0.clone(),
-                        task_id: key.1.clone(),
-                    }),
-                    Op::RemoveDir { path: dir },
-                ],
-                None,
-            );
+            self.checkpoint(vec![
+                Op::Wal(WalRecord::End {
+                    framework_id: key.0.clone(),
+                    task_id: key.1.clone(),
+                }),
+                Op::RemoveDir { path: dir },
+            ]);
         }
         let ekey = (key.0.clone(), task.executor_id);
         if let Some(ex) = self.executors.get_mut(&ekey) {
@@ -400,21 +384,18 @@ impl Core {
     /// its stream: one more record in the next group commit, where a file
     /// of its own would cost a directory, a file and their syncs.
     pub(super) fn checkpoint_task(
-        &self,
+        &mut self,
         fid: &FrameworkId,
         executor_id: &ExecutorId,
         task: &TaskInfo,
         sandbox: Option<&PathBuf>,
     ) {
-        self.writer.submit(
-            vec![Op::Wal(WalRecord::Task {
-                framework_id: fid.clone(),
-                executor_id: executor_id.clone(),
-                task: Box::new(task.clone()),
-                sandbox: sandbox.cloned(),
-            })],
-            None,
-        );
+        self.checkpoint(vec![Op::Wal(WalRecord::Task {
+            framework_id: fid.clone(),
+            executor_id: executor_id.clone(),
+            task: Box::new(task.clone()),
+            sandbox: sandbox.cloned(),
+        })]);
     }
 
     /// The directory of a task checkpointed as a `task.json` (by an older
@@ -440,7 +421,7 @@ impl Core {
                 ekey.0.as_str(),
                 ekey.1.as_str(),
             ) {
-                self.writer.submit(vec![Op::RemoveDir { path: dir }], None);
+                self.checkpoint(vec![Op::RemoveDir { path: dir }]);
             }
         }
         let fid = &ekey.0;
@@ -452,7 +433,7 @@ impl Core {
                     if let Ok(dir) =
                         paths::meta_framework_dir(&self.shared.config.work_dir, fid.as_str())
                     {
-                        self.writer.submit(vec![Op::RemoveDir { path: dir }], None);
+                        self.checkpoint(vec![Op::RemoveDir { path: dir }]);
                     }
                 }
             }

@@ -6,7 +6,7 @@ use super::*;
 
 impl Core {
     pub(super) fn agent_status(
-        &self,
+        &mut self,
         task_id: &TaskId,
         executor_id: Option<ExecutorId>,
         state: TaskState,
@@ -15,8 +15,9 @@ impl Core {
     ) -> TaskStatus {
         let mut status = TaskStatus::new(task_id.clone(), state, Source::SourceAgent)
             .with_reason(reason)
-            .with_message(message)
-            .with_new_uuid();
+            .with_message(message);
+        status.uuid = Some(self.uuid().to_string());
+        status.timestamp = self.wall;
         status.agent_id = self.agent_id.clone();
         status.executor_id = executor_id;
         status
@@ -60,18 +61,14 @@ impl Core {
             executor_id,
             status: status.clone(),
         };
-        let tx = self.tx.clone();
-        self.writer.submit(
-            vec![Op::Wal(record)],
-            Some(Box::new(move |result| {
-                let _ = tx.blocking_send(CoreEvent::UpdateDurable {
-                    framework_id: fid,
-                    status,
-                    ack_to,
-                    result: result.map_err(|e| e.to_string()),
-                });
-            })),
-        );
+        self.actions.push(Action::Checkpoint {
+            ops: vec![Op::Wal(record)],
+            then: Some(Durable::Update {
+                framework_id: fid,
+                status,
+                ack_to,
+            }),
+        });
     }
 
     pub(super) fn append_to_stream(
@@ -82,7 +79,7 @@ impl Core {
     ) {
         let task_id = status.task_id.clone();
         let uuid = status.uuid.clone().unwrap_or_default();
-        match self.updates.update(&fid, status.clone(), Instant::now()) {
+        match self.updates.update(&fid, status.clone(), self.now) {
             UpdateOutcome::Added { send } => {
                 tracing::debug!(framework_id = %fid, %task_id, state = %status.state, "status update queued");
                 if let Some(task) = self.tasks.get_mut(&(fid.clone(), task_id.clone())) {

@@ -156,6 +156,26 @@ impl Agent {
             .unwrap();
     }
 
+    /// `/state` once `ready` holds for it (it is a snapshot, rebuilt at
+    /// most every 100 ms); panics after a while.
+    pub async fn state_when(
+        &self,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let mut state = serde_json::Value::Null;
+        for _ in 0..200 {
+            let (status, body) = self.get("/state").await;
+            if status == 200 {
+                state = serde_json::from_str(&body).expect("/state is JSON");
+                if ready(&state) {
+                    return state;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("/state never got there: {state}");
+    }
+
     pub async fn get(&self, path: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut s = TcpStream::connect(self.addr).await.unwrap();
