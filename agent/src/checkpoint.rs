@@ -43,7 +43,7 @@ pub(crate) type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
 // only add an allocation per status update.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(crate) enum Op {
+pub enum Op {
     /// Replace a file atomically (write temp, fsync, rename, fsync dir).
     Replace { path: PathBuf, bytes: Vec<u8> },
     /// Append a record to the status update log, synced before the

@@ -42,6 +42,8 @@ mod master_link;
 pub mod paths;
 mod processes;
 mod shell;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod status_updates;
 mod sys;
 mod wal;

@@ -24,7 +24,7 @@ use crate::shell::CoreEvent;
 
 /// What the core asks of the process thread.
 #[derive(Debug)]
-pub(crate) enum Request {
+pub enum Request {
     /// Create the sandbox and start the executor.
     Launch {
         key: ExecKey,
@@ -67,9 +67,9 @@ pub(crate) struct Processes {
 
 /// What a launch gave the core.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Started {
-    pub(crate) pid: u32,
-    pub(crate) start_time: Option<u64>,
+pub struct Started {
+    pub pid: u32,
+    pub start_time: Option<u64>,
 }
 
 struct Entry {

@@ -51,7 +51,7 @@ pub(crate) const ACKED_UUIDS_KEPT: usize = 1024;
 /// One record of the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum WalRecord {
+pub enum WalRecord {
     /// A stream took an update (appended at the stream's tail).
     Update {
         framework_id: FrameworkId,
@@ -86,7 +86,7 @@ pub(crate) enum WalRecord {
 
 /// The checkpointed state of one task's stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct StreamState {
+pub struct StreamState {
     pub framework_id: FrameworkId,
     pub executor_id: ExecutorId,
     pub task_id: TaskId,
@@ -118,7 +118,7 @@ pub(crate) struct Limits {
 
 /// The live streams the log describes.
 #[derive(Debug, Default)]
-pub(crate) struct Streams {
+pub struct Streams {
     map: HashMap<(FrameworkId, TaskId), Live>,
 }
 
@@ -162,7 +162,7 @@ impl Streams {
     /// Applies one record; returns `false` when it changed nothing (a
     /// duplicate uuid, an update after a terminal one, an ack of something
     /// other than the head).
-    pub(crate) fn apply(&mut self, record: WalRecord) -> bool {
+    pub fn apply(&mut self, record: WalRecord) -> bool {
         match record {
             WalRecord::Update {
                 framework_id,
@@ -232,7 +232,7 @@ impl Streams {
     }
 
     /// Drops the streams of one framework, or all of them.
-    pub(crate) fn forget(&mut self, framework_id: Option<&FrameworkId>) {
+    pub fn forget(&mut self, framework_id: Option<&FrameworkId>) {
         match framework_id {
             Some(fid) => self.map.retain(|(f, _), _| f != fid),
             None => self.map.clear(),
@@ -268,7 +268,7 @@ impl Streams {
     }
 
     /// The live streams, in no particular order.
-    pub(crate) fn states(&self) -> impl Iterator<Item = &StreamState> {
+    pub fn states(&self) -> impl Iterator<Item = &StreamState> {
         self.map.values().map(|l| &l.state)
     }
 }

@@ -30,7 +30,12 @@
 pub mod command;
 mod config;
 mod driver;
+// Its types are public only to the simulation (feature `sim`).
+#[cfg_attr(feature = "sim", allow(missing_docs))]
 mod state;
+#[cfg(feature = "sim")]
+#[allow(missing_docs)]
+pub mod sim;
 
 pub use agora_proto as proto;
 pub use agora_proto::{

@@ -28,7 +28,7 @@ pub(crate) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the user (or the driver itself) asked for.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Command {
+pub enum Command {
     /// A status update to send reliably.
     Update(TaskStatus),
     /// Bytes for the scheduler (best effort).
@@ -41,7 +41,7 @@ pub(crate) enum Command {
 
 /// An executor callback to run on the callback thread.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Callback {
+pub enum Callback {
     Registered {
         executor: ExecutorInfo,
         framework: FrameworkInfo,
@@ -68,7 +68,7 @@ pub(crate) enum Callback {
 
 /// How the driver ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     Stopped,
     Aborted,
 }
@@ -78,7 +78,7 @@ pub(crate) enum Outcome {
 // allocations.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Action {
+pub enum Action {
     Send(Call),
     Callback(Callback),
     /// Drop the connection and reconnect after a backoff.

@@ -29,6 +29,8 @@ mod master;
 mod metrics;
 mod offers;
 mod registry;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod state;
 mod tasks;
 mod tracked;

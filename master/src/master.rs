@@ -29,11 +29,11 @@ use crate::tracked::Tracked;
 use crate::Config;
 
 /// Identifies one WebSocket connection for the lifetime of the master.
-pub(crate) type ConnId = u64;
+pub type ConnId = u64;
 
 /// Something that happened on a connection.
 #[derive(Debug)]
-pub(crate) enum Input {
+pub enum Input {
     /// A decoded call from a scheduler connection.
     Scheduler { conn: ConnId, call: scheduler::Call },
     /// A scheduler connection ended.
@@ -49,7 +49,7 @@ pub(crate) enum Input {
 // agent event would cost more than the size difference.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Output {
+pub enum Output {
     /// Send an event to a scheduler connection.
     Scheduler {
         conn: ConnId,

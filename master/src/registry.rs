@@ -67,16 +67,16 @@ pub enum RegistryError {
 
 /// An agent the master admitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct AgentRecord {
-    pub(crate) id: AgentId,
+pub struct AgentRecord {
+    pub id: AgentId,
     /// As registered (hostname, address, resources, attributes), `id` set.
     pub(crate) info: AgentInfo,
 }
 
 /// A framework that subscribed to the master.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct FrameworkRecord {
-    pub(crate) id: FrameworkId,
+pub struct FrameworkRecord {
+    pub id: FrameworkId,
     /// As last subscribed (with `failover_timeout`), `id` set.
     pub(crate) info: FrameworkInfo,
     /// Unix time (seconds) its scheduler disconnected; `None` while it
@@ -88,7 +88,7 @@ pub(crate) struct FrameworkRecord {
 /// One change to the registered state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub(crate) enum RegistryOp {
+pub enum RegistryOp {
     /// An agent was admitted, or re-registered with different info.
     PutAgent(AgentRecord),
     /// An agent was removed: it is forgotten and refused from now on.
@@ -101,7 +101,7 @@ pub(crate) enum RegistryOp {
 
 /// Everything the registry holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct RegistryState {
+pub struct RegistryState {
     pub(crate) agents: BTreeMap<AgentId, AgentRecord>,
     pub(crate) frameworks: BTreeMap<FrameworkId, FrameworkRecord>,
     /// Oldest first; bounded by the master's `max_removed_agents`.
@@ -141,7 +141,7 @@ struct Snapshot {
 
 impl RegistryState {
     /// Applies one op; removed-id lists keep at most `removed_capacity`.
-    pub(crate) fn apply(&mut self, op: &RegistryOp, removed_capacity: usize) {
+    pub fn apply(&mut self, op: &RegistryOp, removed_capacity: usize) {
         match op {
             RegistryOp::PutAgent(record) => {
                 self.agents.insert(record.id.clone(), record.clone());

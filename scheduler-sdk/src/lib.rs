@@ -30,7 +30,12 @@
 
 mod driver;
 mod endpoint;
+// Its types are public only to the simulation (feature `sim`).
+#[cfg_attr(feature = "sim", allow(missing_docs))]
 mod state;
+#[cfg(feature = "sim")]
+#[allow(missing_docs)]
+pub mod sim;
 
 use std::time::Duration;
 

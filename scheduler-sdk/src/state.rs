@@ -35,7 +35,7 @@ pub(crate) const DROPPED_MESSAGE: &str = "driver disconnected";
 
 /// What the user asked the driver to do.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Command {
+pub enum Command {
     /// Launch tasks on offers (dropped when not subscribed).
     Launch {
         offer_ids: Vec<OfferId>,
@@ -60,7 +60,7 @@ pub(crate) enum Command {
 
 /// A scheduler callback to run on the callback thread.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Callback {
+pub enum Callback {
     Registered {
         framework_id: FrameworkId,
         master: MasterInfo,
@@ -89,14 +89,14 @@ pub(crate) enum Callback {
 
 /// How the driver ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     Stopped,
     Aborted,
 }
 
 /// What the network loop must do, in order.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Action {
+pub enum Action {
     /// Write this call on the current connection.
     Send(Call),
     /// Run this callback.
@@ -159,7 +159,7 @@ impl DriverCore {
     }
 
     /// The framework id, once known (or as configured for a failover).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn framework_id(&self) -> Option<&FrameworkId> {
         self.framework.id.as_ref()
     }
@@ -170,7 +170,7 @@ impl DriverCore {
     }
 
     /// Whether the driver has ended.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn is_finished(&self) -> bool {
         self.finished
     }

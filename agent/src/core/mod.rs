@@ -55,11 +55,11 @@ pub(crate) const EXIT_DRAIN: Duration = Duration::from_secs(2);
 pub(crate) const OVERRUN_KILL_DELAY: Duration = Duration::from_secs(1);
 
 /// Identifies an executor: framework and executor id.
-pub(crate) type ExecKey = (FrameworkId, ExecutorId);
+pub type ExecKey = (FrameworkId, ExecutorId);
 
 /// What the core reacts to.
 #[derive(Debug)]
-pub(crate) enum Input {
+pub enum Input {
     /// A new master connection is up (the shell holds its writer).
     MasterConnected {
         conn: u64,
@@ -108,7 +108,7 @@ pub(crate) enum Input {
 /// A timer the core sets (with [`Action::Timer`]) and is told of when it
 /// goes off.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Timer {
+pub enum Timer {
     /// An executor run has had its time to subscribe.
     RegistrationTimeout { key: ExecKey, run_id: String },
     /// An executor asked to shut down has had its grace period.
@@ -127,7 +127,7 @@ pub(crate) enum Timer {
 
 /// What a checkpoint's completion means to the core.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Durable {
+pub enum Durable {
     /// A checkpointed update: it may enter its stream, and be acknowledged
     /// to `ack_to`.
     Update {
@@ -147,7 +147,7 @@ pub(crate) enum Durable {
 // ones would only add allocations.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(crate) enum Action {
+pub enum Action {
     /// Write `call` to master connection `conn` (best effort: reliable
     /// updates are retried by their streams).
     ToMaster { conn: u64, call: agent_api::Call },
@@ -186,7 +186,7 @@ pub(crate) enum Action {
 
 /// Why the core stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Stop {
+pub enum Stop {
     /// The shutdown future completed.
     Requested,
     /// The master refused the agent for good.

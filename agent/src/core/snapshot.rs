@@ -148,4 +148,25 @@ impl Core {
             },
         })
     }
+
+    /// Every task: framework, id, executor process, state, and how many
+    /// updates of its stream the master has not acknowledged (sorted).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub(crate) fn task_views(&self) -> Vec<(FrameworkId, TaskId, ExecutorId, TaskState, usize)> {
+        let mut out: Vec<_> = self
+            .tasks
+            .iter()
+            .map(|((fid, tid), t)| {
+                (
+                    fid.clone(),
+                    tid.clone(),
+                    t.executor_id.clone(),
+                    t.state,
+                    self.updates.pending(fid, tid).len(),
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        out
+    }
 }

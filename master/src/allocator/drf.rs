@@ -1272,6 +1272,19 @@ impl Allocator for DrfAllocator {
         Some(DrfAllocator::role_share(self, role))
     }
 
+    fn agent_accounts(&self, agent_id: &AgentId) -> Option<super::AgentAccounts> {
+        let &a = self.agent_index.get(agent_id)?;
+        let free = self.ag(a)?.available.clone();
+        let mut allocated: Vec<(FrameworkId, Resources)> = self
+            .framework_index
+            .iter()
+            .map(|(fid, &f)| (fid.clone(), self.allocated_on(f, a)))
+            .filter(|(_, r)| !r.is_empty())
+            .collect();
+        allocated.sort_by(|x, y| x.0.cmp(&y.0));
+        Some(super::AgentAccounts { free, allocated })
+    }
+
     fn add_framework(&mut self, framework_id: &FrameworkId, roles: &[String], active: bool) {
         let f = match self.framework_index.get(framework_id) {
             Some(&f) => f,

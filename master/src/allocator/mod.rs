@@ -153,4 +153,19 @@ pub trait Allocator: Send {
     fn role_share(&self, _role: &str) -> Option<f64> {
         None
     }
+    /// What is free on the agent and what is allocated there (offered or
+    /// used) to each framework, for checks of the master's books (the
+    /// simulation's); `None` when the allocator does not tell.
+    fn agent_accounts(&self, _agent_id: &AgentId) -> Option<AgentAccounts> {
+        None
+    }
+}
+
+/// An allocator's books for one agent (see [`Allocator::agent_accounts`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentAccounts {
+    /// Free: neither offered nor used.
+    pub free: Resources,
+    /// Allocated to each framework that has something there.
+    pub allocated: Vec<(FrameworkId, Resources)>,
 }

@@ -1,0 +1,119 @@
+//! The agent's core as the whole-cluster simulation (`agora-sim`) drives
+//! it: feature `sim`. Nothing here runs in an agent process; it exposes
+//! the sans-IO core ([`crate::core`]) with its inputs and actions, the
+//! pieces of the checkpoint a simulated disk needs, and read-only views for
+//! the simulation's invariants.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use agora_proto::{ExecutorId, FrameworkId, TaskId, TaskState};
+use tokio::time::Instant;
+
+pub use crate::checkpoint::Op;
+use crate::core::Core;
+pub use crate::core::{Action, Durable, ExecKey, Input, Stop, Timer};
+pub use crate::processes::{Request, Started};
+pub use crate::wal::{StreamState, Streams, WalRecord};
+use crate::{Config, Shared};
+
+/// An agent core for the simulation.
+pub struct SimAgent {
+    core: Core,
+}
+
+/// What the agent's core says about one of its tasks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentTask {
+    pub framework_id: FrameworkId,
+    pub task_id: TaskId,
+    /// The executor process that runs it.
+    pub executor_id: ExecutorId,
+    pub state: TaskState,
+    /// Updates of its stream not yet acknowledged by the master.
+    pub pending_updates: usize,
+}
+
+// === impl SimAgent ===
+
+impl SimAgent {
+    /// A fresh agent core (nothing recovered) drawing ids from `seed`.
+    pub fn new(config: Config, seed: u64, now: Instant, wall: f64) -> Self {
+        let listen: SocketAddr = ([10, 0, 0, 1], 5051).into();
+        let shared = Shared {
+            executor_endpoint: format!("ws://{listen}/api/executor"),
+            listen,
+            config: Arc::new(config),
+            next_conn: Arc::new(AtomicU64::new(1)),
+            counters: Arc::default(),
+        };
+        SimAgent {
+            core: Core::new(shared, seed, now, wall),
+        }
+    }
+
+    /// Takes in what a restarted agent finds in `work_dir` (its files,
+    /// as the simulated disk kept them) and `streams` (its status update
+    /// log, likewise). `alive` names the executor runs still running.
+    pub fn recover(
+        &mut self,
+        work_dir: &Path,
+        streams: Vec<StreamState>,
+        alive: impl Fn(&str) -> bool,
+        now: Instant,
+        wall: f64,
+    ) {
+        let mut recovered = crate::core::Recovered::load(work_dir, streams);
+        // The simulation's processes, not this machine's /proc, say what
+        // runs.
+        recovered.alive = recovered
+            .frameworks
+            .iter()
+            .flat_map(|f| &f.executors)
+            .filter_map(|e| e.record.as_ref())
+            .filter(|r| r.pid.is_some() && alive(&r.run_id))
+            .map(|r| r.run_id.clone())
+            .collect();
+        self.core.recover(recovered, now, wall);
+    }
+
+    /// Handles one input; `Some` when the agent stops (refused by the
+    /// master).
+    pub fn handle(&mut self, input: Input, now: Instant, wall: f64) -> Option<Stop> {
+        self.core.handle(input, now, wall)
+    }
+
+    /// Re-sends the status updates due by `now`.
+    pub fn tick(&mut self, now: Instant, wall: f64) {
+        self.core.tick(now, wall);
+    }
+
+    /// When [`SimAgent::tick`] has something to do next.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.core.next_deadline()
+    }
+
+    /// What the inputs so far ask for.
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        self.core.take_actions()
+    }
+
+    /// The agent's tasks.
+    pub fn tasks(&self) -> Vec<AgentTask> {
+        self.core
+            .task_views()
+            .into_iter()
+            .map(
+                |(framework_id, task_id, executor_id, state, pending_updates)| AgentTask {
+                    framework_id,
+                    task_id,
+                    executor_id,
+                    state,
+                    pending_updates,
+                },
+            )
+            .collect()
+    }
+}

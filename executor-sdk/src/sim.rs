@@ -1,0 +1,64 @@
+//! The executor driver's state machine as the whole-cluster simulation
+//! (`agora-sim`) drives it: feature `sim`. The simulation plays the
+//! network loop and the executor.
+
+use std::time::Duration;
+
+use agora_proto::executor::Event;
+use tokio::time::Instant;
+
+use crate::state::DriverCore;
+pub use crate::state::{Action, Callback, Command, Outcome};
+use crate::ExecutorConfig;
+
+/// An executor driver core for the simulation.
+pub struct SimExecutor {
+    core: DriverCore,
+}
+
+// === impl SimExecutor ===
+
+impl SimExecutor {
+    /// A driver with the configuration an agent's environment gives.
+    pub fn new(config: ExecutorConfig, now: Instant) -> Self {
+        SimExecutor {
+            core: DriverCore::new(config, now),
+        }
+    }
+
+    /// Before each connection attempt: gives up once the agent has been
+    /// gone for longer than the recovery timeout.
+    pub fn before_connect(&mut self, now: Instant) -> Vec<Action> {
+        self.core.before_connect(now)
+    }
+
+    /// The connection to the agent is open.
+    pub fn on_connected(&mut self, now: Instant) -> Vec<Action> {
+        self.core.on_connected(now)
+    }
+
+    /// The connection dropped (or an attempt failed).
+    pub fn on_disconnected(&mut self, now: Instant) -> Vec<Action> {
+        self.core.on_disconnected(now)
+    }
+
+    /// Delay before the next connection attempt.
+    pub fn next_backoff(&mut self) -> Duration {
+        self.core.next_backoff()
+    }
+
+    /// An event from the agent.
+    pub fn on_event(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        self.core.on_event(event, now)
+    }
+
+    /// Something the executor asks of its driver.
+    pub fn on_command(&mut self, command: Command, now: Instant) -> Vec<Action> {
+        self.core.on_command(command, now)
+    }
+
+    /// A clock tick.
+    pub fn on_tick(&mut self, now: Instant) -> Vec<Action> {
+        self.core.on_tick(now)
+    }
+}

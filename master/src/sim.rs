@@ -1,0 +1,176 @@
+//! The master's state machine as the whole-cluster simulation
+//! (`agora-sim`) drives it: feature `sim`. Nothing here runs in a master
+//! process; it exposes the sans-IO [`Master`](crate::master) with the real
+//! DRF allocator, and read-only views of its books for the simulation's
+//! invariants.
+
+use agora_proto::{AgentId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskState};
+use tokio::time::Instant;
+
+use crate::allocator::{AllocatorOptions, DrfAllocator};
+pub use crate::allocator::AgentAccounts;
+pub use crate::master::{ConnId, Input, Output};
+use crate::master::Master;
+pub use crate::registry::{AgentRecord, FrameworkRecord, RegistryOp, RegistryState};
+pub use crate::Config;
+
+/// A master for the simulation.
+pub struct SimMaster {
+    inner: Master,
+}
+
+/// What the master's books say about one agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentBooks {
+    pub id: AgentId,
+    pub connected: bool,
+    pub total: Resources,
+    /// Taken by live tasks and custom executors.
+    pub used: Resources,
+    /// In outstanding offers.
+    pub offered: Resources,
+    /// The allocator's books for the agent.
+    pub allocator: Option<AgentAccounts>,
+}
+
+/// One outstanding offer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferBooks {
+    pub id: OfferId,
+    pub framework_id: FrameworkId,
+    pub agent_id: AgentId,
+    pub resources: Resources,
+}
+
+/// One task the master tracks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskBooks {
+    pub framework_id: FrameworkId,
+    pub task_id: TaskId,
+    pub agent_id: AgentId,
+    pub state: TaskState,
+    pub resources: Resources,
+}
+
+// === impl SimMaster ===
+
+impl SimMaster {
+    /// A master with id `id`, the DRF allocator configured from `config`,
+    /// and its timers started at `now`.
+    pub fn new(config: Config, id: &str, now: Instant) -> Self {
+        let allocator = Box::new(DrfAllocator::new(AllocatorOptions::from(&config)));
+        let info = MasterInfo {
+            id: id.to_string(),
+            address: format!("{id}:5050"),
+            version: agora_proto::VERSION.to_string(),
+        };
+        SimMaster {
+            inner: Master::new(config, info, allocator, now),
+        }
+    }
+
+    /// Loads what the registry kept (a restarted master).
+    pub fn recover(&mut self, state: &RegistryState, now: Instant, wall_now: f64) {
+        self.inner.recover(state, now, wall_now);
+    }
+
+    /// Handles one input at `now`.
+    pub fn handle(&mut self, now: Instant, input: Input) {
+        self.inner.handle(now, input);
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn tick(&mut self, now: Instant) {
+        self.inner.tick(now);
+    }
+
+    /// When [`SimMaster::tick`] has something to do next.
+    pub fn next_deadline(&self) -> Instant {
+        self.inner.next_deadline()
+    }
+
+    /// What the inputs so far ask to be sent.
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        self.inner.take_outputs()
+    }
+
+    /// What the inputs so far changed in the registered state, to be made
+    /// durable before the outputs go out.
+    pub fn take_registry_ops(&mut self) -> Vec<RegistryOp> {
+        self.inner.take_registry_ops()
+    }
+
+    /// The books of every agent the master knows.
+    pub fn agents(&self) -> Vec<AgentBooks> {
+        let mut out: Vec<AgentBooks> = self
+            .inner
+            .agents
+            .values()
+            .map(|a| AgentBooks {
+                id: a.id.clone(),
+                connected: a.conn.is_some(),
+                total: a.total.clone(),
+                used: a.used.clone(),
+                offered: a.offered.clone(),
+                allocator: self.inner.allocator.agent_accounts(&a.id),
+            })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// Every outstanding offer.
+    pub fn offers(&self) -> Vec<OfferBooks> {
+        let mut out: Vec<OfferBooks> = self
+            .inner
+            .offers
+            .values()
+            .map(|o| OfferBooks {
+                id: o.offer.id.clone(),
+                framework_id: o.offer.framework_id.clone(),
+                agent_id: o.offer.agent_id.clone(),
+                resources: o.offer.resources.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// Every task the master tracks (live, or terminal and not yet
+    /// acknowledged).
+    pub fn tasks(&self) -> Vec<TaskBooks> {
+        let mut out: Vec<TaskBooks> = self
+            .inner
+            .frameworks
+            .values()
+            .flat_map(|f| {
+                f.tasks.values().map(|t| TaskBooks {
+                    framework_id: f.id.clone(),
+                    task_id: t.info.task_id.clone(),
+                    agent_id: t.agent_id.clone(),
+                    state: t.state,
+                    resources: t.resources.clone(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.framework_id, &a.task_id).cmp(&(&b.framework_id, &b.task_id)));
+        out
+    }
+
+    /// The frameworks the master knows, and whether each is subscribed.
+    pub fn frameworks(&self) -> Vec<(FrameworkId, bool)> {
+        let mut out: Vec<(FrameworkId, bool)> = self
+            .inner
+            .frameworks
+            .values()
+            .map(|f| (f.id.clone(), f.conn.is_some()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Whether the framework was torn down (and is refused from now on).
+    pub fn framework_removed(&self, framework_id: &FrameworkId) -> bool {
+        self.inner.removed_frameworks.contains(framework_id)
+    }
+}
