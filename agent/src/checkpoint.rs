@@ -15,7 +15,7 @@
 //! each request done. Many concurrent updates (of any number of tasks)
 //! thus share one fsync, and none is reported durable before it is.
 
-use std::collections::HashMap;
+use agora_proto::hash::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -344,7 +344,7 @@ fn replace_files(
     }
     // Make each rename durable: sync each directory once.
     let mut synced_dirs: std::collections::HashMap<PathBuf, Result<(), io::ErrorKind>> =
-        std::collections::HashMap::new();
+        std::collections::HashMap::default();
     for (index, path) in renamed {
         let Some(dir) = path.parent() else {
             continue;
@@ -407,9 +407,9 @@ pub(crate) fn load(
     streams: Vec<StreamState>,
 ) -> (Vec<RecoveredFramework>, Vec<StreamState>) {
     type Key = (FrameworkId, agora_proto::TaskId);
-    let mut by_task: HashMap<Key, StreamState> = HashMap::new();
+    let mut by_task: HashMap<Key, StreamState> = HashMap::default();
     // Tasks the log holds, by framework and executor.
-    let mut logged: HashMap<(FrameworkId, String), Vec<Key>> = HashMap::new();
+    let mut logged: HashMap<(FrameworkId, String), Vec<Key>> = HashMap::default();
     for s in streams {
         let key = (s.framework_id.clone(), s.task_id.clone());
         if s.task.is_some() {

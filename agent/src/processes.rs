@@ -11,7 +11,7 @@
 //! Requests that arrive together are handled together, with one pass over
 //! `/proc` for all the sessions they signal.
 
-use std::collections::HashMap;
+use agora_proto::hash::HashMap;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
@@ -94,7 +94,7 @@ impl Processes {
         let keeper = Keeper {
             core,
             runtime: tokio::runtime::Handle::current(),
-            processes: HashMap::new(),
+            processes: HashMap::default(),
             escalations: Vec::new(),
         };
         std::thread::Builder::new()

@@ -11,7 +11,7 @@
 //! core's `/state` view as a snapshot (at most every [`SNAPSHOT_EVERY`]),
 //! which HTTP handlers read without reaching the core.
 
-use std::collections::HashMap;
+use agora_proto::hash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,8 +95,8 @@ impl Shell {
             tx,
             writer,
             processes,
-            masters: HashMap::new(),
-            links: HashMap::new(),
+            masters: HashMap::default(),
+            links: HashMap::default(),
             snapshots,
             last_snapshot: Instant::now(),
             stopping: None,

@@ -8,7 +8,8 @@
 //! next update becomes the head. A stream ends, and the task may be
 //! forgotten, when its terminal update is acknowledged.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+use agora_proto::hash::{HashMap, HashSet};
 use std::time::Duration;
 
 use agora_proto::{FrameworkId, TaskId, TaskStatus};
@@ -95,7 +96,7 @@ impl StatusUpdateManager {
     /// An empty manager, disconnected from any master.
     pub fn new(retry_min: Duration, retry_max: Duration) -> Self {
         StatusUpdateManager {
-            streams: HashMap::new(),
+            streams: HashMap::default(),
             retry_min: retry_min.max(Duration::from_millis(1)),
             retry_max: retry_max.max(retry_min),
             connected: false,
@@ -126,7 +127,7 @@ impl StatusUpdateManager {
         let key = (framework_id.clone(), status.task_id.clone());
         let stream = self.streams.entry(key.clone()).or_insert_with(|| Stream {
             pending: VecDeque::new(),
-            seen: HashSet::new(),
+            seen: HashSet::default(),
             acked: VecDeque::new(),
             terminal: false,
             in_flight: None,
@@ -601,7 +602,7 @@ mod tests {
         let f = FrameworkId::new("f");
         let t0 = Instant::now();
         let mut m = mgr();
-        let seen: HashSet<String> = ["u1".to_string(), "u2".to_string()].into();
+        let seen: HashSet<String> = ["u1".to_string(), "u2".to_string()].into_iter().collect();
         m.restore(
             &f,
             &TaskId::new("t"),
@@ -614,7 +615,7 @@ mod tests {
             UpdateOutcome::Duplicate
         );
         assert_eq!(m.connected(t0).len(), 1);
-        m.restore(&f, &TaskId::new("done"), HashSet::new(), vec![], true);
+        m.restore(&f, &TaskId::new("done"), HashSet::default(), vec![], true);
         assert!(!m.has_stream(&f, &TaskId::new("done")));
     }
 }

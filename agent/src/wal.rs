@@ -26,7 +26,7 @@
 //! unreadable records; the file is compacted right after so that new
 //! appends never follow a torn fragment.
 
-use std::collections::{HashMap, HashSet};
+use agora_proto::hash::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -258,7 +258,7 @@ impl Streams {
                 task: None,
                 sandbox: None,
             },
-            seen: HashSet::new(),
+            seen: HashSet::default(),
         })
     }
 

@@ -3,7 +3,7 @@
 //! removal after missed pongs, disconnection, executor exits and messages
 //! from executors.
 
-use std::collections::{HashMap, HashSet};
+use agora_proto::hash::{HashMap, HashSet};
 
 use agora_proto::agent::{Event, ExecutorReport, TaskReport};
 use agora_proto::{
@@ -51,9 +51,9 @@ impl Agent {
             conn: Some(conn),
             used: Resources::new(),
             offered: Resources::new(),
-            tasks: HashSet::new(),
-            executors: HashMap::new(),
-            offers: HashSet::new(),
+            tasks: HashSet::default(),
+            executors: HashMap::default(),
+            offers: HashSet::default(),
             missed_pings: 0,
             awaiting_pong: false,
             registered_at: agora_proto::now_timestamp(),
@@ -196,8 +196,8 @@ impl Master {
             }
         }
 
-        let mut shutdown_frameworks: HashSet<FrameworkId> = HashSet::new();
-        let mut reported: HashSet<(FrameworkId, TaskId)> = HashSet::new();
+        let mut shutdown_frameworks: HashSet<FrameworkId> = HashSet::default();
+        let mut reported: HashSet<(FrameworkId, TaskId)> = HashSet::default();
         for report in tasks {
             let fid = report.framework_id.clone();
             if self.removed_frameworks.contains(&fid) {
@@ -324,7 +324,7 @@ impl Master {
         }
 
         // Rebuild the accounting from scratch: it is authoritative now.
-        let mut per_framework: HashMap<FrameworkId, Resources> = HashMap::new();
+        let mut per_framework: HashMap<FrameworkId, Resources> = HashMap::default();
         for (fid, tid) in &agent.tasks {
             if let Some(task) = self.frameworks.get(fid).and_then(|f| f.tasks.get(tid)) {
                 if !task.state.is_terminal() {

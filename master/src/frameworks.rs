@@ -2,7 +2,7 @@
 //! teardown, disconnection and the failover timeout, revive/suppress,
 //! resource requests, heartbeats and framework messages.
 
-use std::collections::HashSet;
+use agora_proto::hash::HashSet;
 use std::time::Duration;
 
 use agora_proto::scheduler::{Event, ResourceRequest};
@@ -47,7 +47,7 @@ impl Framework {
             info,
             conn: None,
             tasks: Tracked::default(),
-            offers: HashSet::new(),
+            offers: HashSet::default(),
             failover_deadline: None,
             suppressed: false,
             recovered: false,
@@ -259,7 +259,7 @@ impl Master {
         let Some(fw) = self.frameworks.remove(fid) else {
             return;
         };
-        let mut agents_touched: HashSet<AgentId> = HashSet::new();
+        let mut agents_touched: HashSet<AgentId> = HashSet::default();
         for (_, task) in fw.tasks {
             agents_touched.insert(task.agent_id.clone());
             let live = !task.state.is_terminal();

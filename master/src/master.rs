@@ -11,7 +11,8 @@
 //! removal), `offers.rs` (allocation, launch, decline, rescind) and
 //! `tasks.rs` (status updates, acknowledgements, kill, reconcile).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+use agora_proto::hash::{HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -151,8 +152,8 @@ impl Master {
             completed: VecDeque::new(),
             completed_total: 0,
             completed_published: 0,
-            scheduler_conns: HashMap::new(),
-            agent_conns: HashMap::new(),
+            scheduler_conns: HashMap::default(),
+            agent_conns: HashMap::default(),
             next_framework_seq: 0,
             next_agent_seq: 0,
             next_offer_seq: 0,
@@ -556,7 +557,7 @@ impl<T: Eq + Hash + Clone> BoundedSet<T> {
     pub(crate) fn new(capacity: usize) -> Self {
         BoundedSet {
             order: VecDeque::new(),
-            members: HashSet::new(),
+            members: HashSet::default(),
             capacity: capacity.max(1),
         }
     }

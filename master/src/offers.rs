@@ -2,7 +2,7 @@
 //! whole, exactly as `docs/protocol.md` says), declines with filters,
 //! rescinds and the offer timeout.
 
-use std::collections::HashSet;
+use agora_proto::hash::HashSet;
 use std::time::Duration;
 
 use agora_proto::scheduler::Event;
@@ -237,7 +237,7 @@ impl Master {
         }
         let mut valid: Vec<OfferId> = Vec::new();
         let mut problem: Option<String> = None;
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let mut agent_id: Option<AgentId> = None;
         if offer_ids.is_empty() {
             problem = Some("a launch must name at least one offer".into());
@@ -305,8 +305,8 @@ impl Master {
                 .recover(fid, &agent_id, &remaining, None, now);
             return;
         };
-        let mut in_this_launch: HashSet<TaskId> = HashSet::new();
-        let mut new_executors: HashSet<ExecutorId> = HashSet::new();
+        let mut in_this_launch: HashSet<TaskId> = HashSet::default();
+        let mut new_executors: HashSet<ExecutorId> = HashSet::default();
         for mut task in tasks {
             let (executor_is_new, check) =
                 self.validate_task(fid, &agent_id, &mut task, &in_this_launch, &new_executors);

@@ -22,7 +22,8 @@
 //! snapshot encoded, at most once, by the first `/state` request that
 //! needs it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use agora_proto::hash::HashMap;
 use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
@@ -627,7 +628,7 @@ impl Master {
         offers: Vec<(OfferId, Option<Arc<View<OfferState>>>)>,
         completed: Vec<Arc<View<TaskView>>>,
     ) -> StateDelta {
-        let mut shares = HashMap::with_capacity(self.frameworks.len());
+        let mut shares = HashMap::with_capacity_and_hasher(self.frameworks.len(), Default::default());
         let mut members: BTreeMap<String, BTreeSet<FrameworkId>> = BTreeMap::new();
         for name in self
             .config
@@ -754,7 +755,7 @@ impl StateBuilder {
             .clone();
         let (offers, offered) = self.offer_list.get_or_insert_with(|| {
             let list: Vec<_> = self.offers.values().cloned().collect();
-            let mut offered: HashMap<FrameworkId, Resources> = HashMap::new();
+            let mut offered: HashMap<FrameworkId, Resources> = HashMap::default();
             for o in &list {
                 *offered.entry(o.framework_id.clone()).or_default() += o.resources.list();
             }

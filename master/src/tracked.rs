@@ -11,7 +11,7 @@
 
 use std::borrow::Borrow;
 use std::collections::hash_map;
-use std::collections::HashMap;
+use agora_proto::hash::HashMap;
 use std::hash::Hash;
 use std::ops::Deref;
 
@@ -36,8 +36,8 @@ pub(crate) struct Tracked<K, V> {
 impl<K, V> Default for Tracked<K, V> {
     fn default() -> Self {
         Tracked {
-            map: HashMap::new(),
-            changes: HashMap::new(),
+            map: HashMap::default(),
+            changes: HashMap::default(),
         }
     }
 }

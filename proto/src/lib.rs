@@ -47,3 +47,46 @@ pub const PROTOCOL_VERSION: u32 = 1;
 
 /// This build's version string.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub mod hash {
+    //! Hash maps whose iteration order depends only on their keys and one
+    //! process-wide seed: a random seed in every process (as with std's
+    //! maps, so keys a peer chooses cannot be made to collide), a fixed one
+    //! in the simulation, so that a simulated run replays step for step.
+
+    use std::collections::hash_map::{DefaultHasher, RandomState};
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::OnceLock;
+
+    static SEED: OnceLock<u64> = OnceLock::new();
+
+    /// A map keyed with the process-wide seed.
+    pub type HashMap<K, V> = std::collections::HashMap<K, V, Seeded>;
+    /// A set keyed with the process-wide seed.
+    pub type HashSet<K> = std::collections::HashSet<K, Seeded>;
+
+    /// Builds hashers keyed with the process-wide seed.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub struct Seeded;
+
+    /// Fixes the process-wide seed (before any map is used); whether it is
+    /// now `seed`.
+    pub fn fix_seed(seed: u64) -> bool {
+        *SEED.get_or_init(|| seed) == seed
+    }
+
+    fn seed() -> u64 {
+        *SEED.get_or_init(|| RandomState::new().hash_one(0u64))
+    }
+
+    impl BuildHasher for Seeded {
+        type Hasher = DefaultHasher;
+
+        fn build_hasher(&self) -> DefaultHasher {
+            // A secret first word keys SipHash as well as its keys would.
+            let mut hasher = DefaultHasher::new();
+            hasher.write_u64(seed());
+            hasher
+        }
+    }
+}

@@ -12,7 +12,7 @@
 //! `master` (registration, the master's commands), `tasks`, `updates`
 //! (status updates), `executors`, `recovery`, `snapshot` (`/state`).
 
-use std::collections::{HashMap, HashSet};
+use agora_proto::hash::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -345,14 +345,14 @@ impl Core {
             shared,
             agent_id: None,
             master: None,
-            frameworks: HashMap::new(),
-            executors: HashMap::new(),
-            tasks: HashMap::new(),
-            tasks_by_executor: HashMap::new(),
-            tasks_by_framework: HashMap::new(),
-            exec_conns: HashMap::new(),
+            frameworks: HashMap::default(),
+            executors: HashMap::default(),
+            tasks: HashMap::default(),
+            tasks_by_executor: HashMap::default(),
+            tasks_by_framework: HashMap::default(),
+            exec_conns: HashMap::default(),
             updates,
-            pending_durable: HashSet::new(),
+            pending_durable: HashSet::default(),
             acknowledged: 0,
             unsent: Vec::new(),
             master_local_ip: None,

@@ -83,7 +83,7 @@ impl Core {
                             stream.seen(),
                             stream.is_terminal(),
                         ),
-                        None => (None, Vec::new(), HashSet::new(), false),
+                        None => (None, Vec::new(), HashSet::default(), false),
                     };
                     if terminal && pending.is_empty() {
                         if let Ok(dir) = paths::meta_task_dir(

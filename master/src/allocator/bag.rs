@@ -13,7 +13,7 @@
 //! normal form), so converting between the two never changes a quantity;
 //! the tests below check that against `Resources` itself.
 
-use std::collections::HashMap;
+use agora_proto::hash::HashMap;
 use std::hash::{Hash, Hasher};
 
 use agora_proto::{Resource, Resources, Value};

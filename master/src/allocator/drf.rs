@@ -52,7 +52,8 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeSet, BinaryHeap};
+use agora_proto::hash::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
@@ -106,11 +107,11 @@ const CACHED_NAMES: usize = 4;
 
 /// Maps keyed by dense slot indexes, hashed with one multiply instead of
 /// SipHash (the keys come from this allocator, not from peers).
-type IdxMap<V> = HashMap<usize, V, BuildHasherDefault<IdxHasher>>;
-type IdxSet = HashSet<usize, BuildHasherDefault<IdxHasher>>;
+type IdxMap<V> = std::collections::HashMap<usize, V, BuildHasherDefault<IdxHasher>>;
+type IdxSet = std::collections::HashSet<usize, BuildHasherDefault<IdxHasher>>;
 
 /// (agent, framework) pairs already served in this cycle.
-type GivenSet = HashSet<(usize, usize), BuildHasherDefault<IdxHasher>>;
+type GivenSet = std::collections::HashSet<(usize, usize), BuildHasherDefault<IdxHasher>>;
 
 #[derive(Default)]
 struct IdxHasher(u64);
@@ -285,12 +286,12 @@ impl DrfAllocator {
             slots: Slots::default(),
             frameworks: Vec::new(),
             free_frameworks: Vec::new(),
-            framework_index: HashMap::new(),
+            framework_index: HashMap::default(),
             agents: Vec::new(),
             free_agents: Vec::new(),
-            agent_index: HashMap::new(),
+            agent_index: HashMap::default(),
             roles: Vec::new(),
-            role_index: HashMap::new(),
+            role_index: HashMap::default(),
             total: Scalars::default(),
             cursor: 0,
             epoch: 0,
@@ -2389,7 +2390,7 @@ mod tests {
                 vec!["web".to_string()],
                 vec!["web".to_string(), "batch".to_string()],
             ];
-            let mut framework_roles: HashMap<FrameworkId, Vec<String>> = HashMap::new();
+            let mut framework_roles: HashMap<FrameworkId, Vec<String>> = HashMap::default();
             for _ in 0..3 {
                 let id = aid(&format!("s{next}"));
                 let total = r("cpus:4;mem:4096;cpus(web):2;mem(batch):256;ports:[1-100]");
