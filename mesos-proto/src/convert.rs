@@ -1,0 +1,1 @@
+//! Translation between mesos.v1 messages and agora-proto types.
