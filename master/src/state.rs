@@ -27,7 +27,7 @@ use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
 use agora_proto::{
-    AgentId, Attributes, ExecutorId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskState,
+    AgentId, Attributes, ExecutorId, FrameworkId, FrameworkInfo, MasterInfo, OfferId, Resources, TaskId, TaskState,
 };
 use axum::body::Bytes;
 use serde::ser::SerializeStruct;
@@ -162,6 +162,9 @@ pub(crate) struct FrameworkState {
     #[serde(serialize_with = "shared_list")]
     pub(crate) tasks: Arc<Vec<Arc<View<TaskView>>>>,
     pub(crate) registered_at: f64,
+    /// As subscribed (for the Mesos endpoints; not part of `/state`).
+    #[serde(skip)]
+    pub(crate) info: Arc<FrameworkInfo>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -237,6 +240,7 @@ struct FrameworkMeta {
     failover_timeout: f64,
     offers: usize,
     registered_at: f64,
+    info: Arc<FrameworkInfo>,
 }
 
 /// The builder's copy of the state, in `/state`'s order, with the lists
@@ -484,6 +488,7 @@ fn framework_meta(f: &Framework) -> FrameworkMeta {
         failover_timeout: f.info.failover_timeout,
         offers: f.offers.len(),
         registered_at: f.registered_at,
+        info: Arc::new(f.info.clone()),
     }
 }
 
@@ -784,6 +789,7 @@ impl StateBuilder {
                 shares: self.shares.get(&m.id).cloned().unwrap_or_default(),
                 tasks: list.tasks.clone(),
                 registered_at: m.registered_at,
+                info: m.info.clone(),
             });
         }
         summary.offers_outstanding = offers.len();
@@ -1081,6 +1087,17 @@ mod tests {
             failover_timeout: 0.0,
             offers: 0,
             registered_at: 0.0,
+            info: Arc::new(FrameworkInfo {
+                user: String::new(),
+                name: "f".into(),
+                id: None,
+                failover_timeout: 0.0,
+                checkpoint: false,
+                roles: vec![],
+                hostname: String::new(),
+                principal: None,
+                webui_url: None,
+            }),
         };
         let mut entry = FrameworkEntry::new(meta);
         for i in 0..3000 {
