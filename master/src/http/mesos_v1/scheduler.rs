@@ -184,6 +184,7 @@ async fn subscribe(state: MesosState, headers: &HeaderMap, call: v1::scheduler::
         guard,
         pending: VecDeque::new(),
         closing: false,
+        last_was_heartbeat: false,
     };
     let body = Body::from_stream(futures::stream::unfold(subscription, Subscription::next));
     let mut response = (StatusCode::OK, body).into_response();
@@ -277,6 +278,7 @@ struct Subscription {
     guard: StreamGuard,
     pending: VecDeque<Bytes>,
     closing: bool,
+    last_was_heartbeat: bool,
 }
 
 /// Forgets the stream when it ends, however it ends (the client went
@@ -321,6 +323,16 @@ impl Subscription {
                 next = self.rx.try_recv().ok();
             }
             if !chunk.is_empty() {
+                // Line-reading JSON clients (mesoshttp) hand an event over
+                // only once the next record begins: a HEARTBEAT after each
+                // burst delivers the burst now rather than at the next
+                // heartbeat interval.
+                if self.codec == Codec::Json && !self.last_was_heartbeat && !self.closing {
+                    if let Ok(bytes) = self.codec.encode(&translate::heartbeat()) {
+                        chunk.extend(recordio::frame(&bytes));
+                        self.last_was_heartbeat = true;
+                    }
+                }
                 self.pending.push_back(Bytes::from(chunk));
             }
         }
@@ -339,6 +351,8 @@ impl Subscription {
             self.guard.subscribed(framework_id.clone());
         }
         for mesos in translate::translate_event(event, self.caps) {
+            self.last_was_heartbeat =
+                mesos.r#type() == v1::scheduler::event::Type::Heartbeat;
             match self.codec.encode(&mesos) {
                 Ok(bytes) => chunk.extend(recordio::frame(&bytes)),
                 Err(e) => tracing::error!(error = %e, "cannot encode a Mesos scheduler event; dropped"),

@@ -330,7 +330,7 @@ pub(crate) fn translate_event(event: Event, caps: Capabilities) -> Vec<v1::sched
     vec![out]
 }
 
-fn heartbeat() -> v1::scheduler::Event {
+pub(crate) fn heartbeat() -> v1::scheduler::Event {
     let mut event = v1::scheduler::Event::default();
     event.set_type(event::Type::Heartbeat);
     event
