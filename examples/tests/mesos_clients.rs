@@ -70,7 +70,10 @@ struct Client {
 
 impl Client {
     fn start(python: &Path, dir: &Path, name: &str, args: &[&str]) -> Client {
-        let stderr = dir.join(format!("{name}-{}.stderr", args.join("-").replace(['/', ':'], "_")));
+        let stderr = dir.join(format!(
+            "{name}-{}.stderr",
+            args.join("-").replace(['/', ':'], "_")
+        ));
         let mut child = Command::new(python)
             .arg(script(name))
             .args(args)
@@ -117,7 +120,11 @@ impl Client {
                 Ok(value) => {
                     self.seen.push(value.clone());
                     if value["event"] == "failed" {
-                        panic!("client failed: {value}\n{}\n{}", self.context(), cluster.logs());
+                        panic!(
+                            "client failed: {value}\n{}\n{}",
+                            self.context(),
+                            cluster.logs()
+                        );
                     }
                     if value["event"] == event {
                         return value;
@@ -140,10 +147,18 @@ impl Client {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(status.success(), "client exited with {status}\n{}", self.context());
+                assert!(
+                    status.success(),
+                    "client exited with {status}\n{}",
+                    self.context()
+                );
                 break;
             }
-            assert!(Instant::now() < deadline, "client did not exit\n{}", self.context());
+            assert!(
+                Instant::now() < deadline,
+                "client did not exit\n{}",
+                self.context()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         while let Ok(value) = self.lines.try_recv() {
@@ -192,7 +207,12 @@ fn pymesos_job_reconciliation_kill_and_teardown() {
     let cluster = TestCluster::start_with(2, AGENT, MASTER_FLAGS);
     let master = cluster.master_address();
     for (scenario, unknown) in [("job", "TASK_LOST"), ("job-pa", "TASK_UNKNOWN")] {
-        let client = Client::start(&python, cluster.dir.path(), "pymesos_framework.py", &[&master, scenario]);
+        let client = Client::start(
+            &python,
+            cluster.dir.path(),
+            "pymesos_framework.py",
+            &[&master, scenario],
+        );
         let events = client.finish(&cluster);
         for i in 0..5 {
             let states = updates(&events, &format!("job-{i}"));
@@ -210,7 +230,9 @@ fn pymesos_job_reconciliation_kill_and_teardown() {
         );
     }
     // pymesos tears the frameworks down when it stops.
-    wait_state(&cluster, "both frameworks torn down", |s| frameworks(s).is_empty());
+    wait_state(&cluster, "both frameworks torn down", |s| {
+        frameworks(s).is_empty()
+    });
 }
 
 #[test]
@@ -218,9 +240,17 @@ fn pymesos_scheduler_failover_keeps_the_framework_and_its_task() {
     let Some(python) = python() else { return };
     let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
     let master = cluster.master_address();
-    let mut first = Client::start(&python, cluster.dir.path(), "pymesos_framework.py", &[&master, "failover-1"]);
+    let mut first = Client::start(
+        &python,
+        cluster.dir.path(),
+        "pymesos_framework.py",
+        &[&master, "failover-1"],
+    );
     let ready = first.expect("ready", &cluster);
-    let framework_id = ready["framework_id"].as_str().expect("framework id").to_string();
+    let framework_id = ready["framework_id"]
+        .as_str()
+        .expect("framework id")
+        .to_string();
     let _ = first.child.wait();
     // The scheduler is gone without a teardown: the framework waits for it.
     wait_state(&cluster, "the framework disconnected, its task kept", |s| {
@@ -237,8 +267,13 @@ fn pymesos_scheduler_failover_keeps_the_framework_and_its_task() {
         &[&master, "failover-2", &framework_id],
     );
     let events = second.finish(&cluster);
-    assert_eq!(updates(&events, "survivor"), ["TASK_RUNNING", "TASK_KILLED"]);
-    wait_state(&cluster, "the framework torn down", |s| frameworks(s).is_empty());
+    assert_eq!(
+        updates(&events, "survivor"),
+        ["TASK_RUNNING", "TASK_KILLED"]
+    );
+    wait_state(&cluster, "the framework torn down", |s| {
+        frameworks(s).is_empty()
+    });
 }
 
 #[test]
@@ -251,7 +286,12 @@ fn pymesos_resubscribes_after_a_master_restart() {
         &["--reconnect-backoff-max", "300ms"],
     );
     let master = cluster.master_address();
-    let mut client = Client::start(&python, cluster.dir.path(), "pymesos_framework.py", &[&master, "restart"]);
+    let mut client = Client::start(
+        &python,
+        cluster.dir.path(),
+        "pymesos_framework.py",
+        &[&master, "restart"],
+    );
     client.expect("ready", &cluster);
     cluster.master.restart_same_port();
     client.expect("reregistered", &cluster);
@@ -268,7 +308,12 @@ fn mesoshttp_job_reconciliation_kill_and_teardown() {
     let Some(python) = python() else { return };
     let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
     let url = format!("http://{}", cluster.master_address());
-    let client = Client::start(&python, cluster.dir.path(), "mesoshttp_framework.py", &[&url]);
+    let client = Client::start(
+        &python,
+        cluster.dir.path(),
+        "mesoshttp_framework.py",
+        &[&url],
+    );
     let events = client.finish(&cluster);
     for i in 0..3 {
         assert_eq!(
@@ -278,5 +323,7 @@ fn mesoshttp_job_reconciliation_kill_and_teardown() {
     }
     assert_eq!(updates(&events, "never-launched"), ["TASK_LOST"]);
     assert_eq!(updates(&events, "long").last(), Some(&"TASK_KILLED"));
-    wait_state(&cluster, "the framework torn down", |s| frameworks(s).is_empty());
+    wait_state(&cluster, "the framework torn down", |s| {
+        frameworks(s).is_empty()
+    });
 }

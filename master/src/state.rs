@@ -27,7 +27,8 @@ use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
 use agora_proto::{
-    AgentId, Attributes, ExecutorId, FrameworkId, FrameworkInfo, MasterInfo, OfferId, Resources, TaskId, TaskState,
+    AgentId, Attributes, ExecutorId, FrameworkId, FrameworkInfo, MasterInfo, OfferId, Resources,
+    TaskId, TaskState,
 };
 use axum::body::Bytes;
 use serde::ser::SerializeStruct;

@@ -146,12 +146,13 @@ impl Codec {
             Codec::Json => {
                 let mut de = serde_json::Deserializer::from_slice(body);
                 let options = DeserializeOptions::new().deny_unknown_fields(false);
-                let message = DynamicMessage::deserialize_with_options(descriptor, &mut de, &options)
-                    .and_then(|m| de.end().map(|()| m))
-                    .map_err(|e| CodecError::Json {
-                        message: name.clone(),
-                        reason: e.to_string(),
-                    })?;
+                let message =
+                    DynamicMessage::deserialize_with_options(descriptor, &mut de, &options)
+                        .and_then(|m| de.end().map(|()| m))
+                        .map_err(|e| CodecError::Json {
+                            message: name.clone(),
+                            reason: e.to_string(),
+                        })?;
                 message
             }
             Codec::Protobuf => {
@@ -240,7 +241,11 @@ fn missing_required(message: &DynamicMessage, path: &str, missing: &mut Vec<Stri
             Value::Map(entries) => {
                 for (key, value) in entries {
                     if let Value::Message(inner) = value {
-                        missing_required(inner, &format!("{}[{key:?}]", join(field.name())), missing);
+                        missing_required(
+                            inner,
+                            &format!("{}[{key:?}]", join(field.name())),
+                            missing,
+                        );
                     }
                 }
             }
@@ -281,7 +286,10 @@ mod tests {
 
     #[test]
     fn content_types() {
-        assert_eq!(Codec::from_content_type("application/json"), Some(Codec::Json));
+        assert_eq!(
+            Codec::from_content_type("application/json"),
+            Some(Codec::Json)
+        );
         assert_eq!(
             Codec::from_content_type("application/json; charset=utf-8"),
             Some(Codec::Json)

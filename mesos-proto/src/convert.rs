@@ -262,12 +262,11 @@ pub fn mesos_resources(resources: &agora::Resources, style: &ResourceStyle) -> V
         .map(|r| {
             let mut out = v1::Resource {
                 name: r.name.clone(),
-                allocation_info: style
-                    .allocation_role
-                    .as_ref()
-                    .map(|role| v1::resource::AllocationInfo {
+                allocation_info: style.allocation_role.as_ref().map(|role| {
+                    v1::resource::AllocationInfo {
                         role: Some(role.clone()),
-                    }),
+                    }
+                }),
                 ..Default::default()
             };
             match &r.value {
@@ -398,14 +397,10 @@ pub fn mesos_reason(reason: Reason) -> Option<MesosReason> {
         Reason::ReasonExecutorTerminated | Reason::ReasonExecutorShutdown => {
             MesosReason::ExecutorTerminated
         }
-        Reason::ReasonExecutorRegistrationTimeout => {
-            MesosReason::ExecutorRegistrationTimeout
-        }
+        Reason::ReasonExecutorRegistrationTimeout => MesosReason::ExecutorRegistrationTimeout,
         Reason::ReasonExecutorLaunchFailed => MesosReason::ContainerLaunchFailed,
         Reason::ReasonInvalidOffers => MesosReason::InvalidOffers,
-        Reason::ReasonTaskInvalid | Reason::ReasonInsufficientResources => {
-            MesosReason::TaskInvalid
-        }
+        Reason::ReasonTaskInvalid | Reason::ReasonInsufficientResources => MesosReason::TaskInvalid,
         Reason::ReasonAgentRemoved => MesosReason::AgentRemoved,
         Reason::ReasonAgentRestarted => MesosReason::AgentRestarted,
         Reason::ReasonAgentUnknown => MesosReason::AgentUnknown,
@@ -704,7 +699,8 @@ pub fn mesos_offer(offer: &agora::Offer, caps: Capabilities) -> v1::Offer {
         resources: mesos_resources(&offer.resources, &style),
         attributes: mesos_attributes(&offer.attributes),
         executor_ids: offer.executor_ids.iter().map(mesos_executor_id).collect(),
-        allocation_info: allocation_role.map(|role| v1::resource::AllocationInfo { role: Some(role) }),
+        allocation_info: allocation_role
+            .map(|role| v1::resource::AllocationInfo { role: Some(role) }),
         ..Default::default()
     }
 }
@@ -794,7 +790,8 @@ mod tests {
     #[test]
     #[allow(deprecated)]
     fn resources_round_trip_and_validate() {
-        let native = agora::Resources::parse("cpus:2;mem:512;ports:[31000-31005];cpus(web):1").unwrap();
+        let native =
+            agora::Resources::parse("cpus:2;mem:512;ports:[31000-31005];cpus(web):1").unwrap();
         let mesos = mesos_resources(&native, &ResourceStyle::default());
         assert_eq!(resources(&mesos).unwrap(), native);
         let refined = mesos_resources(

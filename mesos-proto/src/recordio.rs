@@ -60,7 +60,10 @@ impl Reader {
             let text = std::str::from_utf8(prefix)
                 .map_err(|_| RecordIoError::BadPrefix(String::from_utf8_lossy(prefix).into()))?
                 .trim();
-            if prefix.len() > MAX_DIGITS || text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            if prefix.len() > MAX_DIGITS
+                || text.is_empty()
+                || !text.bytes().all(|b| b.is_ascii_digit())
+            {
                 return Err(RecordIoError::BadPrefix(text.to_string()));
             }
             let len: usize = text
@@ -99,7 +102,10 @@ mod tests {
                 records.push(r);
             }
         }
-        assert_eq!(records, vec![b"{\"type\":\"HEARTBEAT\"}".to_vec(), b"xyz".to_vec()]);
+        assert_eq!(
+            records,
+            vec![b"{\"type\":\"HEARTBEAT\"}".to_vec(), b"xyz".to_vec()]
+        );
         assert_eq!(&frame(b"abc")[..], b"3\nabc");
     }
 
@@ -107,9 +113,15 @@ mod tests {
     fn rejects_garbage_and_huge_records() {
         let mut reader = Reader::new();
         reader.feed(b"12a\nxx");
-        assert!(matches!(reader.next_record(), Err(RecordIoError::BadPrefix(_))));
+        assert!(matches!(
+            reader.next_record(),
+            Err(RecordIoError::BadPrefix(_))
+        ));
         let mut reader = Reader::new();
         reader.feed(b"99999999\n");
-        assert!(matches!(reader.next_record(), Err(RecordIoError::TooLarge(_))));
+        assert!(matches!(
+            reader.next_record(),
+            Err(RecordIoError::TooLarge(_))
+        ));
     }
 }

@@ -52,7 +52,10 @@ fn json_is_written_as_mesos_writes_it() {
         framework_id: agora_proto::FrameworkId::new("f-1"),
         agent_id: agora_proto::AgentId::new("a-1"),
         hostname: "h".into(),
-        resources: agora_proto::Resources::parse("cpus:1.5;ports:[31000-31001,4294967296-4294967297]").unwrap(),
+        resources: agora_proto::Resources::parse(
+            "cpus:1.5;ports:[31000-31001,4294967296-4294967297]",
+        )
+        .unwrap(),
         attributes: agora_proto::Attributes::parse("rack:r1;level:2").unwrap(),
         executor_ids: vec![],
         allocation_role: Some("*".into()),
@@ -118,7 +121,10 @@ fn calls_decode_as_clients_send_them() {
     let missing = Codec::Json
         .decode::<v1::scheduler::Call>(br#"{"type":"KILL","framework_id":{"value":"f"},"kill":{}}"#)
         .unwrap_err();
-    assert_eq!(missing, CodecError::MissingRequired(vec!["kill.task_id".into()]));
+    assert_eq!(
+        missing,
+        CodecError::MissingRequired(vec!["kill.task_id".into()])
+    );
     assert!(matches!(
         Codec::Json.decode::<v1::scheduler::Call>(b"{not json"),
         Err(CodecError::Json { .. })
@@ -138,7 +144,9 @@ fn calls_decode_as_clients_send_them() {
         b
     };
     assert_eq!(
-        Codec::Protobuf.decode::<v1::scheduler::Call>(&bytes).unwrap_err(),
+        Codec::Protobuf
+            .decode::<v1::scheduler::Call>(&bytes)
+            .unwrap_err(),
         CodecError::MissingRequired(vec!["kill.task_id".into()])
     );
 }

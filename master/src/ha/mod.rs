@@ -396,8 +396,12 @@ pub(crate) async fn gate(
         // keep the Location's host:port, mesoshttp appends the API path
         // to it, so the Location is the leader's bare URL. Mesos's own
         // `/master/redirect` answers `//host:port`.
-        path @ ("/api/v1/scheduler" | "/master/api/v1/scheduler" | "/api/v1"
-        | "/master/api/v1" | "/master/redirect" | "/redirect") => match &leader {
+        path @ ("/api/v1/scheduler"
+        | "/master/api/v1/scheduler"
+        | "/api/v1"
+        | "/master/api/v1"
+        | "/master/redirect"
+        | "/redirect") => match &leader {
             Some(l) => {
                 let location = if path.ends_with("redirect") {
                     format!("//{l}")

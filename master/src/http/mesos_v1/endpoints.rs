@@ -56,7 +56,9 @@ pub(crate) async fn state_summary(State(state): State<MesosState>) -> Response {
     }
 }
 
-pub(crate) async fn metrics_snapshot(State(state): State<MesosState>) -> Json<BTreeMap<String, f64>> {
+pub(crate) async fn metrics_snapshot(
+    State(state): State<MesosState>,
+) -> Json<BTreeMap<String, f64>> {
     let snapshot = state.app.snapshot.borrow().clone();
     Json(metrics(&state.app, &snapshot))
 }
@@ -90,7 +92,10 @@ fn resource_map(resources: &Resources) -> Value {
 fn reserved_map(resources: &Resources) -> Value {
     let mut roles: BTreeMap<String, Resources> = BTreeMap::new();
     for r in resources.iter().filter(|r| r.is_reserved()) {
-        roles.entry(r.role.clone()).or_default().add_resource(r.clone());
+        roles
+            .entry(r.role.clone())
+            .or_default()
+            .add_resource(r.clone());
     }
     Value::Object(
         roles
@@ -247,7 +252,10 @@ fn state_counts<'a>(tasks: impl Iterator<Item = &'a TaskView>) -> Map<String, Va
     for t in tasks {
         *counts.entry(t.state.as_str()).or_default() += 1;
     }
-    counts.into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect()
+    counts
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect()
 }
 
 /// `/master/state-summary` in Mesos's shape.
@@ -264,7 +272,8 @@ pub(crate) fn master_state_summary(s: &StateSnapshot) -> Value {
         .map(|a| {
             let mut v = agent_json(a);
             let tasks: Vec<&TaskView> = all_tasks().filter(|t| t.agent_id == a.id).collect();
-            let mut frameworks: Vec<String> = tasks.iter().map(|t| t.framework_id.to_string()).collect();
+            let mut frameworks: Vec<String> =
+                tasks.iter().map(|t| t.framework_id.to_string()).collect();
             frameworks.sort();
             frameworks.dedup();
             if let Value::Object(map) = &mut v {
@@ -355,23 +364,51 @@ pub(crate) fn metrics(app: &AppState, s: &StateSnapshot) -> BTreeMap<String, f64
     put("master/frameworks_disconnected", total - connected);
     put("master/outstanding_offers", sum.offers_outstanding as f64);
     for state in TaskState::ALL {
-        let name = state.as_str().trim_start_matches("TASK_").to_ascii_lowercase();
+        let name = state
+            .as_str()
+            .trim_start_matches("TASK_")
+            .to_ascii_lowercase();
         let active = sum.tasks_by_state.get(&state).copied().unwrap_or(0);
         let completed = sum.completed_by_state.get(&state).copied().unwrap_or(0);
-        let value = if state.is_terminal() { completed } else { active };
+        let value = if state.is_terminal() {
+            completed
+        } else {
+            active
+        };
         put(&format!("master/tasks_{name}"), value as f64);
     }
-    put("master/messages_status_update", m.status_updates_received.get() as f64);
-    put("master/messages_acknowledge_status_update", m.status_updates_acked.get() as f64);
-    put("master/messages_launch_tasks", m.tasks_launched.get() as f64);
-    put("master/messages_decline_offers", m.offers_declined.get() as f64);
+    put(
+        "master/messages_status_update",
+        m.status_updates_received.get() as f64,
+    );
+    put(
+        "master/messages_acknowledge_status_update",
+        m.status_updates_acked.get() as f64,
+    );
+    put(
+        "master/messages_launch_tasks",
+        m.tasks_launched.get() as f64,
+    );
+    put(
+        "master/messages_decline_offers",
+        m.offers_declined.get() as f64,
+    );
     put("master/invalid_status_updates", 0.0);
-    put("master/valid_status_updates", m.status_updates_received.get() as f64);
+    put(
+        "master/valid_status_updates",
+        m.status_updates_received.get() as f64,
+    );
     put("master/invalid_framework_to_executor_messages", 0.0);
     put("master/event_queue_messages", 0.0);
     put("master/event_queue_dispatches", 0.0);
     put("master/event_queue_http_requests", 0.0);
-    put("allocator/mesos/allocation_runs", m.allocation_cycles.count() as f64);
-    put("allocator/mesos/allocation_run_ms", m.allocation_cycles.mean_ms());
+    put(
+        "allocator/mesos/allocation_runs",
+        m.allocation_cycles.count() as f64,
+    );
+    put(
+        "allocator/mesos/allocation_run_ms",
+        m.allocation_cycles.mean_ms(),
+    );
     out
 }

@@ -110,6 +110,7 @@ pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response 
 
 /// The codec of the request body: 400 without `Content-Type`, 415 for a
 /// type that is neither JSON nor protobuf.
+#[allow(clippy::result_large_err)] // the error is the answer, built once
 pub(crate) fn request_codec(headers: &HeaderMap) -> Result<Codec, Response> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Err(error(
@@ -130,6 +131,7 @@ pub(crate) fn request_codec(headers: &HeaderMap) -> Result<Codec, Response> {
 
 /// The codec of the response from every `Accept` header: 406 when
 /// neither JSON nor protobuf is acceptable.
+#[allow(clippy::result_large_err)] // the error is the answer, built once
 pub(crate) fn response_codec(headers: &HeaderMap) -> Result<Codec, Response> {
     let accept: Vec<&str> = headers
         .get_all(header::ACCEPT)

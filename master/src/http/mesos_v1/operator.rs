@@ -322,7 +322,8 @@ impl Seen {
                 }));
             }
         }
-        let live_agents: std::collections::HashSet<&AgentId> = s.agents.iter().map(|a| &a.id).collect();
+        let live_agents: std::collections::HashSet<&AgentId> =
+            s.agents.iter().map(|a| &a.id).collect();
         let gone: Vec<AgentId> = self
             .agents
             .keys()
@@ -362,7 +363,9 @@ impl Seen {
                 let key = (t.framework_id.clone(), t.id.clone());
                 match self.tasks.insert(key, t.state) {
                     None => emit(event_of(Type::TaskAdded, |e| {
-                        e.task_added = Some(event::TaskAdded { task: mesos_task(t) })
+                        e.task_added = Some(event::TaskAdded {
+                            task: mesos_task(t),
+                        })
                     })),
                     Some(old) if old != t.state => emit(task_updated(t)),
                     Some(_) => {}
@@ -379,7 +382,11 @@ impl Seen {
         let listed: std::collections::HashSet<(FrameworkId, TaskId)> = s
             .frameworks
             .iter()
-            .flat_map(|f| f.tasks.iter().map(|t| (t.framework_id.clone(), t.id.clone())))
+            .flat_map(|f| {
+                f.tasks
+                    .iter()
+                    .map(|t| (t.framework_id.clone(), t.id.clone()))
+            })
             .collect();
         let left: Vec<(FrameworkId, TaskId)> = self
             .tasks

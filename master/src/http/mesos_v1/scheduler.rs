@@ -82,6 +82,7 @@ pub(crate) async fn handle(
 }
 
 /// Reads a request body of at most [`super::MAX_BODY_BYTES`] (413 beyond).
+#[allow(clippy::result_large_err)] // the error is the answer, built once
 pub(crate) async fn read_body(body: Body) -> Result<Bytes, Response> {
     axum::body::to_bytes(body, super::MAX_BODY_BYTES)
         .await
@@ -117,7 +118,10 @@ async fn subscribe(state: MesosState, headers: &HeaderMap, call: v1::scheduler::
         Err(response) => return response,
     };
     let Some(subscribe) = call.subscribe else {
-        return error(StatusCode::BAD_REQUEST, "Expecting 'subscribe' to be present");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Expecting 'subscribe' to be present",
+        );
     };
     let info = subscribe.framework_info;
     if call.framework_id != info.id {
@@ -159,7 +163,10 @@ async fn subscribe(state: MesosState, headers: &HeaderMap, call: v1::scheduler::
                 },
             };
             if app.inputs.send(input).await.is_err() {
-                return error(StatusCode::SERVICE_UNAVAILABLE, "the master is shutting down");
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the master is shutting down",
+                );
             }
         }
         Err(e) => {
@@ -202,7 +209,10 @@ async fn subscribe(state: MesosState, headers: &HeaderMap, call: v1::scheduler::
 
 async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler::Call) -> Response {
     let Some(framework_id) = call.framework_id.clone() else {
-        return error(StatusCode::BAD_REQUEST, "Expecting 'framework_id' to be present");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Expecting 'framework_id' to be present",
+        );
     };
     let Some(stream_id) = headers.get(STREAM_ID).and_then(|v| v.to_str().ok()) else {
         return error(
@@ -212,7 +222,10 @@ async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler:
     };
     let fid = FrameworkId::new(framework_id.value);
     let Some(entry) = state.streams.get(&fid).map(|e| e.clone()) else {
-        return error(StatusCode::FORBIDDEN, format!("Framework {fid} is not subscribed"));
+        return error(
+            StatusCode::FORBIDDEN,
+            format!("Framework {fid} is not subscribed"),
+        );
     };
     if entry.stream_id != stream_id {
         return error(
@@ -241,7 +254,10 @@ async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler:
             call,
         };
         if state.app.inputs.send(input).await.is_err() {
-            return error(StatusCode::SERVICE_UNAVAILABLE, "the master is shutting down");
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the master is shutting down",
+            );
         }
     }
     StatusCode::ACCEPTED.into_response()
@@ -262,7 +278,9 @@ impl ExecutorTasks for SnapshotTasks<'_> {
             .iter()
             .filter(|f| f.id == *framework)
             .flat_map(|f| f.tasks.iter())
-            .filter(|t| t.agent_id == *agent && t.executor_id == *executor && !t.state.is_terminal())
+            .filter(|t| {
+                t.agent_id == *agent && t.executor_id == *executor && !t.state.is_terminal()
+            })
             .map(|t| t.id.clone())
             .collect()
     }
@@ -307,9 +325,7 @@ impl Subscription {
                 out = self.rx.recv() => out,
                 _ = self.cancel.cancelled() => None,
             };
-            let Some(first) = first else {
-                return None;
-            };
+            let first = first?;
             // Everything already queued goes out as one chunk.
             let mut chunk = Vec::new();
             let mut next = Some(first);
@@ -351,11 +367,12 @@ impl Subscription {
             self.guard.subscribed(framework_id.clone());
         }
         for mesos in translate::translate_event(event, self.caps) {
-            self.last_was_heartbeat =
-                mesos.r#type() == v1::scheduler::event::Type::Heartbeat;
+            self.last_was_heartbeat = mesos.r#type() == v1::scheduler::event::Type::Heartbeat;
             match self.codec.encode(&mesos) {
                 Ok(bytes) => chunk.extend(recordio::frame(&bytes)),
-                Err(e) => tracing::error!(error = %e, "cannot encode a Mesos scheduler event; dropped"),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode a Mesos scheduler event; dropped")
+                }
             }
         }
         let metrics = &self.guard.state.app.metrics;

@@ -75,9 +75,24 @@ fn launch(tasks: Vec<v1::TaskInfo>) -> v1::offer::Operation {
 #[test]
 fn states_for_frameworks_with_and_without_partition_awareness() {
     let cases = [
-        (TaskState::Lost, Reason::ReasonAgentRemoved, "x", TaskState::Unreachable),
-        (TaskState::Lost, Reason::ReasonAgentRestarted, "x", TaskState::Gone),
-        (TaskState::Lost, Reason::ReasonTaskUnknown, "x", TaskState::Unknown),
+        (
+            TaskState::Lost,
+            Reason::ReasonAgentRemoved,
+            "x",
+            TaskState::Unreachable,
+        ),
+        (
+            TaskState::Lost,
+            Reason::ReasonAgentRestarted,
+            "x",
+            TaskState::Gone,
+        ),
+        (
+            TaskState::Lost,
+            Reason::ReasonTaskUnknown,
+            "x",
+            TaskState::Unknown,
+        ),
         (
             TaskState::Lost,
             Reason::ReasonReconciliation,
@@ -90,12 +105,26 @@ fn states_for_frameworks_with_and_without_partition_awareness() {
             "reconciliation: task completed",
             TaskState::Gone,
         ),
-        (TaskState::Dropped, Reason::ReasonInvalidOffers, "x", TaskState::Dropped),
-        (TaskState::Running, Reason::ReasonReconciliation, "x", TaskState::Running),
+        (
+            TaskState::Dropped,
+            Reason::ReasonInvalidOffers,
+            "x",
+            TaskState::Dropped,
+        ),
+        (
+            TaskState::Running,
+            Reason::ReasonReconciliation,
+            "x",
+            TaskState::Running,
+        ),
     ];
     for (state, reason, message, partition_aware) in cases {
         let status = master_status(state, reason, message);
-        assert_eq!(state_for(&status, pa()), partition_aware, "{state:?} {reason:?}");
+        assert_eq!(
+            state_for(&status, pa()),
+            partition_aware,
+            "{state:?} {reason:?}"
+        );
         let expected = if state == TaskState::Running {
             TaskState::Running
         } else {
@@ -205,7 +234,9 @@ fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
         .iter()
         .all(|s| s.state == TaskState::Error && s.uuid.is_none() && s.agent_id.is_some()));
     match &out.calls[..] {
-        [Call::Launch { tasks, offer_ids, .. }] => {
+        [Call::Launch {
+            tasks, offer_ids, ..
+        }] => {
             assert_eq!(tasks.len(), 1);
             assert_eq!(tasks[0].task_id.as_str(), "ok");
             assert_eq!(offer_ids, &[OfferId::new("o1")]);
@@ -275,7 +306,9 @@ fn bad_calls_are_refused_with_mesos_codes() {
     no_body.set_type(call::Type::Kill);
     assert_eq!(
         translate_call(&fid, no_body, &NoExecutors),
-        Err(CallError::BadRequest("Expecting 'kill' to be present".into()))
+        Err(CallError::BadRequest(
+            "Expecting 'kill' to be present".into()
+        ))
     );
     assert!(matches!(
         translate_call(&fid, v1::scheduler::Call::default(), &NoExecutors),
