@@ -16,189 +16,15 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-
+use support::mesos::{frameworks, python, updates, Client};
 use support::TestCluster;
 
 const AGENT: &str = "cpus:2;mem:2048;disk:1024;ports:[31000-31100]";
 const MASTER_FLAGS: &[&str] = &["--allocation-interval", "200ms"];
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The venv's python, or `None` (skip) outside CI when it is missing.
-fn python() -> Option<PathBuf> {
-    let venv = std::env::var_os("AGORA_MESOS_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/agora-mesos-venv"));
-    let python = venv.join("bin/python");
-    let usable = python.is_file()
-        && Command::new(&python)
-            .args(["-c", "import pymesos, mesoshttp"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if usable {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "the Mesos client venv {} (pymesos, mesoshttp) is missing; .ci/run builds it; under CI=true this fails the run",
-        venv.display()
-    );
-    eprintln!(
-        "skipping: the Mesos client venv {} is missing (.ci/run builds it)",
-        venv.display()
-    );
-    None
-}
-
-fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/mesos")
-        .join(name)
-}
-
-/// A client script running in the background, its JSON lines on a channel.
-struct Client {
-    child: Child,
-    lines: mpsc::Receiver<serde_json::Value>,
-    seen: Vec<serde_json::Value>,
-    stderr: PathBuf,
-}
-
-impl Client {
-    fn start(python: &Path, dir: &Path, name: &str, args: &[&str]) -> Client {
-        let stderr = dir.join(format!(
-            "{name}-{}.stderr",
-            args.join("-").replace(['/', ':'], "_")
-        ));
-        let mut child = Command::new(python)
-            .arg(script(name))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("start the client script");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                match serde_json::from_str(&line) {
-                    Ok(value) => {
-                        if tx.send(value).is_err() {
-                            break;
-                        }
-                    }
-                    Err(_) => eprintln!("client: {line}"),
-                }
-            }
-        });
-        Client {
-            child,
-            lines,
-            seen: Vec::new(),
-            stderr,
-        }
-    }
-
-    fn context(&self) -> String {
-        format!(
-            "events: {:#?}\nstderr:\n{}",
-            self.seen,
-            std::fs::read_to_string(&self.stderr).unwrap_or_default()
-        )
-    }
-
-    /// Waits for an event named `event`.
-    fn expect(&mut self, event: &str, cluster: &TestCluster) -> serde_json::Value {
-        let deadline = Instant::now() + SCRIPT_TIMEOUT;
-        while Instant::now() < deadline {
-            match self.lines.recv_timeout(Duration::from_millis(200)) {
-                Ok(value) => {
-                    self.seen.push(value.clone());
-                    if value["event"] == "failed" {
-                        panic!(
-                            "client failed: {value}\n{}\n{}",
-                            self.context(),
-                            cluster.logs()
-                        );
-                    }
-                    if value["event"] == event {
-                        return value;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        }
-        panic!(
-            "no {event:?} from the client\n{}\n{}",
-            self.context(),
-            cluster.logs()
-        );
-    }
-
-    /// Waits for the script to exit successfully.
-    fn finish(mut self, cluster: &TestCluster) -> Vec<serde_json::Value> {
-        self.expect("done", cluster);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(
-                    status.success(),
-                    "client exited with {status}\n{}",
-                    self.context()
-                );
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "client did not exit\n{}",
-                self.context()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        while let Ok(value) = self.lines.try_recv() {
-            self.seen.push(value);
-        }
-        std::mem::take(&mut self.seen)
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn updates<'a>(events: &'a [serde_json::Value], task: &str) -> Vec<&'a str> {
-    events
-        .iter()
-        .filter(|e| e["event"] == "update" && e["task_id"] == task)
-        .filter_map(|e| e["state"].as_str())
-        .collect()
-}
 
 /// Waits until the master's `/master/state` says `check`.
 fn wait_state(cluster: &TestCluster, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
-    support::wait_until(
-        Duration::from_secs(20),
-        what,
-        || cluster.logs(),
-        || {
-            let (code, body) = support::http_get(cluster.master.addr, "/master/state").ok()?;
-            let state: serde_json::Value = serde_json::from_str(&body).ok()?;
-            (code == 200 && check(&state)).then_some(())
-        },
-    )
-}
-
-fn frameworks(state: &serde_json::Value) -> &Vec<serde_json::Value> {
-    state["frameworks"].as_array().expect("frameworks")
+    support::mesos::wait_state(cluster.master.addr, what, &|| cluster.logs(), check)
 }
 
 #[test]
@@ -207,13 +33,13 @@ fn pymesos_job_reconciliation_kill_and_teardown() {
     let cluster = TestCluster::start_with(2, AGENT, MASTER_FLAGS);
     let master = cluster.master_address();
     for (scenario, unknown) in [("job", "TASK_LOST"), ("job-pa", "TASK_UNKNOWN")] {
-        let client = Client::start(
+        let client = Client::python(
             &python,
-            cluster.dir.path(),
             "pymesos_framework.py",
             &[&master, scenario],
+            cluster.dir.path(),
         );
-        let events = client.finish(&cluster);
+        let events = client.finish(&|| cluster.logs());
         for i in 0..5 {
             let states = updates(&events, &format!("job-{i}"));
             assert_eq!(
@@ -240,13 +66,13 @@ fn pymesos_scheduler_failover_keeps_the_framework_and_its_task() {
     let Some(python) = python() else { return };
     let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
     let master = cluster.master_address();
-    let mut first = Client::start(
+    let mut first = Client::python(
         &python,
-        cluster.dir.path(),
         "pymesos_framework.py",
         &[&master, "failover-1"],
+        cluster.dir.path(),
     );
-    let ready = first.expect("ready", &cluster);
+    let ready = first.expect("ready", &|| cluster.logs());
     let framework_id = ready["framework_id"]
         .as_str()
         .expect("framework id")
@@ -260,13 +86,13 @@ fn pymesos_scheduler_failover_keeps_the_framework_and_its_task() {
                 && f["tasks"].as_array().is_some_and(|t| t.len() == 1)
         })
     });
-    let second = Client::start(
+    let second = Client::python(
         &python,
-        cluster.dir.path(),
         "pymesos_framework.py",
         &[&master, "failover-2", &framework_id],
+        cluster.dir.path(),
     );
-    let events = second.finish(&cluster);
+    let events = second.finish(&|| cluster.logs());
     assert_eq!(
         updates(&events, "survivor"),
         ["TASK_RUNNING", "TASK_KILLED"]
@@ -286,16 +112,16 @@ fn pymesos_resubscribes_after_a_master_restart() {
         &["--reconnect-backoff-max", "300ms"],
     );
     let master = cluster.master_address();
-    let mut client = Client::start(
+    let mut client = Client::python(
         &python,
-        cluster.dir.path(),
         "pymesos_framework.py",
         &[&master, "restart"],
+        cluster.dir.path(),
     );
-    client.expect("ready", &cluster);
+    client.expect("ready", &|| cluster.logs());
     cluster.master.restart_same_port();
-    client.expect("reregistered", &cluster);
-    let events = client.finish(&cluster);
+    client.expect("reregistered", &|| cluster.logs());
+    let events = client.finish(&|| cluster.logs());
     assert_eq!(
         updates(&events, "steady").last(),
         Some(&"TASK_KILLED"),
@@ -308,13 +134,13 @@ fn mesoshttp_job_reconciliation_kill_and_teardown() {
     let Some(python) = python() else { return };
     let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
     let url = format!("http://{}", cluster.master_address());
-    let client = Client::start(
+    let client = Client::python(
         &python,
-        cluster.dir.path(),
         "mesoshttp_framework.py",
         &[&url],
+        cluster.dir.path(),
     );
-    let events = client.finish(&cluster);
+    let events = client.finish(&|| cluster.logs());
     for i in 0..3 {
         assert_eq!(
             updates(&events, &format!("short-{i}")).last(),

@@ -10,6 +10,7 @@
 
 pub mod ledger;
 pub mod lossy_proxy;
+pub mod mesos;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
