@@ -12,7 +12,8 @@
 //!   and agent WebSockets included, gets `503` with the leader's address
 //!   in the `X-Agora-Leader` header and the body, so clients detect again;
 //!   the Mesos v1 APIs and `/master/redirect` get `307` to the leader
-//!   instead, which Mesos clients follow (`503` while there is none).
+//!   instead (`Location: //LEADER/PATH`, as Mesos writes it), which Mesos
+//!   clients follow (`503` while there is none).
 //! - The **leader** loads the registry from etcd ([`EtcdRegistry`]) and
 //!   only then opens its gate. Every registry write is a transaction
 //!   fenced on the leader key's create revision, so a deposed leader's
@@ -392,21 +393,24 @@ pub(crate) async fn gate(
     };
     match request.uri().path() {
         "/version" | "/metrics" => next.run(request).await,
-        // Mesos clients follow a 307 to the leader: pymesos and mesos-go
-        // keep the Location's host:port, mesoshttp appends the API path
-        // to it, so the Location is the leader's bare URL. Mesos's own
-        // `/master/redirect` answers `//host:port`.
+        // Mesos clients follow a 307 to the leader. The Location is
+        // Mesos's own: `//host:port/PATH`, the request's path on the
+        // leader, scheme-relative. pymesos and mesos-go keep only its
+        // host:port; mesoshttp's `requests` follows it as a URL, which
+        // needs the path. `/master/redirect` answers `//host:port`.
         path @ ("/api/v1/scheduler"
         | "/master/api/v1/scheduler"
         | "/api/v1"
         | "/master/api/v1"
+        | "/api/v1/operator"
+        | "/master/api/v1/operator"
         | "/master/redirect"
         | "/redirect") => match &leader {
             Some(l) => {
                 let location = if path.ends_with("redirect") {
                     format!("//{l}")
                 } else {
-                    format!("http://{l}")
+                    format!("//{l}{path}")
                 };
                 let mut response = (
                     StatusCode::TEMPORARY_REDIRECT,
