@@ -18,7 +18,9 @@
 //!   (`endpoints.rs`): the JSON that Mesos tools scrape.
 //!
 //! The paths are also served under Mesos's process prefix
-//! (`/master/api/v1/scheduler`, `/master/api/v1`).
+//! (`/master/api/v1/scheduler`, `/master/api/v1`), and the operator API
+//! also at `/api/v1/operator` (pymesos's path, which Mesos's prefix
+//! routing hands to `/api/v1`).
 
 mod endpoints;
 mod operator;
@@ -70,6 +72,10 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/master/api/v1/scheduler", any(scheduler::handle))
         .route("/api/v1", any(operator::handle))
         .route("/master/api/v1", any(operator::handle))
+        // pymesos's operator driver posts to `/api/v1/operator`, which
+        // Mesos's prefix routing hands to `/api/v1`.
+        .route("/api/v1/operator", any(operator::handle))
+        .route("/master/api/v1/operator", any(operator::handle))
         .route("/master/state", get(endpoints::state))
         .route("/master/state.json", get(endpoints::state))
         .route("/state.json", get(endpoints::state))

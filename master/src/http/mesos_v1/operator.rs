@@ -7,8 +7,11 @@
 //! stream: SUBSCRIBED with the whole state, a HEARTBEAT, then TASK_ADDED,
 //! TASK_UPDATED, AGENT_ADDED, AGENT_REMOVED, FRAMEWORK_ADDED,
 //! FRAMEWORK_UPDATED and FRAMEWORK_REMOVED as successive snapshots show
-//! them, with a HEARTBEAT every 15 s. Calls that change the cluster are
-//! not part of Agora's operator API yet (501).
+//! them, with a HEARTBEAT every 15 s. A task that comes and goes between
+//! two snapshots is still reported (TASK_ADDED, then TASK_UPDATED to its
+//! terminal state); states that last less than a snapshot interval
+//! (`--state-snapshot-interval`) may be folded into the next one. Calls
+//! that change the cluster are not part of Agora's operator API yet (501).
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -301,6 +304,9 @@ struct Seen {
     agents: BTreeMap<AgentId, bool>,
     frameworks: HashMap<FrameworkId, (bool, bool, bool)>,
     framework_infos: HashMap<FrameworkId, v1::FrameworkInfo>,
+    /// Completed tasks already reported (or completed before the
+    /// subscription).
+    completed: std::collections::HashSet<(FrameworkId, TaskId)>,
 }
 
 impl Seen {
@@ -388,6 +394,8 @@ impl Seen {
                     .map(|t| (t.framework_id.clone(), t.id.clone()))
             })
             .collect();
+        let was_live: std::collections::HashSet<(FrameworkId, TaskId)> =
+            self.tasks.keys().cloned().collect();
         let left: Vec<(FrameworkId, TaskId)> = self
             .tasks
             .keys()
@@ -402,6 +410,22 @@ impl Seen {
                 }
             }
         }
+        // A task launched and completed between two snapshots was never
+        // listed: it is added and updated to its terminal state at once.
+        let mut now_completed = std::collections::HashSet::new();
+        for t in s.completed_tasks.iter() {
+            let key = (t.framework_id.clone(), t.id.clone());
+            if !self.completed.contains(&key) && !was_live.contains(&key) {
+                emit(event_of(Type::TaskAdded, |e| {
+                    e.task_added = Some(event::TaskAdded {
+                        task: mesos_task(t),
+                    })
+                }));
+                emit(task_updated(t));
+            }
+            now_completed.insert(key);
+        }
+        self.completed = now_completed;
         let removed: Vec<FrameworkId> = self
             .frameworks
             .keys()
