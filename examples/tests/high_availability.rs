@@ -1,8 +1,10 @@
 //! High availability (issue 5): three masters campaigning in one etcd,
 //! agents and an `agora-execute` job that find the leader through
 //! `--master etcd://…`, and the leader killed, frozen or cut off from
-//! etcd. Each test starts its own etcd on 127.0.0.1 ephemeral ports with
-//! its own data dir.
+//! etcd; and Mesos clients (pymesos, mesoshttp, mesos-go) given only a
+//! standby's address, which redirects them to the leader. Each test
+//! starts its own etcd on 127.0.0.1 ephemeral ports with its own data
+//! dir.
 //!
 //! Needs the `etcd` feature and the `etcd` binary (Debian's
 //! `etcd-server`). Without the binary the tests are skipped with a

@@ -79,12 +79,8 @@ fn pymesos_scheduler_failover_keeps_the_framework_and_its_task() {
         .to_string();
     let _ = first.child.wait();
     // The scheduler is gone without a teardown: the framework waits for it.
-    wait_state(&cluster, "the framework disconnected, its task kept", |s| {
-        frameworks(s).iter().any(|f| {
-            f["id"] == framework_id.as_str()
-                && f["connected"] == false
-                && f["tasks"].as_array().is_some_and(|t| t.len() == 1)
-        })
+    support::mesos::wait_framework_awaits_failover(cluster.master.addr, &framework_id, &|| {
+        cluster.logs()
     });
     let second = Client::python(
         &python,

@@ -21,7 +21,9 @@
 
 mod support;
 
-use support::mesos::{frameworks, go_scheduler, updates, wait_state, Client, GoCodec};
+use support::mesos::{
+    frameworks, go_scheduler, updates, wait_framework_awaits_failover, wait_state, Client, GoCodec,
+};
 use support::TestCluster;
 
 const AGENT: &str = "cpus:2;mem:2048;disk:1024;ports:[31000-31100]";
@@ -95,18 +97,7 @@ fn failover(codec: GoCodec) {
         .to_string();
     let _ = first.child.wait();
     // The scheduler is gone without a teardown: the framework waits for it.
-    wait_state(
-        cluster.master.addr,
-        "the framework disconnected, its task kept",
-        &logs,
-        |s| {
-            frameworks(s).iter().any(|f| {
-                f["id"] == framework_id.as_str()
-                    && f["connected"] == false
-                    && f["tasks"].as_array().is_some_and(|t| t.len() == 1)
-            })
-        },
-    );
+    wait_framework_awaits_failover(cluster.master.addr, &framework_id, &logs);
     let second = Client::go(
         &scheduler,
         codec,

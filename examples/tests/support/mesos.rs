@@ -341,6 +341,28 @@ pub fn wait_state(
     })
 }
 
+/// Waits until framework `id` is disconnected at the master at `addr`
+/// with its one task kept: its scheduler died without a teardown and the
+/// framework waits for it to fail over.
+pub fn wait_framework_awaits_failover(
+    addr: std::net::SocketAddr,
+    id: &str,
+    logs: &dyn Fn() -> String,
+) {
+    wait_state(
+        addr,
+        "the framework disconnected, its task kept",
+        logs,
+        |s| {
+            frameworks(s).iter().any(|f| {
+                f["id"] == id
+                    && f["connected"] == false
+                    && f["tasks"].as_array().is_some_and(|t| t.len() == 1)
+            })
+        },
+    )
+}
+
 /// Blocking `POST http://addr/path` with `headers` and `body`, answered
 /// with `Connection: close`: status and response head.
 pub fn http_post_head(

@@ -61,13 +61,28 @@ func runJob(cfg config, partitionAware bool) error {
 	return nil
 }
 
-func failoverFirst(cfg config) error {
+// runLong subscribes a new framework, runs a long task to
+// TASK_RUNNING and prints "ready" with the framework id.
+func runLong(cfg config, task string) (*framework, string) {
 	fw := newFramework(cfg, "")
 	fw.start()
 	id := fw.expect("SUBSCRIBED", isSubscribed).frameworkID
-	fw.launch("survivor", "sleep 300")
-	fw.expect("survivor running", updateOf("survivor", mesos.TASK_RUNNING))
+	fw.launch(task, "sleep 300")
+	fw.expect(task+" running", updateOf(task, mesos.TASK_RUNNING))
 	say("ready", map[string]interface{}{"framework_id": id})
+	return fw, id
+}
+
+// killAndTeardown kills a task, waits for TASK_KILLED and tears the
+// framework down.
+func (fw *framework) killAndTeardown(task string) {
+	fw.kill(task)
+	fw.expect(task+" killed", updateOf(task, mesos.TASK_KILLED))
+	fw.teardown()
+}
+
+func failoverFirst(cfg config) error {
+	runLong(cfg, "survivor")
 	// Die as a crashed scheduler does: no TEARDOWN.
 	os.Exit(0)
 	return nil
@@ -82,19 +97,12 @@ func failoverSecond(cfg config) error {
 	}
 	fw.reconcile(map[string]string{"survivor": ""})
 	fw.expect("survivor reconciled", updateOf("survivor", mesos.TASK_RUNNING))
-	fw.kill("survivor")
-	fw.expect("survivor killed", updateOf("survivor", mesos.TASK_KILLED))
-	fw.teardown()
+	fw.killAndTeardown("survivor")
 	return nil
 }
 
 func restart(cfg config) error {
-	fw := newFramework(cfg, "")
-	fw.start()
-	id := fw.expect("SUBSCRIBED", isSubscribed).frameworkID
-	fw.launch("steady", "sleep 300")
-	fw.expect("steady running", updateOf("steady", mesos.TASK_RUNNING))
-	say("ready", map[string]interface{}{"framework_id": id})
+	fw, id := runLong(cfg, "steady")
 
 	again := fw.expect("re-subscription after the master restarted", isSubscribed).frameworkID
 	if again != id {
@@ -112,8 +120,6 @@ func restart(cfg config) error {
 			return fmt.Errorf("the restarted master never reported steady RUNNING")
 		}
 	}
-	fw.kill("steady")
-	fw.expect("steady killed", updateOf("steady", mesos.TASK_KILLED))
-	fw.teardown()
+	fw.killAndTeardown("steady")
 	return nil
 }
