@@ -8,7 +8,11 @@
 //!   failover with the same framework id; a master restart with the
 //!   framework re-subscribing by itself.
 //! - mesoshttp 0.4.2 (`mesos/mesoshttp_framework.py`): command tasks,
-//!   explicit reconciliation, kill, teardown.
+//!   explicit reconciliation, kill, teardown (mesoshttp cannot ask for an
+//!   implicit reconciliation: its `reconcile([])` sends nothing);
+//!   scheduler failover with the same framework id; a master restart
+//!   with the framework re-subscribing by itself (after mesoshttp's
+//!   10 s `WAIT_TIME`).
 //!
 //! The Python clients live in the venv `.ci/run` builds
 //! (`/opt/agora-mesos-venv`, or `$AGORA_MESOS_VENV`). Without it the tests
@@ -148,4 +152,68 @@ fn mesoshttp_job_reconciliation_kill_and_teardown() {
     wait_state(&cluster, "the framework torn down", |s| {
         frameworks(s).is_empty()
     });
+}
+
+#[test]
+fn mesoshttp_scheduler_failover_keeps_the_framework_and_its_task() {
+    let Some(python) = python() else { return };
+    let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
+    let url = format!("http://{}", cluster.master_address());
+    let mut first = Client::python(
+        &python,
+        "mesoshttp_framework.py",
+        &[&url, "failover-1"],
+        cluster.dir.path(),
+    );
+    let ready = first.expect("ready", &|| cluster.logs());
+    let framework_id = ready["framework_id"]
+        .as_str()
+        .expect("framework id")
+        .to_string();
+    let _ = first.child.wait();
+    support::mesos::wait_framework_awaits_failover(cluster.master.addr, &framework_id, &|| {
+        cluster.logs()
+    });
+    let second = Client::python(
+        &python,
+        "mesoshttp_framework.py",
+        &[&url, "failover-2", &framework_id],
+        cluster.dir.path(),
+    );
+    let events = second.finish(&|| cluster.logs());
+    assert_eq!(
+        updates(&events, "survivor"),
+        ["TASK_RUNNING", "TASK_KILLED"]
+    );
+    wait_state(&cluster, "the framework torn down", |s| {
+        frameworks(s).is_empty()
+    });
+}
+
+#[test]
+fn mesoshttp_resubscribes_after_a_master_restart() {
+    let Some(python) = python() else { return };
+    let mut cluster = TestCluster::start_full(
+        1,
+        AGENT,
+        MASTER_FLAGS,
+        &["--reconnect-backoff-max", "300ms"],
+    );
+    let url = format!("http://{}", cluster.master_address());
+    let mut client = Client::python(
+        &python,
+        "mesoshttp_framework.py",
+        &[&url, "restart"],
+        cluster.dir.path(),
+    );
+    let ready = client.expect("ready", &|| cluster.logs());
+    cluster.master.restart_same_port();
+    let again = client.expect("reregistered", &|| cluster.logs());
+    assert_eq!(again["framework_id"], ready["framework_id"]);
+    let events = client.finish(&|| cluster.logs());
+    assert_eq!(
+        updates(&events, "steady").last(),
+        Some(&"TASK_KILLED"),
+        "{events:#?}"
+    );
 }
