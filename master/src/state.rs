@@ -36,7 +36,7 @@ use serde::{Serialize, Serializer};
 use tokio::sync::{mpsc, watch};
 
 use crate::agents::Agent;
-use crate::frameworks::Framework;
+use crate::frameworks::{CompletedFramework, Framework};
 use crate::master::Master;
 use crate::offers::OfferEntry;
 use crate::tasks::{CompletedTask, Task};
@@ -65,6 +65,10 @@ pub(crate) struct StateSnapshot {
     pub(crate) offers: Arc<Vec<Arc<View<OfferState>>>>,
     #[serde(serialize_with = "shared_list")]
     pub(crate) completed_tasks: Arc<Vec<Arc<View<TaskView>>>>,
+    /// Removed frameworks, oldest first (for the Mesos endpoints; not
+    /// part of `/state`).
+    #[serde(skip)]
+    pub(crate) completed_frameworks: Arc<Vec<Arc<CompletedFramework>>>,
     pub(crate) removed_agents: usize,
     /// The JSON text of this snapshot, encoded on first use.
     #[serde(skip)]
@@ -210,6 +214,9 @@ pub(crate) struct StateDelta {
     /// Tasks completed since the previous delta, oldest first.
     completed: Vec<Arc<View<TaskView>>>,
     max_completed: usize,
+    /// Frameworks removed since the previous delta, oldest first.
+    completed_frameworks: Vec<Arc<CompletedFramework>>,
+    max_completed_frameworks: usize,
     removed_agents: usize,
 }
 
@@ -261,6 +268,7 @@ pub(crate) struct StateBuilder {
     shares: HashMap<FrameworkId, BTreeMap<String, Option<f64>>>,
     roles: Vec<RoleState>,
     completed: VecDeque<Arc<View<TaskView>>>,
+    completed_frameworks: VecDeque<Arc<CompletedFramework>>,
     removed_agents: usize,
 }
 
@@ -570,7 +578,25 @@ impl Master {
             .map(|c| View::shared(completed_view(c)))
             .collect();
         self.completed_published = self.completed_total;
-        self.delta(false, agents, frameworks, offers, completed)
+        let fresh =
+            usize::try_from(self.completed_frameworks_total - self.completed_frameworks_published)
+                .unwrap_or(usize::MAX)
+                .min(self.completed_frameworks.len());
+        let completed_frameworks = self
+            .completed_frameworks
+            .iter()
+            .skip(self.completed_frameworks.len() - fresh)
+            .map(|f| Arc::new(f.clone()))
+            .collect();
+        self.completed_frameworks_published = self.completed_frameworks_total;
+        self.delta(
+            false,
+            agents,
+            frameworks,
+            offers,
+            completed,
+            completed_frameworks,
+        )
     }
 
     /// Views of everything, for a builder that starts empty. Changes stay
@@ -603,7 +629,19 @@ impl Master {
             .iter()
             .map(|c| View::shared(completed_view(c)))
             .collect();
-        self.delta(true, agents, frameworks, offers, completed)
+        let completed_frameworks = self
+            .completed_frameworks
+            .iter()
+            .map(|f| Arc::new(f.clone()))
+            .collect();
+        self.delta(
+            true,
+            agents,
+            frameworks,
+            offers,
+            completed,
+            completed_frameworks,
+        )
     }
 
     /// Forgets the recorded changes: everything up to now is published.
@@ -615,6 +653,7 @@ impl Master {
             fw.tasks.clear_changes();
         }
         self.completed_published = self.completed_total;
+        self.completed_frameworks_published = self.completed_frameworks_total;
     }
 
     /// A complete snapshot, built here and now.
@@ -632,6 +671,7 @@ impl Master {
         frameworks: Vec<FrameworkDelta>,
         offers: Vec<(OfferId, Option<Arc<View<OfferState>>>)>,
         completed: Vec<Arc<View<TaskView>>>,
+        completed_frameworks: Vec<Arc<CompletedFramework>>,
     ) -> StateDelta {
         let mut shares = HashMap::with_capacity(self.frameworks.len());
         let mut members: BTreeMap<String, BTreeSet<FrameworkId>> = BTreeMap::new();
@@ -680,6 +720,8 @@ impl Master {
             roles,
             completed,
             max_completed: self.config.max_completed_tasks,
+            completed_frameworks,
+            max_completed_frameworks: self.config.max_completed_frameworks,
             removed_agents: self.removed_agents.len(),
         }
     }
@@ -743,6 +785,10 @@ impl StateBuilder {
         self.completed.extend(delta.completed);
         while self.completed.len() > delta.max_completed {
             self.completed.pop_front();
+        }
+        self.completed_frameworks.extend(delta.completed_frameworks);
+        while self.completed_frameworks.len() > delta.max_completed_frameworks {
+            self.completed_frameworks.pop_front();
         }
         self.removed_agents = delta.removed_agents;
     }
@@ -811,6 +857,7 @@ impl StateBuilder {
             roles: self.roles.clone(),
             offers: offers.clone(),
             completed_tasks: Arc::new(self.completed.iter().cloned().collect()),
+            completed_frameworks: Arc::new(self.completed_frameworks.iter().cloned().collect()),
             removed_agents: self.removed_agents,
             encoded: OnceLock::new(),
         }

@@ -14,16 +14,18 @@ use tokio::net::TcpStream;
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn start() -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    start_with(agora_master::Config::default()).await
+}
+
+async fn start_with(
+    config: agora_master::Config,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(agora_master::run(
-        listener,
-        agora_master::Config::default(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    tokio::spawn(agora_master::run(listener, config, async move {
+        let _ = stopped.await;
+    }));
     (addr, stop)
 }
 
@@ -55,12 +57,16 @@ async fn request(
 }
 
 fn subscribe_call(framework_id: Option<&str>) -> v1::scheduler::Call {
+    subscribe_call_named(framework_id, "raw")
+}
+
+fn subscribe_call_named(framework_id: Option<&str>, name: &str) -> v1::scheduler::Call {
     let mut c = v1::scheduler::Call {
         framework_id: framework_id.map(|v| v1::FrameworkId { value: v.into() }),
         subscribe: Some(call::Subscribe {
             framework_info: v1::FrameworkInfo {
                 user: "u".into(),
-                name: "raw".into(),
+                name: name.into(),
                 id: framework_id.map(|v| v1::FrameworkId { value: v.into() }),
                 ..Default::default()
             },
@@ -75,7 +81,17 @@ fn subscribe_call(framework_id: Option<&str>) -> v1::scheduler::Call {
 /// Opens a protobuf SUBSCRIBE stream; returns it, its head and the first
 /// events (decoded from the chunked RecordIO body).
 async fn subscribe(addr: std::net::SocketAddr) -> (TcpStream, String, Vec<v1::scheduler::Event>) {
-    let body = Codec::Protobuf.encode(&subscribe_call(None)).unwrap();
+    subscribe_named(addr, "raw").await
+}
+
+/// [`subscribe`] as a framework named `name`.
+async fn subscribe_named(
+    addr: std::net::SocketAddr,
+    name: &str,
+) -> (TcpStream, String, Vec<v1::scheduler::Event>) {
+    let body = Codec::Protobuf
+        .encode(&subscribe_call_named(None, name))
+        .unwrap();
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let head = format!(
         "POST /api/v1/scheduler HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-protobuf\r\nAccept: application/x-protobuf\r\nAccept: application/x-protobuf\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
@@ -426,4 +442,144 @@ async fn operator_api_and_scraped_endpoints() {
         header(&head, "location"),
         Some(format!("//{addr}").as_str())
     );
+}
+
+/// An operator SUBSCRIBE stream in JSON, read record by record.
+struct OperatorEvents {
+    stream: TcpStream,
+    raw: Vec<u8>,
+    taken: usize,
+}
+
+impl OperatorEvents {
+    async fn open(addr: std::net::SocketAddr) -> OperatorEvents {
+        let body = br#"{"type":"SUBSCRIBE"}"#;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST /api/v1 HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body).await.unwrap();
+        OperatorEvents {
+            stream,
+            raw: Vec::new(),
+            taken: 0,
+        }
+    }
+
+    /// The events that arrived whole so far (de-chunked, RecordIO).
+    fn records(&self) -> Vec<serde_json::Value> {
+        let Some(split) = self.raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return Vec::new();
+        };
+        let mut body = &self.raw[split + 4..];
+        let mut records = recordio::Reader::new();
+        while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&body[..line_end]).unwrap(), 16).unwrap();
+            if body.len() < line_end + 2 + size + 2 {
+                break;
+            }
+            records.feed(&body[line_end + 2..line_end + 2 + size]);
+            body = &body[line_end + 2 + size + 2..];
+        }
+        let mut out = Vec::new();
+        while let Some(record) = records.next_record().unwrap() {
+            out.push(serde_json::from_slice(&record).unwrap());
+        }
+        out
+    }
+
+    /// The next event other than HEARTBEAT.
+    async fn next(&mut self) -> serde_json::Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let records = self.records();
+            while self.taken < records.len() {
+                self.taken += 1;
+                if records[self.taken - 1]["type"] != "HEARTBEAT" {
+                    return records[self.taken - 1].clone();
+                }
+            }
+            let mut buf = [0u8; 4096];
+            let n = tokio::time::timeout_at(deadline, self.stream.read(&mut buf))
+                .await
+                .expect("an operator event in time")
+                .unwrap();
+            assert!(n > 0, "operator stream closed");
+            self.raw.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// A framework that subscribes and is torn down between two snapshots of
+/// the master's state still reaches operator subscribers, in Mesos's
+/// order: FRAMEWORK_ADDED, then FRAMEWORK_REMOVED; and GET_FRAMEWORKS
+/// lists it among the completed frameworks.
+#[tokio::test]
+async fn operator_stream_reports_a_framework_that_came_and_went_between_snapshots() {
+    let config = agora_master::Config {
+        state_snapshot_interval: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let (addr, _stop) = start_with(config).await;
+    let mut operator = OperatorEvents::open(addr).await;
+    assert_eq!(operator.next().await["type"], "SUBSCRIBED");
+    // A first framework: once the operator hears of it, a snapshot was
+    // just published and the next one is two seconds away.
+    let (_anchor, _, _) = subscribe_named(addr, "anchor").await;
+    let added = operator.next().await;
+    assert_eq!(added["type"], "FRAMEWORK_ADDED", "{added}");
+    assert_eq!(
+        added["framework_added"]["framework"]["framework_info"]["name"],
+        "anchor"
+    );
+    let (_blink, head, events) = subscribe_named(addr, "blink").await;
+    let stream_id = header(&head, "mesos-stream-id").unwrap().to_string();
+    let fid = events[0].subscribed.clone().unwrap().framework_id.value;
+    let (code, _, _) = request(
+        addr,
+        "POST",
+        "/api/v1/scheduler",
+        &[
+            ("Content-Type", "application/json"),
+            ("Mesos-Stream-Id", &stream_id),
+        ],
+        format!(r#"{{"type":"TEARDOWN","framework_id":{{"value":"{fid}"}}}}"#).as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 202);
+    let added = operator.next().await;
+    assert_eq!(added["type"], "FRAMEWORK_ADDED", "{added}");
+    let info = &added["framework_added"]["framework"]["framework_info"];
+    assert_eq!(
+        (&info["name"], &info["id"]["value"]),
+        (&"blink".into(), &fid.clone().into())
+    );
+    let removed = operator.next().await;
+    assert_eq!(removed["type"], "FRAMEWORK_REMOVED", "{removed}");
+    assert_eq!(
+        removed["framework_removed"]["framework_info"]["id"]["value"],
+        fid
+    );
+    let (code, _, body) = request(
+        addr,
+        "POST",
+        "/api/v1",
+        &[("Content-Type", "application/json")],
+        br#"{"type":"GET_FRAMEWORKS"}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let completed = &v["get_frameworks"]["completed_frameworks"];
+    assert_eq!(completed[0]["framework_info"]["id"]["value"], fid, "{v}");
+    assert_eq!(completed[0]["active"], false);
+    let (code, _, body) = request(addr, "GET", "/master/state", &[], b"").await;
+    assert_eq!(code, 200);
+    let state: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let completed = &state["completed_frameworks"];
+    assert_eq!(completed[0]["id"], fid, "{state}");
+    assert_eq!(completed[0]["name"], "blink");
 }

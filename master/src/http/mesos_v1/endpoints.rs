@@ -18,6 +18,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::{version_json, MesosState};
+use crate::frameworks::CompletedFramework;
 use crate::http::AppState;
 use crate::state::{AgentState, FrameworkState, StateSnapshot, TaskView};
 
@@ -202,6 +203,33 @@ fn framework_json(f: &FrameworkState, s: &StateSnapshot) -> Value {
     out
 }
 
+/// A removed framework in `/master/state`'s `completed_frameworks`.
+fn completed_framework_json(f: &CompletedFramework, s: &StateSnapshot) -> Value {
+    let none = Resources::new();
+    json!({
+        "id": f.id,
+        "name": f.info.name,
+        "user": f.info.user,
+        "hostname": f.info.hostname,
+        "webui_url": f.info.webui_url.clone().unwrap_or_default(),
+        "active": false,
+        "connected": false,
+        "recovered": false,
+        "failover_timeout": f.info.failover_timeout,
+        "checkpoint": f.info.checkpoint,
+        "registered_time": f.registered_at,
+        "unregistered_time": f.removed_at,
+        "used_resources": resource_map(&none),
+        "offered_resources": resource_map(&none),
+        "resources": resource_map(&none),
+        "tasks": [],
+        "unreachable_tasks": [],
+        "completed_tasks": s.completed_tasks.iter().filter(|t| t.framework_id == f.id).map(|t| task_json(t)).collect::<Vec<_>>(),
+        "offers": [],
+        "executors": [],
+    })
+}
+
 /// `/master/state` in Mesos's shape.
 pub(crate) fn master_state(s: &StateSnapshot) -> Value {
     let host = host_of(&s.master.address);
@@ -227,7 +255,7 @@ pub(crate) fn master_state(s: &StateSnapshot) -> Value {
         "slaves": s.agents.iter().map(|a| agent_json(a)).collect::<Vec<_>>(),
         "recovered_slaves": [],
         "frameworks": s.frameworks.iter().map(|f| framework_json(f, s)).collect::<Vec<_>>(),
-        "completed_frameworks": [],
+        "completed_frameworks": s.completed_frameworks.iter().rev().map(|f| completed_framework_json(f, s)).collect::<Vec<_>>(),
         "orphan_tasks": [],
         "unregistered_frameworks": [],
     })

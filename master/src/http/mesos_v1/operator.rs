@@ -7,9 +7,12 @@
 //! stream: SUBSCRIBED with the whole state, a HEARTBEAT, then TASK_ADDED,
 //! TASK_UPDATED, AGENT_ADDED, AGENT_REMOVED, FRAMEWORK_ADDED,
 //! FRAMEWORK_UPDATED and FRAMEWORK_REMOVED as successive snapshots show
-//! them, with a HEARTBEAT every 15 s. A task that comes and goes between
-//! two snapshots is still reported (TASK_ADDED, then TASK_UPDATED to its
-//! terminal state); states that last less than a snapshot interval
+//! them, with a HEARTBEAT every 15 s. A task or a framework that comes
+//! and goes between two snapshots is still reported (TASK_ADDED, then
+//! TASK_UPDATED to its terminal state; FRAMEWORK_ADDED, then
+//! FRAMEWORK_REMOVED, from the snapshot's bounded list of removed
+//! frameworks, which GET_FRAMEWORKS also answers as
+//! `completed_frameworks`); states that last less than a snapshot interval
 //! (`--state-snapshot-interval`) may be folded into the next one. Calls
 //! that change the cluster are not part of Agora's operator API yet (501).
 
@@ -31,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::scheduler::read_body;
 use super::{encoded, error, request_codec, response_codec, MesosState};
+use crate::frameworks::CompletedFramework;
 use crate::state::{AgentState, FrameworkState, StateSnapshot, TaskView};
 
 /// Heartbeat period of the operator event stream (Mesos's).
@@ -241,10 +245,30 @@ fn mesos_framework(f: &FrameworkState, s: &StateSnapshot) -> response::get_frame
     }
 }
 
+/// A removed framework as the operator API shows it.
+fn mesos_completed_framework(f: &CompletedFramework) -> response::get_frameworks::Framework {
+    let mut info = (*f.info).clone();
+    info.id = Some(f.id.clone());
+    response::get_frameworks::Framework {
+        framework_info: convert::mesos_framework_info(&info),
+        active: false,
+        connected: false,
+        recovered: false,
+        registered_time: Some(time_info(f.registered_at)),
+        unregistered_time: Some(time_info(f.removed_at)),
+        ..Default::default()
+    }
+}
+
 pub(crate) fn get_frameworks(s: &StateSnapshot) -> response::GetFrameworks {
     response::GetFrameworks {
         frameworks: s.frameworks.iter().map(|f| mesos_framework(f, s)).collect(),
-        completed_frameworks: Vec::new(),
+        completed_frameworks: s
+            .completed_frameworks
+            .iter()
+            .rev()
+            .map(|f| mesos_completed_framework(f))
+            .collect(),
     }
 }
 
@@ -307,6 +331,9 @@ struct Seen {
     /// Completed tasks already reported (or completed before the
     /// subscription).
     completed: std::collections::HashSet<(FrameworkId, TaskId)>,
+    /// Removed frameworks already reported (or removed before the
+    /// subscription).
+    completed_frameworks: std::collections::HashSet<FrameworkId>,
 }
 
 impl Seen {
@@ -410,6 +437,26 @@ impl Seen {
                 }
             }
         }
+        // A framework that subscribed and was removed between two
+        // snapshots was never listed: it is added now, its tasks follow,
+        // and it is removed at the end.
+        let mut blinked = Vec::new();
+        let mut now_removed = std::collections::HashSet::new();
+        for f in s.completed_frameworks.iter() {
+            let known = self.completed_frameworks.contains(&f.id)
+                || self.frameworks.contains_key(&f.id)
+                || live_frameworks.contains(&f.id);
+            if !known {
+                emit(event_of(Type::FrameworkAdded, |e| {
+                    e.framework_added = Some(event::FrameworkAdded {
+                        framework: mesos_completed_framework(f),
+                    })
+                }));
+                blinked.push(f);
+            }
+            now_removed.insert(f.id.clone());
+        }
+        self.completed_frameworks = now_removed;
         // A task launched and completed between two snapshots was never
         // listed: it is added and updated to its terminal state at once.
         let mut now_completed = std::collections::HashSet::new();
@@ -441,6 +488,13 @@ impl Seen {
                     })
                 }));
             }
+        }
+        for f in blinked {
+            emit(event_of(Type::FrameworkRemoved, |e| {
+                e.framework_removed = Some(event::FrameworkRemoved {
+                    framework_info: mesos_completed_framework(f).framework_info,
+                })
+            }));
         }
     }
 }
