@@ -20,11 +20,13 @@
 
 mod support;
 
-use support::mesos::{frameworks, python, updates, Client};
+use support::mesos::{self, frameworks, python, updates, Client};
 use support::TestCluster;
 
 const AGENT: &str = "cpus:2;mem:2048;disk:1024;ports:[31000-31100]";
 const MASTER_FLAGS: &[&str] = &["--allocation-interval", "200ms"];
+/// Agents reconnect quickly to a restarted master.
+const AGENT_FLAGS: &[&str] = &["--reconnect-backoff-max", "300ms"];
 
 /// Waits until the master's `/master/state` says `check`.
 fn wait_state(cluster: &TestCluster, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
@@ -70,63 +72,26 @@ fn pymesos_scheduler_failover_keeps_the_framework_and_its_task() {
     let Some(python) = python() else { return };
     let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
     let master = cluster.master_address();
-    let mut first = Client::python(
-        &python,
-        "pymesos_framework.py",
-        &[&master, "failover-1"],
-        cluster.dir.path(),
-    );
-    let ready = first.expect("ready", &|| cluster.logs());
-    let framework_id = ready["framework_id"]
-        .as_str()
-        .expect("framework id")
-        .to_string();
-    let _ = first.child.wait();
-    // The scheduler is gone without a teardown: the framework waits for it.
-    support::mesos::wait_framework_awaits_failover(cluster.master.addr, &framework_id, &|| {
-        cluster.logs()
-    });
-    let second = Client::python(
-        &python,
-        "pymesos_framework.py",
-        &[&master, "failover-2", &framework_id],
-        cluster.dir.path(),
-    );
-    let events = second.finish(&|| cluster.logs());
-    assert_eq!(
-        updates(&events, "survivor"),
-        ["TASK_RUNNING", "TASK_KILLED"]
-    );
-    wait_state(&cluster, "the framework torn down", |s| {
-        frameworks(s).is_empty()
+    let dir = cluster.dir.path().to_path_buf();
+    mesos::failover_keeps_the_framework_and_its_task(&cluster, |scenario, id| {
+        let mut args = vec![master.as_str(), scenario];
+        args.extend(id);
+        Client::python(&python, "pymesos_framework.py", &args, &dir)
     });
 }
 
 #[test]
 fn pymesos_resubscribes_after_a_master_restart() {
     let Some(python) = python() else { return };
-    let mut cluster = TestCluster::start_full(
-        1,
-        AGENT,
-        MASTER_FLAGS,
-        &["--reconnect-backoff-max", "300ms"],
-    );
+    let mut cluster = TestCluster::start_full(1, AGENT, MASTER_FLAGS, AGENT_FLAGS);
     let master = cluster.master_address();
-    let mut client = Client::python(
+    let client = Client::python(
         &python,
         "pymesos_framework.py",
         &[&master, "restart"],
         cluster.dir.path(),
     );
-    client.expect("ready", &|| cluster.logs());
-    cluster.master.restart_same_port();
-    client.expect("reregistered", &|| cluster.logs());
-    let events = client.finish(&|| cluster.logs());
-    assert_eq!(
-        updates(&events, "steady").last(),
-        Some(&"TASK_KILLED"),
-        "{events:#?}"
-    );
+    mesos::resubscribes_after_a_master_restart(&mut cluster, client);
 }
 
 #[test]
@@ -159,61 +124,24 @@ fn mesoshttp_scheduler_failover_keeps_the_framework_and_its_task() {
     let Some(python) = python() else { return };
     let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
     let url = format!("http://{}", cluster.master_address());
-    let mut first = Client::python(
-        &python,
-        "mesoshttp_framework.py",
-        &[&url, "failover-1"],
-        cluster.dir.path(),
-    );
-    let ready = first.expect("ready", &|| cluster.logs());
-    let framework_id = ready["framework_id"]
-        .as_str()
-        .expect("framework id")
-        .to_string();
-    let _ = first.child.wait();
-    support::mesos::wait_framework_awaits_failover(cluster.master.addr, &framework_id, &|| {
-        cluster.logs()
-    });
-    let second = Client::python(
-        &python,
-        "mesoshttp_framework.py",
-        &[&url, "failover-2", &framework_id],
-        cluster.dir.path(),
-    );
-    let events = second.finish(&|| cluster.logs());
-    assert_eq!(
-        updates(&events, "survivor"),
-        ["TASK_RUNNING", "TASK_KILLED"]
-    );
-    wait_state(&cluster, "the framework torn down", |s| {
-        frameworks(s).is_empty()
+    let dir = cluster.dir.path().to_path_buf();
+    mesos::failover_keeps_the_framework_and_its_task(&cluster, |scenario, id| {
+        let mut args = vec![url.as_str(), scenario];
+        args.extend(id);
+        Client::python(&python, "mesoshttp_framework.py", &args, &dir)
     });
 }
 
 #[test]
 fn mesoshttp_resubscribes_after_a_master_restart() {
     let Some(python) = python() else { return };
-    let mut cluster = TestCluster::start_full(
-        1,
-        AGENT,
-        MASTER_FLAGS,
-        &["--reconnect-backoff-max", "300ms"],
-    );
+    let mut cluster = TestCluster::start_full(1, AGENT, MASTER_FLAGS, AGENT_FLAGS);
     let url = format!("http://{}", cluster.master_address());
-    let mut client = Client::python(
+    let client = Client::python(
         &python,
         "mesoshttp_framework.py",
         &[&url, "restart"],
         cluster.dir.path(),
     );
-    let ready = client.expect("ready", &|| cluster.logs());
-    cluster.master.restart_same_port();
-    let again = client.expect("reregistered", &|| cluster.logs());
-    assert_eq!(again["framework_id"], ready["framework_id"]);
-    let events = client.finish(&|| cluster.logs());
-    assert_eq!(
-        updates(&events, "steady").last(),
-        Some(&"TASK_KILLED"),
-        "{events:#?}"
-    );
+    mesos::resubscribes_after_a_master_restart(&mut cluster, client);
 }

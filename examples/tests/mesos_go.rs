@@ -21,9 +21,7 @@
 
 mod support;
 
-use support::mesos::{
-    frameworks, go_scheduler, updates, wait_framework_awaits_failover, wait_state, Client, GoCodec,
-};
+use support::mesos::{self, frameworks, go_scheduler, updates, wait_state, Client, GoCodec};
 use support::TestCluster;
 
 const AGENT: &str = "cpus:2;mem:2048;disk:1024;ports:[31000-31100]";
@@ -80,39 +78,11 @@ fn failover(codec: GoCodec) {
         return;
     };
     let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
-    let logs = || cluster.logs();
     let master = cluster.master_address();
-    let mut first = Client::go(
-        &scheduler,
-        codec,
-        &master,
-        "failover-1",
-        &[],
-        cluster.dir.path(),
-    );
-    let ready = first.expect("ready", &logs);
-    let framework_id = ready["framework_id"]
-        .as_str()
-        .expect("framework id")
-        .to_string();
-    let _ = first.child.wait();
-    // The scheduler is gone without a teardown: the framework waits for it.
-    wait_framework_awaits_failover(cluster.master.addr, &framework_id, &logs);
-    let second = Client::go(
-        &scheduler,
-        codec,
-        &master,
-        "failover-2",
-        &["-framework-id", &framework_id],
-        cluster.dir.path(),
-    );
-    let events = second.finish(&logs);
-    assert_eq!(
-        updates(&events, "survivor"),
-        ["TASK_RUNNING", "TASK_KILLED"]
-    );
-    wait_state(cluster.master.addr, "the framework torn down", &logs, |s| {
-        frameworks(s).is_empty()
+    let dir = cluster.dir.path().to_path_buf();
+    mesos::failover_keeps_the_framework_and_its_task(&cluster, |scenario, id| {
+        let extra: Vec<&str> = id.map(|id| vec!["-framework-id", id]).unwrap_or_default();
+        Client::go(&scheduler, codec, &master, scenario, &extra, &dir)
     });
 }
 
@@ -127,7 +97,7 @@ fn master_restart(codec: GoCodec) {
         &["--reconnect-backoff-max", "300ms"],
     );
     let master = cluster.master_address();
-    let mut client = Client::go(
+    let client = Client::go(
         &scheduler,
         codec,
         &master,
@@ -135,16 +105,7 @@ fn master_restart(codec: GoCodec) {
         &[],
         cluster.dir.path(),
     );
-    let ready = client.expect("ready", &|| cluster.logs());
-    cluster.master.restart_same_port();
-    let again = client.expect("reregistered", &|| cluster.logs());
-    assert_eq!(again["framework_id"], ready["framework_id"]);
-    let events = client.finish(&|| cluster.logs());
-    assert_eq!(
-        updates(&events, "steady").last(),
-        Some(&"TASK_KILLED"),
-        "{events:#?}"
-    );
+    mesos::resubscribes_after_a_master_restart(&mut cluster, client);
 }
 
 #[test]

@@ -209,4 +209,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception:
+        import traceback
+        fail("uncaught: " + traceback.format_exc())

@@ -67,7 +67,7 @@ class Framework(Scheduler):
         self.events.put(("registered", framework_id["value"]))
 
     def reregistered(self, driver, master_info):
-        say("reregistered")
+        say("reregistered", framework_id=driver.framework_id)
         self.events.put(("reregistered", None))
 
     def resourceOffers(self, driver, offers):

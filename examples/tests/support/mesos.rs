@@ -14,6 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::TestCluster;
+
 /// How long a client script may take for one step.
 pub const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -339,6 +341,51 @@ pub fn wait_state(
         let state: serde_json::Value = serde_json::from_str(&body).ok()?;
         (code == 200 && check(&state)).then_some(())
     })
+}
+
+/// Scheduler failover, as each client plays it on a one-agent cluster:
+/// `start(scenario, framework_id)` runs the client's "failover-1" (a long
+/// task RUNNING, "ready" with the framework id, then death without a
+/// teardown) and "failover-2" (re-subscription with that id, the task
+/// found by reconciliation, killed, teardown).
+pub fn failover_keeps_the_framework_and_its_task(
+    cluster: &TestCluster,
+    start: impl Fn(&str, Option<&str>) -> Client,
+) {
+    let logs = || cluster.logs();
+    let mut first = start("failover-1", None);
+    let ready = first.expect("ready", &logs);
+    let framework_id = ready["framework_id"]
+        .as_str()
+        .expect("framework id")
+        .to_string();
+    let _ = first.child.wait();
+    wait_framework_awaits_failover(cluster.master.addr, &framework_id, &logs);
+    let events = start("failover-2", Some(&framework_id)).finish(&logs);
+    assert_eq!(
+        updates(&events, "survivor"),
+        ["TASK_RUNNING", "TASK_KILLED"]
+    );
+    wait_state(cluster.master.addr, "the framework torn down", &logs, |s| {
+        frameworks(s).is_empty()
+    });
+}
+
+/// A master restart, as each client plays it: `client` runs the
+/// client's "restart" scenario (a long task RUNNING, "ready"), the master
+/// restarts on its port, the client re-subscribes by itself with the same
+/// framework id ("reregistered"), finds its task again and kills it.
+pub fn resubscribes_after_a_master_restart(cluster: &mut TestCluster, mut client: Client) {
+    let ready = client.expect("ready", &|| cluster.logs());
+    cluster.master.restart_same_port();
+    let again = client.expect("reregistered", &|| cluster.logs());
+    assert_eq!(again["framework_id"], ready["framework_id"]);
+    let events = client.finish(&|| cluster.logs());
+    assert_eq!(
+        updates(&events, "steady").last(),
+        Some(&"TASK_KILLED"),
+        "{events:#?}"
+    );
 }
 
 /// Waits until framework `id` is disconnected at the master at `addr`
