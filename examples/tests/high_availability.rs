@@ -1,8 +1,10 @@
 //! High availability (issue 5): three masters campaigning in one etcd,
 //! agents and an `agora-execute` job that find the leader through
 //! `--master etcd://…`, and the leader killed, frozen or cut off from
-//! etcd. Each test starts its own etcd on 127.0.0.1 ephemeral ports with
-//! its own data dir.
+//! etcd; and Mesos clients (pymesos, mesoshttp, mesos-go) given only a
+//! standby's address, which redirects them to the leader. Each test
+//! starts its own etcd on 127.0.0.1 ephemeral ports with its own data
+//! dir.
 //!
 //! Needs the `etcd` feature and the `etcd` binary (Debian's
 //! `etcd-server`). Without the binary the tests are skipped with a
@@ -469,4 +471,85 @@ fn registry_writes_are_fenced_by_the_leader_key() {
     );
     let stored = client.get(b"/fence/registry/x").expect("get").expect("key");
     assert_eq!(stored.value, b"1");
+}
+
+/// Mesos clients given only a standby's address end up on the leader
+/// (issue 13): the standby answers the scheduler API with `307` and
+/// `Location: //LEADER/api/v1/scheduler`, as Mesos does, and pymesos,
+/// mesoshttp and mesos-go (protobuf and JSON) follow it, subscribe at the
+/// leader and run their job there: command tasks to TASK_FINISHED,
+/// reconciliation, kill, teardown. A client whose tool is missing is
+/// left out with a message, except under `CI=true`, where that fails.
+#[test]
+fn mesos_clients_follow_a_standby_to_the_leader() {
+    use support::mesos::{self, Client, GoCodec};
+    let python = mesos::python();
+    let go = mesos::go_scheduler();
+    if python.is_none() && go.is_none() {
+        return;
+    }
+    let Some(cluster) = HaCluster::start(2, 1) else {
+        return;
+    };
+    let leader = cluster.leader().expect("a leader");
+    let leader_addr = cluster.masters[leader].addr;
+    let standby = cluster.masters[1 - leader].addr;
+    let logs = || cluster.logs();
+
+    let subscribe =
+        br#"{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":"","name":"raw"}}}"#;
+    let (code, head) = mesos::http_post_head(
+        standby,
+        "/api/v1/scheduler",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json"),
+        ],
+        subscribe,
+    )
+    .expect("POST to the standby");
+    assert_eq!(code, 307, "{head}");
+    assert_eq!(
+        mesos::header(&head, "location"),
+        Some(format!("//{leader_addr}/api/v1/scheduler").as_str()),
+        "{head}"
+    );
+
+    let dir = cluster.dir.path();
+    let standby = standby.to_string();
+    let check_job = |client: &str, events: &[serde_json::Value], tasks: &[&str]| {
+        for task in tasks {
+            assert_eq!(
+                mesos::updates(events, task).last(),
+                Some(&"TASK_FINISHED"),
+                "{client}: {task}: {events:#?}"
+            );
+        }
+        assert_eq!(
+            mesos::updates(events, "long").last(),
+            Some(&"TASK_KILLED"),
+            "{client}: {events:#?}"
+        );
+    };
+    let jobs = ["job-0", "job-1", "job-2", "job-3", "job-4"];
+    if let Some(python) = &python {
+        let events =
+            Client::python(python, "pymesos_framework.py", &[&standby, "job"], dir).finish(&logs);
+        check_job("pymesos", &events, &jobs);
+        let url = format!("http://{standby}");
+        let events = Client::python(python, "mesoshttp_framework.py", &[&url], dir).finish(&logs);
+        check_job("mesoshttp", &events, &["short-0", "short-1", "short-2"]);
+    }
+    if let Some(go) = &go {
+        for codec in [GoCodec::Protobuf, GoCodec::Json] {
+            let events = Client::go(go, codec, &standby, "job", &[], dir).finish(&logs);
+            check_job(&format!("mesos-go {}", codec.flag()), &events, &jobs);
+        }
+    }
+    // Every framework was torn down at the leader; the standby is still
+    // a standby.
+    mesos::wait_state(leader_addr, "every framework torn down", &logs, |s| {
+        mesos::frameworks(s).is_empty()
+    });
+    assert_eq!(cluster.leader(), Some(leader));
 }

@@ -62,6 +62,9 @@ pub struct Config {
     pub agent_reregister_timeout: Duration,
     /// Completed tasks kept for `/state` and reconciliation (default 1000).
     pub max_completed_tasks: usize,
+    /// Removed frameworks kept for `/state` and the operator API
+    /// (default 50, Mesos's `--max_completed_frameworks`).
+    pub max_completed_frameworks: usize,
     /// Removed agent ids remembered, to refuse them with `SHUTDOWN` (default 100 000).
     pub max_removed_agents: usize,
     /// Frames queued towards one connection before the master gives up on
@@ -115,6 +118,7 @@ impl Default for Config {
             recovered_framework_timeout: Duration::from_secs(600),
             agent_reregister_timeout: DEFAULT_AGENT_REREGISTER_TIMEOUT,
             max_completed_tasks: 1000,
+            max_completed_frameworks: 50,
             max_removed_agents: 100_000,
             connection_queue_capacity: 10_000,
             event_queue_capacity: 8192,

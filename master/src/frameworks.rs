@@ -3,6 +3,7 @@
 //! resource requests, heartbeats and framework messages.
 
 use agora_proto::hash::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agora_proto::scheduler::{Event, ResourceRequest};
@@ -35,6 +36,18 @@ pub(crate) struct Framework {
     /// Learnt from an agent's report, never subscribed to this master.
     pub(crate) recovered: bool,
     pub(crate) registered_at: f64,
+}
+
+/// A removed framework, kept (the last `--max-completed-frameworks`) for
+/// the Mesos endpoints: `completed_frameworks` of the operator API, and
+/// the operator event stream's FRAMEWORK_ADDED/FRAMEWORK_REMOVED of a
+/// framework that came and went between two snapshots.
+#[derive(Debug, Clone)]
+pub(crate) struct CompletedFramework {
+    pub(crate) id: FrameworkId,
+    pub(crate) info: Arc<FrameworkInfo>,
+    pub(crate) registered_at: f64,
+    pub(crate) removed_at: f64,
 }
 
 // === impl Framework ===
@@ -251,6 +264,16 @@ impl Master {
         }
     }
 
+    /// Appends to the bounded list of removed frameworks (counted for the
+    /// next `/state` delta).
+    fn push_completed_framework(&mut self, framework: CompletedFramework) {
+        self.completed_frameworks_total += 1;
+        self.completed_frameworks.push_back(framework);
+        while self.completed_frameworks.len() > self.config.max_completed_frameworks {
+            self.completed_frameworks.pop_front();
+        }
+    }
+
     /// Removes the framework: its tasks are killed on their agents, its
     /// offers withdrawn, its id remembered as removed. A connected
     /// scheduler gets a fatal error and is closed.
@@ -302,6 +325,12 @@ impl Master {
         }
         self.allocator.remove_framework(fid);
         self.removed_frameworks.insert(fid.clone());
+        self.push_completed_framework(CompletedFramework {
+            id: fid.clone(),
+            info: Arc::new(fw.info.clone()),
+            registered_at: fw.registered_at,
+            removed_at: agora_proto::now_timestamp(),
+        });
         self.persist(RegistryOp::RemoveFramework { id: fid.clone() });
         if let Some(conn) = fw.conn {
             self.scheduler_conns.remove(&conn);

@@ -73,6 +73,9 @@ struct Flags {
     /// Completed tasks kept for /state and reconciliation.
     #[arg(long, default_value_t = 1000)]
     max_completed_tasks: usize,
+    /// Removed frameworks kept for /state and the operator API.
+    #[arg(long, default_value_t = 50)]
+    max_completed_frameworks: usize,
     /// Removed agent ids remembered (refused with SHUTDOWN).
     #[arg(long, default_value_t = 100_000)]
     max_removed_agents: usize,
@@ -190,6 +193,7 @@ async fn main() -> anyhow::Result<()> {
         recovered_framework_timeout: flags.recovered_framework_timeout,
         agent_reregister_timeout: flags.agent_reregister_timeout,
         max_completed_tasks: flags.max_completed_tasks,
+        max_completed_frameworks: flags.max_completed_frameworks,
         max_removed_agents: flags.max_removed_agents,
         connection_queue_capacity: flags.connection_queue_capacity,
         event_queue_capacity: flags.event_queue_capacity,

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::agents::Agent;
 use crate::allocator::Allocator;
-use crate::frameworks::Framework;
+use crate::frameworks::{CompletedFramework, Framework};
 use crate::offers::OfferEntry;
 use crate::registry::{RegistryOp, RegistryState};
 use crate::tasks::CompletedTask;
@@ -92,6 +92,11 @@ pub(crate) struct Master {
     /// `/state` delta had seen.
     pub(crate) completed_total: u64,
     pub(crate) completed_published: u64,
+    /// Removed frameworks, the last `max_completed_frameworks`; counted
+    /// like `completed`.
+    pub(crate) completed_frameworks: VecDeque<CompletedFramework>,
+    pub(crate) completed_frameworks_total: u64,
+    pub(crate) completed_frameworks_published: u64,
     pub(crate) scheduler_conns: HashMap<ConnId, FrameworkId>,
     pub(crate) agent_conns: HashMap<ConnId, AgentId>,
     pub(crate) next_allocation: Instant,
@@ -152,6 +157,9 @@ impl Master {
             completed: VecDeque::new(),
             completed_total: 0,
             completed_published: 0,
+            completed_frameworks: VecDeque::new(),
+            completed_frameworks_total: 0,
+            completed_frameworks_published: 0,
             scheduler_conns: HashMap::default(),
             agent_conns: HashMap::default(),
             next_framework_seq: 0,

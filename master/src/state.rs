@@ -28,7 +28,8 @@ use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
 use agora_proto::{
-    AgentId, Attributes, ExecutorId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskState,
+    AgentId, Attributes, ExecutorId, FrameworkId, FrameworkInfo, MasterInfo, OfferId, Resources,
+    TaskId, TaskState,
 };
 use axum::body::Bytes;
 use serde::ser::SerializeStruct;
@@ -36,7 +37,7 @@ use serde::{Serialize, Serializer};
 use tokio::sync::{mpsc, watch};
 
 use crate::agents::Agent;
-use crate::frameworks::Framework;
+use crate::frameworks::{CompletedFramework, Framework};
 use crate::master::Master;
 use crate::offers::OfferEntry;
 use crate::tasks::{CompletedTask, Task};
@@ -65,6 +66,10 @@ pub(crate) struct StateSnapshot {
     pub(crate) offers: Arc<Vec<Arc<View<OfferState>>>>,
     #[serde(serialize_with = "shared_list")]
     pub(crate) completed_tasks: Arc<Vec<Arc<View<TaskView>>>>,
+    /// Removed frameworks, oldest first (for the Mesos endpoints; not
+    /// part of `/state`).
+    #[serde(skip)]
+    pub(crate) completed_frameworks: Arc<Vec<Arc<CompletedFramework>>>,
     pub(crate) removed_agents: usize,
     /// The JSON text of this snapshot, encoded on first use.
     #[serde(skip)]
@@ -163,6 +168,9 @@ pub(crate) struct FrameworkState {
     #[serde(serialize_with = "shared_list")]
     pub(crate) tasks: Arc<Vec<Arc<View<TaskView>>>>,
     pub(crate) registered_at: f64,
+    /// As subscribed (for the Mesos endpoints; not part of `/state`).
+    #[serde(skip)]
+    pub(crate) info: Arc<FrameworkInfo>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -207,6 +215,9 @@ pub(crate) struct StateDelta {
     /// Tasks completed since the previous delta, oldest first.
     completed: Vec<Arc<View<TaskView>>>,
     max_completed: usize,
+    /// Frameworks removed since the previous delta, oldest first.
+    completed_frameworks: Vec<Arc<CompletedFramework>>,
+    max_completed_frameworks: usize,
     removed_agents: usize,
 }
 
@@ -238,6 +249,7 @@ struct FrameworkMeta {
     failover_timeout: f64,
     offers: usize,
     registered_at: f64,
+    info: Arc<FrameworkInfo>,
 }
 
 /// The builder's copy of the state, in `/state`'s order, with the lists
@@ -257,6 +269,7 @@ pub(crate) struct StateBuilder {
     shares: HashMap<FrameworkId, BTreeMap<String, Option<f64>>>,
     roles: Vec<RoleState>,
     completed: VecDeque<Arc<View<TaskView>>>,
+    completed_frameworks: VecDeque<Arc<CompletedFramework>>,
     removed_agents: usize,
 }
 
@@ -485,6 +498,7 @@ fn framework_meta(f: &Framework) -> FrameworkMeta {
         failover_timeout: f.info.failover_timeout,
         offers: f.offers.len(),
         registered_at: f.registered_at,
+        info: Arc::new(f.info.clone()),
     }
 }
 
@@ -565,7 +579,25 @@ impl Master {
             .map(|c| View::shared(completed_view(c)))
             .collect();
         self.completed_published = self.completed_total;
-        self.delta(false, agents, frameworks, offers, completed)
+        let fresh =
+            usize::try_from(self.completed_frameworks_total - self.completed_frameworks_published)
+                .unwrap_or(usize::MAX)
+                .min(self.completed_frameworks.len());
+        let completed_frameworks = self
+            .completed_frameworks
+            .iter()
+            .skip(self.completed_frameworks.len() - fresh)
+            .map(|f| Arc::new(f.clone()))
+            .collect();
+        self.completed_frameworks_published = self.completed_frameworks_total;
+        self.delta(
+            false,
+            agents,
+            frameworks,
+            offers,
+            completed,
+            completed_frameworks,
+        )
     }
 
     /// Views of everything, for a builder that starts empty. Changes stay
@@ -598,7 +630,19 @@ impl Master {
             .iter()
             .map(|c| View::shared(completed_view(c)))
             .collect();
-        self.delta(true, agents, frameworks, offers, completed)
+        let completed_frameworks = self
+            .completed_frameworks
+            .iter()
+            .map(|f| Arc::new(f.clone()))
+            .collect();
+        self.delta(
+            true,
+            agents,
+            frameworks,
+            offers,
+            completed,
+            completed_frameworks,
+        )
     }
 
     /// Forgets the recorded changes: everything up to now is published.
@@ -610,6 +654,7 @@ impl Master {
             fw.tasks.clear_changes();
         }
         self.completed_published = self.completed_total;
+        self.completed_frameworks_published = self.completed_frameworks_total;
     }
 
     /// A complete snapshot, built here and now.
@@ -627,6 +672,7 @@ impl Master {
         frameworks: Vec<FrameworkDelta>,
         offers: Vec<(OfferId, Option<Arc<View<OfferState>>>)>,
         completed: Vec<Arc<View<TaskView>>>,
+        completed_frameworks: Vec<Arc<CompletedFramework>>,
     ) -> StateDelta {
         let mut shares = HashMap::with_capacity_and_hasher(self.frameworks.len(), Default::default());
         let mut members: BTreeMap<String, BTreeSet<FrameworkId>> = BTreeMap::new();
@@ -675,6 +721,8 @@ impl Master {
             roles,
             completed,
             max_completed: self.config.max_completed_tasks,
+            completed_frameworks,
+            max_completed_frameworks: self.config.max_completed_frameworks,
             removed_agents: self.removed_agents.len(),
         }
     }
@@ -739,6 +787,10 @@ impl StateBuilder {
         while self.completed.len() > delta.max_completed {
             self.completed.pop_front();
         }
+        self.completed_frameworks.extend(delta.completed_frameworks);
+        while self.completed_frameworks.len() > delta.max_completed_frameworks {
+            self.completed_frameworks.pop_front();
+        }
         self.removed_agents = delta.removed_agents;
     }
 
@@ -785,6 +837,7 @@ impl StateBuilder {
                 shares: self.shares.get(&m.id).cloned().unwrap_or_default(),
                 tasks: list.tasks.clone(),
                 registered_at: m.registered_at,
+                info: m.info.clone(),
             });
         }
         summary.offers_outstanding = offers.len();
@@ -805,6 +858,7 @@ impl StateBuilder {
             roles: self.roles.clone(),
             offers: offers.clone(),
             completed_tasks: Arc::new(self.completed.iter().cloned().collect()),
+            completed_frameworks: Arc::new(self.completed_frameworks.iter().cloned().collect()),
             removed_agents: self.removed_agents,
             encoded: OnceLock::new(),
         }
@@ -1082,6 +1136,17 @@ mod tests {
             failover_timeout: 0.0,
             offers: 0,
             registered_at: 0.0,
+            info: Arc::new(FrameworkInfo {
+                user: String::new(),
+                name: "f".into(),
+                id: None,
+                failover_timeout: 0.0,
+                checkpoint: false,
+                roles: vec![],
+                hostname: String::new(),
+                principal: None,
+                webui_url: None,
+            }),
         };
         let mut entry = FrameworkEntry::new(meta);
         for i in 0..3000 {

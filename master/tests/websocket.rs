@@ -190,7 +190,13 @@ async fn http_endpoints_answer() {
     let (status, body) = http_get(master.addr, "/version").await;
     assert!(status.contains("200"));
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["version"], agora_proto::VERSION);
+    // Mesos's shape: a purely numeric Mesos API version, Agora's own beside it.
+    let version = v["version"].as_str().unwrap();
+    assert!(
+        version.split('.').all(|n| n.parse::<u32>().is_ok()),
+        "{version}"
+    );
+    assert_eq!(v["agora_version"], agora_proto::VERSION);
     let (status, body) = http_get(master.addr, "/state").await;
     assert!(status.contains("200"));
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -12,6 +12,7 @@
 pub mod etcd;
 pub mod ledger;
 pub mod lossy_proxy;
+pub mod mesos;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

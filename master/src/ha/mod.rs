@@ -10,7 +10,10 @@
 //! - A **standby** answers `/health` (`standby`, with the leader's
 //!   address), `/version` and `/metrics`; everything else, the scheduler
 //!   and agent WebSockets included, gets `503` with the leader's address
-//!   in the `X-Agora-Leader` header and the body, so clients detect again.
+//!   in the `X-Agora-Leader` header and the body, so clients detect again;
+//!   the Mesos v1 APIs and `/master/redirect` get `307` to the leader
+//!   instead (`Location: //LEADER/PATH`, as Mesos writes it), which Mesos
+//!   clients follow (`503` while there is none).
 //! - The **leader** loads the registry from etcd ([`EtcdRegistry`]) and
 //!   only then opens its gate. Every registry write is a transaction
 //!   fenced on the leader key's create revision, so a deposed leader's
@@ -390,6 +393,41 @@ pub(crate) async fn gate(
     };
     match request.uri().path() {
         "/version" | "/metrics" => next.run(request).await,
+        // Mesos clients follow a 307 to the leader. The Location is
+        // Mesos's own: `//host:port/PATH`, the request's path on the
+        // leader, scheme-relative. pymesos and mesos-go keep only its
+        // host:port; mesoshttp's `requests` follows it as a URL, which
+        // needs the path. `/master/redirect` answers `//host:port`.
+        path @ ("/api/v1/scheduler"
+        | "/master/api/v1/scheduler"
+        | "/api/v1"
+        | "/master/api/v1"
+        | "/api/v1/operator"
+        | "/master/api/v1/operator"
+        | "/master/redirect"
+        | "/redirect") => match &leader {
+            Some(l) => {
+                let location = if path.ends_with("redirect") {
+                    format!("//{l}")
+                } else {
+                    format!("//{l}{path}")
+                };
+                let mut response = (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    format!("not the leader; the leader is {l}"),
+                )
+                    .into_response();
+                if let Ok(value) = HeaderValue::from_str(&location) {
+                    response.headers_mut().insert(header::LOCATION, value);
+                }
+                response
+            }
+            None => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not the leader; no leader elected yet",
+            )
+                .into_response(),
+        },
         "/health" => {
             let wants_json = request
                 .headers()

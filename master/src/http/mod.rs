@@ -1,12 +1,14 @@
 //! HTTP and WebSocket serving on the master's one port: `/api/scheduler`
 //! and `/api/agent` (WebSocket); `/health`, `/version`, `/state`,
 //! `/metrics`; the web UI at `/` with its list endpoints under `/api/v1/`
-//! and its live feed at `/events` (see `docs/http.md`).
+//! and its live feed at `/events` (see `docs/http.md`); the Mesos v1
+//! scheduler and operator APIs and Mesos's scraped endpoints (`mesos_v1`).
 //! Connection tasks only parse, forward to the state task and write; every
 //! HTTP answer comes from the latest published snapshot or from atomics,
 //! never from the state task.
 
 mod api;
+mod mesos_v1;
 mod ui;
 mod ws;
 
@@ -80,13 +82,14 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/ui/{file}", get(ui::asset))
         .route("/api/scheduler", get(scheduler_ws))
         .route("/api/agent", get(agent_ws))
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(mesos_v1::router(state))
 }
 
+/// Mesos's `/version`: `version` is the (numeric) Mesos API version Agora
+/// implements, `agora_version` Agora's own.
 async fn version() -> Json<serde_json::Value> {
-    Json(
-        serde_json::json!({ "version": agora_proto::VERSION, "protocol": agora_proto::PROTOCOL_VERSION }),
-    )
+    Json(mesos_v1::version_json())
 }
 
 /// `ok` as text (load balancers, scripts); with `Accept: application/json`,

@@ -1,0 +1,420 @@
+//! `POST /api/v1/scheduler`: the Mesos v1 scheduler API.
+//!
+//! A SUBSCRIBE gets `200` at once with `Content-Type` equal to the codec
+//! the request's `Accept` allows, a `Mesos-Stream-Id`, and a chunked body
+//! of RecordIO records: SUBSCRIBED (then a HEARTBEAT) or, when the master
+//! refuses the framework, ERROR and the end of the stream. The stream is a
+//! connection like a native WebSocket: it has a connection id in the
+//! master, a bounded queue the state task writes to, and it is closed
+//! (starting the framework's failover timeout) when the client goes away.
+//! A new SUBSCRIBE of the same framework takes over: the old stream gets
+//! ERROR and ends, as in Mesos.
+//!
+//! Every other call names the framework and carries its current stream id;
+//! it is checked here (400 malformed, 403 not subscribed, 415/406 media
+//! types, 413 too large, 501 unknown call), translated, queued for the
+//! state task and answered `202 Accepted` without waiting for its effects,
+//! which reach the framework as events.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+
+use agora_mesos_proto::convert::{self, Capabilities};
+use agora_mesos_proto::{recordio, v1, Codec};
+use agora_proto::scheduler::{Call, Event};
+use agora_proto::{AgentId, ExecutorId, FrameworkId, TaskId, PROTOCOL_VERSION};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::translate::{self, CallError, ExecutorTasks};
+use super::{error, request_codec, response_codec, MesosState, StreamEntry, STREAM_ID};
+use crate::http::{ConnHandle, Outbound};
+use crate::master::{ConnId, Input};
+use crate::state::StateSnapshot;
+
+/// Most queued events written to the stream as one chunk.
+const WRITE_BATCH: usize = 256;
+
+pub(crate) async fn handle(
+    State(state): State<MesosState>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if method != Method::POST {
+        let mut response = error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("Expecting 'POST', received '{method}'"),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+    let codec = match request_codec(&headers) {
+        Ok(codec) => codec,
+        Err(response) => return response,
+    };
+    let bytes = match read_body(body).await {
+        Ok(bytes) => bytes,
+        Err(response) => return response,
+    };
+    let call: v1::scheduler::Call = match codec.decode(&bytes) {
+        Ok(call) => call,
+        Err(e) => {
+            state.app.metrics.errors_decode.inc();
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("Failed to parse body into Call: {e}"),
+            );
+        }
+    };
+    if call.r#type() == v1::scheduler::call::Type::Subscribe {
+        subscribe(state, &headers, call).await
+    } else {
+        other_call(state, &headers, call).await
+    }
+}
+
+/// Reads a request body of at most [`super::MAX_BODY_BYTES`] (413 beyond).
+#[allow(clippy::result_large_err)] // the error is the answer, built once
+pub(crate) async fn read_body(body: Body) -> Result<Bytes, Response> {
+    axum::body::to_bytes(body, super::MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "Request body exceeds the {}-byte limit",
+                        super::MAX_BODY_BYTES
+                    ),
+                )
+            } else {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    format!("Failed to read request body: {e}"),
+                )
+            }
+        })
+}
+
+async fn subscribe(state: MesosState, headers: &HeaderMap, call: v1::scheduler::Call) -> Response {
+    if headers.contains_key(STREAM_ID) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Subscribe calls should not include the 'Mesos-Stream-Id' header",
+        );
+    }
+    let codec = match response_codec(headers) {
+        Ok(codec) => codec,
+        Err(response) => return response,
+    };
+    let Some(subscribe) = call.subscribe else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Expecting 'subscribe' to be present",
+        );
+    };
+    let info = subscribe.framework_info;
+    if call.framework_id != info.id {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "'framework_id' differs from 'subscribe.framework_info.id'",
+        );
+    }
+    let caps = Capabilities::of(&info);
+    let app = &state.app;
+    let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = mpsc::channel::<Outbound>(app.queue_capacity);
+    let cancel = app.shutdown.child_token();
+    app.registry.insert(
+        conn,
+        ConnHandle {
+            tx: tx.clone(),
+            cancel: cancel.clone(),
+        },
+    );
+    let stream_id = uuid::Uuid::new_v4().to_string();
+    let guard = StreamGuard {
+        conn,
+        stream_id: stream_id.clone(),
+        framework: None,
+        state: state.clone(),
+    };
+    match convert::framework_info(&info) {
+        Ok(framework_info) => {
+            tracing::info!(conn, name = %framework_info.name, id = ?framework_info.id, "Mesos scheduler subscribing");
+            let input = Input::Scheduler {
+                conn,
+                call: Call::Subscribe {
+                    protocol: PROTOCOL_VERSION,
+                    framework_info,
+                    // Mesos semantics: a new subscription of a connected
+                    // framework is a failover and takes over.
+                    force: true,
+                },
+            };
+            if app.inputs.send(input).await.is_err() {
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the master is shutting down",
+                );
+            }
+        }
+        Err(e) => {
+            // FrameworkInfo problems are 200 + ERROR + end of stream in Mesos.
+            let message = format!("Subscription refused: {e}");
+            let _ = tx.try_send(Outbound::Scheduler(Box::new(Event::Error {
+                message: message.clone(),
+                fatal: true,
+            })));
+            let _ = tx.try_send(Outbound::Close {
+                code: crate::master::CLOSE_POLICY,
+                reason: message,
+            });
+        }
+    }
+    drop(tx);
+    let subscription = Subscription {
+        rx,
+        cancel,
+        codec,
+        caps,
+        guard,
+        pending: VecDeque::new(),
+        closing: false,
+        last_was_heartbeat: false,
+    };
+    let body = Body::from_stream(futures::stream::unfold(subscription, Subscription::next));
+    let mut response = (StatusCode::OK, body).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(codec.media_type()),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(value) = HeaderValue::from_str(&stream_id) {
+        h.insert(STREAM_ID, value);
+    }
+    response
+}
+
+async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler::Call) -> Response {
+    let Some(framework_id) = call.framework_id.clone() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Expecting 'framework_id' to be present",
+        );
+    };
+    let Some(stream_id) = headers.get(STREAM_ID).and_then(|v| v.to_str().ok()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "All non-subscribe calls should include the 'Mesos-Stream-Id' header",
+        );
+    };
+    let fid = FrameworkId::new(framework_id.value);
+    let Some(entry) = state.streams.get(&fid).map(|e| e.clone()) else {
+        return error(
+            StatusCode::FORBIDDEN,
+            format!("Framework {fid} is not subscribed"),
+        );
+    };
+    if entry.stream_id != stream_id {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("The stream ID '{stream_id}' included in this request didn't match the stream ID currently associated with framework ID {fid}"),
+        );
+    }
+    let snapshot = state.app.snapshot.borrow().clone();
+    let translated = match translate::translate_call(&fid, call, &SnapshotTasks(&snapshot)) {
+        Ok(t) => t,
+        Err(CallError::BadRequest(m)) => return error(StatusCode::BAD_REQUEST, m),
+        Err(CallError::NotImplemented(m)) => return error(StatusCode::NOT_IMPLEMENTED, m),
+    };
+    if !translated.refused.is_empty() {
+        if let Some(handle) = state.app.registry.get(&entry.conn) {
+            for status in translated.refused {
+                let _ = handle
+                    .tx
+                    .try_send(Outbound::Scheduler(Box::new(Event::Update { status })));
+            }
+        }
+    }
+    for call in translated.calls {
+        let input = Input::Scheduler {
+            conn: entry.conn,
+            call,
+        };
+        if state.app.inputs.send(input).await.is_err() {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the master is shutting down",
+            );
+        }
+    }
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// A framework's live tasks by executor, from the latest snapshot.
+struct SnapshotTasks<'a>(&'a StateSnapshot);
+
+impl ExecutorTasks for SnapshotTasks<'_> {
+    fn executor_tasks(
+        &self,
+        framework: &FrameworkId,
+        agent: &AgentId,
+        executor: &ExecutorId,
+    ) -> Vec<TaskId> {
+        self.0
+            .frameworks
+            .iter()
+            .filter(|f| f.id == *framework)
+            .flat_map(|f| f.tasks.iter())
+            .filter(|t| {
+                t.agent_id == *agent && t.executor_id == *executor && !t.state.is_terminal()
+            })
+            .map(|t| t.id.clone())
+            .collect()
+    }
+}
+
+/// One subscription stream: what the state task queues for the
+/// connection, translated, encoded and framed.
+struct Subscription {
+    rx: mpsc::Receiver<Outbound>,
+    cancel: CancellationToken,
+    codec: Codec,
+    caps: Capabilities,
+    guard: StreamGuard,
+    pending: VecDeque<Bytes>,
+    closing: bool,
+    last_was_heartbeat: bool,
+}
+
+/// Forgets the stream when it ends, however it ends (the client went
+/// away, the master closed it, shutdown): the connection is removed and
+/// the state task told, as for a closed WebSocket.
+struct StreamGuard {
+    conn: ConnId,
+    stream_id: String,
+    framework: Option<FrameworkId>,
+    state: MesosState,
+}
+
+// === impl Subscription ===
+
+impl Subscription {
+    async fn next(mut self) -> Option<(Result<Bytes, Infallible>, Self)> {
+        loop {
+            if let Some(chunk) = self.pending.pop_front() {
+                return Some((Ok(chunk), self));
+            }
+            if self.closing {
+                return None;
+            }
+            let first = tokio::select! {
+                biased;
+                out = self.rx.recv() => out,
+                _ = self.cancel.cancelled() => None,
+            };
+            let first = first?;
+            // Everything already queued goes out as one chunk.
+            let mut chunk = Vec::new();
+            let mut next = Some(first);
+            let mut taken = 0;
+            while let Some(out) = next.take() {
+                self.write(out, &mut chunk);
+                taken += 1;
+                if self.closing || taken >= WRITE_BATCH {
+                    break;
+                }
+                next = self.rx.try_recv().ok();
+            }
+            if !chunk.is_empty() {
+                // Line-reading JSON clients (mesoshttp) hand an event over
+                // only once the next record begins: a HEARTBEAT after each
+                // burst delivers the burst now rather than at the next
+                // heartbeat interval.
+                if self.codec == Codec::Json && !self.last_was_heartbeat && !self.closing {
+                    if let Ok(bytes) = self.codec.encode(&translate::heartbeat()) {
+                        chunk.extend(recordio::frame(&bytes));
+                        self.last_was_heartbeat = true;
+                    }
+                }
+                self.pending.push_back(Bytes::from(chunk));
+            }
+        }
+    }
+
+    fn write(&mut self, out: Outbound, chunk: &mut Vec<u8>) {
+        let event = match out {
+            Outbound::Scheduler(event) => *event,
+            Outbound::Close { .. } => {
+                self.closing = true;
+                return;
+            }
+            Outbound::Agent(_) => return,
+        };
+        if let Event::Subscribed { framework_id, .. } = &event {
+            self.guard.subscribed(framework_id.clone());
+        }
+        for mesos in translate::translate_event(event, self.caps) {
+            self.last_was_heartbeat = mesos.r#type() == v1::scheduler::event::Type::Heartbeat;
+            match self.codec.encode(&mesos) {
+                Ok(bytes) => chunk.extend(recordio::frame(&bytes)),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode a Mesos scheduler event; dropped")
+                }
+            }
+        }
+        let metrics = &self.guard.state.app.metrics;
+        metrics.frames_out_scheduler.inc();
+    }
+}
+
+// === impl StreamGuard ===
+
+impl StreamGuard {
+    /// The master accepted the subscription: calls naming this stream id
+    /// now reach this connection.
+    fn subscribed(&mut self, framework: FrameworkId) {
+        self.state.streams.insert(
+            framework.clone(),
+            StreamEntry {
+                stream_id: self.stream_id.clone(),
+                conn: self.conn,
+            },
+        );
+        self.framework = Some(framework);
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let app = &self.state.app;
+        app.registry.remove(&self.conn);
+        if let Some(fid) = &self.framework {
+            self.state
+                .streams
+                .remove_if(fid, |_, e| e.stream_id == self.stream_id);
+        }
+        tracing::debug!(conn = self.conn, "Mesos scheduler stream ended");
+        let closed = Input::SchedulerClosed { conn: self.conn };
+        if let Err(mpsc::error::TrySendError::Full(closed)) = app.inputs.try_send(closed) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let inputs = app.inputs.clone();
+                runtime.spawn(async move {
+                    let _ = inputs.send(closed).await;
+                });
+            }
+        }
+    }
+}

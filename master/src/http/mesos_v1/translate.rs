@@ -1,0 +1,387 @@
+//! Sans-IO translation between the Mesos v1 scheduler API and the master's
+//! own scheduler calls and events: what the Mesos front door feeds the
+//! state machine, and what it writes back on a subscription stream.
+//!
+//! Calls: each Mesos call becomes the native calls that do the same thing
+//! (ACCEPT → LAUNCH, SHUTDOWN → a KILL per task of the executor, …), plus
+//! any task the master must not see because Agora cannot run it as asked
+//! (a custom Mesos executor, URIs to fetch…): those are answered with
+//! TASK_ERROR updates, asynchronously on the stream as Mesos answers
+//! invalid tasks. Request-level problems are [`CallError`]s, answered
+//! synchronously with Mesos's status codes.
+//!
+//! Events: the per-framework policy lives here. A framework without
+//! PARTITION_AWARE hears TASK_LOST where a partition-aware one hears
+//! TASK_UNREACHABLE, TASK_GONE, TASK_DROPPED or TASK_UNKNOWN; offers carry
+//! `allocation_info` only for MULTI_ROLE frameworks; a SUBSCRIBED is
+//! followed at once by a HEARTBEAT (line-buffering clients deliver an
+//! event only when the next one starts); the master's non-fatal errors
+//! (Mesos has none: its clients treat ERROR as the end of the
+//! subscription) are not forwarded.
+
+use agora_mesos_proto::convert::{self, Capabilities};
+use agora_mesos_proto::v1;
+use agora_mesos_proto::v1::scheduler::{call, event};
+use agora_proto::scheduler::{Call, Event, ReconcileTask, ResourceRequest};
+use agora_proto::{
+    AgentId, ExecutorId, FrameworkId, Reason, Source, TaskId, TaskInfo, TaskState, TaskStatus,
+};
+
+/// The message of the master's reconciliation answer for a task it does
+/// not know (`tasks.rs`), which a partition-aware framework hears as
+/// TASK_UNKNOWN. A test below runs the real master to keep the two in step.
+pub(crate) const UNKNOWN_TASK_MESSAGE: &str = "unknown task";
+
+/// Exit status reported in FAILURE when the executor's is not known:
+/// Mesos clients read `status` whenever `executor_id` is set.
+const UNKNOWN_EXIT_STATUS: i32 = -1;
+
+/// A call refused synchronously.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CallError {
+    /// 400 Bad Request.
+    BadRequest(String),
+    /// 501 Not Implemented.
+    NotImplemented(String),
+}
+
+/// What one Mesos call turns into.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Translated {
+    /// Native calls for the state machine, in order.
+    pub(crate) calls: Vec<Call>,
+    /// Updates to send the framework at once (tasks refused here).
+    pub(crate) refused: Vec<TaskStatus>,
+}
+
+/// Looks up a framework's live tasks run by an executor on an agent (for
+/// SHUTDOWN, which Agora carries out by killing them).
+pub(crate) trait ExecutorTasks {
+    fn executor_tasks(
+        &self,
+        framework: &FrameworkId,
+        agent: &AgentId,
+        executor: &ExecutorId,
+    ) -> Vec<TaskId>;
+}
+
+/// Translates every call but SUBSCRIBE (handled by the stream itself).
+pub(crate) fn translate_call(
+    framework: &FrameworkId,
+    call: v1::scheduler::Call,
+    executors: &dyn ExecutorTasks,
+) -> Result<Translated, CallError> {
+    use call::Type;
+    let missing = |field: &str| CallError::BadRequest(format!("Expecting '{field}' to be present"));
+    let mut out = Translated::default();
+    match call.r#type() {
+        Type::Unknown => {
+            return Err(CallError::NotImplemented(
+                "Received an UNKNOWN call (or no 'type')".into(),
+            ))
+        }
+        Type::Subscribe => {
+            return Err(CallError::BadRequest(
+                "SUBSCRIBE is handled on its own stream".into(),
+            ))
+        }
+        Type::Teardown => out.calls.push(Call::Teardown),
+        Type::Accept => {
+            let accept = call.accept.ok_or_else(|| missing("accept"))?;
+            out = translate_accept(accept);
+        }
+        Type::Decline => {
+            let decline = call.decline.ok_or_else(|| missing("decline"))?;
+            out.calls.push(Call::Decline {
+                offer_ids: decline.offer_ids.iter().map(convert::offer_id).collect(),
+                filters: convert::filters(decline.filters.as_ref()),
+            });
+        }
+        // Agora makes no inverse offers: nothing to accept or decline.
+        Type::AcceptInverseOffers | Type::DeclineInverseOffers => {}
+        Type::Revive => out.calls.push(Call::Revive {
+            roles: call.revive.map(|r| r.roles).unwrap_or_default(),
+        }),
+        Type::Suppress => out.calls.push(Call::Suppress {
+            roles: call.suppress.map(|s| s.roles).unwrap_or_default(),
+        }),
+        Type::Kill => {
+            let kill = call.kill.ok_or_else(|| missing("kill"))?;
+            out.calls.push(Call::Kill {
+                task_id: TaskId::new(kill.task_id.value),
+                agent_id: kill.agent_id.map(|a| AgentId::new(a.value)),
+            });
+        }
+        Type::Shutdown => {
+            let shutdown = call.shutdown.ok_or_else(|| missing("shutdown"))?;
+            let agent = AgentId::new(shutdown.agent_id.value);
+            let executor = ExecutorId::new(shutdown.executor_id.value);
+            for task_id in executors.executor_tasks(framework, &agent, &executor) {
+                out.calls.push(Call::Kill {
+                    task_id,
+                    agent_id: Some(agent.clone()),
+                });
+            }
+        }
+        Type::Acknowledge => {
+            let ack = call.acknowledge.ok_or_else(|| missing("acknowledge"))?;
+            let uuid = convert::uuid_text(&ack.uuid)
+                .map_err(|e| CallError::BadRequest(format!("Invalid 'acknowledge.uuid': {e}")))?;
+            out.calls.push(Call::Acknowledge {
+                agent_id: AgentId::new(ack.agent_id.value),
+                task_id: TaskId::new(ack.task_id.value),
+                uuid,
+            });
+        }
+        // Agora sends no operation status updates: there is nothing to
+        // acknowledge, and nothing to reconcile.
+        Type::AcknowledgeOperationStatus | Type::ReconcileOperations => {}
+        Type::Reconcile => {
+            let reconcile = call.reconcile.ok_or_else(|| missing("reconcile"))?;
+            out.calls.push(Call::Reconcile {
+                tasks: reconcile
+                    .tasks
+                    .into_iter()
+                    .map(|t| ReconcileTask {
+                        task_id: TaskId::new(t.task_id.value),
+                        agent_id: t.agent_id.map(|a| AgentId::new(a.value)),
+                    })
+                    .collect(),
+            });
+        }
+        Type::Message => {
+            let message = call.message.ok_or_else(|| missing("message"))?;
+            out.calls.push(Call::Message {
+                agent_id: AgentId::new(message.agent_id.value),
+                executor_id: ExecutorId::new(message.executor_id.value),
+                data: agora_proto::Bytes(message.data),
+            });
+        }
+        Type::Request => {
+            let request = call.request.ok_or_else(|| missing("request"))?;
+            let mut requests = Vec::new();
+            for r in &request.requests {
+                requests.push(ResourceRequest {
+                    agent_id: r.agent_id.as_ref().map(|a| AgentId::new(a.value.clone())),
+                    resources: convert::resources(&r.resources).map_err(|e| {
+                        CallError::BadRequest(format!("Invalid 'request.requests': {e}"))
+                    })?,
+                });
+            }
+            out.calls.push(Call::Request { requests });
+        }
+        Type::UpdateFramework => {
+            return Err(CallError::NotImplemented(
+                "UPDATE_FRAMEWORK is not supported by this master; re-subscribe with the new FrameworkInfo".into(),
+            ))
+        }
+    }
+    Ok(out)
+}
+
+/// ACCEPT: the tasks of every LAUNCH and LAUNCH_GROUP operation become one
+/// native LAUNCH on the offers (an empty one declines them, as Mesos's
+/// ACCEPT without tasks does). Other operations (reservations, volumes)
+/// are not supported and dropped, as Mesos drops invalid operations.
+fn translate_accept(accept: call::Accept) -> Translated {
+    use v1::offer::operation::Type;
+    let mut out = Translated::default();
+    let mut tasks: Vec<TaskInfo> = Vec::new();
+    for operation in accept.operations {
+        match operation.r#type() {
+            Type::Launch => {
+                for task in operation.launch.map(|l| l.task_infos).unwrap_or_default() {
+                    match convert::task_info(&task) {
+                        Ok(native) => tasks.push(native),
+                        Err(e) => out.refused.push(refusal(&task, e.to_string())),
+                    }
+                }
+            }
+            Type::LaunchGroup => {
+                let Some(group) = operation.launch_group else {
+                    continue;
+                };
+                let custom = group.executor.r#type() == v1::executor_info::Type::Custom;
+                let converted: Vec<Result<TaskInfo, String>> = group
+                    .task_group
+                    .tasks
+                    .iter()
+                    .map(|t| {
+                        if custom {
+                            Err("LAUNCH_GROUP with a CUSTOM executor needs the agent's /api/v1/executor, which this Agora version does not serve".to_string())
+                        } else {
+                            convert::group_task_info(t).map_err(|e| e.to_string())
+                        }
+                    })
+                    .collect();
+                // A task group launches all or nothing.
+                if let Some(first) = converted.iter().find_map(|r| r.as_ref().err()) {
+                    let message = format!("task group refused: {first}");
+                    for t in &group.task_group.tasks {
+                        out.refused.push(refusal(t, message.clone()));
+                    }
+                } else {
+                    tasks.extend(converted.into_iter().flatten());
+                }
+            }
+            other => {
+                tracing::info!(operation = ?other, "offer operation not supported by Agora; dropped");
+            }
+        }
+    }
+    out.calls.push(Call::Launch {
+        offer_ids: accept.offer_ids.iter().map(convert::offer_id).collect(),
+        tasks,
+        filters: convert::filters(accept.filters.as_ref()),
+    });
+    out
+}
+
+/// The TASK_ERROR update for a task refused by the front door.
+fn refusal(task: &v1::TaskInfo, message: String) -> TaskStatus {
+    let mut status = TaskStatus::new(
+        TaskId::new(task.task_id.value.clone()),
+        TaskState::Error,
+        Source::SourceMaster,
+    )
+    .with_reason(Reason::ReasonTaskInvalid)
+    .with_message(message);
+    status.agent_id = Some(AgentId::new(task.agent_id.value.clone()));
+    status
+}
+
+/// Translates one native event for a framework with `caps`; `None`
+/// entries are not for Mesos clients.
+pub(crate) fn translate_event(event: Event, caps: Capabilities) -> Vec<v1::scheduler::Event> {
+    use event::Type;
+    let mut out = v1::scheduler::Event::default();
+    match event {
+        Event::Subscribed {
+            framework_id,
+            heartbeat_interval_seconds,
+            master_info,
+            ..
+        } => {
+            out.set_type(Type::Subscribed);
+            out.subscribed = Some(event::Subscribed {
+                framework_id: convert::mesos_framework_id(&framework_id),
+                heartbeat_interval_seconds: Some(heartbeat_interval_seconds),
+                master_info: Some(convert::mesos_master_info(&master_info)),
+            });
+            return vec![out, heartbeat()];
+        }
+        Event::Offers { offers } => {
+            out.set_type(Type::Offers);
+            out.offers = Some(event::Offers {
+                offers: offers
+                    .iter()
+                    .map(|o| convert::mesos_offer(o, caps))
+                    .collect(),
+            });
+        }
+        Event::Rescind { offer_id } => {
+            out.set_type(Type::Rescind);
+            out.rescind = Some(event::Rescind {
+                offer_id: convert::mesos_offer_id(&offer_id),
+            });
+        }
+        Event::Update { status } => {
+            out.set_type(Type::Update);
+            out.update = Some(event::Update {
+                status: mesos_status_for(&status, caps),
+            });
+        }
+        Event::Message {
+            agent_id,
+            executor_id,
+            data,
+        } => {
+            out.set_type(Type::Message);
+            out.message = Some(event::Message {
+                agent_id: convert::mesos_agent_id(&agent_id),
+                executor_id: convert::mesos_executor_id(&executor_id),
+                data: data.0,
+            });
+        }
+        Event::Failure {
+            agent_id,
+            executor_id,
+            status,
+        } => {
+            out.set_type(Type::Failure);
+            let with_executor = executor_id.is_some();
+            out.failure = Some(event::Failure {
+                agent_id: Some(convert::mesos_agent_id(&agent_id)),
+                executor_id: executor_id.as_ref().map(convert::mesos_executor_id),
+                status: status.or(with_executor.then_some(UNKNOWN_EXIT_STATUS)),
+            });
+        }
+        Event::Error { message, fatal } => {
+            if !fatal {
+                tracing::debug!(%message, "non-fatal master error not forwarded to a Mesos scheduler");
+                return Vec::new();
+            }
+            out.set_type(Type::Error);
+            out.error = Some(event::Error { message });
+        }
+        Event::Heartbeat => return vec![heartbeat()],
+        Event::Unknown => return Vec::new(),
+    }
+    vec![out]
+}
+
+pub(crate) fn heartbeat() -> v1::scheduler::Event {
+    let mut event = v1::scheduler::Event::default();
+    event.set_type(event::Type::Heartbeat);
+    event
+}
+
+/// A status as the framework must hear it (see the module documentation).
+pub(crate) fn mesos_status_for(status: &TaskStatus, caps: Capabilities) -> v1::TaskStatus {
+    let mut out = convert::mesos_status(status);
+    let state = state_for(status, caps);
+    out.set_state(convert::mesos_task_state(state));
+    if state == TaskState::Unreachable {
+        out.unreachable_time = Some(v1::TimeInfo {
+            nanoseconds: (status.timestamp * 1e9) as i64,
+        });
+    }
+    out
+}
+
+/// Mesos 1.x's task state policy. A partition-aware framework learns
+/// what happened: an agent that stopped answering (`REASON_AGENT_REMOVED`)
+/// makes its tasks UNREACHABLE, an agent that restarted without them
+/// GONE, a task the master does not know UNKNOWN, and a reconciled task
+/// the master settled as lost GONE. Every other framework hears TASK_LOST
+/// for all of these and for TASK_DROPPED.
+pub(crate) fn state_for(status: &TaskStatus, caps: Capabilities) -> TaskState {
+    let state = status.state;
+    if !caps.partition_aware {
+        return match state {
+            TaskState::Dropped | TaskState::Unreachable | TaskState::Gone | TaskState::Unknown => {
+                TaskState::Lost
+            }
+            other => other,
+        };
+    }
+    if state != TaskState::Lost || status.source != Source::SourceMaster {
+        return state;
+    }
+    match status.reason {
+        Some(Reason::ReasonAgentRemoved) => TaskState::Unreachable,
+        Some(Reason::ReasonAgentRestarted) => TaskState::Gone,
+        Some(Reason::ReasonTaskUnknown) => TaskState::Unknown,
+        Some(Reason::ReasonReconciliation) => {
+            if status.message.as_deref() == Some(UNKNOWN_TASK_MESSAGE) {
+                TaskState::Unknown
+            } else {
+                TaskState::Gone
+            }
+        }
+        _ => state,
+    }
+}
+
+#[cfg(test)]
+mod tests;

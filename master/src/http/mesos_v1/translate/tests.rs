@@ -1,0 +1,396 @@
+//! The translation rules, sans IO; the reconciliation wording is checked
+//! against the real state machine.
+
+use agora_mesos_proto::v1::scheduler::call;
+use agora_proto::{Attributes, MasterInfo, Offer, OfferId, Resources};
+use tokio::time::Instant;
+
+use super::*;
+use crate::allocator::{AllocatorOptions, DrfAllocator};
+use crate::master::{Input, Master, Output};
+use crate::Config;
+
+struct NoExecutors;
+
+impl ExecutorTasks for NoExecutors {
+    fn executor_tasks(&self, _: &FrameworkId, _: &AgentId, _: &ExecutorId) -> Vec<TaskId> {
+        Vec::new()
+    }
+}
+
+fn pa() -> Capabilities {
+    Capabilities {
+        partition_aware: true,
+        ..Capabilities::default()
+    }
+}
+
+fn master_status(state: TaskState, reason: Reason, message: &str) -> TaskStatus {
+    let mut s = TaskStatus::new(TaskId::new("t"), state, Source::SourceMaster)
+        .with_reason(reason)
+        .with_message(message);
+    s.agent_id = Some(AgentId::new("a"));
+    s
+}
+
+fn command_task(id: &str) -> v1::TaskInfo {
+    v1::TaskInfo {
+        name: id.into(),
+        task_id: v1::TaskId { value: id.into() },
+        agent_id: v1::AgentId { value: "a".into() },
+        resources: convert::mesos_resources(
+            &Resources::parse("cpus:0.1;mem:32").unwrap(),
+            &convert::ResourceStyle::default(),
+        ),
+        command: Some(v1::CommandInfo {
+            value: Some("true".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn accept(operations: Vec<v1::offer::Operation>) -> v1::scheduler::Call {
+    let mut c = v1::scheduler::Call {
+        accept: Some(call::Accept {
+            offer_ids: vec![v1::OfferId { value: "o1".into() }],
+            operations,
+            filters: None,
+        }),
+        ..Default::default()
+    };
+    c.set_type(call::Type::Accept);
+    c
+}
+
+fn launch(tasks: Vec<v1::TaskInfo>) -> v1::offer::Operation {
+    let mut op = v1::offer::Operation {
+        launch: Some(v1::offer::operation::Launch { task_infos: tasks }),
+        ..Default::default()
+    };
+    op.set_type(v1::offer::operation::Type::Launch);
+    op
+}
+
+#[test]
+fn states_for_frameworks_with_and_without_partition_awareness() {
+    let cases = [
+        (
+            TaskState::Lost,
+            Reason::ReasonAgentRemoved,
+            "x",
+            TaskState::Unreachable,
+        ),
+        (
+            TaskState::Lost,
+            Reason::ReasonAgentRestarted,
+            "x",
+            TaskState::Gone,
+        ),
+        (
+            TaskState::Lost,
+            Reason::ReasonTaskUnknown,
+            "x",
+            TaskState::Unknown,
+        ),
+        (
+            TaskState::Lost,
+            Reason::ReasonReconciliation,
+            UNKNOWN_TASK_MESSAGE,
+            TaskState::Unknown,
+        ),
+        (
+            TaskState::Lost,
+            Reason::ReasonReconciliation,
+            "reconciliation: task completed",
+            TaskState::Gone,
+        ),
+        (
+            TaskState::Dropped,
+            Reason::ReasonInvalidOffers,
+            "x",
+            TaskState::Dropped,
+        ),
+        (
+            TaskState::Running,
+            Reason::ReasonReconciliation,
+            "x",
+            TaskState::Running,
+        ),
+    ];
+    for (state, reason, message, partition_aware) in cases {
+        let status = master_status(state, reason, message);
+        assert_eq!(
+            state_for(&status, pa()),
+            partition_aware,
+            "{state:?} {reason:?}"
+        );
+        let expected = if state == TaskState::Running {
+            TaskState::Running
+        } else {
+            TaskState::Lost
+        };
+        assert_eq!(state_for(&status, Capabilities::default()), expected);
+    }
+    let unreachable = mesos_status_for(
+        &master_status(TaskState::Lost, Reason::ReasonAgentRemoved, "gone"),
+        pa(),
+    );
+    assert_eq!(unreachable.state(), v1::TaskState::TaskUnreachable);
+    assert!(unreachable.unreachable_time.is_some());
+    assert!(unreachable.uuid.is_none());
+}
+
+#[test]
+fn the_masters_unknown_task_answer_is_recognised() {
+    let config = Config::default();
+    let now = Instant::now();
+    let info = MasterInfo {
+        id: "m".into(),
+        address: "127.0.0.1:5050".into(),
+        version: "test".into(),
+    };
+    let alloc = DrfAllocator::new(AllocatorOptions::from(&config));
+    let mut master = Master::new(config, info, Box::new(alloc), now);
+    let framework_info = agora_proto::FrameworkInfo {
+        user: "u".into(),
+        name: "f".into(),
+        id: None,
+        failover_timeout: 0.0,
+        checkpoint: false,
+        roles: vec![],
+        hostname: String::new(),
+        principal: None,
+        webui_url: None,
+    };
+    master.handle(
+        now,
+        Input::Scheduler {
+            conn: 1,
+            call: Call::Subscribe {
+                protocol: agora_proto::PROTOCOL_VERSION,
+                framework_info,
+                force: true,
+            },
+        },
+    );
+    // Long after start, so agents of an earlier master no longer count.
+    let later = now + std::time::Duration::from_secs(24 * 3600);
+    master.handle(
+        later,
+        Input::Scheduler {
+            conn: 1,
+            call: Call::Reconcile {
+                tasks: vec![ReconcileTask {
+                    task_id: TaskId::new("nope"),
+                    agent_id: Some(AgentId::new("a")),
+                }],
+            },
+        },
+    );
+    let statuses: Vec<TaskStatus> = master
+        .take_outputs()
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Scheduler {
+                event: Event::Update { status },
+                ..
+            } => Some(status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert_eq!(state_for(&statuses[0], pa()), TaskState::Unknown);
+    assert_eq!(
+        state_for(&statuses[0], Capabilities::default()),
+        TaskState::Lost
+    );
+}
+
+#[test]
+fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
+    let mut custom = command_task("custom");
+    custom.executor = Some(v1::ExecutorInfo {
+        executor_id: v1::ExecutorId { value: "e".into() },
+        ..Default::default()
+    });
+    let mut with_uri = command_task("uri");
+    if let Some(c) = with_uri.command.as_mut() {
+        c.uris.push(v1::command_info::Uri {
+            value: "http://example.invalid/x".into(),
+            ..Default::default()
+        });
+    }
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![launch(vec![command_task("ok"), custom, with_uri])]),
+        &NoExecutors,
+    )
+    .unwrap();
+    let refused: Vec<&str> = out.refused.iter().map(|s| s.task_id.as_str()).collect();
+    assert_eq!(refused, ["custom", "uri"]);
+    assert!(out
+        .refused
+        .iter()
+        .all(|s| s.state == TaskState::Error && s.uuid.is_none() && s.agent_id.is_some()));
+    match &out.calls[..] {
+        [Call::Launch {
+            tasks, offer_ids, ..
+        }] => {
+            assert_eq!(tasks.len(), 1);
+            assert_eq!(tasks[0].task_id.as_str(), "ok");
+            assert_eq!(offer_ids, &[OfferId::new("o1")]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn accept_without_tasks_declines_and_task_groups_are_all_or_nothing() {
+    let out = translate_call(&FrameworkId::new("f"), accept(vec![]), &NoExecutors).unwrap();
+    assert!(matches!(&out.calls[..], [Call::Launch { tasks, .. }] if tasks.is_empty()));
+
+    let group = |tasks: Vec<v1::TaskInfo>| {
+        let mut op = v1::offer::Operation {
+            launch_group: Some(v1::offer::operation::LaunchGroup {
+                executor: v1::ExecutorInfo {
+                    executor_id: v1::ExecutorId { value: "g".into() },
+                    r#type: Some(v1::executor_info::Type::Default as i32),
+                    ..Default::default()
+                },
+                task_group: v1::TaskGroupInfo { tasks },
+            }),
+            ..Default::default()
+        };
+        op.set_type(v1::offer::operation::Type::LaunchGroup);
+        op
+    };
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![group(vec![command_task("g1"), command_task("g2")])]),
+        &NoExecutors,
+    )
+    .unwrap();
+    assert!(out.refused.is_empty());
+    assert!(matches!(&out.calls[..], [Call::Launch { tasks, .. }] if tasks.len() == 2));
+
+    let mut bad = command_task("g4");
+    bad.command = None;
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![group(vec![command_task("g3"), bad])]),
+        &NoExecutors,
+    )
+    .unwrap();
+    assert_eq!(out.refused.len(), 2);
+    assert!(matches!(&out.calls[..], [Call::Launch { tasks, .. }] if tasks.is_empty()));
+}
+
+#[test]
+fn bad_calls_are_refused_with_mesos_codes() {
+    let fid = FrameworkId::new("f");
+    let mut ack = v1::scheduler::Call {
+        acknowledge: Some(call::Acknowledge {
+            agent_id: v1::AgentId { value: "a".into() },
+            task_id: v1::TaskId { value: "t".into() },
+            uuid: vec![1, 2, 3],
+        }),
+        ..Default::default()
+    };
+    ack.set_type(call::Type::Acknowledge);
+    assert!(matches!(
+        translate_call(&fid, ack, &NoExecutors),
+        Err(CallError::BadRequest(m)) if m.contains("16 bytes")
+    ));
+    let mut no_body = v1::scheduler::Call::default();
+    no_body.set_type(call::Type::Kill);
+    assert_eq!(
+        translate_call(&fid, no_body, &NoExecutors),
+        Err(CallError::BadRequest(
+            "Expecting 'kill' to be present".into()
+        ))
+    );
+    assert!(matches!(
+        translate_call(&fid, v1::scheduler::Call::default(), &NoExecutors),
+        Err(CallError::NotImplemented(_))
+    ));
+    // REVIVE and SUPPRESS may come without a body.
+    let mut revive = v1::scheduler::Call::default();
+    revive.set_type(call::Type::Revive);
+    assert_eq!(
+        translate_call(&fid, revive, &NoExecutors).unwrap().calls,
+        vec![Call::Revive { roles: vec![] }]
+    );
+}
+
+#[test]
+fn events_follow_the_frameworks_capabilities() {
+    let subscribed = translate_event(
+        Event::Subscribed {
+            framework_id: FrameworkId::new("f"),
+            heartbeat_interval_seconds: 15.0,
+            master_info: MasterInfo {
+                id: "m".into(),
+                address: "127.0.0.1:5050".into(),
+                version: "x".into(),
+            },
+            reregistered: false,
+        },
+        Capabilities::default(),
+    );
+    let kinds: Vec<_> = subscribed.iter().map(|e| e.r#type()).collect();
+    assert_eq!(
+        kinds,
+        [
+            v1::scheduler::event::Type::Subscribed,
+            v1::scheduler::event::Type::Heartbeat
+        ]
+    );
+    assert!(translate_event(
+        Event::Error {
+            message: "x".into(),
+            fatal: false
+        },
+        Capabilities::default()
+    )
+    .is_empty());
+    let failure = translate_event(
+        Event::Failure {
+            agent_id: AgentId::new("a"),
+            executor_id: Some(ExecutorId::new("e")),
+            status: None,
+        },
+        Capabilities::default(),
+    );
+    assert_eq!(failure[0].failure.as_ref().unwrap().status, Some(-1));
+
+    let offer = Offer {
+        id: OfferId::new("o"),
+        framework_id: FrameworkId::new("f"),
+        agent_id: AgentId::new("a"),
+        hostname: "h".into(),
+        resources: Resources::parse("cpus:1").unwrap(),
+        attributes: Attributes::default(),
+        executor_ids: vec![],
+        allocation_role: Some("*".into()),
+    };
+    let plain = translate_event(
+        Event::Offers {
+            offers: vec![offer.clone()],
+        },
+        Capabilities::default(),
+    );
+    let o = &plain[0].offers.as_ref().unwrap().offers[0];
+    assert!(o.allocation_info.is_none() && o.resources[0].allocation_info.is_none());
+    let multi = translate_event(
+        Event::Offers {
+            offers: vec![offer],
+        },
+        Capabilities {
+            multi_role: true,
+            ..Capabilities::default()
+        },
+    );
+    let o = &multi[0].offers.as_ref().unwrap().offers[0];
+    assert!(o.allocation_info.is_some() && o.resources[0].allocation_info.is_some());
+}

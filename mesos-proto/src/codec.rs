@@ -1,0 +1,322 @@
+//! The two encodings of the Mesos v1 HTTP APIs.
+//!
+//! JSON is written the way Mesos's own JSON writer does it, which is not
+//! proto3's canonical JSON mapping: field names are the `.proto` names
+//! (`framework_id`, never `frameworkId`), enums are their names
+//! (`"TASK_RUNNING"`), `bytes` are standard padded base64, 64-bit integers
+//! are JSON numbers, and the output is one compact line of ASCII (other
+//! characters as `\uXXXX` escapes), because line-splitting clients such as
+//! mesoshttp slice decoded text by byte counts. Unknown keys are ignored on
+//! input and proto2 `required` fields are enforced after parsing, as
+//! Mesos does (a call that lacks one is refused with the field's path).
+//! Protobuf is the `mesos.v1` binary encoding, with the same required-field
+//! check.
+
+use prost_reflect::{
+    Cardinality, DeserializeOptions, DynamicMessage, Kind, ReflectMessage, SerializeOptions, Value,
+};
+
+/// `application/json`.
+pub const MEDIA_JSON: &str = "application/json";
+/// `application/x-protobuf`.
+pub const MEDIA_PROTOBUF: &str = "application/x-protobuf";
+
+/// An encoding of Mesos v1 messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Codec {
+    /// `application/json`, Mesos-style (see the module documentation).
+    Json,
+    /// `application/x-protobuf`.
+    Protobuf,
+}
+
+/// Why a body could not be decoded or a message encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// The body is not valid JSON for the message type.
+    #[error("failed to parse JSON into {message}: {reason}")]
+    Json {
+        /// The message type.
+        message: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The body is not a valid protobuf encoding of the message type.
+    #[error("failed to parse protobuf into {message}: {reason}")]
+    Protobuf {
+        /// The message type.
+        message: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// Required fields are missing (their paths, e.g. `subscribe.framework_info.user`).
+    #[error("missing required fields: {}", .0.join(", "))]
+    MissingRequired(Vec<String>),
+    /// A message could not be written (a bug, never the peer's fault).
+    #[error("failed to encode {message}: {reason}")]
+    Encode {
+        /// The message type.
+        message: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+// === impl Codec ===
+
+impl Codec {
+    /// The media type, as the `Content-Type` of requests and responses.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            Codec::Json => MEDIA_JSON,
+            Codec::Protobuf => MEDIA_PROTOBUF,
+        }
+    }
+
+    /// The codec of a request's `Content-Type`. Mesos compares the value
+    /// exactly; parameters (`; charset=utf-8`) are tolerated here.
+    pub fn from_content_type(value: &str) -> Option<Codec> {
+        let media = value.split(';').next().unwrap_or("").trim();
+        if media.eq_ignore_ascii_case(MEDIA_JSON) {
+            Some(Codec::Json)
+        } else if media.eq_ignore_ascii_case(MEDIA_PROTOBUF) {
+            Some(Codec::Protobuf)
+        } else {
+            None
+        }
+    }
+
+    /// The codec of a response, from every `Accept` header of the request
+    /// (mesos-go sends two): JSON if acceptable, else protobuf; `None`
+    /// when neither is (answer 406). No `Accept` at all accepts anything.
+    pub fn negotiate<'a>(accept: impl IntoIterator<Item = &'a str>) -> Option<Codec> {
+        let mut ranges = Vec::new();
+        for header in accept {
+            for item in header.split(',') {
+                let mut parts = item.split(';');
+                let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+                if media.is_empty() {
+                    continue;
+                }
+                let q = parts
+                    .filter_map(|p| p.trim().strip_prefix("q="))
+                    .find_map(|q| q.trim().parse::<f32>().ok())
+                    .unwrap_or(1.0);
+                ranges.push((media, q));
+            }
+        }
+        if ranges.is_empty() {
+            return Some(Codec::Json);
+        }
+        let quality = |media: &str| -> f32 {
+            let (kind, _) = media.split_once('/').unwrap_or((media, ""));
+            let mut best: Option<(u8, f32)> = None;
+            for (range, q) in &ranges {
+                let specificity = if range == media {
+                    3
+                } else if range.strip_suffix("/*") == Some(kind) {
+                    2
+                } else if range == "*/*" {
+                    1
+                } else {
+                    continue;
+                };
+                if best.is_none_or(|(s, _)| specificity > s) {
+                    best = Some((specificity, *q));
+                }
+            }
+            best.map_or(0.0, |(_, q)| q)
+        };
+        let json = quality(MEDIA_JSON);
+        let protobuf = quality(MEDIA_PROTOBUF);
+        if json > 0.0 && json >= protobuf {
+            Some(Codec::Json)
+        } else if protobuf > 0.0 {
+            Some(Codec::Protobuf)
+        } else {
+            None
+        }
+    }
+
+    /// Decodes `body` as `T`, enforcing proto2 required fields.
+    pub fn decode<T: ReflectMessage + Default>(self, body: &[u8]) -> Result<T, CodecError> {
+        let descriptor = T::default().descriptor();
+        let name = descriptor.full_name().to_string();
+        let dynamic = match self {
+            Codec::Json => {
+                let mut de = serde_json::Deserializer::from_slice(body);
+                let options = DeserializeOptions::new().deny_unknown_fields(false);
+                let message =
+                    DynamicMessage::deserialize_with_options(descriptor, &mut de, &options)
+                        .and_then(|m| de.end().map(|()| m))
+                        .map_err(|e| CodecError::Json {
+                            message: name.clone(),
+                            reason: e.to_string(),
+                        })?;
+                message
+            }
+            Codec::Protobuf => {
+                DynamicMessage::decode(descriptor, body).map_err(|e| CodecError::Protobuf {
+                    message: name.clone(),
+                    reason: e.to_string(),
+                })?
+            }
+        };
+        let mut missing = Vec::new();
+        missing_required(&dynamic, "", &mut missing);
+        if !missing.is_empty() {
+            return Err(CodecError::MissingRequired(missing));
+        }
+        dynamic
+            .transcode_to::<T>()
+            .map_err(|e| CodecError::Protobuf {
+                message: name,
+                reason: e.to_string(),
+            })
+    }
+
+    /// Encodes `message`.
+    pub fn encode<T: ReflectMessage>(self, message: &T) -> Result<Vec<u8>, CodecError> {
+        match self {
+            Codec::Protobuf => Ok(message.encode_to_vec()),
+            Codec::Json => to_json(message),
+        }
+    }
+}
+
+/// Mesos-style JSON for any message (see the module documentation).
+pub fn to_json<T: ReflectMessage>(message: &T) -> Result<Vec<u8>, CodecError> {
+    let dynamic = message.transcode_to_dynamic();
+    let options = SerializeOptions::new()
+        .use_proto_field_name(true)
+        .stringify_64_bit_integers(false)
+        .use_enum_numbers(false)
+        .skip_default_fields(true);
+    let mut out = Vec::with_capacity(256);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, AsciiFormatter);
+    dynamic
+        .serialize_with_options(&mut ser, &options)
+        .map_err(|e| CodecError::Encode {
+            message: dynamic.descriptor().full_name().to_string(),
+            reason: e.to_string(),
+        })?;
+    Ok(out)
+}
+
+/// Mesos-style JSON as a `serde_json::Value` (for endpoints that embed
+/// messages in larger documents).
+pub fn to_json_value<T: ReflectMessage>(message: &T) -> serde_json::Value {
+    to_json(message)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Collects the paths of required fields that are not set, recursively.
+fn missing_required(message: &DynamicMessage, path: &str, missing: &mut Vec<String>) {
+    let join = |name: &str| {
+        if path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}.{name}")
+        }
+    };
+    for field in message.descriptor().fields() {
+        if field.cardinality() == Cardinality::Required && !message.has_field(&field) {
+            missing.push(join(field.name()));
+            continue;
+        }
+        if !matches!(field.kind(), Kind::Message(_)) || !message.has_field(&field) {
+            continue;
+        }
+        match &*message.get_field(&field) {
+            Value::Message(inner) => missing_required(inner, &join(field.name()), missing),
+            Value::List(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Value::Message(inner) = item {
+                        missing_required(inner, &format!("{}[{i}]", join(field.name())), missing);
+                    }
+                }
+            }
+            Value::Map(entries) => {
+                for (key, value) in entries {
+                    if let Value::Message(inner) = value {
+                        missing_required(
+                            inner,
+                            &format!("{}[{key:?}]", join(field.name())),
+                            missing,
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// serde_json's compact formatter, with every non-ASCII character written
+/// as a `\uXXXX` escape (UTF-16 surrogate pairs beyond the BMP).
+struct AsciiFormatter;
+
+impl serde_json::ser::Formatter for AsciiFormatter {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            if c.is_ascii() {
+                continue;
+            }
+            writer.write_all(&fragment.as_bytes()[start..i])?;
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(writer, "\\u{unit:04x}")?;
+            }
+            start = i + c.len_utf8();
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types() {
+        assert_eq!(
+            Codec::from_content_type("application/json"),
+            Some(Codec::Json)
+        );
+        assert_eq!(
+            Codec::from_content_type("application/json; charset=utf-8"),
+            Some(Codec::Json)
+        );
+        assert_eq!(
+            Codec::from_content_type("application/x-protobuf"),
+            Some(Codec::Protobuf)
+        );
+        assert_eq!(Codec::from_content_type("text/plain"), None);
+    }
+
+    #[test]
+    fn accept_negotiation() {
+        assert_eq!(Codec::negotiate([]), Some(Codec::Json));
+        assert_eq!(Codec::negotiate(["*/*"]), Some(Codec::Json));
+        assert_eq!(
+            Codec::negotiate(["application/x-protobuf", "application/x-protobuf"]),
+            Some(Codec::Protobuf)
+        );
+        assert_eq!(
+            Codec::negotiate(["application/json, application/x-protobuf"]),
+            Some(Codec::Json)
+        );
+        assert_eq!(
+            Codec::negotiate(["application/json;q=0, */*"]),
+            Some(Codec::Protobuf)
+        );
+        assert_eq!(Codec::negotiate(["text/html"]), None);
+    }
+}

@@ -1,0 +1,858 @@
+//! Translation between `mesos.v1` messages and `agora-proto` types.
+//!
+//! Inbound (a Mesos client's call → an Agora call) is fallible: what
+//! Agora cannot honour is refused with a [`ConvertError`] that says so,
+//! never silently dropped. Outbound (Agora → Mesos) always succeeds and
+//! fills every field a proto2 `required` label demands, because mesos-go
+//! rejects protobuf events that lack one.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+
+use agora_proto as agora;
+use agora_proto::{Reason, Source, TaskState};
+
+use crate::v1;
+use crate::v1::task_status::{Reason as MesosReason, Source as MesosSource};
+use crate::MESOS_API_VERSION;
+
+/// Mesos's cap on `Filters.refuse_seconds` (one year).
+pub const MAX_REFUSE_SECONDS: f64 = 31_536_000.0;
+
+/// Why a Mesos message cannot be turned into an Agora one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConvertError {
+    /// A resource is invalid (bad name, negative scalar, overlapping ranges…).
+    #[error("invalid resources: {0}")]
+    Resources(String),
+    /// An id is not usable (Agora ids become path components).
+    #[error("invalid {kind} {value:?}: {reason}")]
+    Id {
+        /// Which id.
+        kind: &'static str,
+        /// The value given.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The message asks for something Agora does not do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The message is inconsistent.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What a framework declared about itself that changes how Mesos talks to
+/// it (from `FrameworkInfo.capabilities`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `PARTITION_AWARE`: gets TASK_UNREACHABLE, TASK_GONE, TASK_DROPPED,
+    /// TASK_UNKNOWN… where others get TASK_LOST.
+    pub partition_aware: bool,
+    /// `MULTI_ROLE`: uses `roles`; offers carry `allocation_info`.
+    pub multi_role: bool,
+    /// `RESERVATION_REFINEMENT`: reserved resources are written with
+    /// `reservations` instead of the deprecated `role`.
+    pub reservation_refinement: bool,
+}
+
+// === impl Capabilities ===
+
+impl Capabilities {
+    /// The capabilities a `FrameworkInfo` declares.
+    pub fn of(info: &v1::FrameworkInfo) -> Capabilities {
+        use v1::framework_info::capability::Type;
+        let mut caps = Capabilities::default();
+        for capability in &info.capabilities {
+            match capability.r#type() {
+                Type::PartitionAware => caps.partition_aware = true,
+                Type::MultiRole => caps.multi_role = true,
+                Type::ReservationRefinement => caps.reservation_refinement = true,
+                _ => {}
+            }
+        }
+        caps
+    }
+}
+
+// --- ids ---
+
+/// Checks an id a Mesos client chose.
+fn checked_id(kind: &'static str, value: &str) -> Result<(), ConvertError> {
+    agora::validate_id(value).map_err(|e| ConvertError::Id {
+        kind,
+        value: value.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// A Mesos framework id as Agora's.
+pub fn framework_id(id: &v1::FrameworkId) -> Result<agora::FrameworkId, ConvertError> {
+    checked_id("framework_id", &id.value)?;
+    Ok(agora::FrameworkId::new(id.value.clone()))
+}
+
+/// A Mesos agent id as Agora's.
+pub fn agent_id(id: &v1::AgentId) -> Result<agora::AgentId, ConvertError> {
+    checked_id("agent_id", &id.value)?;
+    Ok(agora::AgentId::new(id.value.clone()))
+}
+
+/// A Mesos task id as Agora's.
+pub fn task_id(id: &v1::TaskId) -> Result<agora::TaskId, ConvertError> {
+    checked_id("task_id", &id.value)?;
+    Ok(agora::TaskId::new(id.value.clone()))
+}
+
+/// A Mesos executor id as Agora's.
+pub fn executor_id(id: &v1::ExecutorId) -> Result<agora::ExecutorId, ConvertError> {
+    checked_id("executor_id", &id.value)?;
+    Ok(agora::ExecutorId::new(id.value.clone()))
+}
+
+/// A Mesos offer id as Agora's (not validated: an unknown offer is the
+/// master's business, answered with TASK_DROPPED / TASK_LOST).
+pub fn offer_id(id: &v1::OfferId) -> agora::OfferId {
+    agora::OfferId::new(id.value.clone())
+}
+
+/// Agora's framework id as Mesos's.
+pub fn mesos_framework_id(id: &agora::FrameworkId) -> v1::FrameworkId {
+    v1::FrameworkId {
+        value: id.to_string(),
+    }
+}
+
+/// Agora's agent id as Mesos's.
+pub fn mesos_agent_id(id: &agora::AgentId) -> v1::AgentId {
+    v1::AgentId {
+        value: id.to_string(),
+    }
+}
+
+/// Agora's task id as Mesos's.
+pub fn mesos_task_id(id: &agora::TaskId) -> v1::TaskId {
+    v1::TaskId {
+        value: id.to_string(),
+    }
+}
+
+/// Agora's executor id as Mesos's.
+pub fn mesos_executor_id(id: &agora::ExecutorId) -> v1::ExecutorId {
+    v1::ExecutorId {
+        value: id.to_string(),
+    }
+}
+
+/// Agora's offer id as Mesos's.
+pub fn mesos_offer_id(id: &agora::OfferId) -> v1::OfferId {
+    v1::OfferId {
+        value: id.to_string(),
+    }
+}
+
+// --- update uuids ---
+
+/// An Agora update uuid (a UUID's text) as Mesos's 16 bytes. A uuid that is
+/// not a UUID's text (no Agora component makes one) travels as its UTF-8.
+pub fn uuid_bytes(uuid: &str) -> Vec<u8> {
+    match uuid::Uuid::parse_str(uuid) {
+        Ok(u) => u.as_bytes().to_vec(),
+        Err(_) => uuid.as_bytes().to_vec(),
+    }
+}
+
+/// A Mesos update uuid (16 bytes) as Agora's text form.
+pub fn uuid_text(bytes: &[u8]) -> Result<String, ConvertError> {
+    uuid::Uuid::from_slice(bytes)
+        .map(|u| u.to_string())
+        .map_err(|_| {
+            ConvertError::Invalid(format!(
+                "uuid must be 16 bytes (a UUID), got {} bytes",
+                bytes.len()
+            ))
+        })
+}
+
+// --- resources and attributes ---
+
+/// How resources are written for one framework.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceStyle {
+    /// Write reservations as `reservations` (RESERVATION_REFINEMENT)
+    /// rather than the deprecated `role`.
+    pub refinement: bool,
+    /// Attach `allocation_info { role }` (MULTI_ROLE frameworks; the
+    /// operator API).
+    pub allocation_role: Option<String>,
+}
+
+#[allow(deprecated)] // `Resource.role`: pre-refinement clients still send it
+/// Mesos resources as Agora's (validated: names, non-negative finite
+/// scalars, well-formed ranges and sets). Reservations give the role (the
+/// last, most refined one); allocation info is the offer's business and
+/// ignored here.
+pub fn resources(list: &[v1::Resource]) -> Result<agora::Resources, ConvertError> {
+    use v1::value::Type;
+    let mut wire = Vec::with_capacity(list.len());
+    for r in list {
+        if r.revocable.is_some() || r.shared.is_some() || r.provider_id.is_some() {
+            return Err(ConvertError::Unsupported(format!(
+                "resource {}: revocable, shared and resource-provider resources are not supported",
+                r.name
+            )));
+        }
+        let role = r
+            .reservations
+            .last()
+            .and_then(|res| res.role.clone())
+            .or_else(|| r.role.clone())
+            .unwrap_or_else(|| agora::DEFAULT_ROLE.to_string());
+        let mut entry = serde_json::Map::new();
+        entry.insert("name".into(), r.name.clone().into());
+        entry.insert("role".into(), role.into());
+        match r.r#type() {
+            Type::Scalar => {
+                let value = r.scalar.as_ref().map(|s| s.value).ok_or_else(|| {
+                    ConvertError::Resources(format!("resource {} is SCALAR without scalar", r.name))
+                })?;
+                let number = serde_json::Number::from_f64(value).ok_or_else(|| {
+                    ConvertError::Resources(format!("resource {} has value {value}", r.name))
+                })?;
+                entry.insert("scalar".into(), number.into());
+            }
+            Type::Ranges => {
+                let ranges: Vec<serde_json::Value> = r
+                    .ranges
+                    .iter()
+                    .flat_map(|rs| rs.range.iter())
+                    .map(|range| serde_json::json!([range.begin, range.end]))
+                    .collect();
+                entry.insert("ranges".into(), ranges.into());
+            }
+            Type::Set => {
+                let items: Vec<serde_json::Value> = r
+                    .set
+                    .iter()
+                    .flat_map(|s| s.item.iter())
+                    .map(|i| i.clone().into())
+                    .collect();
+                entry.insert("set".into(), items.into());
+            }
+            Type::Text => {
+                return Err(ConvertError::Resources(format!(
+                    "resource {} has type TEXT, which resources cannot have",
+                    r.name
+                )))
+            }
+        }
+        wire.push(serde_json::Value::Object(entry));
+    }
+    serde_json::from_value(serde_json::Value::Array(wire))
+        .map_err(|e| ConvertError::Resources(e.to_string()))
+}
+
+/// Agora's resources as Mesos's.
+#[allow(deprecated)] // `Resource.role`: the format of frameworks without RESERVATION_REFINEMENT
+pub fn mesos_resources(resources: &agora::Resources, style: &ResourceStyle) -> Vec<v1::Resource> {
+    use v1::value::Type;
+    resources
+        .iter()
+        .map(|r| {
+            let mut out = v1::Resource {
+                name: r.name.clone(),
+                allocation_info: style.allocation_role.as_ref().map(|role| {
+                    v1::resource::AllocationInfo {
+                        role: Some(role.clone()),
+                    }
+                }),
+                ..Default::default()
+            };
+            match &r.value {
+                agora::Value::Scalar(v) => {
+                    out.set_type(Type::Scalar);
+                    out.scalar = Some(v1::value::Scalar { value: *v });
+                }
+                agora::Value::Ranges(ranges) => {
+                    out.set_type(Type::Ranges);
+                    out.ranges = Some(v1::value::Ranges {
+                        range: ranges
+                            .iter()
+                            .map(|x| v1::value::Range {
+                                begin: x.begin,
+                                end: x.end,
+                            })
+                            .collect(),
+                    });
+                }
+                agora::Value::Set(items) => {
+                    out.set_type(Type::Set);
+                    out.set = Some(v1::value::Set {
+                        item: items.iter().cloned().collect(),
+                    });
+                }
+            }
+            if style.refinement {
+                if r.is_reserved() {
+                    out.reservations.push(v1::resource::ReservationInfo {
+                        r#type: Some(v1::resource::reservation_info::Type::Static as i32),
+                        role: Some(r.role.clone()),
+                        ..Default::default()
+                    });
+                }
+            } else {
+                out.role = Some(r.role.clone());
+            }
+            out
+        })
+        .collect()
+}
+
+/// Agora's attributes as Mesos's (text or scalar values).
+pub fn mesos_attributes(attributes: &agora::Attributes) -> Vec<v1::Attribute> {
+    use v1::value::Type;
+    attributes
+        .0
+        .iter()
+        .map(|a| {
+            let mut out = v1::Attribute {
+                name: a.name.clone(),
+                ..Default::default()
+            };
+            match &a.value {
+                agora::AttributeValue::Text(t) => {
+                    out.set_type(Type::Text);
+                    out.text = Some(v1::value::Text { value: t.clone() });
+                }
+                agora::AttributeValue::Scalar(v) => {
+                    out.set_type(Type::Scalar);
+                    out.scalar = Some(v1::value::Scalar { value: *v });
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+// --- task states, sources, reasons ---
+
+/// Agora's task state as Mesos's (the same set, less TASK_GONE_BY_OPERATOR).
+pub fn mesos_task_state(state: TaskState) -> v1::TaskState {
+    use v1::TaskState as M;
+    match state {
+        TaskState::Staging => M::TaskStaging,
+        TaskState::Starting => M::TaskStarting,
+        TaskState::Running => M::TaskRunning,
+        TaskState::Killing => M::TaskKilling,
+        TaskState::Finished => M::TaskFinished,
+        TaskState::Failed => M::TaskFailed,
+        TaskState::Killed => M::TaskKilled,
+        TaskState::Lost => M::TaskLost,
+        TaskState::Error => M::TaskError,
+        TaskState::Dropped => M::TaskDropped,
+        TaskState::Gone => M::TaskGone,
+        TaskState::Unreachable => M::TaskUnreachable,
+        TaskState::Unknown => M::TaskUnknown,
+    }
+}
+
+/// A Mesos task state as Agora's (TASK_GONE_BY_OPERATOR is TASK_GONE).
+pub fn task_state(state: v1::TaskState) -> TaskState {
+    use v1::TaskState as M;
+    match state {
+        M::TaskStaging => TaskState::Staging,
+        M::TaskStarting => TaskState::Starting,
+        M::TaskRunning => TaskState::Running,
+        M::TaskKilling => TaskState::Killing,
+        M::TaskFinished => TaskState::Finished,
+        M::TaskFailed => TaskState::Failed,
+        M::TaskKilled => TaskState::Killed,
+        M::TaskLost => TaskState::Lost,
+        M::TaskError => TaskState::Error,
+        M::TaskDropped => TaskState::Dropped,
+        M::TaskGone | M::TaskGoneByOperator => TaskState::Gone,
+        M::TaskUnreachable => TaskState::Unreachable,
+        M::TaskUnknown => TaskState::Unknown,
+    }
+}
+
+/// Agora's update source as Mesos's.
+pub fn mesos_source(source: Source) -> MesosSource {
+    match source {
+        Source::SourceMaster => MesosSource::Master,
+        Source::SourceAgent => MesosSource::Agent,
+        Source::SourceExecutor => MesosSource::Executor,
+    }
+}
+
+/// Agora's reason as Mesos's, where Mesos has one. Agora's
+/// `REASON_INSUFFICIENT_RESOURCES` is Mesos's `REASON_TASK_INVALID` (the
+/// message says which resources), a launch failure is
+/// `REASON_CONTAINER_LAUNCH_FAILED`; a kill on request carries no reason
+/// in Mesos.
+pub fn mesos_reason(reason: Reason) -> Option<MesosReason> {
+    Some(match reason {
+        Reason::ReasonCommandExecutorFailed => MesosReason::CommandExecutorFailed,
+        Reason::ReasonExecutorTerminated | Reason::ReasonExecutorShutdown => {
+            MesosReason::ExecutorTerminated
+        }
+        Reason::ReasonExecutorRegistrationTimeout => MesosReason::ExecutorRegistrationTimeout,
+        Reason::ReasonExecutorLaunchFailed => MesosReason::ContainerLaunchFailed,
+        Reason::ReasonInvalidOffers => MesosReason::InvalidOffers,
+        Reason::ReasonTaskInvalid | Reason::ReasonInsufficientResources => MesosReason::TaskInvalid,
+        Reason::ReasonAgentRemoved => MesosReason::AgentRemoved,
+        Reason::ReasonAgentRestarted => MesosReason::AgentRestarted,
+        Reason::ReasonAgentUnknown => MesosReason::AgentUnknown,
+        Reason::ReasonAgentDisconnected => MesosReason::AgentDisconnected,
+        Reason::ReasonReconciliation => MesosReason::Reconciliation,
+        Reason::ReasonFrameworkRemoved => MesosReason::FrameworkRemoved,
+        Reason::ReasonTaskUnknown => MesosReason::TaskUnknown,
+        Reason::ReasonTaskKilled | Reason::ReasonUnknown => return None,
+    })
+}
+
+/// Agora's task status as Mesos's, state unchanged (see the master's
+/// Mesos front door for the per-framework state policy). `uuid` is set
+/// only on reliable updates, and those always carry `agent_id`.
+pub fn mesos_status(status: &agora::TaskStatus) -> v1::TaskStatus {
+    let mut out = v1::TaskStatus {
+        task_id: mesos_task_id(&status.task_id),
+        message: status.message.clone(),
+        agent_id: status.agent_id.as_ref().map(mesos_agent_id),
+        executor_id: status.executor_id.as_ref().map(mesos_executor_id),
+        timestamp: Some(status.timestamp),
+        data: status.data.as_ref().map(|d| d.0.clone()),
+        uuid: status.uuid.as_deref().map(uuid_bytes),
+        ..Default::default()
+    };
+    out.set_state(mesos_task_state(status.state));
+    out.set_source(mesos_source(status.source));
+    if let Some(reason) = status.reason.and_then(mesos_reason) {
+        out.set_reason(reason);
+    }
+    out
+}
+
+// --- frameworks ---
+
+#[allow(deprecated)] // `FrameworkInfo.role`: the single role of frameworks without MULTI_ROLE
+/// A Mesos `FrameworkInfo` as Agora's. A MULTI_ROLE framework names its
+/// roles in `roles` (and must not set `role`); the others in `role`
+/// (default `*`), as Mesos validates.
+pub fn framework_info(info: &v1::FrameworkInfo) -> Result<agora::FrameworkInfo, ConvertError> {
+    let caps = Capabilities::of(info);
+    let roles = if caps.multi_role {
+        if info.role.is_some() {
+            return Err(ConvertError::Invalid(
+                "'FrameworkInfo.role' must not be set by a MULTI_ROLE framework; use 'roles'"
+                    .into(),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for role in &info.roles {
+            if !seen.insert(role) {
+                return Err(ConvertError::Invalid(format!(
+                    "'FrameworkInfo.roles' lists {role:?} twice"
+                )));
+            }
+        }
+        info.roles.clone()
+    } else {
+        if !info.roles.is_empty() {
+            return Err(ConvertError::Invalid(
+                "'FrameworkInfo.roles' needs the MULTI_ROLE capability; use 'role'".into(),
+            ));
+        }
+        vec![info
+            .role
+            .clone()
+            .unwrap_or_else(|| agora::DEFAULT_ROLE.to_string())]
+    };
+    let id = info.id.as_ref().map(framework_id).transpose()?;
+    Ok(agora::FrameworkInfo {
+        user: info.user.clone(),
+        name: info.name.clone(),
+        id,
+        failover_timeout: info.failover_timeout.unwrap_or(0.0),
+        checkpoint: info.checkpoint.unwrap_or(false),
+        roles,
+        hostname: info.hostname.clone().unwrap_or_default(),
+        principal: info.principal.clone().filter(|p| !p.is_empty()),
+        webui_url: info.webui_url.clone().filter(|u| !u.is_empty()),
+    })
+}
+
+#[allow(deprecated)] // `FrameworkInfo.role`
+/// Agora's `FrameworkInfo` as Mesos's. Agora keeps no capabilities for
+/// frameworks: a single role is written as `role`, several as MULTI_ROLE
+/// `roles`.
+pub fn mesos_framework_info(info: &agora::FrameworkInfo) -> v1::FrameworkInfo {
+    let roles = info.effective_roles();
+    let mut out = v1::FrameworkInfo {
+        user: info.user.clone(),
+        name: info.name.clone(),
+        id: info.id.as_ref().map(mesos_framework_id),
+        failover_timeout: Some(info.failover_timeout),
+        checkpoint: Some(info.checkpoint),
+        hostname: (!info.hostname.is_empty()).then(|| info.hostname.clone()),
+        principal: info.principal.clone(),
+        webui_url: info.webui_url.clone(),
+        ..Default::default()
+    };
+    if roles.len() == 1 {
+        out.role = roles.into_iter().next();
+    } else {
+        out.roles = roles;
+        out.capabilities.push(v1::framework_info::Capability {
+            r#type: Some(v1::framework_info::capability::Type::MultiRole as i32),
+        });
+    }
+    out
+}
+
+// --- commands, executors, tasks ---
+
+/// A Mesos `CommandInfo` as Agora's. Agora runs commands as the agent's
+/// user and does not fetch URIs yet, so `uris` and secret environment
+/// variables are refused rather than ignored.
+pub fn command_info(command: &v1::CommandInfo) -> Result<agora::CommandInfo, ConvertError> {
+    use v1::environment::variable::Type;
+    if !command.uris.is_empty() {
+        return Err(ConvertError::Unsupported(
+            "CommandInfo.uris: this Agora version does not fetch URIs into sandboxes".into(),
+        ));
+    }
+    let mut environment = BTreeMap::new();
+    for variable in command.environment.iter().flat_map(|e| e.variables.iter()) {
+        if variable.r#type() == Type::Secret {
+            return Err(ConvertError::Unsupported(format!(
+                "environment variable {}: secrets are not supported",
+                variable.name
+            )));
+        }
+        environment.insert(
+            variable.name.clone(),
+            variable.value.clone().unwrap_or_default(),
+        );
+    }
+    let shell = command.shell.unwrap_or(true);
+    let value = command.value.clone().unwrap_or_default();
+    if shell && value.trim().is_empty() {
+        return Err(ConvertError::Invalid(
+            "CommandInfo.value must be set for a shell command".into(),
+        ));
+    }
+    if !shell && value.is_empty() {
+        return Err(ConvertError::Invalid(
+            "CommandInfo.value (the program) must be set when 'shell' is false".into(),
+        ));
+    }
+    Ok(agora::CommandInfo {
+        value,
+        shell,
+        arguments: command.arguments.clone(),
+        environment,
+    })
+}
+
+/// Agora's `CommandInfo` as Mesos's.
+pub fn mesos_command_info(command: &agora::CommandInfo) -> v1::CommandInfo {
+    v1::CommandInfo {
+        value: Some(command.value.clone()),
+        shell: Some(command.shell),
+        arguments: command.arguments.clone(),
+        environment: (!command.environment.is_empty()).then(|| v1::Environment {
+            variables: command
+                .environment
+                .iter()
+                .map(|(name, value)| v1::environment::Variable {
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                    r#type: Some(v1::environment::variable::Type::Value as i32),
+                })
+                .collect(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Agora's `ExecutorInfo` as Mesos's.
+#[allow(deprecated)] // `ExecutorInfo.source`
+pub fn mesos_executor_info(executor: &agora::ExecutorInfo) -> v1::ExecutorInfo {
+    v1::ExecutorInfo {
+        executor_id: mesos_executor_id(&executor.executor_id),
+        framework_id: executor.framework_id.as_ref().map(mesos_framework_id),
+        command: Some(mesos_command_info(&executor.command)),
+        resources: mesos_resources(&executor.resources, &ResourceStyle::default()),
+        name: (!executor.name.is_empty()).then(|| executor.name.clone()),
+        source: (!executor.source.is_empty()).then(|| executor.source.clone()),
+        r#type: Some(v1::executor_info::Type::Custom as i32),
+        ..Default::default()
+    }
+}
+
+/// Mesos labels as Agora's map (a repeated key keeps its last value; a
+/// label without a value maps to the empty string).
+pub fn labels(labels: Option<&v1::Labels>) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .flat_map(|l| l.labels.iter())
+        .map(|l| (l.key.clone(), l.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// Agora's labels as Mesos's.
+pub fn mesos_labels(labels: &BTreeMap<String, String>) -> Option<v1::Labels> {
+    (!labels.is_empty()).then(|| v1::Labels {
+        labels: labels
+            .iter()
+            .map(|(key, value)| v1::Label {
+                key: key.clone(),
+                value: Some(value.clone()),
+            })
+            .collect(),
+    })
+}
+
+/// A Mesos command task (`TaskInfo.command`, no executor) as Agora's, run
+/// by the built-in command executor. Custom executors over the Mesos API
+/// need the agent's `/api/v1/executor` and are refused until then.
+pub fn task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
+    if task.executor.is_some() {
+        return Err(ConvertError::Unsupported(
+            "TaskInfo.executor: custom executors over the Mesos API need the agent's /api/v1/executor, which this Agora version does not serve; use a command task".into(),
+        ));
+    }
+    let Some(command) = &task.command else {
+        return Err(ConvertError::Invalid(
+            "TaskInfo must set 'command' (or 'executor')".into(),
+        ));
+    };
+    command_task(task, command)
+}
+
+/// One task of a LAUNCH_GROUP with the default executor: its command runs
+/// under Agora's command executor like any command task.
+pub fn group_task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
+    if task.executor.is_some() {
+        return Err(ConvertError::Invalid(
+            "a task of a task group must not set 'executor'".into(),
+        ));
+    }
+    let Some(command) = &task.command else {
+        return Err(ConvertError::Invalid(
+            "a task of a task group must set 'command'".into(),
+        ));
+    };
+    command_task(task, command)
+}
+
+fn command_task(
+    task: &v1::TaskInfo,
+    command: &v1::CommandInfo,
+) -> Result<agora::TaskInfo, ConvertError> {
+    if command.user.as_deref().is_some_and(|u| !u.is_empty()) {
+        return Err(ConvertError::Unsupported(
+            "CommandInfo.user: Agora runs tasks as the agent's user".into(),
+        ));
+    }
+    let kill_grace_period = task
+        .kill_policy
+        .as_ref()
+        .and_then(|k| k.grace_period.as_ref())
+        .map(|d| (d.nanoseconds.max(0) as f64) / 1e9);
+    Ok(agora::TaskInfo {
+        name: task.name.clone(),
+        task_id: task_id(&task.task_id)?,
+        agent_id: agent_id(&task.agent_id)?,
+        resources: resources(&task.resources)?,
+        executor: None,
+        command: Some(command_info(command)?),
+        data: task.data.clone().map(agora::Bytes),
+        kill_grace_period,
+        labels: labels(task.labels.as_ref()),
+    })
+}
+
+// --- offers, filters ---
+
+/// Agora's offer as Mesos's, for a framework with `caps`: allocation info
+/// only for MULTI_ROLE frameworks (mesos-go compares it when matching
+/// resources), reservations in the format the framework understands.
+pub fn mesos_offer(offer: &agora::Offer, caps: Capabilities) -> v1::Offer {
+    let allocation_role = caps.multi_role.then(|| {
+        offer
+            .allocation_role
+            .clone()
+            .unwrap_or_else(|| agora::DEFAULT_ROLE.to_string())
+    });
+    let style = ResourceStyle {
+        refinement: caps.reservation_refinement,
+        allocation_role: allocation_role.clone(),
+    };
+    v1::Offer {
+        id: mesos_offer_id(&offer.id),
+        framework_id: mesos_framework_id(&offer.framework_id),
+        agent_id: mesos_agent_id(&offer.agent_id),
+        hostname: offer.hostname.clone(),
+        resources: mesos_resources(&offer.resources, &style),
+        attributes: mesos_attributes(&offer.attributes),
+        executor_ids: offer.executor_ids.iter().map(mesos_executor_id).collect(),
+        allocation_info: allocation_role
+            .map(|role| v1::resource::AllocationInfo { role: Some(role) }),
+        ..Default::default()
+    }
+}
+
+/// Mesos filters as Agora's. An absent `Filters` leaves the master's
+/// default; a present one without `refuse_seconds` means Mesos's default
+/// 5 s. Values are clamped to `[0, MAX_REFUSE_SECONDS]`; not-a-number is 0.
+pub fn filters(filters: Option<&v1::Filters>) -> agora::Filters {
+    agora::Filters {
+        refuse_seconds: filters.map(|f| {
+            let secs = f.refuse_seconds.unwrap_or(agora::DEFAULT_REFUSE_SECONDS);
+            if secs.is_nan() {
+                0.0
+            } else {
+                secs.clamp(0.0, MAX_REFUSE_SECONDS)
+            }
+        }),
+    }
+}
+
+// --- masters and agents ---
+
+/// Splits `host:port`; the port defaults to `default_port`.
+fn host_port(address: &str, default_port: u16) -> (String, u16) {
+    if let Ok(addr) = address.parse::<SocketAddr>() {
+        return (addr.ip().to_string(), addr.port());
+    }
+    match address.rsplit_once(':') {
+        Some((host, port)) => (host.to_string(), port.parse().unwrap_or(default_port)),
+        None => (address.to_string(), default_port),
+    }
+}
+
+/// Mesos's integer form of an IPv4 address: the four bytes in network
+/// order read as a little-endian integer (0 when not an IPv4 address).
+pub fn mesos_ip(host: &str) -> u32 {
+    host.parse::<Ipv4Addr>()
+        .map(|ip| u32::from_le_bytes(ip.octets()))
+        .unwrap_or(0)
+}
+
+/// Agora's `MasterInfo` as Mesos's, with every required field.
+pub fn mesos_master_info(info: &agora::MasterInfo) -> v1::MasterInfo {
+    let (host, port) = host_port(&info.address, 5050);
+    v1::MasterInfo {
+        id: info.id.clone(),
+        ip: mesos_ip(&host),
+        port: u32::from(port),
+        pid: Some(format!("master@{host}:{port}")),
+        hostname: Some(host.clone()),
+        version: Some(MESOS_API_VERSION.to_string()),
+        address: Some(v1::Address {
+            hostname: Some(host.clone()),
+            ip: host.parse::<Ipv4Addr>().ok().map(|ip| ip.to_string()),
+            port: i32::from(port),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Agora's `AgentInfo` as Mesos's.
+pub fn mesos_agent_info(info: &agora::AgentInfo) -> v1::AgentInfo {
+    let (_, port) = host_port(&info.address, 5051);
+    v1::AgentInfo {
+        hostname: info.hostname.clone(),
+        port: Some(i32::from(port)),
+        resources: mesos_resources(&info.resources, &ResourceStyle::default()),
+        attributes: mesos_attributes(&info.attributes),
+        id: info.id.as_ref().map(mesos_agent_id),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_round_trip() {
+        let text = uuid::Uuid::new_v4().to_string();
+        let bytes = uuid_bytes(&text);
+        assert_eq!(bytes.len(), 16);
+        assert_eq!(uuid_text(&bytes).unwrap(), text);
+        assert!(uuid_text(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn resources_round_trip_and_validate() {
+        let native =
+            agora::Resources::parse("cpus:2;mem:512;ports:[31000-31005];cpus(web):1").unwrap();
+        let mesos = mesos_resources(&native, &ResourceStyle::default());
+        assert_eq!(resources(&mesos).unwrap(), native);
+        let refined = mesos_resources(
+            &native,
+            &ResourceStyle {
+                refinement: true,
+                allocation_role: Some("web".into()),
+            },
+        );
+        assert!(refined.iter().all(|r| r.role.is_none()));
+        assert_eq!(resources(&refined).unwrap(), native);
+        let mut bad = mesos[0].clone();
+        bad.scalar = Some(v1::value::Scalar { value: -1.0 });
+        assert!(matches!(resources(&[bad]), Err(ConvertError::Resources(_))));
+    }
+
+    #[test]
+    fn master_ip_is_network_order() {
+        assert_eq!(mesos_ip("127.0.0.1"), 16_777_343);
+        let info = mesos_master_info(&agora::MasterInfo {
+            id: "m".into(),
+            address: "127.0.0.1:5050".into(),
+            version: "0.1.0".into(),
+        });
+        assert_eq!(info.port, 5050);
+        assert_eq!(info.version.as_deref(), Some(MESOS_API_VERSION));
+    }
+
+    #[test]
+    fn filters_are_clamped() {
+        let f = |s: f64| {
+            filters(Some(&v1::Filters {
+                refuse_seconds: Some(s),
+            }))
+            .refuse_seconds
+        };
+        assert_eq!(f(f64::from(u32::MAX)), Some(MAX_REFUSE_SECONDS));
+        assert_eq!(f(-3.0), Some(0.0));
+        assert_eq!(f(f64::NAN), Some(0.0));
+        assert_eq!(filters(None).refuse_seconds, None);
+        assert_eq!(
+            filters(Some(&v1::Filters::default())).refuse_seconds,
+            Some(5.0)
+        );
+    }
+
+    #[test]
+    fn roles_follow_multi_role() {
+        let mut info = v1::FrameworkInfo {
+            user: "u".into(),
+            name: "n".into(),
+            roles: vec!["a".into()],
+            ..Default::default()
+        };
+        assert!(framework_info(&info).is_err());
+        info.capabilities.push(v1::framework_info::Capability {
+            r#type: Some(v1::framework_info::capability::Type::MultiRole as i32),
+        });
+        assert_eq!(framework_info(&info).unwrap().roles, vec!["a".to_string()]);
+        info.capabilities.clear();
+        info.roles.clear();
+        assert_eq!(framework_info(&info).unwrap().roles, vec!["*".to_string()]);
+    }
+}
