@@ -489,7 +489,7 @@ impl Io {
                 }
                 self.apply(core.on_disconnected(), None).await;
             }
-            let delay = core.next_backoff();
+            let delay = core.next_backoff(agora_discovery::random_sample());
             tracing::debug!(?delay, "reconnecting to the master after a delay");
             let sleep = tokio::time::sleep(delay);
             tokio::pin!(sleep);
