@@ -18,5 +18,5 @@ mod http;
 mod typed;
 
 pub use http::{ClientError, Http, Response, Streaming, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT};
-pub use hyper::Method;
+pub use hyper::{HeaderMap, Method};
 pub use typed::{encode, AgentClient, FileChunk, MasterClient, PAGE};
