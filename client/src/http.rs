@@ -188,25 +188,17 @@ impl Http {
         body: Option<Vec<u8>>,
     ) -> Result<Response, ClientError> {
         let url = url(&address, path);
-        let timeout = self.timeout;
-        let limit = self.max_body;
         let exchange = async {
             let streaming = self.open(method.clone(), &url, headers, body).await?;
             let (status, headers) = (streaming.status, streaming.headers.clone());
-            let body = streaming.read_to_end(limit).await?;
+            let body = streaming.read_to_end(self.max_body).await?;
             Ok(Response {
                 status,
                 headers,
                 body,
             })
         };
-        tokio::time::timeout(timeout, exchange)
-            .await
-            .unwrap_or(Err(ClientError::Timeout {
-                method,
-                url,
-                timeout,
-            }))
+        self.in_time(&method, &url, exchange).await
     }
 
     /// Sends a request and returns once the answer's head is in (within
@@ -221,13 +213,26 @@ impl Http {
         body: Option<Vec<u8>>,
     ) -> Result<Streaming, ClientError> {
         let url = url(&address, path);
-        tokio::time::timeout(self.timeout, self.open(method.clone(), &url, headers, body))
+        let open = self.open(method.clone(), &url, headers, body);
+        self.in_time(&method, &url, open).await
+    }
+
+    /// `exchange`'s result, or a timeout error once the timeout passed.
+    async fn in_time<T>(
+        &self,
+        method: &Method,
+        url: &str,
+        exchange: impl std::future::Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, ClientError> {
+        tokio::time::timeout(self.timeout, exchange)
             .await
-            .unwrap_or(Err(ClientError::Timeout {
-                method,
-                url,
-                timeout: self.timeout,
-            }))
+            .unwrap_or_else(|_| {
+                Err(ClientError::Timeout {
+                    method: method.clone(),
+                    url: url.to_string(),
+                    timeout: self.timeout,
+                })
+            })
     }
 
     async fn open(

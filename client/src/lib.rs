@@ -19,4 +19,4 @@ mod typed;
 
 pub use http::{ClientError, Http, Response, Streaming, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT};
 pub use hyper::{HeaderMap, Method};
-pub use typed::{encode, AgentClient, FileChunk, MasterClient, PAGE};
+pub use typed::{encode, AgentClient, FileChunk, MasterClient, Peer, PAGE};

@@ -24,19 +24,21 @@ const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// A master's HTTP endpoints.
+/// One server's HTTP endpoints: what [`MasterClient`] and
+/// [`AgentClient`] share (they dereference to it).
 #[derive(Debug, Clone)]
-pub struct MasterClient {
+pub struct Peer {
     http: Http,
     address: String,
 }
 
+/// A master's HTTP endpoints.
+#[derive(Debug, Clone)]
+pub struct MasterClient(Peer);
+
 /// An agent's HTTP endpoints.
 #[derive(Debug, Clone)]
-pub struct AgentClient {
-    http: Http,
-    address: String,
-}
+pub struct AgentClient(Peer);
 
 /// A window of a sandbox file, as an agent's `GET /files/…` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -88,17 +90,12 @@ fn expect_ok(address: &str, path: &str, response: &Response) -> Result<(), Clien
     })
 }
 
-// === impl MasterClient ===
+// === impl Peer ===
 
-impl MasterClient {
-    /// The master at `address` (`HOST:PORT`).
-    pub fn new(address: impl Display) -> MasterClient {
-        MasterClient::with_http(Http::new(), address)
-    }
-
-    /// The master at `address`, through `http`.
-    pub fn with_http(http: Http, address: impl Display) -> MasterClient {
-        MasterClient {
+impl Peer {
+    /// The server at `address` (`HOST:PORT`), through `http`.
+    pub fn new(http: Http, address: impl Display) -> Peer {
+        Peer {
             http,
             address: address.to_string(),
         }
@@ -123,11 +120,25 @@ impl MasterClient {
     pub async fn state(&self) -> Result<Value, ClientError> {
         self.get_json("/state").await
     }
+}
+
+// === impl MasterClient ===
+
+impl MasterClient {
+    /// The master at `address` (`HOST:PORT`).
+    pub fn new(address: impl Display) -> MasterClient {
+        MasterClient(Peer::new(Http::new(), address))
+    }
+
+    /// The master at `address`, through `http`.
+    pub fn with_http(http: Http, address: impl Display) -> MasterClient {
+        MasterClient(Peer::new(http, address))
+    }
 
     /// `/metrics` (Prometheus text).
     pub async fn metrics(&self) -> Result<String, ClientError> {
         let response = self.get("/metrics").await?;
-        expect_ok(&self.address, "/metrics", &response)?;
+        expect_ok(self.address(), "/metrics", &response)?;
         Ok(response.text())
     }
 
@@ -151,35 +162,25 @@ impl MasterClient {
     }
 }
 
+impl std::ops::Deref for MasterClient {
+    type Target = Peer;
+
+    fn deref(&self) -> &Peer {
+        &self.0
+    }
+}
+
 // === impl AgentClient ===
 
 impl AgentClient {
     /// The agent at `address` (`HOST:PORT`).
     pub fn new(address: impl Display) -> AgentClient {
-        AgentClient::with_http(Http::new(), address)
+        AgentClient(Peer::new(Http::new(), address))
     }
 
     /// The agent at `address`, through `http`.
     pub fn with_http(http: Http, address: impl Display) -> AgentClient {
-        AgentClient {
-            http,
-            address: address.to_string(),
-        }
-    }
-
-    /// `HOST:PORT`.
-    pub fn address(&self) -> &str {
-        &self.address
-    }
-
-    /// `GET path`, whatever the status.
-    pub async fn get(&self, path: &str) -> Result<Response, ClientError> {
-        self.http.get(&self.address, path).await
-    }
-
-    /// `/state`.
-    pub async fn state(&self) -> Result<Value, ClientError> {
-        get_json(&self.http, &self.address, "/state").await
+        AgentClient(Peer::new(http, address))
     }
 
     /// Up to `length` bytes of sandbox file `file` of an executor, from
@@ -198,11 +199,19 @@ impl AgentClient {
             encode(executor_id),
             encode(file)
         );
-        let value = get_json(&self.http, &self.address, &path).await?;
+        let value = self.get_json(&path).await?;
         serde_json::from_value(value).map_err(|source| ClientError::Json {
-            url: format!("http://{}{path}", self.address),
+            url: format!("http://{}{path}", self.address()),
             source,
         })
+    }
+}
+
+impl std::ops::Deref for AgentClient {
+    type Target = Peer;
+
+    fn deref(&self) -> &Peer {
+        &self.0
     }
 }
 

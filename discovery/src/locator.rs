@@ -48,7 +48,7 @@ pub struct MasterLocator {
 enum Kind {
     Fixed(String),
     #[cfg(feature = "etcd")]
-    Etcd(crate::etcd::LeaderWatch),
+    Etcd(Box<crate::etcd::LeaderWatch>),
 }
 
 // === impl MasterLocator ===
@@ -64,7 +64,7 @@ impl MasterLocator {
             {
                 let url = crate::EtcdUrl::parse(master)?;
                 return Ok(MasterLocator {
-                    kind: Kind::Etcd(crate::etcd::LeaderWatch::new(url)?),
+                    kind: Kind::Etcd(Box::new(crate::etcd::LeaderWatch::new(url)?)),
                 });
             }
             #[cfg(not(feature = "etcd"))]

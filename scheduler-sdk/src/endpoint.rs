@@ -30,7 +30,7 @@ impl Endpoint {
     }
 
     /// Whether the master is the leader followed in etcd.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "etcd"))]
     fn follows_a_leader(&self) -> bool {
         self.locator.follows_a_leader()
     }
