@@ -109,6 +109,12 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
                 tracing::warn!(%master, "master connection lost; reconnecting");
             }
             Ok(Err(e)) => {
+                if let tokio_tungstenite::tungstenite::Error::Http(_) = e {
+                    // Alive but not serving yet (a new leader loading its
+                    // registry): try it again after the backoff instead
+                    // of waiting for another leader.
+                    previous = None;
+                }
                 tracing::debug!(%master, error = %e, "cannot connect to master")
             }
             Err(_) => {
