@@ -304,7 +304,7 @@ fn leader_sigkill_repeatedly_job_completes() {
     let Some(mut cluster) = HaCluster::start(3, 2) else {
         return;
     };
-    let mut job = start_job(&cluster, "ha", "sleep 3", INSTANCES);
+    let mut job = start_job(&cluster, "ha", "sleep 4", INSTANCES);
     wait_until(
         Duration::from_secs(60),
         "10 terminal tasks",
