@@ -125,17 +125,9 @@ fn parse_attributes(text: &str) -> Result<Attributes, String> {
 
 /// `HOST:PORT`, or `etcd://HOST:PORT/PREFIX` when built with etcd support.
 fn parse_master(text: &str) -> Result<String, String> {
-    if text.trim().starts_with("etcd://") {
-        #[cfg(feature = "etcd")]
-        return match agora_proto::etcd::EtcdUrl::parse(text) {
-            Some(Ok(url)) => Ok(url.to_string()),
-            Some(Err(e)) => Err(e.to_string()),
-            None => Err(format!("{text:?} is not an etcd:// URL")),
-        };
-        #[cfg(not(feature = "etcd"))]
-        return Err("this agora-agent was built without etcd support (feature `etcd`)".into());
-    }
-    Ok(text.to_string())
+    agora_discovery::MasterLocator::new(text)
+        .map(|_| text.trim().to_string())
+        .map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

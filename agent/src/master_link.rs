@@ -3,10 +3,13 @@
 //! what the core sends, and reconnects with exponential backoff when the
 //! connection drops or the master falls silent.
 //!
-//! With `--master etcd://HOST:PORT/PREFIX` (feature `etcd`) it reads the
-//! current leader from etcd before every attempt, and while connected it
-//! checks every [`LEADER_CHECK`] that the leader is still the master it
-//! is connected to, reconnecting (and re-registering) when it changed.
+//! The master's address comes from an [`agora_discovery::MasterLocator`]:
+//! with `--master etcd://HOST:PORT/PREFIX` (feature `etcd`) it is the
+//! leader recorded in etcd, which the locator watches; the link leaves a
+//! master the moment it stops leading and connects (and re-registers)
+//! with the new one. Reconnect delays double from
+//! `--reconnect-backoff-min` to `--reconnect-backoff-max` with jitter, so
+//! the agents that lost one master do not all come back at once.
 //!
 //! The link only moves frames; the core decides what to register with and
 //! what to do with events (see [`crate::core`]). The core can force a new
@@ -15,6 +18,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agora_discovery::{
+    random_sample, Backoff, LeaderChanged, Located, MasterLocator, DEFAULT_JITTER,
+};
 use agora_proto::agent::{Call, Event};
 use futures::{SinkExt, StreamExt};
 use tokio::sync::{mpsc, Notify};
@@ -36,90 +42,43 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// How long to wait for `REGISTERED` before trying another connection.
 pub(crate) const REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
-/// How often a connected agent checks etcd for a leader change.
-#[cfg(feature = "etcd")]
-pub(crate) const LEADER_CHECK: Duration = Duration::from_millis(500);
-/// How long an agent that lost a master waits for etcd to name another.
-#[cfg(feature = "etcd")]
-const NEW_LEADER_PATIENCE: Duration = Duration::from_secs(1);
-
-/// Completes when the master we are connected to is no longer the leader.
-type LeaderChanged = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// Where the master is: given, or detected in etcd.
-enum Target {
-    Fixed(String),
-    #[cfg(feature = "etcd")]
-    Etcd(agora_proto::etcd::EtcdUrl),
-}
-
-// === impl Target ===
-
-impl Target {
-    fn new(master: &str) -> Target {
-        #[cfg(feature = "etcd")]
-        if let Some(Ok(url)) = agora_proto::etcd::EtcdUrl::parse(master) {
-            return Target::Etcd(url);
-        }
-        Target::Fixed(master.to_string())
-    }
-
-    /// The master's `HOST:PORT` now, and what tells us it stopped leading.
-    /// `previous` is the master just lost or not reached: through etcd, a
-    /// different leader is awaited for a moment.
-    async fn resolve(&self, previous: Option<&str>) -> Option<(String, LeaderChanged)> {
-        match self {
-            Target::Fixed(address) => {
-                let _ = previous;
-                Some((address.clone(), Box::pin(std::future::pending())))
-            }
-            #[cfg(feature = "etcd")]
-            Target::Etcd(url) => {
-                match agora_proto::etcd::detect_new_leader(url, previous, NEW_LEADER_PATIENCE).await
-                {
-                    Ok(Some(leader)) => {
-                        let (url, address) = (url.clone(), leader.address.clone());
-                        let changed = async move {
-                            agora_proto::etcd::leader_changed(&url, &address, LEADER_CHECK).await
-                        };
-                        Some((leader.address, Box::pin(changed)))
-                    }
-                    Ok(None) => {
-                        tracing::debug!(%url, "no leading master yet");
-                        None
-                    }
-                    Err(e) => {
-                        tracing::warn!(%url, error = %e, "cannot read the leading master from etcd");
-                        None
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Runs until `cancel` fires.
 pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: CancellationToken) {
-    let target = Target::new(&shared.config.master);
-    let min = shared
-        .config
-        .reconnect_backoff_min
-        .max(Duration::from_millis(1));
-    let max = shared.config.reconnect_backoff_max.max(min);
-    let mut backoff = min;
+    let locator = match MasterLocator::new(&shared.config.master) {
+        Ok(locator) => locator,
+        Err(e) => {
+            // `agora-agent` checks --master before it starts; a library
+            // caller that did not gets the reason in the log.
+            tracing::error!(master = %shared.config.master, error = %e, "cannot find the master");
+            return;
+        }
+    };
+    let mut backoff = Backoff::new(
+        shared.config.reconnect_backoff_min,
+        shared.config.reconnect_backoff_max,
+        DEFAULT_JITTER,
+    );
     let mut previous: Option<String> = None;
     loop {
-        let resolved = tokio::select! {
+        let located = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = target.resolve(previous.as_deref()) => r,
+            r = locator.locate(previous.as_deref()) => r,
         };
-        let Some((master, leader_changed)) = resolved else {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
+        let (master, leader_changed) = match located {
+            Ok(Located { address, changed }) => (address, changed),
+            Err(e) => {
+                match e {
+                    agora_discovery::DiscoveryError::NoLeader(_) => {
+                        tracing::debug!(%locator, "no leading master yet")
+                    }
+                    e => tracing::warn!(%locator, error = %e, "cannot locate the master"),
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next_delay(random_sample())) => {}
+                }
+                continue;
             }
-            backoff = (backoff * 2).min(max);
-            continue;
         };
         let url = format!("ws://{master}/api/agent");
         previous = Some(master.clone());
@@ -146,11 +105,17 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
                     return;
                 }
                 if registered {
-                    backoff = min;
+                    backoff.reset();
                 }
                 tracing::warn!(%master, "master connection lost; reconnecting");
             }
             Ok(Err(e)) => {
+                if let tokio_tungstenite::tungstenite::Error::Http(_) = e {
+                    // Alive but not serving yet (a new leader loading its
+                    // registry): try it again after the backoff instead
+                    // of waiting for another leader.
+                    previous = None;
+                }
                 tracing::debug!(%master, error = %e, "cannot connect to master")
             }
             Err(_) => {
@@ -159,9 +124,8 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.next_delay(random_sample())) => {}
         }
-        backoff = (backoff * 2).min(max);
     }
 }
 

@@ -4,18 +4,27 @@
 //! Sans-IO: the agent feeds it updates, acknowledgements, connection
 //! changes and the current time, and sends what it returns. The head of a
 //! stream is re-sent with exponential backoff (`retry_min` doubling up to
-//! `retry_max`) until the master acknowledges exactly that uuid; then the
-//! next update becomes the head. A stream ends, and the task may be
+//! `retry_max`, each retry after the first shortened by up to
+//! [`RETRY_JITTER`] of its step, chosen by a hash of the update, so the
+//! streams of many agents that lost one master do not retry in lockstep)
+//! until the master acknowledges exactly that uuid; then the next update
+//! becomes the head. A stream ends, and the task may be
 //! forgotten, when its terminal update is acknowledged.
 
 use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+
 use agora_proto::hash::{HashMap, HashSet};
 use std::time::Duration;
 
+use agora_discovery::Backoff;
 use agora_proto::{FrameworkId, TaskId, TaskStatus};
 use tokio::time::Instant;
 
 use crate::wal::ACKED_UUIDS_KEPT;
+
+/// How much of a retry's step its jitter may take off.
+pub const RETRY_JITTER: f64 = 0.25;
 
 /// Identifies a stream: the task within its framework.
 pub type StreamKey = (FrameworkId, TaskId);
@@ -87,7 +96,7 @@ struct Stream {
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
     next_retry: Instant,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 // === impl StatusUpdateManager ===
@@ -106,11 +115,12 @@ impl StatusUpdateManager {
 
     /// A head is sent at `now`: its first retry is due `retry_min` later.
     fn first_flight(&mut self, now: Instant) -> InFlight {
-        let next_retry = now + self.retry_min;
+        let mut backoff = Backoff::new(self.retry_min, self.retry_max, RETRY_JITTER);
+        let next_retry = now + backoff.next_delay(0.0);
         self.retry_hint = Some(self.retry_hint.map_or(next_retry, |h| h.min(next_retry)));
         InFlight {
             next_retry,
-            backoff: self.retry_min,
+            backoff,
         }
     }
 
@@ -261,17 +271,16 @@ impl StatusUpdateManager {
         if !self.connected || self.retry_hint.is_none_or(|hint| hint > now) {
             return Vec::new();
         }
-        let retry_max = self.retry_max;
         let mut out = Vec::new();
         let mut earliest: Option<Instant> = None;
-        for ((framework_id, _), stream) in self.streams.iter_mut() {
+        for ((framework_id, task_id), stream) in self.streams.iter_mut() {
             let (Some(flight), Some(head)) = (stream.in_flight.as_mut(), stream.pending.front())
             else {
                 continue;
             };
             if flight.next_retry <= now {
-                flight.backoff = (flight.backoff * 2).min(retry_max);
-                flight.next_retry = now + flight.backoff;
+                let sample = jitter_sample(framework_id, task_id, head, flight.backoff.step());
+                flight.next_retry = now + flight.backoff.next_delay(sample);
                 out.push((framework_id.clone(), head.clone()));
             }
             earliest = Some(earliest.map_or(flight.next_retry, |e| e.min(flight.next_retry)));
@@ -356,6 +365,20 @@ impl StatusUpdateManager {
     pub fn is_empty(&self) -> bool {
         self.streams.is_empty()
     }
+}
+
+/// A uniform sample in `[0, 1)` for a retry's jitter, from the update
+/// and the retry's step: deterministic (a replay retries at the same
+/// times), different from stream to stream and from agent to agent.
+fn jitter_sample(
+    framework_id: &FrameworkId,
+    task_id: &TaskId,
+    head: &TaskStatus,
+    step: Duration,
+) -> f64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (framework_id, task_id, &head.uuid, step).hash(&mut hasher);
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -531,10 +554,17 @@ mod tests {
             assert_eq!(due.len(), 1);
             assert_eq!(due[0].1.uuid.as_deref(), Some("u1"));
             let next = m.next_retry().unwrap();
-            intervals.push((next - now).as_secs());
+            intervals.push(next - now);
             now = next;
         }
-        assert_eq!(intervals, vec![20, 35, 35, 35]);
+        // Steps of 20, 35, 35, 35 s, each less up to a quarter (jitter).
+        for (interval, step) in intervals.iter().zip([20, 35, 35, 35]) {
+            let step = Duration::from_secs(step);
+            assert!(
+                *interval <= step && *interval >= step.mul_f64(1.0 - RETRY_JITTER),
+                "{intervals:?}"
+            );
+        }
         // Ack resets: the next head starts at retry_min again.
         m.update(&f, st("t", TaskState::Finished, "u2"), now);
         m.acknowledge(&f, &TaskId::new("t"), "u1", false, now);
@@ -545,7 +575,49 @@ mod tests {
         let due = m.due_retries(now + Duration::from_secs(10));
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].1.uuid.as_deref(), Some("u2"));
-        assert_eq!(m.next_retry(), Some(now + Duration::from_secs(30)));
+        let next = m.next_retry().unwrap();
+        assert!(next <= now + Duration::from_secs(30) && next >= now + Duration::from_secs(25));
+    }
+
+    #[test]
+    fn retries_of_many_streams_spread_out() {
+        // 100 streams whose heads were sent at the same instant (an agent
+        // re-registered): the first retry is together, the later ones
+        // spread over a quarter of their step.
+        let f = FrameworkId::new("f");
+        let t0 = Instant::now();
+        let mut m = StatusUpdateManager::new(Duration::from_secs(10), Duration::from_secs(600));
+        for i in 0..100 {
+            m.update(
+                &f,
+                st(&format!("t{i}"), TaskState::Running, &format!("u{i}")),
+                t0,
+            );
+        }
+        assert_eq!(m.connected(t0).len(), 100);
+        let first = t0 + Duration::from_secs(10);
+        assert_eq!(m.due_retries(first).len(), 100);
+        let mut times = Vec::new();
+        while times.len() < 100 {
+            let now = m.next_retry().unwrap();
+            for _ in m.due_retries(now) {
+                times.push(now - first);
+            }
+        }
+        times.sort();
+        times.dedup();
+        assert!(times.len() > 90, "{} distinct retry times", times.len());
+        assert!(
+            times[0] >= Duration::from_secs(15)
+                && *times.last().unwrap() <= Duration::from_secs(20)
+        );
+        // The same inputs give the same times (a replay is exact).
+        let sample = |uuid: &str| {
+            let head = st("t", TaskState::Running, uuid);
+            jitter_sample(&f, &TaskId::new("t"), &head, Duration::from_secs(20))
+        };
+        assert_eq!(sample("a"), sample("a"));
+        assert_ne!(sample("a"), sample("b"));
     }
 
     #[test]

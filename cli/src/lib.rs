@@ -7,20 +7,21 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agora_client::{AgentClient, MasterClient};
+use agora_discovery::MasterLocator;
 use agora_examples::execute::{execute, ExecuteOptions, ExecuteReport, StateHook};
 use agora_proto::{TaskId, TaskState};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
-/// Items fetched per request when listing everything.
-const PAGE: usize = 10_000;
+pub use agora_client::encode;
+
 /// Bytes read per `/files` request.
-const LOG_CHUNK: usize = 1024 * 1024;
+const LOG_CHUNK: u64 = 1024 * 1024;
 /// How often `task log --follow` polls.
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
 
@@ -32,71 +33,21 @@ pub struct Column {
     pub cell: fn(&Value) -> String,
 }
 
-/// Resolves `HOST:PORT` (names allowed) to one address; with the `etcd`
-/// feature, `etcd://HOST:PORT/PREFIX` resolves to the current leader.
-pub async fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
-    #[cfg(feature = "etcd")]
-    if let Some(url) = agora_proto::etcd::EtcdUrl::parse(addr) {
-        let url = url?;
-        let leader = agora_proto::etcd::detect_leader(&url)
-            .await
-            .with_context(|| format!("reading the leader from {url}"))?
-            .with_context(|| format!("{url} has no leading master right now"))?;
-        return Box::pin(resolve(&leader.address)).await;
-    }
-    #[cfg(not(feature = "etcd"))]
-    if addr.trim().starts_with("etcd://") {
-        bail!("{addr}: this build has no etcd support (build with --features etcd)");
-    }
-    tokio::net::lookup_host(addr)
-        .await
-        .with_context(|| format!("resolving {addr}"))?
-        .next()
-        .with_context(|| format!("{addr} resolves to no address"))
-}
-
-/// `GET` a JSON document; a non-200 answer is an error with its body.
-pub async fn get_json(addr: SocketAddr, path: &str) -> anyhow::Result<Value> {
-    let (code, body) = agora_examples::http::get(addr, path).await?;
-    if code != 200 {
-        bail!("GET {path} on {addr} answered {code}: {}", body.trim());
-    }
-    serde_json::from_str(&body).with_context(|| format!("GET {path} on {addr}: not JSON"))
+/// The master at `addr`: `HOST:PORT`, or with the `etcd` feature
+/// `etcd://HOST:PORT/PREFIX`, the current leader.
+pub async fn master(addr: &str) -> anyhow::Result<MasterClient> {
+    let locator = MasterLocator::new(addr)?;
+    let located = locator.locate(None).await?;
+    Ok(MasterClient::new(located.address))
 }
 
 /// Every item of a paginated list endpoint (`query` without `offset`/`limit`).
 pub async fn list_all(
-    master: SocketAddr,
+    master: &MasterClient,
     endpoint: &str,
     query: &str,
 ) -> anyhow::Result<Vec<Value>> {
-    let mut items = Vec::new();
-    loop {
-        let sep = if query.is_empty() { "" } else { "&" };
-        let path = format!("{endpoint}?{query}{sep}offset={}&limit={PAGE}", items.len());
-        let page = get_json(master, &path).await?;
-        let batch = page["items"].as_array().cloned().unwrap_or_default();
-        let total = page["total"].as_u64().unwrap_or(0) as usize;
-        let empty = batch.is_empty();
-        items.extend(batch);
-        if empty || items.len() >= total {
-            return Ok(items);
-        }
-    }
-}
-
-/// Percent-encodes a query value.
-pub fn encode(value: &str) -> String {
-    let mut out = String::new();
-    for b in value.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    Ok(master.list(endpoint, query).await?)
 }
 
 /// Renders items as an aligned text table.
@@ -275,7 +226,7 @@ pub const TASK_COLUMNS: &[Column] = &[
 
 /// Finds one task by id (and framework, when ids repeat across frameworks).
 pub async fn find_task(
-    master: SocketAddr,
+    master: &MasterClient,
     task_id: &str,
     framework_id: Option<&str>,
 ) -> anyhow::Result<Value> {
@@ -299,7 +250,7 @@ pub async fn find_task(
 /// printing what is appended until the task is terminal and the file
 /// is read to its end.
 pub async fn task_log(
-    master: SocketAddr,
+    master: &MasterClient,
     task_id: &str,
     framework_id: Option<&str>,
     file: &str,
@@ -309,26 +260,20 @@ pub async fn task_log(
     let agent = task["agent_address"]
         .as_str()
         .context("the task's agent is no longer known to the master")?;
-    let agent = resolve(agent).await?;
+    let agent = AgentClient::new(agent);
     let fid = s(&task["framework_id"]);
     let eid = s(&task["executor_id"]);
     let mut offset: u64 = 0;
     let mut out = std::io::stdout().lock();
     loop {
-        let path = format!(
-            "/files/{}/{}/{}?offset={offset}&length={LOG_CHUNK}",
-            encode(&fid),
-            encode(&eid),
-            encode(file)
-        );
-        let chunk = get_json(agent, &path)
+        let chunk = agent
+            .file(&fid, &eid, file, offset, LOG_CHUNK)
             .await
             .with_context(|| format!("reading {file} of task {task_id}"))?;
-        let data = chunk["data"].as_str().unwrap_or("");
-        out.write_all(data.as_bytes())?;
+        out.write_all(chunk.data.as_bytes())?;
         out.flush()?;
-        offset = chunk["offset"].as_u64().unwrap_or(offset) + chunk["length"].as_u64().unwrap_or(0);
-        if chunk["eof"] != true {
+        offset = chunk.offset + chunk.length;
+        if !chunk.eof {
             continue;
         }
         if !follow || terminal(&task) {
@@ -453,11 +398,5 @@ mod tests {
         p.record(&b, TaskState::Running);
         p.record(&c, TaskState::Finished);
         assert_eq!(p.counts(), (0, 1, 1, 1));
-    }
-
-    #[test]
-    fn query_values_are_encoded() {
-        assert_eq!(encode("a b/c&d"), "a%20b%2Fc%26d");
-        assert_eq!(encode("task-1_x.y~"), "task-1_x.y~");
     }
 }

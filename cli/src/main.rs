@@ -1,17 +1,20 @@
 //! `agora`: list a cluster's agents, frameworks and tasks, read a task's
-//! logs, run a job (`agora execute`, as `agora-execute`) or a whole local
-//! cluster (`agora local`, as `agora-local`).
+//! logs, run a job (`agora execute`, as `agora-execute`) or, built with
+//! the `local` feature, a whole local cluster (`agora local`, as
+//! `agora-local`). Without that feature the CLI links neither the master
+//! nor the agent.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use agora_cli::{
-    execute_with_progress, list_all, print_items, resolve, task_log, AGENT_COLUMNS,
+    execute_with_progress, list_all, master, print_items, task_log, AGENT_COLUMNS,
     FRAMEWORK_COLUMNS, TASK_COLUMNS,
 };
 use agora_examples::cli::{init_logging, parse_duration};
 use agora_examples::execute::ExecuteOptions;
+#[cfg(feature = "local")]
 use agora_examples::local::{LocalCluster, LocalOptions, COMMAND_EXECUTOR_ARG};
 use agora_proto::{FrameworkId, Resources};
 use clap::{Args as ClapArgs, Parser, Subcommand};
@@ -77,6 +80,7 @@ enum Command {
     /// Run a shell command as K tasks, with a progress bar (as agora-execute).
     Execute(ExecuteArgs),
     /// Start a master and N agents on 127.0.0.1 (as agora-local).
+    #[cfg(feature = "local")]
     Local(LocalArgs),
 }
 
@@ -144,6 +148,7 @@ struct ExecuteArgs {
     state_file: Option<PathBuf>,
 }
 
+#[cfg(feature = "local")]
 #[derive(ClapArgs, Debug)]
 struct LocalArgs {
     /// Number of agents.
@@ -177,6 +182,7 @@ struct LocalArgs {
 
 fn main() -> ExitCode {
     // `agora local` starts agents that fork this binary as the command executor.
+    #[cfg(feature = "local")]
     if std::env::args().nth(1).as_deref() == Some(COMMAND_EXECUTOR_ARG) {
         return agora_executor::command::run();
     }
@@ -221,13 +227,13 @@ fn query(pairs: &[(&str, &Option<String>)]) -> String {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Agents { filter } => {
-            let master = resolve(&cli.master).await?;
-            let items = list_all(master, "/api/v1/agents", &query(&[("q", &filter)])).await?;
+            let master = master(&cli.master).await?;
+            let items = list_all(&master, "/api/v1/agents", &query(&[("q", &filter)])).await?;
             print_items(&items, AGENT_COLUMNS, cli.json)?;
         }
         Command::Frameworks { filter } => {
-            let master = resolve(&cli.master).await?;
-            let items = list_all(master, "/api/v1/frameworks", &query(&[("q", &filter)])).await?;
+            let master = master(&cli.master).await?;
+            let items = list_all(&master, "/api/v1/frameworks", &query(&[("q", &filter)])).await?;
             print_items(&items, FRAMEWORK_COLUMNS, cli.json)?;
         }
         Command::Tasks {
@@ -236,14 +242,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             agent,
             filter,
         } => {
-            let master = resolve(&cli.master).await?;
+            let master = master(&cli.master).await?;
             let q = query(&[
                 ("state", &state),
                 ("framework_id", &framework),
                 ("agent_id", &agent),
                 ("q", &filter),
             ]);
-            let items = list_all(master, "/api/v1/tasks", &q).await?;
+            let items = list_all(&master, "/api/v1/tasks", &q).await?;
             print_items(&items, TASK_COLUMNS, cli.json)?;
         }
         Command::Task {
@@ -255,8 +261,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     follow,
                 },
         } => {
-            let master = resolve(&cli.master).await?;
-            task_log(master, &task_id, framework.as_deref(), &file, follow).await?;
+            let master = master(&cli.master).await?;
+            task_log(&master, &task_id, framework.as_deref(), &file, follow).await?;
         }
         Command::Execute(args) => {
             let opts = ExecuteOptions {
@@ -273,6 +279,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             return job(opts, args.job.verbose, cli.json).await;
         }
+        #[cfg(feature = "local")]
         Command::Local(args) => return local(args, cli.json).await,
     }
     Ok(ExitCode::SUCCESS)
@@ -310,6 +317,7 @@ async fn job(opts: ExecuteOptions, verbose: bool, json: bool) -> anyhow::Result<
     })
 }
 
+#[cfg(feature = "local")]
 async fn local(args: LocalArgs, json: bool) -> anyhow::Result<ExitCode> {
     let (work_dir, remove_after) = match &args.work_dir {
         Some(dir) => (dir.clone(), false),
@@ -353,6 +361,7 @@ async fn local(args: LocalArgs, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Ctrl-C or SIGTERM.
+#[cfg(feature = "local")]
 async fn wait_for_stop() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

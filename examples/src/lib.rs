@@ -2,8 +2,9 @@
 //!
 //! - [`execute`]: run K copies of a shell command through the built-in
 //!   command executor (the `agora-execute` binary, and `agora-local --command`);
-//! - [`local`]: a whole cluster — one master and N agents — on 127.0.0.1 in
-//!   one process (the `agora-local` binary);
+//! - `local` (feature `local`, on by default): a whole cluster — one
+//!   master and N agents — on 127.0.0.1 in one process (the `agora-local`
+//!   binary and the benches);
 //! - [`minijob`]: a mini job runtime on `agora-workers` (the
 //!   `agora-minijob` binary): workers placed by the locality of their
 //!   inputs, subtasks placed in their slots, leader election on etcd;
@@ -12,6 +13,6 @@
 
 pub mod cli;
 pub mod execute;
-pub mod http;
+#[cfg(feature = "local")]
 pub mod local;
 pub mod minijob;

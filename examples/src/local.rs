@@ -171,13 +171,12 @@ pub async fn wait_for_agents(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     let mut seen = 0;
+    let client = agora_client::MasterClient::new(master);
     while Instant::now() < deadline {
-        if let Ok((200, body)) = crate::http::get(master, "/state").await {
-            if let Ok(state) = serde_json::from_str::<serde_json::Value>(&body) {
-                seen = connected_agents(&state);
-                if seen >= n {
-                    return Ok(());
-                }
+        if let Ok(state) = client.state().await {
+            seen = connected_agents(&state);
+            if seen >= n {
+                return Ok(());
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -179,11 +179,7 @@ async fn agent_hosts(master: &str) -> anyhow::Result<BTreeMap<String, Option<Str
     let addr: SocketAddr = master
         .parse()
         .with_context(|| format!("--master {master}: inputs can only be spread over the agents of a HOST:PORT master; give --inputs"))?;
-    let (code, body) = crate::http::get(addr, "/state").await?;
-    if code != 200 {
-        bail!("GET /state on {master}: HTTP {code}");
-    }
-    let state: serde_json::Value = serde_json::from_str(&body)?;
+    let state = agora_client::MasterClient::new(addr).state().await?;
     let mut hosts = BTreeMap::new();
     for agent in state["agents"].as_array().into_iter().flatten() {
         let Some(host) = agent["hostname"].as_str() else {
@@ -603,16 +599,19 @@ pub async fn run_elected(opts: MinijobOptions) -> anyhow::Result<Option<Summary>
         Arc::new(Contender(grants)),
     )?);
     let done_key = format!("{}/job-done", opts.etcd_prefix.trim_end_matches('/'));
-    let client = agora_proto::etcd::Client::new(&endpoint)?;
+    let client = agora_etcd::Client::new(&endpoint)?;
     let deadline = Instant::now() + opts.timeout;
     loop {
         if Instant::now() >= deadline {
             bail!("no leader finished the job within {:?}", opts.timeout);
         }
-        let (c, key) = (client.clone(), done_key.clone());
-        let finished_elsewhere =
-            tokio::task::spawn_blocking(move || c.get(key.as_bytes()).ok().flatten().is_some());
-        if finished_elsewhere.await? {
+        let finished_elsewhere = client
+            .get(done_key.as_bytes())
+            .await
+            .ok()
+            .flatten()
+            .is_some();
+        if finished_elsewhere {
             println!("another leader finished the job");
             return Ok(None);
         }
@@ -659,23 +658,17 @@ pub async fn run_elected(opts: MinijobOptions) -> anyhow::Result<Option<Summary>
         };
         match outcome {
             Ok(summary) => {
-                let (c, key, leader_key) = (
-                    client.clone(),
-                    done_key.clone(),
-                    election.leader_key().to_string(),
-                );
-                tokio::task::spawn_blocking(move || {
-                    c.txn_if_created_at(
-                        leader_key.as_bytes(),
+                client
+                    .txn_if_created_at(
+                        election.leader_key().as_bytes(),
                         epoch.0,
-                        &[agora_proto::etcd::TxnOp::Put {
-                            key: key.into_bytes(),
+                        &[agora_etcd::TxnOp::Put {
+                            key: done_key.clone().into_bytes(),
                             value: b"done".to_vec(),
                             lease: 0,
                         }],
                     )
-                })
-                .await??;
+                    .await?;
                 return Ok(Some(summary));
             }
             Err(e) => {

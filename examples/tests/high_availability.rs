@@ -18,9 +18,10 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agora_proto::etcd::TxnOp;
+use agora_etcd::testing::TestEtcd as Etcd;
+use agora_etcd::TxnOp;
+use agora_proto::LeaderInfo;
 use nix::sys::signal::Signal;
-use support::etcd::Etcd;
 use support::ledger::Ledger;
 use support::{bin, http_get, process_alive, wait_until, Background, Proc};
 
@@ -141,11 +142,9 @@ impl HaCluster {
 
     /// Index of the master whose address is in the leader key, if any.
     fn leader(&self) -> Option<usize> {
-        let leader = self
-            .etcd
-            .client()
-            .leader(&agora_proto::etcd::leader_key(PREFIX))
-            .ok()??;
+        let key = agora_discovery::leader_key(PREFIX);
+        let record = self.etcd.client().get(key.as_bytes()).ok()??;
+        let leader: LeaderInfo = serde_json::from_slice(&record.value).ok()?;
         self.masters
             .iter()
             .position(|m| m.addr.to_string() == leader.address)
@@ -307,7 +306,7 @@ fn leader_sigkill_repeatedly_job_completes() {
     let Some(mut cluster) = HaCluster::start(3, 2) else {
         return;
     };
-    let mut job = start_job(&cluster, "ha", "sleep 3", INSTANCES);
+    let mut job = start_job(&cluster, "ha", "sleep 4", INSTANCES);
     wait_until(
         Duration::from_secs(60),
         "10 terminal tasks",

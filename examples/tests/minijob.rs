@@ -118,6 +118,7 @@ mod elected {
     use super::*;
     use std::sync::{Arc, Mutex};
 
+    use agora_etcd::testing::TestEtcd as Etcd;
     use agora_proto::Resources;
     use agora_workers::election::{
         current_leader, ElectionOptions, LeaderContender, LeaderElection, LeaderEpoch,
@@ -126,7 +127,6 @@ mod elected {
     use agora_workers::{
         DriverOptions, FatalError, RequestError, WorkerDriver, WorkerEventHandler, WorkerSpec,
     };
-    use support::etcd::Etcd;
 
     fn contender(cluster: &TestCluster, etcd: &Etcd, name: &str) -> Background {
         let args: Vec<String> = [

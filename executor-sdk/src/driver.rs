@@ -410,7 +410,7 @@ impl Io {
             if let Flow::Finish(outcome) = self.apply(actions, None).await {
                 break 'driver outcome;
             }
-            let delay = core.next_backoff();
+            let delay = core.next_backoff(agora_discovery::random_sample());
             tracing::debug!(?delay, "reconnecting to the agent after a delay");
             let sleep = tokio::time::sleep(delay);
             tokio::pin!(sleep);

@@ -31,11 +31,11 @@ pub mod command;
 mod config;
 mod driver;
 // Its types are public only to the simulation (feature `sim`).
-#[cfg_attr(feature = "sim", allow(missing_docs))]
-mod state;
 #[cfg(feature = "sim")]
 #[allow(missing_docs)]
 pub mod sim;
+#[cfg_attr(feature = "sim", allow(missing_docs))]
+mod state;
 
 pub use agora_proto as proto;
 pub use agora_proto::{

@@ -42,9 +42,10 @@ impl SimExecutor {
         self.core.on_disconnected(now)
     }
 
-    /// Delay before the next connection attempt.
-    pub fn next_backoff(&mut self) -> Duration {
-        self.core.next_backoff()
+    /// Delay before the next connection attempt; `sample` (uniform in
+    /// `[0, 1)`) chooses the jitter.
+    pub fn next_backoff(&mut self, sample: f64) -> Duration {
+        self.core.next_backoff(sample)
     }
 
     /// An event from the agent.

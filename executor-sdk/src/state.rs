@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use agora_discovery::{Backoff, DEFAULT_JITTER};
 use agora_proto::executor::{Call, Event};
 use agora_proto::{
     AgentId, ExecutorInfo, FrameworkInfo, Source, TaskId, TaskInfo, TaskStatus, PROTOCOL_VERSION,
@@ -19,10 +20,17 @@ use tokio::time::Instant;
 
 use crate::ExecutorConfig;
 
-/// First reconnect delay after a lost agent.
+/// First reconnect delay after a lost agent (before jitter).
 pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Cap of the doubling reconnect delay.
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The reconnect backoff: [`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`],
+/// with jitter, so the executors of an agent that restarted do not all
+/// reconnect at the same instants.
+fn backoff() -> Backoff {
+    Backoff::new(BACKOFF_MIN, BACKOFF_MAX, DEFAULT_JITTER)
+}
 /// How long a connected agent may take to answer `SUBSCRIBE`.
 pub(crate) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -119,7 +127,7 @@ pub(crate) struct DriverCore {
     flush_deadline: Option<Instant>,
     grace: Duration,
     finished: bool,
-    next_backoff: Duration,
+    backoff: Backoff,
 }
 
 // === impl DriverCore ===
@@ -137,7 +145,7 @@ impl DriverCore {
             lost_since: Some(now),
             flush_deadline: None,
             finished: false,
-            next_backoff: BACKOFF_MIN,
+            backoff: backoff(),
         }
     }
 
@@ -228,11 +236,10 @@ impl DriverCore {
         actions
     }
 
-    /// Delay before the next connection attempt.
-    pub(crate) fn next_backoff(&mut self) -> Duration {
-        let delay = self.next_backoff;
-        self.next_backoff = (delay * 2).min(BACKOFF_MAX);
-        delay
+    /// Delay before the next connection attempt (doubling, reset by a
+    /// subscription); `sample` (uniform in `[0, 1)`) chooses the jitter.
+    pub(crate) fn next_backoff(&mut self, sample: f64) -> Duration {
+        self.backoff.next_delay(sample)
     }
 
     /// One text frame from the agent.
@@ -311,7 +318,7 @@ impl DriverCore {
         }
         self.conn = Conn::Subscribed;
         self.lost_since = None;
-        self.next_backoff = BACKOFF_MIN;
+        self.backoff.reset();
         self.agent_id = Some(agent_id.clone());
         let mut actions = Vec::new();
         if self.flush_deadline.is_none() {
@@ -538,6 +545,19 @@ mod tests {
         core.on_connected(now);
         core.on_event(subscribed(), now);
         (core, now)
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_resets_on_subscription() {
+        let now = Instant::now();
+        let mut core = DriverCore::new(config(true), now);
+        let steps: Vec<_> = (0..6).map(|_| core.next_backoff(0.0).as_millis()).collect();
+        assert_eq!(steps, vec![100, 200, 400, 800, 1600, 2000]);
+        // At the cap, the sample still spreads the executors out.
+        assert_eq!(core.next_backoff(0.5), Duration::from_millis(1500));
+        core.on_connected(now);
+        core.on_event(subscribed(), now);
+        assert_eq!(core.next_backoff(0.999_999).as_millis(), 50);
     }
 
     fn subscribe_lists(actions: &[Action]) -> (Vec<String>, Vec<TaskId>) {

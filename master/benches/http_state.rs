@@ -32,8 +32,16 @@ fn main() {
     let updates = flag("--updates").unwrap_or(1_000);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let started = std::time::Instant::now();
+    let http = agora_client::Http::new();
+    let get = |addr: std::net::SocketAddr, path: &'static str| {
+        let http = http.clone();
+        async move {
+            let response = http.get(addr, path).await.expect("GET");
+            assert_eq!(response.status, 200, "GET {path}");
+        }
+    };
     let r = runtime.block_on(agora_master::bench::run(
-        agents, tasks, 10, updates, repeats,
+        agents, tasks, 10, updates, repeats, get,
     ));
     println!(
         "state: {} agents, {} running tasks (built in {:.1} s)",

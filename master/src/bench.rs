@@ -5,7 +5,7 @@
 //! the changes on the state task (everything, and a typical interval's
 //! worth of task updates), assembling the snapshot on the builder thread,
 //! encoding it, rendering the metrics, and answering over a real HTTP
-//! connection. Not part of the supported API.
+//! connection (requests made by a client the caller passes in). Not part of the supported API.
 
 use std::future::IntoFuture;
 use std::sync::atomic::AtomicU64;
@@ -16,7 +16,6 @@ use agora_proto::{
     agent, scheduler, AgentId, AgentInfo, FrameworkId, FrameworkInfo, Resources, TaskId, TaskState,
     TaskStatus,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -218,14 +217,11 @@ pub(crate) fn build(agents: usize, tasks: usize, frameworks: usize) -> Master {
     m
 }
 
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (Duration, usize) {
+/// How long `request` takes (a GET made by the benchmark's client).
+async fn timed(request: impl std::future::Future) -> Duration {
     let started = StdInstant::now();
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut body = Vec::new();
-    s.read_to_end(&mut body).await.expect("read");
-    (started.elapsed(), body.len())
+    request.await;
+    started.elapsed()
 }
 
 /// Sends status updates for `n` tasks of `order`, from position `from`:
@@ -309,13 +305,20 @@ fn interleaved_tasks(m: &Master) -> Vec<(FrameworkId, TaskId, AgentId)> {
 
 /// Builds the state and times everything; `repeats` runs of each step,
 /// `updates` task updates between two snapshots in the incremental case.
-pub async fn run(
+/// `get(addr, path)` makes one HTTP GET (the benchmark's own client,
+/// `agora-client`), timed here.
+pub async fn run<G, F>(
     agents: usize,
     tasks: usize,
     frameworks: usize,
     updates: usize,
     repeats: usize,
-) -> Report {
+    get: G,
+) -> Report
+where
+    G: Fn(std::net::SocketAddr, &'static str) -> F,
+    F: std::future::Future,
+{
     let mut master = build(agents, tasks, frameworks);
     let active: usize = master.frameworks.values().map(|f| f.tasks.len()).sum();
     let repeats = repeats.max(1);
@@ -396,15 +399,14 @@ pub async fn run(
         next = update_tasks(&mut master, &order, next, updates);
         builder.apply(master.state_delta());
         snap_tx.send_replace(Arc::new(builder.build()));
-        cold.push(ms(http_get(addr, "/state").await.0));
-        warm.push(ms(http_get(addr, "/state").await.0));
-        get_metrics.push(ms(http_get(addr, "/metrics").await.0));
-        page.push(ms(http_get(
+        cold.push(ms(timed(get(addr, "/state")).await));
+        warm.push(ms(timed(get(addr, "/state")).await));
+        get_metrics.push(ms(timed(get(addr, "/metrics")).await));
+        page.push(ms(timed(get(
             addr,
             "/api/v1/tasks?state=running&limit=100&offset=50000",
-        )
-        .await
-        .0));
+        ))
+        .await));
     }
     token.cancel();
     let _ = server.await;

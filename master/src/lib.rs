@@ -116,7 +116,7 @@ pub async fn run(
     #[cfg(feature = "etcd")]
     let election = match &config.etcd {
         Some(options) => {
-            let me = agora_proto::etcd::LeaderInfo {
+            let me = agora_proto::LeaderInfo {
                 address: info.address.clone(),
                 master_id: info.id.clone(),
             };

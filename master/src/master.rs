@@ -11,8 +11,8 @@
 //! removal), `offers.rs` (allocation, launch, decline, rescind) and
 //! `tasks.rs` (status updates, acknowledgements, kill, reconcile).
 
-use std::collections::VecDeque;
 use agora_proto::hash::{HashMap, HashSet};
+use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Duration;
 

@@ -7,10 +7,10 @@
 use agora_proto::{AgentId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskState};
 use tokio::time::Instant;
 
-use crate::allocator::{AllocatorOptions, DrfAllocator};
 pub use crate::allocator::AgentAccounts;
-pub use crate::master::{ConnId, Input, Output};
+use crate::allocator::{AllocatorOptions, DrfAllocator};
 use crate::master::Master;
+pub use crate::master::{ConnId, Input, Output};
 pub use crate::registry::{AgentRecord, FrameworkRecord, RegistryOp, RegistryState};
 pub use crate::Config;
 

@@ -22,8 +22,8 @@
 //! snapshot encoded, at most once, by the first `/state` request that
 //! needs it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use agora_proto::hash::HashMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
@@ -674,7 +674,8 @@ impl Master {
         completed: Vec<Arc<View<TaskView>>>,
         completed_frameworks: Vec<Arc<CompletedFramework>>,
     ) -> StateDelta {
-        let mut shares = HashMap::with_capacity_and_hasher(self.frameworks.len(), Default::default());
+        let mut shares =
+            HashMap::with_capacity_and_hasher(self.frameworks.len(), Default::default());
         let mut members: BTreeMap<String, BTreeSet<FrameworkId>> = BTreeMap::new();
         for name in self
             .config

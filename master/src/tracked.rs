@@ -9,9 +9,9 @@
 //! forgetting a hook. The `untracked_*` methods are for fields `/state`
 //! does not show (ping bookkeeping), each use says why.
 
+use agora_proto::hash::HashMap;
 use std::borrow::Borrow;
 use std::collections::hash_map;
-use agora_proto::hash::HashMap;
 use std::hash::Hash;
 use std::ops::Deref;
 

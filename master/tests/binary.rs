@@ -1,6 +1,6 @@
 //! The `agora-master` binary: announces its port, serves, refuses bad flags.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agora-master");
@@ -29,21 +29,12 @@ fn prints_listen_line_and_serves_health() {
         .strip_prefix("agora-master listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_string();
-    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
+    let response = agora_client::blocking::get(&addr, "/health");
     let _ = child.kill();
     let _ = child.wait();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    assert!(response.ends_with("ok"), "{response}");
+    let response = response.unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(response.text(), "ok");
 }
 
 #[test]

@@ -9,7 +9,6 @@ use std::time::Duration;
 use agora_proto::{agent, scheduler, AgentInfo, FrameworkInfo, Resources, PROTOCOL_VERSION};
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -34,20 +33,27 @@ async fn next<T: agora_proto::Message>(ws: &mut Ws) -> T {
     }
 }
 
-/// `GET path` with extra header lines: (status code, headers, body).
+/// `GET path` with extra header lines (`Name: value\r\n` each): (status
+/// code, the answer's header fields as `name: value` lines, body).
 async fn get(addr: std::net::SocketAddr, path: &str, headers: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
+    let fields: Vec<(&str, &str)> = headers
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim(), v.trim()))
+        .collect();
+    let response = agora_client::Http::new()
+        .with_timeout(WAIT)
+        .request(agora_client::Method::GET, addr, path, &fields, None)
         .await
-        .unwrap()
         .unwrap();
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let code = head[9..12].parse().unwrap();
-    (code, head.to_string(), body.to_string())
+    (response.status, head(&response.headers), response.text())
+}
+
+fn head(headers: &agora_client::HeaderMap) -> String {
+    headers
+        .iter()
+        .map(|(n, v)| format!("{n}: {}\n", v.to_str().unwrap_or("")))
+        .collect()
 }
 
 async fn get_json(addr: std::net::SocketAddr, path: &str) -> Value {
@@ -509,18 +515,21 @@ async fn health_events_and_ui() {
     assert_eq!(h["status"], "serving");
 
     // The first server-sent event comes at once.
-    let mut stream = TcpStream::connect(c.addr).await.unwrap();
-    stream
-        .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+    let mut stream = agora_client::Http::new()
+        .stream(
+            agora_client::Method::GET,
+            c.addr,
+            "/events",
+            &[("accept", "text/event-stream")],
+            None,
+        )
         .await
         .unwrap();
     let mut raw = Vec::new();
-    let mut buf = [0u8; 4096];
     let event = tokio::time::timeout(WAIT, async {
         loop {
-            let n = stream.read(&mut buf).await.unwrap();
-            assert!(n > 0, "events stream ended");
-            raw.extend_from_slice(&buf[..n]);
+            let chunk = stream.chunk().await.unwrap().expect("events stream ended");
+            raw.extend_from_slice(&chunk);
             let text = String::from_utf8_lossy(&raw).to_string();
             if let Some(start) = text.find("event: summary\ndata: ") {
                 let rest = &text[start + "event: summary\ndata: ".len()..];
@@ -532,7 +541,7 @@ async fn health_events_and_ui() {
     })
     .await
     .unwrap();
-    let head = String::from_utf8_lossy(&raw).to_string();
+    let head = head(&stream.headers);
     assert!(head.contains("text/event-stream"), "{head}");
     let e: Value = serde_json::from_str(&event).unwrap();
     assert_eq!(e["summary"]["tasks_active"], 1);

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use agora_proto::{agent, scheduler, AgentInfo, FrameworkInfo, Resources, PROTOCOL_VERSION};
 use futures::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
@@ -99,22 +98,14 @@ fn subscribe(name: &str) -> scheduler::Call {
     }
 }
 
+/// `GET path`: (the status code as text, the body).
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
+    let response = agora_client::Http::new()
+        .with_timeout(WAIT)
+        .get(addr, path)
         .await
         .unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_string(), body.to_string())
+    (response.status.to_string(), response.text())
 }
 
 #[tokio::test]

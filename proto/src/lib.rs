@@ -19,8 +19,6 @@ mod attributes;
 mod codec;
 mod duration;
 pub mod env;
-#[cfg(feature = "etcd")]
-pub mod etcd;
 pub mod executor;
 mod ids;
 mod resources;
@@ -38,8 +36,8 @@ pub use resources::{
     round_scalar, Range, Resource, ResourceError, Resources, Value, DEFAULT_ROLE, MAX_SCALAR,
 };
 pub use types::{
-    now_timestamp, AgentInfo, Bytes, CommandInfo, ExecutorInfo, Filters, FrameworkInfo, MasterInfo,
-    Offer, Reason, Source, TaskInfo, TaskState, TaskStatus, DEFAULT_REFUSE_SECONDS,
+    now_timestamp, AgentInfo, Bytes, CommandInfo, ExecutorInfo, Filters, FrameworkInfo, LeaderInfo,
+    MasterInfo, Offer, Reason, Source, TaskInfo, TaskState, TaskStatus, DEFAULT_REFUSE_SECONDS,
 };
 
 /// Version carried in every subscribe/register call.

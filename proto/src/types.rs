@@ -57,6 +57,17 @@ pub struct MasterInfo {
     pub version: String,
 }
 
+/// What the leading master publishes where clients look for it (in
+/// high-availability mode, the etcd key `PREFIX/leader`; see
+/// `docs/protocol.md`, "High availability").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderInfo {
+    /// `HOST:PORT` that agents and schedulers connect to.
+    pub address: String,
+    /// The leading master's id (new at every start).
+    pub master_id: String,
+}
+
 /// Describes an agent. Sent by the agent when it registers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentInfo {

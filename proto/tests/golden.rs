@@ -134,3 +134,18 @@ fn floats_round_trip_exactly() {
         assert_eq!(back.timestamp.to_bits(), timestamp.to_bits(), "{text}");
     }
 }
+
+/// The record the leading master keeps in etcd at `PREFIX/leader`,
+/// read by every client that follows the leader.
+#[test]
+fn leader_record() {
+    let leader = agora_proto::LeaderInfo {
+        address: "10.0.0.1:5050".into(),
+        master_id: "m-1".into(),
+    };
+    let json = serde_json::to_string(&leader).unwrap();
+    assert_eq!(json, r#"{"address":"10.0.0.1:5050","master_id":"m-1"}"#);
+    let read: agora_proto::LeaderInfo =
+        serde_json::from_str(r#"{"master_id":"m-1","address":"10.0.0.1:5050","later":1}"#).unwrap();
+    assert_eq!(read, leader);
+}

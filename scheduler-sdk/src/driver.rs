@@ -459,7 +459,15 @@ impl Io {
             let connecting = async {
                 let (url, leader_changed) = endpoint.resolve(previous.as_deref()).await?;
                 previous = Some(url.clone());
-                let ws = connect(&url).await.map_err(|e| format!("{url}: {e}"))?;
+                let ws = connect(&url).await.map_err(|e| {
+                    if let ConnectError::Answered(_) = e {
+                        // Alive but not serving yet (a new leader loading
+                        // its registry): try it again after the backoff
+                        // instead of waiting for another leader.
+                        previous = None;
+                    }
+                    format!("{url}: {e}")
+                })?;
                 Ok::<_, String>((ws, leader_changed))
             };
             tokio::pin!(connecting);
@@ -489,7 +497,7 @@ impl Io {
                 }
                 self.apply(core.on_disconnected(), None).await;
             }
-            let delay = core.next_backoff();
+            let delay = core.next_backoff(agora_discovery::random_sample());
             tracing::debug!(?delay, "reconnecting to the master after a delay");
             let sleep = tokio::time::sleep(delay);
             tokio::pin!(sleep);
@@ -661,7 +669,25 @@ impl Io {
 }
 
 /// Opens the WebSocket with Agora's frame limits.
-async fn connect(url: &str) -> Result<Ws, String> {
+/// Why a connection attempt failed.
+#[derive(Debug)]
+enum ConnectError {
+    /// The master answered the upgrade with an HTTP status: it is alive
+    /// but does not serve schedulers (yet).
+    Answered(String),
+    /// No connection, or no answer in time.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Answered(text) | ConnectError::Unreachable(text) => f.write_str(text),
+        }
+    }
+}
+
+async fn connect(url: &str) -> Result<Ws, ConnectError> {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
@@ -672,8 +698,13 @@ async fn connect(url: &str) -> Result<Ws, String> {
     .await
     {
         Ok(Ok((ws, _response))) => Ok(ws),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
+        Ok(Err(error @ tokio_tungstenite::tungstenite::Error::Http(_))) => {
+            Err(ConnectError::Answered(error.to_string()))
+        }
+        Ok(Err(error)) => Err(ConnectError::Unreachable(error.to_string())),
+        Err(_) => Err(ConnectError::Unreachable(format!(
+            "no answer within {CONNECT_TIMEOUT:?}"
+        ))),
     }
 }
 

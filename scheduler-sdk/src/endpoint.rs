@@ -1,32 +1,17 @@
 //! Turning [`DriverConfig::master`](crate::DriverConfig::master) into the
 //! WebSocket URL of the master's scheduler endpoint: given directly, or
-//! (feature `etcd`) read from etcd before every connection attempt, as
-//! `etcd://HOST:PORT/PREFIX`, to follow the leading master.
+//! (feature `etcd`) the leading master recorded in etcd, as
+//! `etcd://HOST:PORT/PREFIX`, followed by an
+//! [`agora_discovery::MasterLocator`].
 
-use std::future::Future;
-use std::pin::Pin;
-#[cfg(feature = "etcd")]
-use std::time::Duration;
+use agora_discovery::{DiscoveryError, MasterLocator};
 
-/// How often a connected driver checks etcd for a leader change.
-#[cfg(feature = "etcd")]
-const LEADER_CHECK: Duration = Duration::from_millis(500);
-
-/// How long a driver that lost a master waits for etcd to name another.
-#[cfg(feature = "etcd")]
-const NEW_LEADER_PATIENCE: Duration = Duration::from_secs(1);
-
-/// Completes when the master the driver is connected to stops leading.
-pub(crate) type LeaderChanged = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) use agora_discovery::LeaderChanged;
 
 /// Where the driver finds the master.
-#[derive(Debug, Clone)]
-pub(crate) enum Endpoint {
-    /// A fixed `ws://` URL.
-    Url(String),
-    /// The leader recorded in etcd.
-    #[cfg(feature = "etcd")]
-    Etcd(agora_proto::etcd::EtcdUrl),
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    locator: MasterLocator,
 }
 
 // === impl Endpoint ===
@@ -35,11 +20,19 @@ impl Endpoint {
     /// `None` when `master` is neither `HOST:PORT`, a `ws://` URL nor
     /// (with the `etcd` feature) an `etcd://HOST:PORT/PREFIX` URL.
     pub(crate) fn parse(master: &str) -> Option<Endpoint> {
-        #[cfg(feature = "etcd")]
-        if let Some(url) = agora_proto::etcd::EtcdUrl::parse(master) {
-            return url.ok().map(Endpoint::Etcd);
+        if master.trim().starts_with("etcd://") {
+            let locator = MasterLocator::new(master).ok()?;
+            return Some(Endpoint { locator });
         }
-        scheduler_url(master).map(Endpoint::Url)
+        scheduler_url(master).map(|url| Endpoint {
+            locator: MasterLocator::fixed(url),
+        })
+    }
+
+    /// Whether the master is the leader followed in etcd.
+    #[cfg(all(test, feature = "etcd"))]
+    fn follows_a_leader(&self) -> bool {
+        self.locator.follows_a_leader()
     }
 
     /// The URL to connect to now, and what tells the driver to leave it.
@@ -49,45 +42,29 @@ impl Endpoint {
         &self,
         previous: Option<&str>,
     ) -> Result<(String, LeaderChanged), String> {
-        match self {
-            Endpoint::Url(url) => {
-                let _ = previous;
-                Ok((url.clone(), Box::pin(std::future::pending())))
-            }
-            #[cfg(feature = "etcd")]
-            Endpoint::Etcd(url) => {
-                let previous = previous.and_then(|p| {
-                    p.strip_prefix("ws://")
-                        .and_then(|p| p.strip_suffix(SCHEDULER_PATH))
-                });
-                let detected =
-                    agora_proto::etcd::detect_new_leader(url, previous, NEW_LEADER_PATIENCE).await;
-                match detected {
-                    Ok(Some(leader)) => {
-                        let (etcd, address) = (url.clone(), leader.address.clone());
-                        let changed = async move {
-                            agora_proto::etcd::leader_changed(&etcd, &address, LEADER_CHECK).await
-                        };
-                        Ok((
-                            format!("ws://{}{SCHEDULER_PATH}", leader.address),
-                            Box::pin(changed),
-                        ))
-                    }
-                    Ok(None) => Err(format!("no leading master in {url} yet")),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
+        if !self.locator.follows_a_leader() {
+            let located = self.locator.locate(previous).await.map_err(text)?;
+            return Ok((located.address, located.changed));
         }
+        let previous = previous.and_then(|p| {
+            p.strip_prefix("ws://")
+                .and_then(|p| p.strip_suffix(SCHEDULER_PATH))
+        });
+        let located = self.locator.locate(previous).await.map_err(text)?;
+        Ok((
+            format!("ws://{}{SCHEDULER_PATH}", located.address),
+            located.changed,
+        ))
     }
+}
+
+fn text(error: DiscoveryError) -> String {
+    error.to_string()
 }
 
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Url(url) => f.write_str(url),
-            #[cfg(feature = "etcd")]
-            Endpoint::Etcd(url) => write!(f, "{url}"),
-        }
+        write!(f, "{}", self.locator)
     }
 }
 
@@ -178,16 +155,20 @@ mod tests {
 
     #[cfg(feature = "etcd")]
     #[test]
-    fn etcd_urls_name_a_detector() {
-        assert!(matches!(
-            Endpoint::parse("etcd://127.0.0.1:2379/agora"),
-            Some(Endpoint::Etcd(url)) if url.prefix == "/agora"
-        ));
+    fn etcd_urls_name_a_leader_to_follow() {
+        let etcd = Endpoint::parse("etcd://127.0.0.1:2379/agora").unwrap();
+        assert!(etcd.follows_a_leader());
+        assert_eq!(etcd.to_string(), "etcd://127.0.0.1:2379/agora");
         assert!(Endpoint::parse("etcd://127.0.0.1:2379").is_none());
-        assert!(matches!(
-            Endpoint::parse("127.0.0.1:5050"),
-            Some(Endpoint::Url(url)) if url == "ws://127.0.0.1:5050/api/scheduler"
-        ));
+        let fixed = Endpoint::parse("127.0.0.1:5050").unwrap();
+        assert!(!fixed.follows_a_leader());
+        assert_eq!(fixed.to_string(), "ws://127.0.0.1:5050/api/scheduler");
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn etcd_urls_need_the_feature() {
+        assert!(Endpoint::parse("etcd://127.0.0.1:2379/agora").is_none());
     }
 
     #[test]

@@ -31,11 +31,11 @@
 mod driver;
 mod endpoint;
 // Its types are public only to the simulation (feature `sim`).
-#[cfg_attr(feature = "sim", allow(missing_docs))]
-mod state;
 #[cfg(feature = "sim")]
 #[allow(missing_docs)]
 pub mod sim;
+#[cfg_attr(feature = "sim", allow(missing_docs))]
+mod state;
 
 use std::time::Duration;
 

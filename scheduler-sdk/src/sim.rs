@@ -52,9 +52,10 @@ impl SimScheduler {
         self.core.on_disconnected()
     }
 
-    /// Delay before the next connection attempt.
-    pub fn next_backoff(&mut self) -> Duration {
-        self.core.next_backoff()
+    /// Delay before the next connection attempt; `sample` (uniform in
+    /// `[0, 1)`) chooses the jitter.
+    pub fn next_backoff(&mut self, sample: f64) -> Duration {
+        self.core.next_backoff(sample)
     }
 
     /// An event from the master.

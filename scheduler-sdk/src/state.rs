@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use agora_discovery::{Backoff, DEFAULT_JITTER};
 use agora_proto::scheduler::{Call, Event};
 use agora_proto::{
     AgentId, ExecutorId, Filters, FrameworkId, FrameworkInfo, MasterInfo, Offer, OfferId, Reason,
@@ -133,17 +134,13 @@ pub(crate) struct DriverCore {
     failover: bool,
     queued: VecDeque<Call>,
     finished: bool,
-    backoff_min: Duration,
-    backoff_max: Duration,
-    next_backoff: Duration,
+    backoff: Backoff,
 }
 
 // === impl DriverCore ===
 
 impl DriverCore {
     pub(crate) fn new(framework: FrameworkInfo, config: &DriverConfig) -> Self {
-        let backoff_min = config.reconnect_backoff_min.max(Duration::from_millis(1));
-        let backoff_max = config.reconnect_backoff_max.max(backoff_min);
         DriverCore {
             failover: framework.id.is_some(),
             framework,
@@ -152,9 +149,11 @@ impl DriverCore {
             subscribed_before: false,
             queued: VecDeque::new(),
             finished: false,
-            backoff_min,
-            backoff_max,
-            next_backoff: backoff_min,
+            backoff: Backoff::new(
+                config.reconnect_backoff_min,
+                config.reconnect_backoff_max,
+                DEFAULT_JITTER,
+            ),
         }
     }
 
@@ -210,12 +209,12 @@ impl DriverCore {
         }
     }
 
-    /// How long to wait before the next connection attempt (doubling up
-    /// to the cap; reset by a successful subscription).
-    pub(crate) fn next_backoff(&mut self) -> Duration {
-        let delay = self.next_backoff;
-        self.next_backoff = (delay * 2).min(self.backoff_max);
-        delay
+    /// How long to wait before the next connection attempt: doubling up
+    /// to the cap, less a jitter that `sample` (uniform in `[0, 1)`)
+    /// chooses, so drivers that lost one master do not all come back at
+    /// once; reset by a successful subscription.
+    pub(crate) fn next_backoff(&mut self, sample: f64) -> Duration {
+        self.backoff.next_delay(sample)
     }
 
     /// One text frame from the master.
@@ -309,7 +308,7 @@ impl DriverCore {
             heartbeat,
             last_seen: now,
         };
-        self.next_backoff = self.backoff_min;
+        self.backoff.reset();
         self.framework.id = Some(framework_id.clone());
         let mut actions = vec![Action::FrameworkId(framework_id.clone())];
         actions.push(Action::Callback(if self.subscribed_before {
@@ -892,12 +891,15 @@ mod tests {
         config.reconnect_backoff_min = Duration::from_millis(100);
         config.reconnect_backoff_max = Duration::from_millis(350);
         let mut core = DriverCore::new(FrameworkInfo::new("test"), &config);
-        let delays: Vec<_> = (0..4).map(|_| core.next_backoff().as_millis()).collect();
+        let delays: Vec<_> = (0..4).map(|_| core.next_backoff(0.0).as_millis()).collect();
         assert_eq!(delays, vec![100, 200, 350, 350]);
+        // The sample takes up to half of each step off.
+        assert_eq!(core.next_backoff(0.5), Duration::from_micros(262_500));
         let now = Instant::now();
         core.on_connected(now);
         core.on_event(subscribed("fw-1"), now);
-        assert_eq!(core.next_backoff(), Duration::from_millis(100));
+        assert_eq!(core.next_backoff(0.999_999).as_millis(), 50);
+        assert_eq!(core.next_backoff(0.0), Duration::from_millis(200));
     }
 
     #[test]

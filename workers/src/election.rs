@@ -27,8 +27,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use agora_proto::etcd::{leader_key, Client, EtcdError, TxnOp};
+use agora_discovery::{random_sample, Backoff, DEFAULT_JITTER};
+use agora_etcd::blocking::Client;
+use agora_etcd::{EtcdError, TxnOp};
 use serde::{Deserialize, Serialize};
+
+/// Longest pause between campaign attempts while etcd fails (the first
+/// is twice the poll; each doubles, with jitter).
+const ERROR_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// `PREFIX/leader`: the key runtimes campaign for.
+fn leader_key(prefix: &str) -> String {
+    format!("{}/leader", prefix.trim_end_matches('/'))
+}
 
 /// A leader's term: the create revision of the leader key it won.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -258,6 +269,7 @@ impl Inner {
     fn run(self: Arc<Self>, contender: Arc<dyn LeaderContender>) {
         let ttl = self.options.lease_ttl.max(Duration::from_secs(1));
         let ttl_secs = ttl.as_secs_f64().ceil() as i64;
+        let mut retry = Backoff::new(self.options.poll * 2, ERROR_PAUSE_MAX, DEFAULT_JITTER);
         while !self.closed() {
             match self.try_win(ttl_secs) {
                 Ok(Some((held, sent))) => {
@@ -269,10 +281,13 @@ impl Inner {
                     tracing::warn!(epoch = held.epoch.0, %reason, "runtime leadership ended");
                     contender.revoke_leadership();
                 }
-                Ok(None) => self.pause(self.options.poll),
+                Ok(None) => {
+                    retry.reset();
+                    self.pause(self.options.poll);
+                }
                 Err(e) => {
                     contender.handle_error(&e);
-                    self.pause(self.options.poll * 2);
+                    self.pause(retry.next_delay(random_sample()));
                 }
             }
         }

@@ -177,18 +177,11 @@ impl Agent {
     }
 
     pub async fn get(&self, path: &str) -> (u16, String) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = TcpStream::connect(self.addr).await.unwrap();
-        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        let status: u16 = out[9..12].parse().unwrap();
-        let body = out
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
+        let response = agora_client::AgentClient::new(self.addr)
+            .get(path)
+            .await
+            .unwrap();
+        (response.status, response.text())
     }
 }
 

@@ -282,9 +282,7 @@ async fn run(args: &Args, checkpoint: bool) -> anyhow::Result<Figures> {
         // The agent's /state is asked only once the scheduler has seen
         // every update: polling it during the run would load the agent.
         if first.is_some() && received.load(Ordering::Relaxed) >= total {
-            let (code, body) = agora_examples::http::get(agent_addr, "/state").await?;
-            if code == 200 {
-                let state: serde_json::Value = serde_json::from_str(&body)?;
+            if let Ok(state) = agora_client::AgentClient::new(agent_addr).state().await {
                 let acked = state["status_updates_acknowledged"].as_u64().unwrap_or(0);
                 if acked >= total {
                     let syncs = state["checkpoint"]["wal_syncs"].as_u64().unwrap_or(0);

@@ -229,20 +229,19 @@ async fn round(
 /// Waits until the master lists no live task.
 async fn wait_idle(cluster: &LocalCluster) {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let master = agora_client::MasterClient::new(cluster.master_addr);
     while Instant::now() < deadline {
-        if let Ok((200, body)) = agora_examples::http::get(cluster.master_addr, "/state").await {
-            if let Ok(state) = serde_json::from_str::<serde_json::Value>(&body) {
-                let live = state["frameworks"]
-                    .as_array()
-                    .map(|f| {
-                        f.iter()
-                            .map(|f| f["tasks"].as_array().map_or(0, |t| t.len()))
-                            .sum::<usize>()
-                    })
-                    .unwrap_or(0);
-                if live == 0 {
-                    return;
-                }
+        if let Ok(state) = master.state().await {
+            let live = state["frameworks"]
+                .as_array()
+                .map(|f| {
+                    f.iter()
+                        .map(|f| f["tasks"].as_array().map_or(0, |t| t.len()))
+                        .sum::<usize>()
+                })
+                .unwrap_or(0);
+            if live == 0 {
+                return;
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

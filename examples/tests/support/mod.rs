@@ -8,14 +8,12 @@
 
 #![allow(dead_code)]
 
-#[cfg(feature = "etcd")]
-pub mod etcd;
 pub mod ledger;
 pub mod lossy_proxy;
 pub mod mesos;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -650,17 +648,11 @@ pub fn process_alive(pid: i32) -> bool {
     }
 }
 
-/// Blocking `GET http://addr/path`: status and body.
+/// Blocking `GET http://addr/path`: status and body (through
+/// `agora-client`).
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    agora_examples::http::parse_response(&raw).map_err(std::io::Error::other)
+    let response = agora_client::blocking::get(addr, path).map_err(std::io::Error::other)?;
+    Ok((response.status, response.text()))
 }
 
 // === impl Recorder ===

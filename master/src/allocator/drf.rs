@@ -50,10 +50,10 @@
 //! booked on them). No stage is quadratic; `benches/allocator.rs`
 //! measures it.
 
+use agora_proto::hash::HashMap;
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
-use agora_proto::hash::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 

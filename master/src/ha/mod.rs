@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agora_proto::etcd::{leader_key, Client, EtcdError, LeaderInfo};
+use agora_discovery::{leader_key, random_sample, Backoff, DEFAULT_JITTER};
+use agora_etcd::{Client, EtcdError};
+use agora_proto::LeaderInfo;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -51,8 +53,10 @@ use crate::event_loop::Leadership;
 
 /// How often a standby reads the leader key.
 const STANDBY_POLL: Duration = Duration::from_millis(200);
-/// Pause after etcd could not be reached during a campaign.
+/// First pause after etcd could not be reached during a campaign
+/// (doubling, with jitter, up to [`CAMPAIGN_RETRY_MAX`]).
 const CAMPAIGN_RETRY: Duration = Duration::from_millis(500);
+const CAMPAIGN_RETRY_MAX: Duration = Duration::from_secs(2);
 /// Header carrying the leader's address on a standby's refusals.
 pub(crate) const LEADER_HEADER: &str = "x-agora-leader";
 
@@ -125,6 +129,7 @@ impl Election {
     ) -> Option<Result<Won, crate::RegistryError>> {
         let ttl_secs = self.lease_ttl.as_secs_f64().ceil().max(1.0) as i64;
         let value = serde_json::to_vec(&self.me).unwrap_or_default();
+        let mut retry = Backoff::new(CAMPAIGN_RETRY, CAMPAIGN_RETRY_MAX, DEFAULT_JITTER);
         loop {
             if shutdown.is_cancelled() {
                 return None;
@@ -151,7 +156,7 @@ impl Election {
                         self.role.clone(),
                         shutdown.clone(),
                     ));
-                    let client = self.client.clone();
+                    let client = agora_etcd::blocking::Client::from(self.client.clone());
                     let prefix = self.prefix.clone();
                     let key = self.leader_key.clone();
                     let store = tokio::task::spawn_blocking(move || {
@@ -162,6 +167,7 @@ impl Election {
                     return Some(store.map(|store| Won { store, lease }));
                 }
                 Ok(Attempt::Lost(leader)) => {
+                    retry.reset();
                     let leader = leader.map(|l| l.address);
                     self.role.send_if_modified(|role| {
                         let next = Role::Standby {
@@ -179,7 +185,7 @@ impl Election {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot campaign: etcd is unreachable");
-                    CAMPAIGN_RETRY
+                    retry.next_delay(random_sample())
                 }
             };
             tokio::select! {
@@ -195,36 +201,32 @@ impl Election {
     }
 
     async fn try_win(&self, ttl_secs: i64, value: &[u8]) -> Result<Attempt, EtcdError> {
-        let client = self.client.clone();
-        let key = self.leader_key.clone();
-        let value = value.to_vec();
-        let endpoint = self.client.endpoint().to_string();
-        tokio::task::spawn_blocking(move || -> Result<Attempt, EtcdError> {
-            if let Some(leader) = client.leader(&key)? {
-                return Ok(Attempt::Lost(Some(leader)));
-            }
-            let sent = Instant::now();
-            let lease_id = client.grant(ttl_secs)?;
-            let result = client.create(key.as_bytes(), &value, lease_id)?;
-            if result.succeeded {
-                return Ok(Attempt::Won {
-                    lease_id,
-                    ttl: Duration::from_secs(ttl_secs.max(1) as u64),
-                    revision: result.revision,
-                    sent,
-                });
-            }
-            // Someone else won in between; our lease holds nothing.
-            let _ = client.revoke(lease_id);
-            Ok(Attempt::Lost(client.leader(&key)?))
-        })
-        .await
-        .unwrap_or_else(|e| {
-            Err(EtcdError::Io {
-                endpoint,
-                source: std::io::Error::other(e),
-            })
-        })
+        let client = &self.client;
+        let key = &self.leader_key;
+        if let Some(leader) = self.leader().await? {
+            return Ok(Attempt::Lost(Some(leader)));
+        }
+        let sent = Instant::now();
+        let lease_id = client.grant(ttl_secs).await?;
+        let result = client.create(key.as_bytes(), value, lease_id).await?;
+        if result.succeeded {
+            return Ok(Attempt::Won {
+                lease_id,
+                ttl: Duration::from_secs(ttl_secs.max(1) as u64),
+                revision: result.revision,
+                sent,
+            });
+        }
+        // Someone else won in between; our lease holds nothing.
+        let _ = client.revoke(lease_id).await;
+        Ok(Attempt::Lost(self.leader().await?))
+    }
+
+    /// The leader recorded in the key (an unreadable record counts as
+    /// none: it is replaced when its lease runs out).
+    async fn leader(&self) -> Result<Option<LeaderInfo>, EtcdError> {
+        let kv = self.client.get(self.leader_key.as_bytes()).await?;
+        Ok(kv.and_then(|kv| serde_json::from_slice(&kv.value).ok()))
     }
 }
 
@@ -265,15 +267,14 @@ async fn renew(
             return;
         }
         let sent = now;
-        let c = client.clone();
-        let k = key.clone();
-        let renewal = tokio::task::spawn_blocking(move || {
-            let remaining = c.keep_alive(lease_id)?;
-            let ours = c
-                .get(k.as_bytes())?
+        let renewal = async {
+            let remaining = client.keep_alive(lease_id).await?;
+            let ours = client
+                .get(key.as_bytes())
+                .await?
                 .is_some_and(|kv| kv.create_revision == revision);
             Ok::<_, EtcdError>((remaining, ours))
-        });
+        };
         // An etcd that does not answer must not keep us leading past the
         // lease: stop at its deadline even while the request hangs.
         let answer = tokio::select! {
@@ -284,25 +285,24 @@ async fn renew(
             }
         };
         match answer {
-            Ok(Ok((remaining, true))) if remaining > 0 => {
+            Ok((remaining, true)) if remaining > 0 => {
                 lease.extend(sent + Duration::from_secs(remaining as u64).min(ttl));
             }
-            Ok(Ok((remaining, _))) if remaining <= 0 => {
+            Ok((remaining, _)) if remaining <= 0 => {
                 lease.lose("etcd says the lease is gone", &role, &shutdown);
                 return;
             }
-            Ok(Ok(_)) => {
+            Ok(_) => {
                 lease.lose("the leader key is no longer ours", &role, &shutdown);
                 return;
             }
             // Retried on the next period while the lease still holds.
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot renew the leader lease"),
-            Err(e) => tracing::warn!(error = %e, "lease renewal task failed"),
+            Err(e) => tracing::warn!(error = %e, "cannot renew the leader lease"),
         }
     }
     if !lease.is_lost() {
         // A clean shutdown hands leadership over without waiting for the TTL.
-        let _ = tokio::task::spawn_blocking(move || client.revoke(lease_id)).await;
+        let _ = client.revoke(lease_id).await;
         tracing::info!("leadership released");
     }
 }

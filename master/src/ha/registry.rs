@@ -13,7 +13,8 @@
 
 use std::collections::VecDeque;
 
-use agora_proto::etcd::{Client, TxnOp};
+use agora_etcd::blocking::Client;
+use agora_etcd::TxnOp;
 use agora_proto::{AgentId, FrameworkId};
 
 use crate::registry::{Registry, RegistryOp, RegistryState};

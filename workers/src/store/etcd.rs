@@ -13,7 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use agora_proto::etcd::{Client, TxnOp};
+use agora_etcd::blocking::Client;
+use agora_etcd::TxnOp;
 use serde::{Deserialize, Serialize};
 
 use super::{StoreError, StoreOp, StoreState, WorkerRecord, WorkerStore};
@@ -73,7 +74,7 @@ impl EtcdStore {
 
 impl WorkerStore for EtcdStore {
     fn load(&mut self) -> Result<StoreState, StoreError> {
-        let etcd = |e: agora_proto::etcd::EtcdError| StoreError::Etcd(e.to_string());
+        let etcd = |e: agora_etcd::EtcdError| StoreError::Etcd(e.to_string());
         let kvs = self.client.get_prefix(self.root.as_bytes()).map_err(etcd)?;
         let mut state = StoreState::default();
         for kv in kvs {

@@ -1,29 +1,34 @@
-//! An etcd server of a test's own, on 127.0.0.1 ephemeral ports with
-//! its own data dir (Debian's `etcd-server`). Without the binary a test
-//! is skipped with a message, except under `CI=true`, where it fails.
+//! An etcd server of a test's own (feature `testing`), on 127.0.0.1
+//! ephemeral ports with its own data dir (Debian's `etcd-server`).
+//! Without the binary, [`TestEtcd::start`] returns `None` with a printed
+//! reason, so the test is skipped, except under `CI=true`, where it
+//! panics: CI must not pass without running what needs etcd.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use agora_proto::etcd::Client;
 use nix::sys::signal::Signal;
 
-use super::wait_until;
+/// How long a started etcd has to answer.
+const START_WAIT: Duration = Duration::from_secs(20);
 
-/// An etcd server of our own.
-pub struct Etcd {
+/// An etcd server of our own; killed when dropped.
+#[derive(Debug)]
+pub struct TestEtcd {
     child: Child,
     /// `HOST:PORT` of its client port.
     pub endpoint: String,
+    log: PathBuf,
 }
 
-// === impl Etcd ===
+// === impl TestEtcd ===
 
-impl Etcd {
-    /// Starts etcd, or `None` (skip) when it is not installed outside CI.
-    pub fn start(dir: &Path) -> Option<Etcd> {
+impl TestEtcd {
+    /// Starts etcd with its data and log in `dir`, or `None` (skip) when
+    /// it is not installed outside CI.
+    pub fn start(dir: &Path) -> Option<TestEtcd> {
         let Some(program) = etcd_binary() else {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
@@ -34,7 +39,8 @@ impl Etcd {
         };
         let (client, peer) = (free_port(), free_port());
         let data = dir.join("etcd-data");
-        let log = std::fs::File::create(dir.join("etcd.log")).expect("etcd log");
+        let log = dir.join("etcd.log");
+        let file = std::fs::File::create(&log).expect("etcd log");
         let url = |port: u16| format!("http://127.0.0.1:{port}");
         let child = Command::new(program)
             .args(["--name", "test", "--data-dir"])
@@ -45,36 +51,50 @@ impl Etcd {
             .args(["--initial-advertise-peer-urls", &url(peer)])
             .args(["--initial-cluster", &format!("test={}", url(peer))])
             .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file)
             .spawn()
             .expect("start etcd");
-        let etcd = Etcd {
+        let etcd = TestEtcd {
             child,
             endpoint: format!("127.0.0.1:{client}"),
+            log,
         };
         let client = etcd.client();
-        wait_until(
-            Duration::from_secs(20),
-            "etcd to answer",
-            || std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default(),
-            || client.get(b"/probe").ok(),
-        );
+        let deadline = Instant::now() + START_WAIT;
+        while client.get(b"/probe").is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not answer within {START_WAIT:?}:\n{}",
+                etcd.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         Some(etcd)
     }
 
-    /// A client for it.
-    pub fn client(&self) -> Client {
-        Client::new(&self.endpoint).expect("etcd endpoint")
+    /// A blocking client for it.
+    pub fn client(&self) -> crate::blocking::Client {
+        crate::blocking::Client::new(&self.endpoint).expect("etcd endpoint")
     }
 
-    /// Sends it a signal (SIGSTOP freezes it).
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends it a signal (SIGSTOP freezes it, SIGCONT thaws it).
     pub fn signal(&self, signal: Signal) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal);
     }
+
+    /// What it logged.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
 }
 
-impl Drop for Etcd {
+impl Drop for TestEtcd {
     fn drop(&mut self) {
         self.signal(Signal::SIGCONT);
         let _ = self.child.kill();
