@@ -491,7 +491,9 @@ fn agent_loss_gives_k_terminations_and_k_replacements() {
             match rt.block_on(async {
                 tokio::time::timeout(Duration::from_millis(200), events.recv()).await
             }) {
-                Ok(Some(ManagerEvent::WorkerStarted(h))) => started.push(h),
+                // Placed is not enough: an agent killed before the launch
+                // reaches it fails the launch rather than loses a worker.
+                Ok(Some(ManagerEvent::WorkerRunning(h))) => started.push(h),
                 Ok(Some(ManagerEvent::WorkerTerminated { id, cause, .. })) => {
                     lost.push((id, cause))
                 }
@@ -735,6 +737,14 @@ fn runtime_failover_recovers_launched_workers_and_leaks_nothing() {
             }])
             .unwrap();
     }
+    // /state trails the master by up to one snapshot interval.
+    wait_until(
+        Duration::from_secs(5),
+        "the 7 workers in /state",
+        || format!("{} live", live_tasks(&cluster)),
+        || (live_tasks(&cluster) == 7).then_some(()),
+    );
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(live_tasks(&cluster), 7, "workers outlive the runtime");
     let log_b = Arc::new(Log::default());
     let second = WorkerDriver::initialize(
