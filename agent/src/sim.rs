@@ -117,3 +117,19 @@ impl SimAgent {
             .collect()
     }
 }
+
+/// The bytes `records` take in the status update log (as the checkpoint
+/// writer appends them).
+pub fn wal_encode(records: &[WalRecord]) -> Vec<u8> {
+    crate::wal::encode(records)
+        .unwrap_or_else(|e| panic!("a log record that cannot be encoded: {e}"))
+}
+
+/// The streams a restarted agent reads back from its log's bytes (as the
+/// disk kept them: a torn or damaged tail is possible).
+pub fn wal_decode(bytes: &[u8]) -> Vec<StreamState> {
+    crate::wal::decode(bytes, "simulated log")
+        .states()
+        .cloned()
+        .collect()
+}

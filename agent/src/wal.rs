@@ -417,22 +417,28 @@ impl Wal {
     }
 }
 
-/// Reads a log into live streams. A missing file is empty; a torn last
-/// line (no newline, or not parseable) is ignored; other unreadable lines
-/// are logged and skipped.
+/// Reads a log into live streams (see [`decode`]). A missing file is
+/// empty.
 fn read(path: &Path) -> io::Result<Streams> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e),
     };
+    Ok(decode(&bytes, &path.display().to_string()))
+}
+
+/// The live streams a log's bytes describe (`origin` names the log in
+/// warnings). A torn last line (no newline, or not parseable) is ignored;
+/// other unreadable lines are logged and skipped.
+pub(crate) fn decode(bytes: &[u8], origin: &str) -> Streams {
     let mut streams = Streams::default();
     let complete = match bytes.iter().rposition(|b| *b == b'\n') {
         Some(i) => &bytes[..=i],
         None => &bytes[..0],
     };
     if complete.len() < bytes.len() {
-        tracing::warn!(wal = %path.display(), bytes = bytes.len() - complete.len(), "ignoring a torn last record");
+        tracing::warn!(wal = %origin, bytes = bytes.len() - complete.len(), "ignoring a torn last record");
     }
     for line in complete.split(|b| *b == b'\n') {
         if line.is_empty() {
@@ -441,7 +447,7 @@ fn read(path: &Path) -> io::Result<Streams> {
         let json = match split_checksum(line) {
             Ok(json) => json,
             Err(e) => {
-                tracing::warn!(wal = %path.display(), error = %e, "skipping a damaged status update record");
+                tracing::warn!(wal = %origin, error = %e, "skipping a damaged status update record");
                 continue;
             }
         };
@@ -450,11 +456,20 @@ fn read(path: &Path) -> io::Result<Streams> {
                 streams.apply(record);
             }
             Err(e) => {
-                tracing::warn!(wal = %path.display(), error = %e, "skipping an unreadable status update record")
+                tracing::warn!(wal = %origin, error = %e, "skipping an unreadable status update record")
             }
         }
     }
-    Ok(streams)
+    streams
+}
+
+/// The bytes `records` take in a log, one line each.
+pub(crate) fn encode(records: &[WalRecord]) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(records.len() * 512);
+    for record in records {
+        encode_record(&mut buf, record)?;
+    }
+    Ok(buf)
 }
 
 /// Appends one record line: its JSON, a tab, its CRC-32, a newline.
