@@ -19,7 +19,9 @@
 //! [`FileRegistry`] is the embedded default, in the master's `--work-dir`:
 //! a JSON snapshot replaced atomically (write, fsync, rename, fsync the
 //! directory) plus an append-only log of ops, one JSON line each, fsynced
-//! per batch and folded into a new snapshot when it grows long.
+//! per batch and folded into a new snapshot when it grows long. The etcd
+//! registry of high-availability mode (`ha::EtcdRegistry`) stores the same
+//! state one key per record; [`etcd_transactions`] plans its writes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
@@ -28,6 +30,14 @@ use std::path::{Path, PathBuf};
 
 use agora_proto::{AgentId, AgentInfo, FrameworkId, FrameworkInfo};
 use serde::{Deserialize, Serialize};
+
+// Used by the etcd registry and the simulation; plain code, so both plan
+// the same writes whatever the features.
+#[cfg_attr(not(any(feature = "etcd", feature = "sim")), allow(dead_code))]
+mod etcd_plan;
+
+#[cfg_attr(not(feature = "sim"), allow(unused_imports))]
+pub use etcd_plan::{etcd_transactions, KeyWrite, OPS_PER_TXN};
 
 /// Log lines after which the log is folded into a new snapshot.
 const COMPACT_AFTER_OPS: usize = 4096;
@@ -55,6 +65,9 @@ pub enum RegistryError {
         /// What is wrong.
         message: String,
     },
+    /// A record could not be encoded for storage.
+    #[error("cannot encode a registry record: {0}")]
+    Encode(String),
     /// The registry in etcd could not be read or written.
     #[cfg(feature = "etcd")]
     #[error("etcd registry: {0}")]

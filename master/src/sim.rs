@@ -1,8 +1,9 @@
 //! The master's state machine as the whole-cluster simulation
 //! (`agora-sim`) drives it: feature `sim`. Nothing here runs in a master
 //! process; it exposes the sans-IO [`Master`](crate::master) with the real
-//! DRF allocator, and read-only views of its books for the simulation's
-//! invariants.
+//! DRF allocator, read-only views of its books for the simulation's
+//! invariants, and the writes the etcd registry plans for a batch of
+//! registry ops ([`etcd_transactions`]).
 
 use agora_proto::{AgentId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskState};
 use tokio::time::Instant;
@@ -11,8 +12,11 @@ pub use crate::allocator::AgentAccounts;
 use crate::allocator::{AllocatorOptions, DrfAllocator};
 use crate::master::Master;
 pub use crate::master::{ConnId, Input, Output};
-pub use crate::registry::{AgentRecord, FrameworkRecord, RegistryOp, RegistryState};
-pub use crate::Config;
+pub use crate::registry::{
+    etcd_transactions, AgentRecord, FrameworkRecord, KeyWrite, RegistryOp, RegistryState,
+    OPS_PER_TXN,
+};
+pub use crate::{Config, RegistryError};
 
 /// A master for the simulation.
 pub struct SimMaster {

@@ -6,22 +6,18 @@
 //! - `removed_agents/ID`, `removed_frameworks/ID`: empty, oldest first by
 //!   creation revision, at most `max_removed_agents` of each.
 //!
-//! Each write is a transaction fenced on the leader key's create
+//! The writes are planned by [`etcd_transactions`] (pure code, shared with
+//! the simulation). Each write is a transaction fenced on the leader key's create
 //! revision, so only the master that created the current leader key can
 //! write; a batch over etcd's transaction size is split into several,
 //! written in order before anything that depends on them is delivered.
-
-use std::collections::VecDeque;
 
 use agora_etcd::blocking::Client;
 use agora_etcd::TxnOp;
 use agora_proto::{AgentId, FrameworkId};
 
-use crate::registry::{Registry, RegistryOp, RegistryState};
+use crate::registry::{etcd_transactions, KeyWrite, Registry, RegistryOp, RegistryState};
 use crate::RegistryError;
-
-/// Writes per transaction (etcd's default `--max-txn-ops` is 128).
-const OPS_PER_TXN: usize = 100;
 
 /// The registry kept in etcd by the current leader.
 #[derive(Debug)]
@@ -97,71 +93,17 @@ impl EtcdRegistry {
         })
     }
 
-    /// The etcd writes for `op`, given the state before it (whose bounded
-    /// removed lists tell which oldest id falls out).
-    fn writes(&self, state: &RegistryState, op: &RegistryOp) -> Result<Vec<TxnOp>, RegistryError> {
-        let key = |kind: &str, id: &str| format!("{}{kind}/{id}", self.root).into_bytes();
-        let encode = |v: Result<Vec<u8>, serde_json::Error>| {
-            v.map_err(|e| RegistryError::Etcd(format!("cannot encode a record: {e}")))
-        };
-        let evicted =
-            |list_len: usize| self.removed_capacity > 0 && list_len >= self.removed_capacity;
-        Ok(match op {
-            RegistryOp::PutAgent(record) => vec![TxnOp::Put {
-                key: key("agents", record.id.as_str()),
-                value: encode(serde_json::to_vec(record))?,
+    /// `write` as an etcd operation on its key under the root.
+    fn txn_op(&self, write: KeyWrite) -> TxnOp {
+        let key = format!("{}{}", self.root, write.key).into_bytes();
+        match write.value {
+            Some(value) => TxnOp::Put {
+                key,
+                value,
                 lease: 0,
-            }],
-            RegistryOp::PutFramework(record) => vec![TxnOp::Put {
-                key: key("frameworks", record.id.as_str()),
-                value: encode(serde_json::to_vec(record))?,
-                lease: 0,
-            }],
-            RegistryOp::RemoveAgent { id } => {
-                let mut w = vec![TxnOp::Delete {
-                    key: key("agents", id.as_str()),
-                }];
-                w.extend(removed_writes(&state.removed_agents, evicted, |old| {
-                    key("removed_agents", old.as_str())
-                }));
-                if self.removed_capacity > 0 {
-                    w.push(TxnOp::Put {
-                        key: key("removed_agents", id.as_str()),
-                        value: Vec::new(),
-                        lease: 0,
-                    });
-                }
-                w
-            }
-            RegistryOp::RemoveFramework { id } => {
-                let mut w = vec![TxnOp::Delete {
-                    key: key("frameworks", id.as_str()),
-                }];
-                w.extend(removed_writes(&state.removed_frameworks, evicted, |old| {
-                    key("removed_frameworks", old.as_str())
-                }));
-                if self.removed_capacity > 0 {
-                    w.push(TxnOp::Put {
-                        key: key("removed_frameworks", id.as_str()),
-                        value: Vec::new(),
-                        lease: 0,
-                    });
-                }
-                w
-            }
-        })
-    }
-}
-
-/// The delete of the oldest removed id when the list is full.
-fn removed_writes<T>(
-    list: &VecDeque<T>,
-    full: impl Fn(usize) -> bool,
-    key: impl Fn(&T) -> Vec<u8>,
-) -> Option<TxnOp> {
-    match list.front() {
-        Some(oldest) if full(list.len()) => Some(TxnOp::Delete { key: key(oldest) }),
-        _ => None,
+            },
+            None => TxnOp::Delete { key },
+        }
     }
 }
 
@@ -174,16 +116,16 @@ impl Registry for EtcdRegistry {
         if ops.is_empty() {
             return Ok(());
         }
+        let txns = etcd_transactions(&self.state, ops, self.removed_capacity)?;
         let mut next = self.state.clone();
-        let mut writes = Vec::new();
         for op in ops {
-            writes.extend(self.writes(&next, op)?);
             next.apply(op, self.removed_capacity);
         }
-        for chunk in writes.chunks(OPS_PER_TXN) {
+        for txn in txns {
+            let txn: Vec<TxnOp> = txn.into_iter().map(|w| self.txn_op(w)).collect();
             let result = self
                 .client
-                .txn_if_created_at(self.leader_key.as_bytes(), self.leader_revision, chunk)
+                .txn_if_created_at(self.leader_key.as_bytes(), self.leader_revision, &txn)
                 .map_err(|e| RegistryError::Etcd(e.to_string()))?;
             if !result.succeeded {
                 return Err(RegistryError::NotLeader(
