@@ -464,6 +464,7 @@ pub(crate) fn decode(bytes: &[u8], origin: &str) -> Streams {
 }
 
 /// The bytes `records` take in a log, one line each.
+#[cfg(any(test, feature = "sim"))]
 pub(crate) fn encode(records: &[WalRecord]) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(records.len() * 512);
     for record in records {

@@ -26,6 +26,15 @@ impl SimExecutor {
         }
     }
 
+    /// A driver configured from the environment an agent gave its
+    /// executor (`vars`), as [`ExecutorConfig::from_env`] reads it.
+    pub fn from_env(vars: &[(String, String)], now: Instant) -> Result<Self, crate::ExecutorError> {
+        let config = ExecutorConfig::from_lookup(|name| {
+            vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        })?;
+        Ok(SimExecutor::new(config, now))
+    }
+
     /// Before each connection attempt: gives up once the agent has been
     /// gone for longer than the recovery timeout.
     pub fn before_connect(&mut self, now: Instant) -> Vec<Action> {

@@ -183,6 +183,9 @@ impl Master {
             self.persist(agent.record());
         }
         agent.recovering = false;
+        // What runs there is what the agent reports: executors that ended
+        // while it was away (their exits lost with it) are gone.
+        agent.executors.clear();
         agent.total = agent.info.resources.clone();
         agent.conn = Some(conn);
         agent.missed_pings = 0;
@@ -216,6 +219,11 @@ impl Master {
                 continue;
             };
             let key = (fid.clone(), report.task.task_id.clone());
+            let live_executor = report
+                .task
+                .executor
+                .clone()
+                .filter(|_| !report.state.is_terminal());
             match fw.tasks.get_mut(&report.task.task_id) {
                 Some(task) if task.agent_id == aid => {
                     if !task.state.is_terminal() {
@@ -236,14 +244,14 @@ impl Master {
                     let mut task = Task::new(fid.clone(), report.task, report.state);
                     task.agent_id = aid.clone();
                     task.latest_status = report.latest_status;
-                    if let Some(exec) = &task.info.executor {
-                        agent
-                            .executors
-                            .entry((fid.clone(), exec.executor_id.clone()))
-                            .or_insert_with(|| exec.clone());
-                    }
                     fw.tasks.insert(task.info.task_id.clone(), task);
                 }
+            }
+            if let Some(exec) = live_executor {
+                agent
+                    .executors
+                    .entry((fid.clone(), exec.executor_id.clone()))
+                    .or_insert(exec);
             }
             reported.insert(key.clone());
             agent.tasks.insert(key);
@@ -277,6 +285,7 @@ impl Master {
         // arrived), so it is sent again; any other is lost.
         let mut lost = Vec::new();
         let mut resend = Vec::new();
+        let mut resend_executors = Vec::new();
         if known {
             for key in agent.tasks.iter() {
                 if reported.contains(key) {
@@ -287,12 +296,19 @@ impl Master {
                 };
                 if let Some(task) = fw.tasks.get(&key.1) {
                     if task.state == TaskState::Staging && task.latest_status.is_none() {
+                        if let Some(exec) = &task.info.executor {
+                            resend_executors
+                                .push(((key.0.clone(), exec.executor_id.clone()), exec.clone()));
+                        }
                         resend.push((fw.info.clone(), task.info.clone()));
                     } else if !task.state.is_terminal() {
                         lost.push(key.clone());
                     }
                 }
             }
+        }
+        for (key, exec) in resend_executors {
+            agent.executors.entry(key).or_insert(exec);
         }
         for (fid, tid) in &lost {
             if let Some(task) = self

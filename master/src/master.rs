@@ -367,7 +367,7 @@ impl Master {
             Call::Decline { offer_ids, filters } => self.decline(now, &fid, &offer_ids, filters),
             Call::Revive { roles } => self.revive(now, &fid, &roles),
             Call::Suppress { roles } => self.suppress(&fid, &roles),
-            Call::Kill { task_id, agent_id } => self.kill(&fid, task_id, agent_id),
+            Call::Kill { task_id, agent_id } => self.kill(now, &fid, task_id, agent_id),
             Call::Acknowledge {
                 agent_id,
                 task_id,

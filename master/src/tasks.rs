@@ -314,7 +314,13 @@ impl Master {
         }
     }
 
-    pub(crate) fn kill(&mut self, fid: &FrameworkId, task_id: TaskId, agent_id: Option<AgentId>) {
+    pub(crate) fn kill(
+        &mut self,
+        now: Instant,
+        fid: &FrameworkId,
+        task_id: TaskId,
+        agent_id: Option<AgentId>,
+    ) {
         let task_agent = self
             .frameworks
             .get(fid)
@@ -333,6 +339,9 @@ impl Master {
                     tracing::info!(task_id = %task_id, agent_id = %aid, "kill for a task on a disconnected agent; it is sent no further");
                 }
             }
+            None if self.may_still_appear(now, agent_id.as_ref()) => {
+                tracing::debug!(framework_id = %fid, %task_id, "kill of a task on an agent that may still re-register; not answered yet");
+            }
             None => {
                 let status = master_status(
                     task_id,
@@ -346,6 +355,30 @@ impl Master {
         }
     }
 
+    /// Whether a task the master does not know may still be running on an
+    /// agent of an earlier master that has not re-registered yet, while
+    /// agents may re-register ([`Master::agents_may_reregister`]): a task
+    /// named with an agent the master has not heard from since it started,
+    /// or, with a registry (which lists the agents still to come back), a
+    /// task named without an agent. Such a task is neither `TASK_LOST` nor
+    /// anything else yet: answering `TASK_LOST` and then forwarding the
+    /// task's own terminal update when its agent comes back would give the
+    /// framework two terminal states for one task. Without a registry a
+    /// task named without an agent is answered `TASK_LOST` as in Mesos:
+    /// the master cannot tell a restart from the cluster's first start.
+    fn may_still_appear(&self, now: Instant, agent_id: Option<&AgentId>) -> bool {
+        if !self.agents_may_reregister(now) {
+            return false;
+        }
+        match agent_id {
+            None => self.persistent,
+            Some(aid) => match self.agents.get(aid) {
+                Some(agent) => agent.recovering,
+                None => !self.removed_agents.contains(aid),
+            },
+        }
+    }
+
     /// Answers `RECONCILE`: the latest known state of each named task (of
     /// every task when none is named). A task the master does not know is
     /// `TASK_LOST` — except one said to be on an agent the master has not
@@ -353,7 +386,6 @@ impl Master {
     /// ([`Master::agents_may_reregister`]): that one gets no answer yet,
     /// as in Mesos, and the framework asks again later.
     pub(crate) fn reconcile(&mut self, now: Instant, fid: &FrameworkId, tasks: Vec<ReconcileTask>) {
-        let transitional = self.agents_may_reregister(now);
         let Some(fw) = self.frameworks.get(fid) else {
             return;
         };
@@ -383,13 +415,7 @@ impl Master {
                             Some(done.agent_id.clone()),
                         ));
                     }
-                    let unheard_agent = t.agent_id.as_ref().is_some_and(|aid| {
-                        match self.agents.get(aid) {
-                            Some(agent) => agent.recovering,
-                            None => !self.removed_agents.contains(aid),
-                        }
-                    });
-                    if transitional && unheard_agent {
+                    if self.may_still_appear(now, t.agent_id.as_ref()) {
                         tracing::debug!(framework_id = %fid, task_id = %t.task_id, "reconciliation of a task on an agent that may still re-register; not answered yet");
                         return None;
                     }

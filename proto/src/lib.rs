@@ -46,6 +46,72 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// This build's version string.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+pub mod simulated {
+    //! The two sources of nondeterminism the wire types use, the wall
+    //! clock (timestamps) and random uuids (reliable updates), as a thread
+    //! that runs a simulation sees them: the simulation's virtual wall
+    //! clock and uuids drawn from its seed, so a simulated run replays step
+    //! for step. Threads that never call [`enter`] (every thread of a
+    //! master, agent or driver process) get the real clock and random
+    //! uuids.
+
+    use std::cell::Cell;
+
+    thread_local! {
+        static STATE: Cell<Option<(f64, u64, u64)>> = const { Cell::new(None) };
+    }
+
+    /// Makes this thread simulated: the wall clock reads `wall` and uuids
+    /// come from `seed`.
+    pub fn enter(wall: f64, seed: u64) {
+        STATE.with(|s| s.set(Some((wall, seed, 0))));
+    }
+
+    /// Moves this simulated thread's wall clock to `wall`.
+    pub fn set_wall(wall: f64) {
+        STATE.with(|s| {
+            if let Some((_, seed, n)) = s.get() {
+                s.set(Some((wall, seed, n)));
+            }
+        });
+    }
+
+    /// Makes this thread real again.
+    pub fn leave() {
+        STATE.with(|s| s.set(None));
+    }
+
+    /// The simulated wall clock, on a simulated thread.
+    pub(crate) fn wall() -> Option<f64> {
+        STATE.with(|s| s.get().map(|(wall, _, _)| wall))
+    }
+
+    /// A version-4 uuid: random, or the next of the seed's on a simulated
+    /// thread.
+    pub fn uuid() -> String {
+        match STATE.with(|s| s.get()) {
+            None => uuid::Uuid::new_v4().to_string(),
+            Some((wall, seed, n)) => {
+                STATE.with(|s| s.set(Some((wall, seed, n + 1))));
+                let bits = (u128::from(mix(seed ^ n.rotate_left(32))) << 64)
+                    | u128::from(mix(seed
+                        .wrapping_add(n)
+                        .wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+                uuid::Builder::from_random_bytes(bits.to_be_bytes())
+                    .into_uuid()
+                    .to_string()
+            }
+        }
+    }
+
+    /// SplitMix64's finaliser.
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
 pub mod hash {
     //! Hash maps whose iteration order depends only on their keys and one
     //! process-wide seed: a random seed in every process (as with std's

@@ -331,6 +331,9 @@ fn default_true() -> bool {
 
 /// Seconds since the Unix epoch, now.
 pub fn now_timestamp() -> f64 {
+    if let Some(wall) = crate::simulated::wall() {
+        return wall;
+    }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -513,7 +516,7 @@ impl TaskStatus {
 
     /// Sets a fresh random uuid, making this a reliable update.
     pub fn with_new_uuid(mut self) -> Self {
-        self.uuid = Some(uuid::Uuid::new_v4().to_string());
+        self.uuid = Some(crate::simulated::uuid());
         self
     }
 

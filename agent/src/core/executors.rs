@@ -316,11 +316,39 @@ impl Core {
         for status in updates {
             self.executor_update(&key, status);
         }
-        let queued = self
+        let mut queued = self
             .executors
             .get_mut(&key)
             .map(|ex| std::mem::take(&mut ex.queued))
             .unwrap_or_default();
+        if resubscribed {
+            // A launch sent on an earlier connection that broke before the
+            // executor read it: the executor lists every task it received
+            // without an acknowledged update, and the agent has no update
+            // for this one, so the executor never had it. Sent again (or,
+            // if a kill came meanwhile, ended here).
+            let lost: Vec<TaskId> = self
+                .tasks
+                .iter()
+                .filter(|((f, tid), t)| {
+                    *f == fid
+                        && t.executor_id == eid
+                        && t.state == TaskState::Staging
+                        && !t.terminal_reported
+                        && !known.contains(tid)
+                        && !queued.contains(tid)
+                })
+                .map(|((_, tid), _)| tid.clone())
+                .collect();
+            for task_id in lost {
+                tracing::info!(framework_id = %fid, executor_id = %eid, %task_id, "launch lost with the executor's earlier connection; sending it again");
+                if self.tasks[&(fid.clone(), task_id.clone())].kill_requested {
+                    self.kill_undelivered(&key, &task_id);
+                } else {
+                    queued.push(task_id);
+                }
+            }
+        }
         for task_id in queued.into_iter().filter(|t| !known.contains(t)) {
             if let Some(task) = self.tasks.get(&(fid.clone(), task_id)) {
                 let event = exec_api::Event::Launch {

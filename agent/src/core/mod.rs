@@ -123,6 +123,14 @@ pub enum Timer {
     /// An exited executor's connection did not close in time (another
     /// process holds it): end the executor without it.
     ExitDrained { key: ExecKey, run_id: String },
+    /// A custom executor asked to kill a task has had the task's kill
+    /// grace period and the shutdown grace period: unless the task ended,
+    /// the executor is shut down.
+    KillOverrun {
+        key: ExecKey,
+        run_id: String,
+        task_id: TaskId,
+    },
 }
 
 /// What a checkpoint's completion means to the core.
@@ -581,6 +589,30 @@ impl Core {
                         run_id,
                         grace: OVERRUN_KILL_DELAY,
                     });
+                }
+            }
+            Timer::KillOverrun {
+                key,
+                run_id,
+                task_id,
+            } => {
+                let ended = self
+                    .tasks
+                    .get(&(key.0.clone(), task_id.clone()))
+                    .is_none_or(|t| t.state.is_terminal() || t.terminal_reported);
+                let same_run = self.executors.get(&key).is_some_and(|e| e.run_id == run_id);
+                if !ended && same_run {
+                    tracing::warn!(framework_id = %key.0, executor_id = %key.1, %task_id, "executor did not kill the task in time; shutting the executor down");
+                    self.kill_executor(
+                        &key,
+                        Some(Termination {
+                            state: TaskState::Killed,
+                            reason: Reason::ReasonTaskKilled,
+                            message: format!(
+                                "the executor did not kill task {task_id} in time; the executor was shut down"
+                            ),
+                        }),
+                    );
                 }
             }
             Timer::RegistrationTimeout { key, run_id } => {

@@ -277,33 +277,36 @@ impl Core {
         }
         task.kill_requested = true;
         let ekey = (fid.clone(), task.executor_id.clone());
-        let reported_eid = task.reported_executor_id();
         let grace = task.info.kill_grace_period;
         let Some(ex) = self.executors.get_mut(&ekey) else {
             return;
         };
         if let Some(pos) = ex.queued.iter().position(|t| *t == task_id) {
             ex.queued.remove(pos);
-            let is_command = ex.is_command;
-            let status = self.agent_status(
-                &task_id,
-                Some(reported_eid),
-                TaskState::Killed,
-                Reason::ReasonTaskKilled,
-                "task killed before it was delivered to its executor".into(),
-            );
-            self.enqueue_update(fid, status, None);
-            if let Some(task) = self.tasks.get_mut(&(ekey.0.clone(), task_id)) {
-                task.terminal_reported = true;
-            }
-            if is_command {
-                self.command_executor_maybe_idle(&ekey);
-            } else if self.live_tasks(&ekey) == 0 {
-                self.kill_executor(&ekey, None);
-            }
+            self.kill_undelivered(&ekey, &task_id);
             return;
         }
-        if ex.subscribed && ex.conn.is_some() {
+        if !ex.is_command {
+            // An executor that does not kill its task in time is shut
+            // down (with every task it runs). The command executor is the
+            // agent's own and escalates to SIGKILL by itself.
+            let after = Duration::from_secs_f64(grace.unwrap_or(0.0).clamp(0.0, 3600.0))
+                + self.shared.config.executor_shutdown_grace_period;
+            let run_id = ex.run_id.clone();
+            self.set_timer(
+                after,
+                Timer::KillOverrun {
+                    key: ekey.clone(),
+                    run_id,
+                    task_id: task_id.clone(),
+                },
+            );
+        }
+        if self
+            .executors
+            .get(&ekey)
+            .is_some_and(|ex| ex.subscribed && ex.conn.is_some())
+        {
             self.send_exec(
                 &ekey,
                 exec_api::Event::Kill {
@@ -313,6 +316,29 @@ impl Core {
             );
         }
         // Otherwise the kill is sent when the executor re-subscribes.
+    }
+
+    /// Ends `task_id`, which its executor never received, `TASK_KILLED`.
+    pub(super) fn kill_undelivered(&mut self, ekey: &ExecKey, task_id: &TaskId) {
+        let Some(task) = self.tasks.get(&(ekey.0.clone(), task_id.clone())) else {
+            return;
+        };
+        let status = self.agent_status(
+            task_id,
+            Some(task.reported_executor_id()),
+            TaskState::Killed,
+            Reason::ReasonTaskKilled,
+            "task killed before it was delivered to its executor".into(),
+        );
+        self.enqueue_update(ekey.0.clone(), status, None);
+        if let Some(task) = self.tasks.get_mut(&(ekey.0.clone(), task_id.clone())) {
+            task.terminal_reported = true;
+        }
+        if self.executors.get(ekey).is_some_and(|ex| ex.is_command) {
+            self.command_executor_maybe_idle(ekey);
+        } else if self.live_tasks(ekey) == 0 {
+            self.kill_executor(ekey, None);
+        }
     }
 
     pub(super) fn acknowledge(&mut self, fid: FrameworkId, task_id: TaskId, uuid: String) {

@@ -1243,6 +1243,77 @@ fn reconciliation_waits_for_agents_that_may_still_reregister() {
 }
 
 #[test]
+fn kill_of_a_task_on_an_agent_still_to_reregister_waits_for_it() {
+    // Found by the simulation: a master restarted from its registry
+    // answered a KILL for a task of a not yet re-registered agent with
+    // TASK_LOST; the agent came back and the task's own TASK_FINISHED
+    // followed: two terminal states for one task.
+    use crate::registry::{AgentRecord, FrameworkRecord};
+    let mut state = RegistryState::default();
+    let aid = AgentId::new("back");
+    state.agents.insert(
+        aid.clone(),
+        AgentRecord {
+            id: aid.clone(),
+            info: agent_info(Some(&aid), "cpus:4;mem:4096"),
+        },
+    );
+    let fid = FrameworkId::new("fw");
+    let mut info = FrameworkInfo::new("fw");
+    info.id = Some(fid.clone());
+    info.failover_timeout = 60.0;
+    state.frameworks.insert(
+        fid.clone(),
+        FrameworkRecord {
+            id: fid.clone(),
+            info: info.clone(),
+            disconnected_at: None,
+        },
+    );
+    let config = Config {
+        agent_reregister_timeout: Duration::from_secs(30),
+        ..Config::default()
+    };
+    let mut h = H::with(config);
+    h.m.recover(&state, h.now, 10_000.0);
+    h.subscribe_info(S1, info, false);
+    let kill = |agent_id: Option<AgentId>| scheduler::Call::Kill {
+        task_id: TaskId::new("t1"),
+        agent_id,
+    };
+    for agent_id in [Some(aid.clone()), None] {
+        let out = h.sched(S1, kill(agent_id));
+        assert!(updates(&out, S1).is_empty(), "{out:?}");
+    }
+    let report = TaskReport {
+        framework_id: fid.clone(),
+        task: command_task("t1", &aid, "cpus:1;mem:128"),
+        state: TaskState::Running,
+        latest_status: None,
+    };
+    h.register_info(A1, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![report]);
+    let out = h.sched(S1, kill(None));
+    assert_eq!(
+        agent_events(&out, A1),
+        vec![agent::Event::KillTask {
+            framework_id: fid.clone(),
+            task_id: TaskId::new("t1")
+        }]
+    );
+    // A task nobody has: lost, once no agent can bring it back.
+    let ghost = scheduler::Call::Kill {
+        task_id: TaskId::new("ghost"),
+        agent_id: None,
+    };
+    let out = h.sched(S1, ghost);
+    let u = &updates(&out, S1)[0];
+    assert_eq!(
+        (u.state, u.reason),
+        (TaskState::Lost, Some(Reason::ReasonTaskUnknown))
+    );
+}
+
+#[test]
 fn update_for_a_framework_not_yet_resubscribed_after_restart_is_left_to_retry() {
     let mut h = H::new();
     let aid = h.register(A1, "cpus:4;mem:4096");

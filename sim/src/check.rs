@@ -1,0 +1,372 @@
+//! The invariants. The books are checked after every step of the master;
+//! each status update is checked as its scheduler gets it; what must hold
+//! in the end (every task ended, nothing acknowledged lost, every RUN_TASK
+//! answered, the probes finished) is checked once the cluster has had its
+//! time after the faults stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use agora_master::sim::SimMaster;
+use agora_proto::{FrameworkId, Reason, Resources, Source, TaskId, TaskState, TaskStatus};
+
+use crate::framework::FwNode;
+use crate::world::{Time, World};
+
+/// The names of the invariants.
+pub const BOOKS: &str = "per agent, allocated + offered + free = total";
+pub const OFFERS_DISJOINT: &str = "the same resources are never in two outstanding offers";
+pub const ONE_TERMINAL: &str = "every launched task reaches exactly one terminal state";
+pub const IN_ORDER: &str = "updates arrive in order per task";
+pub const NOTHING_LOST: &str = "no update acknowledged to an executor is lost";
+pub const NO_RETURN: &str = "no task comes back after a terminal state";
+pub const EXECUTOR_SAYS: &str = "a task's terminal state is the one its executor reported";
+pub const RUN_TASK_ANSWERED: &str = "every RUN_TASK gets an update";
+pub const PROGRESS: &str = "the cluster makes progress once faults stop";
+pub const BOUNDED: &str = "the allocator's interned names stay bounded";
+
+/// What a scheduler has heard of one of its tasks.
+#[derive(Debug, Default)]
+struct Heard {
+    launched_at: Option<Time>,
+    probe: bool,
+    uuids: BTreeSet<String>,
+    updates: Vec<(TaskState, Source, Option<Reason>, Time)>,
+    rank: u8,
+    terminal: Option<(TaskState, Source, Option<Reason>)>,
+}
+
+/// The checker's records.
+#[derive(Default)]
+pub(crate) struct Checker {
+    /// The master took a step since the books were last checked.
+    pub master_stepped: bool,
+    ids: BTreeMap<FrameworkId, usize>,
+    heard: BTreeMap<(usize, TaskId), Heard>,
+    /// Updates agents acknowledged to executors: uuid and state.
+    acked: BTreeMap<(FrameworkId, TaskId), Vec<(String, TaskState)>>,
+    run_tasks: BTreeMap<(FrameworkId, TaskId), Time>,
+    /// Tasks the master declared lost with their removed agent (whether or
+    /// not the framework was connected to hear it).
+    lost_with_agent: BTreeSet<(usize, TaskId)>,
+    /// Agents the master removed (from its registry writes).
+    removed_agents: BTreeSet<agora_proto::AgentId>,
+    refused: BTreeSet<usize>,
+    next_task: u64,
+}
+
+// === impl Checker ===
+
+impl Checker {
+    pub(crate) fn next_task_number(&mut self) -> u64 {
+        self.next_task += 1;
+        self.next_task
+    }
+
+    pub(crate) fn launched_count(&self) -> usize {
+        self.heard
+            .values()
+            .filter(|h| h.launched_at.is_some())
+            .count()
+    }
+
+    pub(crate) fn framework_id(&mut self, f: usize, id: FrameworkId) {
+        self.ids.insert(id, f);
+    }
+
+    pub(crate) fn launched(&mut self, f: usize, task: &TaskId, probe: bool, t: Time) {
+        let h = self.heard.entry((f, task.clone())).or_default();
+        h.launched_at = Some(t);
+        h.probe = probe;
+    }
+
+    /// The master removed agent `id` for good.
+    pub(crate) fn agent_removed(&mut self, id: &agora_proto::AgentId) {
+        self.removed_agents.insert(id.clone());
+    }
+
+    /// The master sent (or tried to send) `status` to framework `f`.
+    pub(crate) fn master_sent(&mut self, f: usize, status: &TaskStatus) {
+        if status.reason == Some(Reason::ReasonAgentRemoved) {
+            self.lost_with_agent.insert((f, status.task_id.clone()));
+        }
+    }
+
+    pub(crate) fn run_task_delivered(&mut self, fid: &FrameworkId, task: &TaskId, t: Time) {
+        self.run_tasks
+            .entry((fid.clone(), task.clone()))
+            .or_insert(t);
+    }
+
+    pub(crate) fn executor_acked(
+        &mut self,
+        _agent: usize,
+        fid: &FrameworkId,
+        task: &TaskId,
+        uuid: &str,
+        state: TaskState,
+    ) {
+        let list = self.acked.entry((fid.clone(), task.clone())).or_default();
+        if !list.iter().any(|(u, _)| u == uuid) {
+            list.push((uuid.to_string(), state));
+        }
+    }
+
+    pub(crate) fn agent_refused(&mut self, agent: usize) {
+        self.refused.insert(agent);
+    }
+
+    /// A status update reached scheduler `f`.
+    pub(crate) fn sched_update(
+        &mut self,
+        f: usize,
+        status: &TaskStatus,
+        t: Time,
+    ) -> Result<(), (&'static str, String)> {
+        let h = self.heard.entry((f, status.task_id.clone())).or_default();
+        if let Some(uuid) = &status.uuid {
+            if !h.uuids.insert(uuid.clone()) {
+                // Delivered at least once: a repeat.
+                return Ok(());
+            }
+        }
+        h.updates
+            .push((status.state, status.source, status.reason, t));
+        let what = || {
+            format!(
+                "task {} of framework {f}: {} ({:?}, {:?}) after {:?}",
+                status.task_id,
+                status.state.as_str(),
+                status.source,
+                status.reason,
+                h.updates
+                    .iter()
+                    .map(|(s, src, r, _)| format!("{}/{src:?}/{r:?}", s.as_str()))
+                    .collect::<Vec<_>>()
+            )
+        };
+        if let Some((terminal, _, _)) = h.terminal {
+            if status.state.is_terminal() {
+                if status.state != terminal {
+                    return Err((ONE_TERMINAL, what()));
+                }
+                return Ok(());
+            }
+            if status.state == TaskState::Unknown {
+                // Forgotten since (a reconciliation answer).
+                return Ok(());
+            }
+            return Err((NO_RETURN, what()));
+        }
+        if status.state.is_terminal() {
+            h.terminal = Some((status.state, status.source, status.reason));
+            h.rank = u8::MAX;
+            return Ok(());
+        }
+        let rank = rank(status.state);
+        if rank < h.rank && status.state != TaskState::Unknown {
+            return Err((IN_ORDER, what()));
+        }
+        h.rank = h.rank.max(rank);
+        Ok(())
+    }
+
+    /// What must hold once the cluster has had its time.
+    pub(crate) fn at_end(&self, fws: &[FwNode]) -> Result<(), (&'static str, String)> {
+        // Every task the frameworks launched ended, and the probes
+        // finished.
+        for ((f, task), h) in &self.heard {
+            if h.launched_at.is_none() {
+                continue;
+            }
+            let last = h.updates.last().map(|(s, _, _, _)| *s);
+            match h.terminal {
+                None if last == Some(TaskState::Unknown) && !h.probe => {}
+                None => {
+                    return Err((
+                        PROGRESS,
+                        format!(
+                            "task {task} of framework {f} has not ended: {:?}",
+                            h.updates
+                        ),
+                    ))
+                }
+                Some((state, _, _)) if h.probe && state != TaskState::Finished => {
+                    return Err((
+                        PROGRESS,
+                        format!(
+                            "probe task {task} of framework {f} ended {}: {:?}",
+                            state.as_str(),
+                            h.updates
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        // Updates acknowledged to executors reached their schedulers, and
+        // an executor's terminal state is the task's.
+        for ((fid, task), acked) in &self.acked {
+            let Some(f) = self.ids.get(fid) else {
+                continue;
+            };
+            let h = self.heard.get(&(*f, task.clone()));
+            let removed = h
+                .and_then(|h| h.terminal)
+                .is_some_and(|(_, source, reason)| {
+                    source == Source::SourceMaster && reason == Some(Reason::ReasonAgentRemoved)
+                })
+                || self.lost_with_agent.contains(&(*f, task.clone()))
+                || fws[*f]
+                    .tasks
+                    .get(task)
+                    .is_some_and(|t| self.removed_agents.contains(&t.agent));
+            if removed {
+                // Its agent was removed: its tasks are lost with it (the
+                // framework may have heard it only from reconciliation).
+                continue;
+            }
+            for (uuid, state) in acked {
+                if !h.is_some_and(|h| h.uuids.contains(uuid)) {
+                    return Err((
+                        NOTHING_LOST,
+                        format!(
+                            "{} ({}) of task {task} of framework {f} was acknowledged to its executor but never reached the scheduler, which heard {:?}",
+                            state.as_str(),
+                            &uuid[..8],
+                            h.map(|h| &h.updates)
+                        ),
+                    ));
+                }
+            }
+            if let Some((_, terminal)) = acked.iter().find(|(_, s)| s.is_terminal()) {
+                let got = h.and_then(|h| h.terminal).map(|(s, _, _)| s);
+                if got != Some(*terminal) {
+                    return Err((
+                        EXECUTOR_SAYS,
+                        format!(
+                            "task {task} of framework {f}: its executor reported {} but the scheduler heard {:?}",
+                            terminal.as_str(),
+                            h.map(|h| &h.updates)
+                        ),
+                    ));
+                }
+            }
+        }
+        for (fid, task) in self.run_tasks.keys() {
+            let Some(f) = self.ids.get(fid) else {
+                continue;
+            };
+            let answered = self
+                .heard
+                .get(&(*f, task.clone()))
+                .is_some_and(|h| !h.updates.is_empty());
+            if !answered {
+                return Err((
+                    RUN_TASK_ANSWERED,
+                    format!("task {task} of framework {f} reached an agent and was never heard of"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a non-terminal state stands in a task's life.
+fn rank(state: TaskState) -> u8 {
+    match state {
+        TaskState::Staging => 0,
+        TaskState::Starting => 1,
+        TaskState::Running | TaskState::Unreachable | TaskState::Unknown => 2,
+        TaskState::Killing => 3,
+        _ => 4,
+    }
+}
+
+// === impl World: checks ===
+
+impl World {
+    /// The invariants that hold after every step.
+    pub(crate) fn check_step(&mut self) {
+        if !std::mem::take(&mut self.check.master_stepped) {
+            return;
+        }
+        let Some(master) = self.master.core.as_ref() else {
+            return;
+        };
+        if let Err((invariant, detail)) = books(master) {
+            self.violated(invariant, detail);
+        }
+    }
+}
+
+/// The master's books: each agent's accounts add up, and outstanding
+/// offers never overlap.
+fn books(master: &SimMaster) -> Result<(), (&'static str, String)> {
+    let offers = master.offers();
+    for a in master.agents() {
+        let mut offered = Resources::new();
+        let mut ranges = 0;
+        for o in offers.iter().filter(|o| o.agent_id == a.id) {
+            offered += &o.resources;
+            ranges += o.resources.range_count("ports");
+        }
+        if !same(&offered, &a.offered) {
+            return Err((
+                BOOKS,
+                format!(
+                    "agent {}: its offers hold {offered} but it counts {} offered",
+                    a.id, a.offered
+                ),
+            ));
+        }
+        let mut in_use = a.used.clone();
+        in_use += &offered;
+        if in_use.range_count("ports") != ranges + a.used.range_count("ports")
+            || !a.total.contains(&in_use)
+        {
+            return Err((
+                OFFERS_DISJOINT,
+                format!(
+                    "agent {}: total {}, used {}, offers {:?}, tasks {:?}",
+                    a.id,
+                    a.total,
+                    a.used,
+                    offers
+                        .iter()
+                        .filter(|o| o.agent_id == a.id)
+                        .map(|o| o.resources.to_string())
+                        .collect::<Vec<_>>(),
+                    master
+                        .tasks()
+                        .iter()
+                        .filter(|t| t.agent_id == a.id)
+                        .map(|t| format!("{}:{}:{}", t.task_id, t.state.as_str(), t.resources))
+                        .collect::<Vec<_>>()
+                ),
+            ));
+        }
+        if let Some(acc) = &a.allocator {
+            let mut allocated = Resources::new();
+            for (_, r) in &acc.allocated {
+                allocated += r;
+            }
+            let mut sum = acc.free.clone();
+            sum += &allocated;
+            if !same(&sum, &a.total) || !same(&allocated, &in_use) {
+                return Err((
+                    BOOKS,
+                    format!(
+                        "agent {}: total {}, free {} + allocated {} (used {} + offered {})",
+                        a.id, a.total, acc.free, allocated, a.used, offered
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Equal resources (up to rounding).
+fn same(a: &Resources, b: &Resources) -> bool {
+    a.contains(b) && b.contains(a)
+}

@@ -1,0 +1,189 @@
+//! The master node: the real sans-IO master with the real DRF allocator,
+//! its registry kept by the simulation (as etcd would keep it), crashes
+//! and restarts.
+
+use std::time::Duration;
+
+use agora_master::sim::{Config, Input, Output, RegistryOp, RegistryState, SimMaster};
+
+use crate::world::{ConnKind, Ev, Msg, Side, World, MS, SEC};
+
+/// The master process and what outlives it.
+#[derive(Default)]
+pub(crate) struct MasterNode {
+    pub core: Option<SimMaster>,
+    /// Process incarnation: connections and timers of an earlier one are
+    /// dead.
+    pub inc: u64,
+    pub up: bool,
+    /// What the registry holds (durable).
+    pub registry: RegistryState,
+    /// When a tick is queued for.
+    pub tick_at: Option<u64>,
+    /// Wall clock offset (clock jumps).
+    pub clock: f64,
+}
+
+/// The master's configuration in the simulation: Mesos's defaults with
+/// shorter intervals, so a run covers many of them.
+pub(crate) fn config() -> Config {
+    Config {
+        allocation_interval: Duration::from_millis(500),
+        agent_ping_interval: Duration::from_secs(5),
+        max_missed_pings: 3,
+        heartbeat_interval: Duration::from_secs(5),
+        offer_timeout: Some(Duration::from_secs(30)),
+        agent_reregister_timeout: Duration::from_secs(30),
+        recovered_framework_timeout: Duration::from_secs(60),
+        ..Config::default()
+    }
+}
+
+/// Most removed agents and frameworks the registry keeps.
+pub(crate) const REMOVED_CAPACITY: usize = 100;
+
+// === impl World: master ===
+
+impl World {
+    /// Starts (or restarts) the master from its registry.
+    pub(crate) fn master_start(&mut self) {
+        self.master.inc += 1;
+        self.master.up = true;
+        let now = self.now();
+        let wall = self.wall(self.master.clock);
+        let mut core = SimMaster::new(config(), &format!("m{}", self.master.inc), now);
+        core.recover(&self.master.registry, now, wall);
+        self.master.core = Some(core);
+        self.master.tick_at = None;
+        self.note(|| "master started".into());
+        self.master_after_step();
+    }
+
+    /// Crashes the master: every connection to it breaks.
+    pub(crate) fn master_crash(&mut self) {
+        if !self.master.up {
+            return;
+        }
+        self.master.up = false;
+        self.master.core = None;
+        let conns: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| match c.kind {
+                ConnKind::Sched { master, .. } | ConnKind::Agent { master, .. } => {
+                    master == self.master.inc
+                }
+                ConnKind::Exec { .. } => false,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in conns {
+            self.drop_side(conn, Side::Server, (100_000, 5 * MS));
+        }
+        self.note(|| "master crashed".into());
+    }
+
+    pub(crate) fn master_input(&mut self, input: Input) {
+        if !self.master.up {
+            return;
+        }
+        let now = self.now();
+        self.wall(self.master.clock);
+        if let Some(core) = self.master.core.as_mut() {
+            core.handle(now, input);
+        }
+        self.master_after_step();
+    }
+
+    pub(crate) fn master_tick(&mut self, inc: u64, at: u64) {
+        // Only the tick queued last counts.
+        if inc != self.master.inc || !self.master.up || self.master.tick_at != Some(at) {
+            return;
+        }
+        self.master.tick_at = None;
+        let now = self.now();
+        self.wall(self.master.clock);
+        if let Some(core) = self.master.core.as_mut() {
+            if now >= core.next_deadline() {
+                core.tick(now);
+            }
+        }
+        self.master_after_step();
+    }
+
+    /// Makes the registry changes durable, then sends the outputs (as the
+    /// master's event loop does), and queues the next tick.
+    fn master_after_step(&mut self) {
+        let Some(core) = self.master.core.as_mut() else {
+            return;
+        };
+        let ops = core.take_registry_ops();
+        let outputs = core.take_outputs();
+        let deadline = core.next_deadline();
+        if !ops.is_empty() {
+            if let Err(reason) = self.registry_write(&ops) {
+                // The real master stops rather than act on changes it
+                // cannot keep.
+                self.violated(
+                    "the master never stops on a registry write",
+                    format!(
+                        "the registry refused a write of {} ops: {reason}",
+                        ops.len()
+                    ),
+                );
+                self.master_crash();
+                return;
+            }
+        }
+        self.check.master_stepped = true;
+        for output in outputs {
+            self.master_output(output);
+        }
+        let at = self.time_of(deadline).max(self.t + MS);
+        if self.master.tick_at.is_none_or(|t| at < t) {
+            self.master.tick_at = Some(at);
+            let inc = self.master.inc;
+            self.at(at, Ev::MasterTick { inc, at });
+        }
+    }
+
+    /// Applies `ops` to the registry, as the etcd registry writes them.
+    fn registry_write(&mut self, ops: &[RegistryOp]) -> Result<(), String> {
+        crate::registry::check_write(&self.master.registry, ops, REMOVED_CAPACITY)?;
+        for op in ops {
+            if let RegistryOp::RemoveAgent { id } = op {
+                self.check.agent_removed(id);
+            }
+            self.master.registry.apply(op, REMOVED_CAPACITY);
+        }
+        Ok(())
+    }
+
+    fn master_output(&mut self, output: Output) {
+        match output {
+            Output::Scheduler { conn, event } => {
+                if let agora_proto::scheduler::Event::Update { status } = &event {
+                    if let Some(ConnKind::Sched { fw, .. }) = self.conns.get(&conn).map(|c| c.kind)
+                    {
+                        self.check.master_sent(fw, status);
+                    }
+                }
+                self.send(conn, Side::Server, Msg::SchedEvent(Box::new(event)))
+            }
+            Output::Agent { conn, event } => {
+                self.send(conn, Side::Server, Msg::AgentEvent(Box::new(event)))
+            }
+            Output::Close { conn, reason, .. } => self.close(conn, Side::Server, &reason),
+        }
+    }
+
+    /// How long a failed connection attempt takes to fail: at once when
+    /// the master is down (refused), a connect timeout when it is cut off.
+    pub(crate) fn connect_failure_delay(&mut self, partitioned: bool) -> u64 {
+        if partitioned {
+            self.between(SEC, 5 * SEC)
+        } else {
+            self.between(100_000, 2 * MS)
+        }
+    }
+}
