@@ -183,8 +183,9 @@ impl Master {
             self.persist(agent.record());
         }
         agent.recovering = false;
-        // What runs there is what the agent reports: executors that ended
-        // while it was away (their exits lost with it) are gone.
+        // What runs there is what the agent reports (every executor it has,
+        // launching or running): executors that ended while it was away,
+        // their exits lost with the connection, are gone.
         agent.executors.clear();
         agent.total = agent.info.resources.clone();
         agent.conn = Some(conn);
@@ -219,11 +220,6 @@ impl Master {
                 continue;
             };
             let key = (fid.clone(), report.task.task_id.clone());
-            let live_executor = report
-                .task
-                .executor
-                .clone()
-                .filter(|_| !report.state.is_terminal());
             match fw.tasks.get_mut(&report.task.task_id) {
                 Some(task) if task.agent_id == aid => {
                     if !task.state.is_terminal() {
@@ -246,12 +242,6 @@ impl Master {
                     task.latest_status = report.latest_status;
                     fw.tasks.insert(task.info.task_id.clone(), task);
                 }
-            }
-            if let Some(exec) = live_executor {
-                agent
-                    .executors
-                    .entry((fid.clone(), exec.executor_id.clone()))
-                    .or_insert(exec);
             }
             reported.insert(key.clone());
             agent.tasks.insert(key);

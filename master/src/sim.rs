@@ -5,7 +5,9 @@
 //! invariants, and the writes the etcd registry plans for a batch of
 //! registry ops ([`etcd_transactions`]).
 
-use agora_proto::{AgentId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskState};
+use agora_proto::{
+    AgentId, ExecutorId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskState,
+};
 use tokio::time::Instant;
 
 pub use crate::allocator::AgentAccounts;
@@ -33,6 +35,8 @@ pub struct AgentBooks {
     pub used: Resources,
     /// In outstanding offers.
     pub offered: Resources,
+    /// The custom executors the master counts there, with their resources.
+    pub executors: Vec<(FrameworkId, ExecutorId, Resources)>,
     /// The allocator's books for the agent.
     pub allocator: Option<AgentAccounts>,
 }
@@ -116,6 +120,11 @@ impl SimMaster {
                 total: a.total.clone(),
                 used: a.used.clone(),
                 offered: a.offered.clone(),
+                executors: a
+                    .executors
+                    .iter()
+                    .map(|((f, e), info)| (f.clone(), e.clone(), info.resources.clone()))
+                    .collect(),
                 allocator: self.inner.allocator.agent_accounts(&a.id),
             })
             .collect();

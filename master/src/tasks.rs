@@ -339,20 +339,43 @@ impl Master {
                     tracing::info!(task_id = %task_id, agent_id = %aid, "kill for a task on a disconnected agent; it is sent no further");
                 }
             }
-            None if self.may_still_appear(now, agent_id.as_ref()) => {
-                tracing::debug!(framework_id = %fid, %task_id, "kill of a task on an agent that may still re-register; not answered yet");
-            }
-            None => {
-                let status = master_status(
-                    task_id,
-                    TaskState::Lost,
-                    Reason::ReasonTaskUnknown,
-                    "unknown task",
-                    agent_id,
-                );
-                self.send_framework(fid, Event::Update { status });
-            }
+            // Already ended: its terminal state again, not a new one.
+            None => match self.completed_status(fid, &task_id) {
+                Some(status) => {
+                    self.send_framework(fid, Event::Update { status });
+                }
+                None if self.may_still_appear(now, agent_id.as_ref()) => {
+                    tracing::debug!(framework_id = %fid, %task_id, "kill of a task on an agent that may still re-register; not answered yet");
+                }
+                None => {
+                    let status = master_status(
+                        task_id,
+                        TaskState::Lost,
+                        Reason::ReasonTaskUnknown,
+                        "unknown task",
+                        agent_id,
+                    );
+                    self.send_framework(fid, Event::Update { status });
+                }
+            },
         }
+    }
+
+    /// The reconciliation answer for a task that ended (its terminal
+    /// state), if the master still remembers it.
+    fn completed_status(&self, fid: &FrameworkId, task_id: &TaskId) -> Option<TaskStatus> {
+        let done = self
+            .completed
+            .iter()
+            .rev()
+            .find(|c| c.framework_id == *fid && c.task_id == *task_id)?;
+        Some(master_status(
+            task_id.clone(),
+            done.state,
+            Reason::ReasonReconciliation,
+            "reconciliation: task completed",
+            Some(done.agent_id.clone()),
+        ))
     }
 
     /// Whether a task the master does not know may still be running on an
@@ -401,19 +424,8 @@ impl Master {
                     if let Some(task) = fw.tasks.get(&t.task_id) {
                         return task.reconciliation_status();
                     }
-                    if let Some(done) = self
-                        .completed
-                        .iter()
-                        .rev()
-                        .find(|c| c.framework_id == *fid && c.task_id == t.task_id)
-                    {
-                        return Some(master_status(
-                            t.task_id,
-                            done.state,
-                            Reason::ReasonReconciliation,
-                            "reconciliation: task completed",
-                            Some(done.agent_id.clone()),
-                        ));
+                    if let Some(status) = self.completed_status(fid, &t.task_id) {
+                        return Some(status);
                     }
                     if self.may_still_appear(now, t.agent_id.as_ref()) {
                         tracing::debug!(framework_id = %fid, task_id = %t.task_id, "reconciliation of a task on an agent that may still re-register; not answered yet");

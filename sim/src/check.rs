@@ -303,7 +303,38 @@ impl World {
 /// offers never overlap.
 fn books(master: &SimMaster) -> Result<(), (&'static str, String)> {
     let offers = master.offers();
+    let tasks = master.tasks();
     for a in master.agents() {
+        // Used is what its live tasks and custom executors take.
+        let mut counted = Resources::new();
+        for t in tasks
+            .iter()
+            .filter(|t| t.agent_id == a.id && !t.state.is_terminal())
+        {
+            counted += &t.resources;
+        }
+        for (_, _, r) in &a.executors {
+            counted += r;
+        }
+        if !same(&counted, &a.used) {
+            return Err((
+                BOOKS,
+                format!(
+                    "agent {}: used {} but its live tasks and executors take {counted}: tasks {:?}, executors {:?}",
+                    a.id,
+                    a.used,
+                    tasks
+                        .iter()
+                        .filter(|t| t.agent_id == a.id)
+                        .map(|t| format!("{}:{}:{}", t.task_id, t.state.as_str(), t.resources))
+                        .collect::<Vec<_>>(),
+                    a.executors
+                        .iter()
+                        .map(|(_, e, r)| format!("{e}:{r}"))
+                        .collect::<Vec<_>>()
+                ),
+            ));
+        }
         let mut offered = Resources::new();
         let mut ranges = 0;
         for o in offers.iter().filter(|o| o.agent_id == a.id) {
@@ -327,10 +358,14 @@ fn books(master: &SimMaster) -> Result<(), (&'static str, String)> {
             return Err((
                 OFFERS_DISJOINT,
                 format!(
-                    "agent {}: total {}, used {}, offers {:?}, tasks {:?}",
+                    "agent {}: total {}, used {}, executors {:?}, offers {:?}, tasks {:?}",
                     a.id,
                     a.total,
                     a.used,
+                    a.executors
+                        .iter()
+                        .map(|(_, e, r)| format!("{e}:{r}"))
+                        .collect::<Vec<_>>(),
                     offers
                         .iter()
                         .filter(|o| o.agent_id == a.id)

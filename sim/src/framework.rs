@@ -585,9 +585,12 @@ impl World {
         for _ in 0..n {
             let k = self.check.next_task_number();
             let id = TaskId::new(format!("f{f}-t{k}"));
+            // A probe never goes to the shared executor, which a fault may
+            // have left hung.
             let runner = match self.rng.random_range(0..10) {
                 0..=4 => Runner::Command,
                 5..=8 => Runner::Custom,
+                _ if probe => Runner::Custom,
                 _ => Runner::Shared,
             };
             let duration = self.between(200 * MS, 20 * SEC);

@@ -760,7 +760,13 @@ fn describe(ev: &Ev) -> String {
                     sched_api::Event::Update { status } => status_line(status),
                     sched_api::Event::Offers { offers } => format!(
                         " {:?}",
-                        offers.iter().map(|o| o.id.as_str()).collect::<Vec<_>>()
+                        offers
+                            .iter()
+                            .map(|o| format!(
+                                "{} {} {} executors {:?}",
+                                o.id, o.agent_id, o.resources, o.executor_ids
+                            ))
+                            .collect::<Vec<_>>()
                     ),
                     sched_api::Event::Error { message, .. } => format!(" {message}"),
                     _ => String::new(),

@@ -566,6 +566,11 @@ impl Core {
             let status =
                 self.agent_status(task_id, Some(reported_eid.clone()), state, reason, text);
             self.enqueue_update(key.0.clone(), status, None);
+            // Ended now, though its update may still be on its way to
+            // disk: a task still being recorded must not start elsewhere.
+            if let Some(task) = self.tasks.get_mut(&(key.0.clone(), task_id.clone())) {
+                task.terminal_reported = true;
+            }
         }
         if ex.is_command {
             // The master knows a command task's executor by the task's id:

@@ -171,6 +171,7 @@ impl Core {
         self.frameworks.clear();
         self.updates.forget(None);
         self.pending_durable.clear();
+        self.recording.clear();
         let work_dir = self.shared.config.work_dir.clone();
         self.checkpoint(vec![
             Op::WalForget(None),

@@ -148,6 +148,16 @@ pub enum Durable {
         framework_id: FrameworkId,
         task_id: TaskId,
     },
+    /// A checkpointed task: it may go to its executor.
+    Task { key: StreamKey },
+}
+
+/// Where a task goes once its checkpoint is durable.
+#[derive(Debug)]
+pub(crate) struct PendingLaunch {
+    ekey: ExecKey,
+    info: ExecutorInfo,
+    is_command: bool,
 }
 
 /// What the core asks to be done, in order.
@@ -278,6 +288,10 @@ pub(crate) struct Core {
     updates: StatusUpdateManager,
     /// Updates submitted to the checkpoint writer, not yet durable.
     pending_durable: HashSet<(FrameworkId, TaskId, String)>,
+    /// Tasks whose checkpoint is on its way to disk: none reaches its
+    /// executor before, so a restarted agent never meets a task it has no
+    /// record of (and could not report to the master).
+    recording: HashMap<StreamKey, PendingLaunch>,
     /// Status updates whose acknowledgement came back from the master.
     acknowledged: u64,
     /// The local IP of the latest connection to the master.
@@ -361,6 +375,7 @@ impl Core {
             exec_conns: HashMap::default(),
             updates,
             pending_durable: HashSet::default(),
+            recording: HashMap::default(),
             acknowledged: 0,
             unsent: Vec::new(),
             master_local_ip: None,
@@ -436,8 +451,17 @@ impl Core {
                 result,
             ) => {
                 let uuid = status.uuid.clone().unwrap_or_default();
-                self.pending_durable
-                    .remove(&(framework_id.clone(), status.task_id.clone(), uuid));
+                if !self.pending_durable.remove(&(
+                    framework_id.clone(),
+                    status.task_id.clone(),
+                    uuid,
+                )) {
+                    // The master shut this agent down meanwhile: the update
+                    // belongs to the agent it was, whose tasks the master
+                    // has already declared lost.
+                    tracing::debug!(%framework_id, task_id = %status.task_id, "status update of a removed agent dropped");
+                    return None;
+                }
                 match result {
                     Ok(()) => self.append_to_stream(framework_id, status, ack_to),
                     Err(e) => {
@@ -447,6 +471,14 @@ impl Core {
                         self.append_to_stream(framework_id, status, None);
                     }
                 }
+            }
+            Input::Durable(Durable::Task { key }, result) => {
+                if let Err(e) = &result {
+                    // Run it regardless: refusing work because a disk
+                    // write failed would help no one; recovery may miss it.
+                    tracing::error!(framework_id = %key.0, task_id = %key.1, error = %e, "could not checkpoint task");
+                }
+                self.task_recorded(key);
             }
             Input::Durable(
                 Durable::Ack {

@@ -102,16 +102,88 @@ impl Core {
         self.adopt_framework(framework);
         let info = info.clone();
         let checkpointed = self.checkpointing(&fid);
-        if checkpointed {
-            self.checkpoint_task(&fid, &ekey.1, &task, None);
-        }
         tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
-        let task_id = task.task_id.clone();
-        self.insert_task(key, Task::staging(ekey.1.clone(), None, task, checkpointed));
-        if self.executors.contains_key(&ekey) {
-            self.deliver_or_queue(&ekey, task_id);
-        } else {
-            self.launch_executor(ekey, info, false, task_id);
+        self.stage_task(
+            key,
+            task,
+            None,
+            PendingLaunch {
+                ekey,
+                info,
+                is_command: false,
+            },
+            checkpointed,
+        );
+    }
+
+    /// Records task `key` and starts it: at once, or once its checkpoint
+    /// is durable when its framework checkpoints.
+    fn stage_task(
+        &mut self,
+        key: StreamKey,
+        task: TaskInfo,
+        sandbox: Option<PathBuf>,
+        launch: PendingLaunch,
+        checkpointed: bool,
+    ) {
+        let ekey = launch.ekey.clone();
+        if checkpointed {
+            self.actions.push(Action::Checkpoint {
+                ops: vec![Op::Wal(WalRecord::Task {
+                    framework_id: key.0.clone(),
+                    executor_id: ekey.1.clone(),
+                    task: Box::new(task.clone()),
+                    sandbox: sandbox.clone(),
+                })],
+                then: Some(Durable::Task { key: key.clone() }),
+            });
+        }
+        self.insert_task(
+            key.clone(),
+            Task::staging(ekey.1.clone(), sandbox, task, checkpointed),
+        );
+        self.recording.insert(key.clone(), launch);
+        if !checkpointed {
+            self.task_recorded(key);
+        }
+    }
+
+    /// Task `key` is on disk (or needs not be): it goes to its executor,
+    /// starting the executor if it is not there.
+    pub(super) fn task_recorded(&mut self, key: StreamKey) {
+        let Some(launch) = self.recording.remove(&key) else {
+            return;
+        };
+        let Some(task) = self.tasks.get(&key) else {
+            return;
+        };
+        if task.state.is_terminal() || task.terminal_reported {
+            return;
+        }
+        let PendingLaunch {
+            ekey,
+            info,
+            is_command,
+        } = launch;
+        if task.kill_requested {
+            return self.kill_undelivered(&ekey, &key.1);
+        }
+        match self.executors.get(&ekey) {
+            Some(ex) if ex.killing => {
+                let status = self.agent_status(
+                    &key.1,
+                    Some(ekey.1.clone()),
+                    TaskState::Dropped,
+                    Reason::ReasonExecutorTerminated,
+                    format!("executor {} is shutting down", ekey.1),
+                );
+                self.enqueue_update(key.0.clone(), status, None);
+                if let Some(task) = self.tasks.get_mut(&key) {
+                    task.terminal_reported = true;
+                }
+            }
+            Some(_) => self.deliver_or_queue(&ekey, key.1),
+            None => self.launch_executor(ekey, info, is_command, key.1),
         }
     }
 
@@ -139,11 +211,19 @@ impl Core {
             }
         };
         let limit = self.shared.config.command_executor_tasks.max(1);
+        // One that runs, or one that starts once a task's checkpoint is
+        // durable.
+        let starting = self
+            .recording
+            .values()
+            .filter(|p| p.is_command && p.ekey.0 == fid && !self.executors.contains_key(&p.ekey))
+            .map(|p| &p.ekey);
         let host = self
             .executors
             .iter()
             .filter(|((f, _), ex)| *f == fid && ex.is_command && !ex.killing)
             .map(|(key, _)| key)
+            .chain(starting)
             .find(|key| self.live_tasks(key) < limit)
             .cloned();
         let ekey = host.clone().unwrap_or_else(|| {
@@ -161,24 +241,25 @@ impl Core {
             path: sandbox.clone(),
         });
         let checkpointed = self.checkpointing(&fid);
-        if checkpointed {
-            self.checkpoint_task(&fid, &ekey.1, &task, Some(&sandbox));
-        }
         tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
-        let task_id = task.task_id.clone();
-        self.insert_task(
-            (fid.clone(), task_id.clone()),
-            Task::staging(ekey.1.clone(), Some(sandbox), task, checkpointed),
-        );
         if host.is_some() {
             if let Some(ex) = self.executors.get_mut(&ekey) {
                 ex.assignments += 1;
             }
-            self.deliver_or_queue(&ekey, task_id);
-        } else {
-            let info = self.command_executor_info(&ekey);
-            self.launch_executor(ekey, info, true, task_id);
         }
+        let info = self.command_executor_info(&ekey);
+        let key = (fid, task.task_id.clone());
+        self.stage_task(
+            key,
+            task,
+            Some(sandbox),
+            PendingLaunch {
+                ekey,
+                info,
+                is_command: true,
+            },
+            checkpointed,
+        );
     }
 
     /// Tasks of executor `ekey` without a terminal state, reported or not.
