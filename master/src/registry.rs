@@ -36,6 +36,8 @@ use serde::{Deserialize, Serialize};
 #[cfg_attr(not(any(feature = "etcd", feature = "sim")), allow(dead_code))]
 mod etcd_plan;
 
+#[cfg(feature = "etcd")]
+pub(crate) use etcd_plan::removed_order;
 #[cfg_attr(not(feature = "sim"), allow(unused_imports))]
 pub use etcd_plan::{etcd_transactions, KeyWrite, OPS_PER_TXN};
 
