@@ -129,6 +129,7 @@ pub fn wal_encode(records: &[WalRecord]) -> Vec<u8> {
 /// disk kept them: a torn or damaged tail is possible).
 pub fn wal_decode(bytes: &[u8]) -> Vec<StreamState> {
     crate::wal::decode(bytes, "simulated log")
+        .streams
         .states()
         .cloned()
         .collect()

@@ -388,10 +388,12 @@ impl Wal {
     fn compact(&mut self) -> io::Result<()> {
         let started = std::time::Instant::now();
         let tmp = self.path.with_extension("wal.tmp");
-        let mut buf = Vec::new();
-        for state in self.streams.states() {
-            encode_record(&mut buf, &WalRecord::Stream(state.clone()))?;
-        }
+        let records: Vec<WalRecord> = self
+            .streams
+            .states()
+            .map(|state| WalRecord::Stream(state.clone()))
+            .collect();
+        let buf = encode(&records)?;
         {
             let mut f = File::create(&tmp)?;
             f.write_all(&buf)?;
@@ -425,20 +427,34 @@ fn read(path: &Path) -> io::Result<Streams> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e),
     };
-    Ok(decode(&bytes, &path.display().to_string()))
+    Ok(decode(&bytes, &path.display().to_string()).streams)
+}
+
+/// What a log's bytes hold, and what of them was dropped.
+// The counts are not read yet.
+#[allow(dead_code)]
+pub(crate) struct Decoded {
+    /// The live streams the readable records describe.
+    pub streams: Streams,
+    /// Bytes dropped at the end of the log (a torn last record).
+    /// Damaged records in the middle are skipped, not counted.
+    pub truncated_bytes: u64,
+    /// Records dropped with those bytes.
+    pub damaged_records: u64,
 }
 
 /// The live streams a log's bytes describe (`origin` names the log in
-/// warnings). A torn last line (no newline, or not parseable) is ignored;
-/// other unreadable lines are logged and skipped.
-pub(crate) fn decode(bytes: &[u8], origin: &str) -> Streams {
+/// warnings). A torn last line (no newline) is ignored; other unreadable
+/// lines are logged and skipped.
+pub(crate) fn decode(bytes: &[u8], origin: &str) -> Decoded {
     let mut streams = Streams::default();
     let complete = match bytes.iter().rposition(|b| *b == b'\n') {
         Some(i) => &bytes[..=i],
         None => &bytes[..0],
     };
-    if complete.len() < bytes.len() {
-        tracing::warn!(wal = %origin, bytes = bytes.len() - complete.len(), "ignoring a torn last record");
+    let torn = bytes.len() - complete.len();
+    if torn > 0 {
+        tracing::warn!(wal = %origin, bytes = torn, "ignoring a torn last record");
     }
     for line in complete.split(|b| *b == b'\n') {
         if line.is_empty() {
@@ -460,7 +476,11 @@ pub(crate) fn decode(bytes: &[u8], origin: &str) -> Streams {
             }
         }
     }
-    streams
+    Decoded {
+        streams,
+        truncated_bytes: torn as u64,
+        damaged_records: u64::from(torn > 0),
+    }
 }
 
 /// The bytes `records` take in a log, one line each.
