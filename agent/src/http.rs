@@ -308,9 +308,11 @@ fn render_metrics(state: &serde_json::Value, c: &FileCounters, updates: &Counter
             ),
         ],
     );
-    if let Some(cp) = state["checkpoint"].as_object() {
+    let checkpoint = &state["checkpoint"];
+    if let Some(cp) = checkpoint.as_object() {
         let series: Vec<(String, f64)> = cp
             .iter()
+            .filter(|(k, _)| !k.starts_with("wal_truncat"))
             .filter_map(|(k, v)| Some((format!("stat=\"{k}\""), v.as_f64()?)))
             .collect();
         metric(
@@ -320,6 +322,18 @@ fn render_metrics(state: &serde_json::Value, c: &FileCounters, updates: &Counter
             &series,
         );
     }
+    metric(
+        "agora_agent_wal_truncations_total",
+        "counter",
+        "Times the status update log was cut on start at its first bad record (a torn write, damage); that record and every later one were dropped",
+        &one(checkpoint["wal_truncations"].as_f64().unwrap_or(0.0)),
+    );
+    metric(
+        "agora_agent_wal_truncated_bytes_total",
+        "counter",
+        "Bytes cut off the status update log on start",
+        &one(checkpoint["wal_truncated_bytes"].as_f64().unwrap_or(0.0)),
+    );
     metric(
         "agora_agent_files_requests_total",
         "counter",

@@ -126,10 +126,61 @@ pub fn wal_encode(records: &[WalRecord]) -> Vec<u8> {
 }
 
 /// The streams a restarted agent reads back from its log's bytes (as the
-/// disk kept them: a torn or damaged tail is possible).
+/// disk kept them: a torn or damaged tail is possible), up to the first
+/// bad record: it and everything after it are dropped.
 pub fn wal_decode(bytes: &[u8]) -> Vec<StreamState> {
     crate::wal::decode(bytes, "simulated log")
+        .streams
         .states()
         .cloned()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use agora_proto::{ExecutorId, Source, TaskStatus};
+
+    use super::*;
+
+    fn update(task: &str, uuid: &str) -> WalRecord {
+        let mut status = TaskStatus::new(
+            TaskId::new(task),
+            TaskState::Running,
+            Source::SourceExecutor,
+        );
+        status.uuid = Some(uuid.into());
+        WalRecord::Update {
+            framework_id: FrameworkId::new("f"),
+            executor_id: ExecutorId::new("e"),
+            status,
+        }
+    }
+
+    fn pending(streams: &[StreamState], task: &str) -> Vec<String> {
+        streams
+            .iter()
+            .filter(|s| s.task_id.as_str() == task)
+            .flat_map(|s| s.pending.iter().filter_map(|u| u.uuid.clone()))
+            .collect()
+    }
+
+    /// The simulated disk reads back as the agent's does: up to the first
+    /// bad record, nothing after it.
+    #[test]
+    fn wal_decode_stops_at_the_first_bad_record() {
+        let records = [update("t", "u1"), update("t", "u2"), update("b", "b1")];
+        let bytes = wal_encode(&records);
+        assert_eq!(pending(&wal_decode(&bytes), "t"), ["u1", "u2"]);
+
+        let second = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let mut damaged = bytes.clone();
+        damaged[second + 3] ^= 0x20;
+        let streams = wal_decode(&damaged);
+        assert_eq!(pending(&streams, "t"), ["u1"]);
+        assert!(pending(&streams, "b").is_empty(), "a later record applied");
+
+        let torn = wal_decode(&bytes[..bytes.len() - 1]);
+        assert_eq!(pending(&torn, "t"), ["u1", "u2"]);
+        assert!(pending(&torn, "b").is_empty());
+    }
 }

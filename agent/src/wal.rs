@@ -21,10 +21,13 @@
 //! directory is synced): a crash at any point leaves either the old or the
 //! new segment, both complete.
 //!
-//! Reading back ([`Wal::open`]) tolerates a torn last record (a crash in
-//! the middle of an append, never acknowledged to anyone) and skips
-//! unreadable records; the file is compacted right after so that new
-//! appends never follow a torn fragment.
+//! Reading back ([`Wal::open`]) stops at the first bad record (a checksum
+//! that does not match, a line that does not parse, a torn last line) and
+//! drops it and everything after it: the records after a bad one were
+//! never durable as a whole (see [`decode`]). That is logged (file,
+//! offset, what was dropped) and counted ([`WalStats`], in `/metrics`);
+//! the file is compacted right after, so new appends never follow a
+//! damaged fragment. The master's registry log follows the same policy.
 
 use agora_proto::hash::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -140,6 +143,12 @@ pub(crate) struct WalStats {
     pub compactions: u64,
     /// Current file size.
     pub bytes: u64,
+    /// Times the log was cut at a bad record when opened (0 or 1).
+    pub truncations: u64,
+    /// Bytes cut off then.
+    pub truncated_bytes: u64,
+    /// Records cut off then (the bad one and those after it).
+    pub truncated_records: u64,
 }
 
 /// The open log.
@@ -304,23 +313,31 @@ impl StreamState {
 // === impl Wal ===
 
 impl Wal {
-    /// Opens (or creates) the log at `path`, reads back every stream and
-    /// compacts it into a fresh segment.
+    /// Opens (or creates) the log at `path`, reads back every stream (up
+    /// to the first bad record, see [`decode`]) and compacts it into a
+    /// fresh segment.
     pub(crate) fn open(path: &Path, limits: Limits) -> io::Result<Wal> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let streams = read(path)?;
+        let decoded = read(path)?;
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let mut wal = Wal {
             path: path.to_path_buf(),
             file,
-            streams,
+            streams: decoded.streams,
             limits,
             base: 0,
             dirty: false,
-            stats: WalStats::default(),
+            stats: WalStats {
+                truncations: u64::from(decoded.truncated_bytes > 0),
+                truncated_bytes: decoded.truncated_bytes,
+                truncated_records: decoded.damaged_records,
+                ..WalStats::default()
+            },
         };
+        // The new segment holds only the good records: nothing is ever
+        // appended after a bad one.
         wal.compact()?;
         Ok(wal)
     }
@@ -417,9 +434,8 @@ impl Wal {
     }
 }
 
-/// Reads a log into live streams (see [`decode`]). A missing file is
-/// empty.
-fn read(path: &Path) -> io::Result<Streams> {
+/// Reads a log (see [`decode`]). A missing file is empty.
+fn read(path: &Path) -> io::Result<Decoded> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
@@ -428,42 +444,84 @@ fn read(path: &Path) -> io::Result<Streams> {
     Ok(decode(&bytes, &path.display().to_string()))
 }
 
-/// The live streams a log's bytes describe (`origin` names the log in
-/// warnings). A torn last line (no newline, or not parseable) is ignored;
-/// other unreadable lines are logged and skipped.
-pub(crate) fn decode(bytes: &[u8], origin: &str) -> Streams {
-    let mut streams = Streams::default();
-    let complete = match bytes.iter().rposition(|b| *b == b'\n') {
-        Some(i) => &bytes[..=i],
-        None => &bytes[..0],
-    };
-    if complete.len() < bytes.len() {
-        tracing::warn!(wal = %origin, bytes = bytes.len() - complete.len(), "ignoring a torn last record");
-    }
-    for line in complete.split(|b| *b == b'\n') {
-        if line.is_empty() {
-            continue;
-        }
-        let json = match split_checksum(line) {
-            Ok(json) => json,
-            Err(e) => {
-                tracing::warn!(wal = %origin, error = %e, "skipping a damaged status update record");
-                continue;
-            }
-        };
-        match serde_json::from_slice::<WalRecord>(json) {
-            Ok(record) => {
-                streams.apply(record);
-            }
-            Err(e) => {
-                tracing::warn!(wal = %origin, error = %e, "skipping an unreadable status update record")
-            }
-        }
-    }
-    streams
+/// What a log's bytes hold, and what of them was dropped.
+pub(crate) struct Decoded {
+    /// The live streams the records before the first bad one describe.
+    pub streams: Streams,
+    /// Bytes dropped: from the first bad record to the end (0: none).
+    pub truncated_bytes: u64,
+    /// Records dropped: the first bad one and every one after it.
+    pub damaged_records: u64,
 }
 
-/// The bytes `records` take in a log, one line each.
+/// The live streams a log's bytes describe (`origin` names the log in
+/// what is logged), read up to the first bad record: one that fails its
+/// checksum, does not parse, or has no newline (torn). That record ends
+/// the log and everything from it on is dropped: a crash before the sync
+/// may persist a later page of an append and lose an earlier one, so the
+/// records after a bad one were never durable as a whole and must not be
+/// applied out of order. A line without a checksum (written before
+/// checksums existed) is read if it parses.
+pub(crate) fn decode(bytes: &[u8], origin: &str) -> Decoded {
+    let mut streams = Streams::default();
+    let mut offset = 0;
+    let mut damage = None;
+    while offset < bytes.len() {
+        let Some(len) = bytes[offset..].iter().position(|b| *b == b'\n') else {
+            damage = Some("no newline (a torn write)".to_string());
+            break;
+        };
+        let line = &bytes[offset..offset + len];
+        if !line.is_empty() {
+            let record = split_checksum(line).and_then(|json| {
+                serde_json::from_slice::<WalRecord>(json).map_err(|e| e.to_string())
+            });
+            match record {
+                Ok(record) => {
+                    streams.apply(record);
+                }
+                Err(e) => {
+                    damage = Some(e);
+                    break;
+                }
+            }
+        }
+        offset += len + 1;
+    }
+    let dropped = &bytes[offset..];
+    let damaged_records = dropped
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count() as u64;
+    if let Some(reason) = damage {
+        if damaged_records > 1 {
+            tracing::error!(
+                wal = %origin,
+                offset,
+                bytes = dropped.len(),
+                records = damaged_records,
+                %reason,
+                "status update log damaged: truncating it at its first bad record, dropping it and every record after it"
+            );
+        } else {
+            tracing::warn!(
+                wal = %origin,
+                offset,
+                bytes = dropped.len(),
+                %reason,
+                "dropping the bad last record of the status update log (a write torn by a crash)"
+            );
+        }
+    }
+    Decoded {
+        streams,
+        truncated_bytes: dropped.len() as u64,
+        damaged_records,
+    }
+}
+
+/// The bytes `records` take in a log, one line each (for the
+/// simulation's disk and tests; the log itself encodes as it appends).
 #[cfg(any(test, feature = "sim"))]
 pub(crate) fn encode(records: &[WalRecord]) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(records.len() * 512);
@@ -567,12 +625,14 @@ mod tests {
     }
 
     #[test]
-    fn damaged_record_is_skipped_and_legacy_lines_are_read() {
+    fn a_damaged_record_ends_the_log_and_later_ones_are_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(WAL_FILE);
         let mut wal = Wal::open(&path, BIG).unwrap();
         wal.append(vec![
-            update("a", TaskState::Running, "a1"),
+            update("t", TaskState::Running, "u1"),
+            update("t", TaskState::Running, "u2"),
+            update("t", TaskState::Finished, "u3"),
             update("b", TaskState::Running, "b1"),
         ])
         .unwrap();
@@ -582,22 +642,72 @@ mod tests {
         // well formed: only the checksum can tell.
         let mut bytes = std::fs::read(&path).unwrap();
         let second = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
-        let at = second + bytes[second..].windows(2).position(|w| w == b"b1").unwrap();
-        bytes[at + 1] = b'2';
-        // And a line written before checksums existed.
-        let legacy = serde_json::to_vec(&update("c", TaskState::Running, "c1")).unwrap();
-        bytes.extend_from_slice(&legacy);
-        bytes.push(b'\n');
+        let at = second + bytes[second..].windows(2).position(|w| w == b"u2").unwrap();
+        bytes[at + 1] = b'7';
         std::fs::write(&path, &bytes).unwrap();
+
+        let mut wal = Wal::open(&path, BIG).unwrap();
+        // u3 and b1 follow the damage: not applied (u3 would have come
+        // before u2).
+        assert_eq!(wal.streams().len(), 1);
+        assert_eq!(uuids(stream(wal.streams(), "t")), vec!["u1"]);
+        let stats = wal.stats();
+        assert_eq!(stats.truncations, 1);
+        assert_eq!(stats.truncated_bytes, (bytes.len() - second) as u64);
+        assert_eq!(stats.truncated_records, 3);
+        // Compacted at open: appends follow the good records, and a
+        // reopen reads them all with nothing dropped.
+        wal.append(vec![update("t", TaskState::Running, "u4")])
+            .unwrap();
+        wal.sync().unwrap();
+        drop(wal);
         let wal = Wal::open(&path, BIG).unwrap();
-        let mut tasks: Vec<_> = wal
-            .streams()
-            .states()
-            .map(|s| s.task_id.as_str().to_string())
-            .collect();
-        tasks.sort();
-        assert_eq!(tasks, vec!["a", "c"], "the damaged record is not applied");
-        assert_eq!(uuids(stream(wal.streams(), "c")), vec!["c1"]);
+        assert_eq!(uuids(stream(wal.streams(), "t")), vec!["u1", "u4"]);
+        assert_eq!(wal.stats().truncations, 0);
+    }
+
+    #[test]
+    fn decode_counts_what_it_drops() {
+        let good = encode(&[
+            update("t", TaskState::Running, "u1"),
+            update("t", TaskState::Running, "u2"),
+        ])
+        .unwrap();
+        let all = decode(&good, "test");
+        assert_eq!((all.truncated_bytes, all.damaged_records), (0, 0));
+        assert_eq!(uuids(stream(&all.streams, "t")), vec!["u1", "u2"]);
+        // A torn tail: the last record without its newline.
+        let first = good.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let torn = decode(&good[..good.len() - 1], "test");
+        assert_eq!(torn.truncated_bytes, (good.len() - 1 - first) as u64);
+        assert_eq!(torn.damaged_records, 1);
+        assert_eq!(uuids(stream(&torn.streams, "t")), vec!["u1"]);
+        // Garbage (a zeroed page) in the middle: the rest is dropped.
+        let mut zeroed = good.clone();
+        zeroed[first..first + 10].fill(0);
+        let d = decode(&zeroed, "test");
+        assert_eq!(d.truncated_bytes, (good.len() - first) as u64);
+        assert_eq!(d.damaged_records, 1);
+        assert_eq!(uuids(stream(&d.streams, "t")), vec!["u1"]);
+    }
+
+    #[test]
+    fn legacy_lines_without_a_checksum_are_read() {
+        let mut bytes = Vec::new();
+        for record in [
+            update("c", TaskState::Running, "c1"),
+            update("c", TaskState::Running, "c2"),
+        ] {
+            bytes.extend_from_slice(&serde_json::to_vec(&record).unwrap());
+            bytes.push(b'\n');
+        }
+        // ...followed by a record of a newer agent, with its checksum.
+        bytes.extend_from_slice(&encode(&[ack("c", "c1")]).unwrap());
+        let d = decode(&bytes, "test");
+        assert_eq!((d.truncated_bytes, d.damaged_records), (0, 0));
+        let c = stream(&d.streams, "c");
+        assert_eq!(uuids(c), vec!["c2"]);
+        assert_eq!(c.acked, vec!["c1"]);
     }
 
     fn status(task: &str, state: TaskState, uuid: &str) -> TaskStatus {
@@ -701,6 +811,9 @@ mod tests {
         drop(f);
         let mut wal = Wal::open(&path, BIG).unwrap();
         assert_eq!(uuids(stream(wal.streams(), "t")), vec!["u1", "u2"]);
+        assert_eq!(wal.stats().truncations, 1);
+        assert_eq!(wal.stats().truncated_bytes, (line.len() / 2) as u64);
+        assert_eq!(wal.stats().truncated_records, 1);
         // The fragment is gone: a new append is readable after reopening.
         wal.append(vec![update("t", TaskState::Finished, "u3")])
             .unwrap();
@@ -708,6 +821,7 @@ mod tests {
         drop(wal);
         let wal = Wal::open(&path, BIG).unwrap();
         assert_eq!(uuids(stream(wal.streams(), "t")), vec!["u1", "u2", "u3"]);
+        assert_eq!(wal.stats().truncations, 0);
     }
 
     #[test]

@@ -250,3 +250,49 @@ async fn graceful_stop_kills_executors_of_non_checkpointing_frameworks() {
     wait_dead(pid).await;
     assert!(!work.join("meta/frameworks/fw").exists());
 }
+
+/// A status update log damaged in the middle is cut at its first bad
+/// record when the agent starts: the file is rewritten from what came
+/// before it, and `/metrics` and `/state` count what was cut.
+#[tokio::test]
+async fn a_damaged_status_update_log_is_cut_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let log = work.join("meta/updates.wal");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    // A lost page, then a line that parses as JSON but is no record.
+    let damage = format!("{}\n{{\"not\":\"a record\"}}\n", "\0".repeat(30));
+    std::fs::write(&log, &damage).unwrap();
+    let master = FakeMaster::bind().await;
+
+    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+    let state = agent
+        .state_when(|s| s["checkpoint"]["wal_truncations"].is_u64())
+        .await;
+    assert_eq!(state["checkpoint"]["wal_truncations"], 1);
+    assert_eq!(state["checkpoint"]["wal_truncated_bytes"], damage.len());
+    assert_eq!(state["checkpoint"]["wal_truncated_records"], 2);
+    let (code, body) = agent.get("/metrics").await;
+    assert_eq!(code, 200);
+    for line in [
+        "# TYPE agora_agent_wal_truncations_total counter".to_string(),
+        "agora_agent_wal_truncations_total 1".to_string(),
+        format!("agora_agent_wal_truncated_bytes_total {}", damage.len()),
+    ] {
+        assert!(body.lines().any(|l| l == line), "missing {line} in\n{body}");
+    }
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        0,
+        "the damage is still in the log"
+    );
+    agent.stop().await;
+
+    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+    let state = agent
+        .state_when(|s| s["checkpoint"]["wal_truncations"].is_u64())
+        .await;
+    assert_eq!(state["checkpoint"]["wal_truncations"], 0);
+    agent.stop().await;
+}

@@ -137,6 +137,10 @@ pub async fn run(
         Some(dir) if !high_availability => {
             let mut store =
                 registry::FileRegistry::open(&dir.join("registry"), config.max_removed_agents)?;
+            if let Some(t) = store.truncation() {
+                master.metrics.registry_truncations.inc();
+                master.metrics.registry_truncated_bytes.add(t.bytes);
+            }
             master.recover(store.state(), Instant::now(), agora_proto::now_timestamp());
             // Teardowns decided at recovery are durable before serving.
             store.apply(&master.take_registry_ops())?;

@@ -66,6 +66,10 @@ pub(crate) struct Metrics {
     /// Connections dropped because their outbound queue was full.
     pub(crate) errors_slow_peer: Counter,
     pub(crate) agents_removed: Counter,
+    /// Times the registry log was cut at an unreadable record on start.
+    pub(crate) registry_truncations: Counter,
+    /// Bytes cut off the registry log.
+    pub(crate) registry_truncated_bytes: Counter,
     pub(crate) allocation_cycles: Histogram,
 }
 
@@ -364,6 +368,18 @@ impl Metrics {
             "agora_master_agents_removed_total",
             "Agents removed after missing their pings",
             &[("", self.agents_removed.get())],
+        );
+        counter(
+            &mut out,
+            "agora_master_registry_truncations_total",
+            "Times the registry log was cut on start at its first unreadable record (a torn write, damage); that record and every later one were dropped",
+            &[("", self.registry_truncations.get())],
+        );
+        counter(
+            &mut out,
+            "agora_master_registry_truncated_bytes_total",
+            "Bytes cut off the registry log on start",
+            &[("", self.registry_truncated_bytes.get())],
         );
         self.allocation_cycles.render(
             &mut out,

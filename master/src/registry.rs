@@ -19,13 +19,14 @@
 //! [`FileRegistry`] is the embedded default, in the master's `--work-dir`:
 //! a JSON snapshot replaced atomically (write, fsync, rename, fsync the
 //! directory) plus an append-only log of ops, one JSON line each, fsynced
-//! per batch and folded into a new snapshot when it grows long. The etcd
+//! per batch and folded into a new snapshot when it grows long. The log is
+//! read back up to its first unreadable record, and cut there. The etcd
 //! registry of high-availability mode (`ha::EtcdRegistry`) stores the same
 //! state one key per record; [`etcd_transactions`] plans its writes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use agora_proto::{AgentId, AgentInfo, FrameworkId, FrameworkInfo};
@@ -36,6 +37,8 @@ use serde::{Deserialize, Serialize};
 #[cfg_attr(not(any(feature = "etcd", feature = "sim")), allow(dead_code))]
 mod etcd_plan;
 
+#[cfg(feature = "etcd")]
+pub(crate) use etcd_plan::removed_order;
 #[cfg_attr(not(feature = "sim"), allow(unused_imports))]
 pub use etcd_plan::{etcd_transactions, KeyWrite, OPS_PER_TXN};
 
@@ -141,6 +144,29 @@ pub(crate) struct FileRegistry {
     removed_capacity: usize,
     log: File,
     log_ops: usize,
+    truncation: Option<LogTruncation>,
+}
+
+/// Where [`FileRegistry::open`] cut its log, and what it dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LogTruncation {
+    /// Byte offset of the first unreadable record.
+    pub offset: u64,
+    /// Bytes dropped (from `offset` to the end).
+    pub bytes: u64,
+    /// Records dropped: the unreadable one and every one after it.
+    pub records: u64,
+    /// Why the first was unreadable.
+    pub reason: String,
+}
+
+/// The log read back over the snapshot.
+struct Replayed {
+    /// Records applied.
+    ops: usize,
+    /// Bytes up to the end of the last one.
+    valid_len: u64,
+    truncation: Option<LogTruncation>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -190,9 +216,10 @@ fn push_bounded<T>(list: &mut VecDeque<T>, item: T, capacity: usize) {
 
 impl FileRegistry {
     /// Opens (creating when absent) the registry in `dir` and loads it:
-    /// the snapshot, then the log replayed over it. A torn last log line
-    /// (a crash in the middle of a write that was never acknowledged) is
-    /// dropped; anything else unreadable is an error.
+    /// the snapshot, then the log replayed over it up to its first
+    /// unreadable record. That record and everything after it are dropped
+    /// and cut off the file (see [`replay_log`]); an unreadable snapshot is
+    /// an error.
     pub(crate) fn open(dir: &Path, removed_capacity: usize) -> Result<Self, RegistryError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
@@ -222,55 +249,63 @@ impl FileRegistry {
             Err(e) => return Err(io(&snapshot_path)(e)),
         };
         let log_path = dir.join("log.jsonl");
-        let mut log_ops = 0;
-        let mut valid_len = 0u64;
-        match File::open(&log_path) {
-            Ok(file) => {
-                let mut lines = BufReader::new(file).split(b'\n').peekable();
-                while let Some(line) = lines.next() {
-                    let line = line.map_err(io(&log_path))?;
-                    let last = lines.peek().is_none();
-                    match serde_json::from_slice::<RegistryOp>(&line) {
-                        Ok(op) => {
-                            state.apply(&op, removed_capacity);
-                            log_ops += 1;
-                            valid_len += line.len() as u64 + 1;
-                        }
-                        Err(_) if last => {
-                            tracing::warn!(path = %log_path.display(), "dropping a torn last registry log line");
-                        }
-                        Err(e) => {
-                            return Err(RegistryError::Corrupt {
-                                path: log_path,
-                                message: format!("line {}: {e}", log_ops + 1),
-                            })
-                        }
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        let bytes = match std::fs::read(&log_path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io(&log_path)(e)),
+        };
+        let replayed = replay_log(&bytes, &mut state, removed_capacity);
+        let truncation = replayed.truncation;
+        if let Some(t) = &truncation {
+            let reason = &t.reason;
+            if t.records > 1 {
+                tracing::error!(
+                    path = %log_path.display(),
+                    offset = t.offset,
+                    bytes = t.bytes,
+                    records = t.records,
+                    %reason,
+                    "registry log damaged: truncating it at its first unreadable record, dropping it and every record after it"
+                );
+            } else {
+                tracing::warn!(
+                    path = %log_path.display(),
+                    offset = t.offset,
+                    bytes = t.bytes,
+                    %reason,
+                    "dropping the unreadable last record of the registry log (a write torn by a crash)"
+                );
+            }
         }
         let log = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .map_err(io(&log_path))?;
-        // Cut a torn tail off so the next append starts on a clean line.
-        if log.metadata().map_err(io(&log_path))?.len() > valid_len {
-            log.set_len(valid_len).map_err(io(&log_path))?;
+        // Cut the damage off, durably, so the next append follows the last
+        // good record and a restart reads it.
+        if log.metadata().map_err(io(&log_path))?.len() > replayed.valid_len {
+            log.set_len(replayed.valid_len).map_err(io(&log_path))?;
+            log.sync_all().map_err(io(&log_path))?;
         }
+        let log_ops = replayed.ops;
         let mut registry = FileRegistry {
             dir: dir.to_path_buf(),
             state,
             removed_capacity,
             log,
             log_ops,
+            truncation,
         };
         if registry.log_ops >= COMPACT_AFTER_OPS {
             registry.compact()?;
         }
         Ok(registry)
+    }
+
+    /// What opening cut off the log, if anything.
+    pub(crate) fn truncation(&self) -> Option<&LogTruncation> {
+        self.truncation.as_ref()
     }
 
     /// Writes the whole state as a new snapshot and empties the log.
@@ -304,6 +339,55 @@ impl FileRegistry {
             .map_err(io(&self.dir.join("log.jsonl")))?;
         self.log_ops = 0;
         Ok(())
+    }
+}
+
+/// Replays a log's bytes over `state`, one JSON op per line, up to the
+/// first record that is unreadable (does not parse, or has no newline: a
+/// write torn by a crash). That record ends the log: a crash during a
+/// write may have persisted a later page of it and lost an earlier one, so
+/// what follows a bad record was never durable as a whole and must not be
+/// applied out of order. The status update log of the agent does the same.
+fn replay_log(bytes: &[u8], state: &mut RegistryState, removed_capacity: usize) -> Replayed {
+    let mut offset = 0;
+    let mut ops = 0;
+    let mut reason = None;
+    while offset < bytes.len() {
+        let Some(len) = bytes[offset..].iter().position(|b| *b == b'\n') else {
+            reason = Some("no newline (a torn write)".to_string());
+            break;
+        };
+        let line = &bytes[offset..offset + len];
+        if !line.is_empty() {
+            match serde_json::from_slice::<RegistryOp>(line) {
+                Ok(op) => {
+                    state.apply(&op, removed_capacity);
+                    ops += 1;
+                }
+                Err(e) => {
+                    reason = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        offset += len + 1;
+    }
+    let truncation = reason.map(|reason| {
+        let dropped = &bytes[offset..];
+        LogTruncation {
+            offset: offset as u64,
+            bytes: dropped.len() as u64,
+            records: dropped
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count() as u64,
+            reason,
+        }
+    });
+    Replayed {
+        ops,
+        valid_len: offset as u64,
+        truncation,
     }
 }
 
@@ -424,25 +508,107 @@ mod tests {
         reg.apply(&[RegistryOp::PutAgent(agent("a1"))]).unwrap();
         drop(reg);
         let log = dir.path().join("log.jsonl");
+        let good = std::fs::metadata(&log).unwrap().len();
+        let fragment = br#"{"op":"put_agent","id":"#;
         let mut f = OpenOptions::new().append(true).open(&log).unwrap();
-        f.write_all(br#"{"op":"put_agent","id":"#).unwrap();
+        f.write_all(fragment).unwrap();
         drop(f);
         let mut reg = FileRegistry::open(dir.path(), 10).unwrap();
         assert_eq!(reg.state().agents.len(), 1);
+        let t = reg.truncation().expect("the torn line is counted").clone();
+        assert_eq!(
+            (t.offset, t.bytes, t.records),
+            (good, fragment.len() as u64, 1)
+        );
+        assert_eq!(std::fs::metadata(&log).unwrap().len(), good, "cut");
         reg.apply(&[RegistryOp::PutAgent(agent("a2"))]).unwrap();
         drop(reg);
         let reg = FileRegistry::open(dir.path(), 10).unwrap();
         assert_eq!(reg.state().agents.len(), 2);
+        assert_eq!(reg.truncation(), None);
     }
 
     #[test]
-    fn corrupt_middle_line_is_an_error() {
+    fn a_damaged_record_ends_the_log_and_later_ones_are_dropped() {
         let dir = tempfile::tempdir().unwrap();
+        let mut reg = FileRegistry::open(dir.path(), 10).unwrap();
+        reg.apply(&[
+            RegistryOp::PutAgent(agent("a1")),
+            RegistryOp::PutAgent(agent("a2")),
+            RegistryOp::RemoveAgent {
+                id: AgentId::new("a1"),
+            },
+        ])
+        .unwrap();
+        drop(reg);
+        // A page of the second record lost (zeros), the third intact.
+        let log = dir.path().join("log.jsonl");
+        let mut bytes = std::fs::read(&log).unwrap();
+        let second = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let third = second + bytes[second..].iter().position(|b| *b == b'\n').unwrap() + 1;
+        bytes[second..second + 8].fill(0);
+        std::fs::write(&log, &bytes).unwrap();
+
+        let mut reg = FileRegistry::open(dir.path(), 10).unwrap();
+        // Only what precedes the damage: a1 admitted, its removal (after
+        // the damage) not applied.
+        assert_eq!(
+            reg.state().agents.keys().collect::<Vec<_>>(),
+            [&AgentId::new("a1")]
+        );
+        assert!(reg.state().removed_agents.is_empty());
+        let t = reg.truncation().expect("counted").clone();
+        assert_eq!(t.offset, second as u64);
+        assert_eq!(t.bytes, (bytes.len() - second) as u64);
+        assert_eq!(t.records, 2);
+        assert!(bytes.len() > third);
+        assert_eq!(std::fs::metadata(&log).unwrap().len(), second as u64);
+
+        // Appends follow the last good record and read back.
+        reg.apply(&[RegistryOp::PutAgent(agent("a3"))]).unwrap();
+        drop(reg);
+        let reg = FileRegistry::open(dir.path(), 10).unwrap();
+        assert_eq!(reg.truncation(), None);
+        assert_eq!(
+            reg.state().agents.keys().collect::<Vec<_>>(),
+            [&AgentId::new("a1"), &AgentId::new("a3")]
+        );
+    }
+
+    #[test]
+    fn damage_at_the_start_of_the_log_keeps_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut reg = FileRegistry::open(dir.path(), 10).unwrap();
+        reg.apply(&[RegistryOp::PutAgent(agent("a1"))]).unwrap();
+        reg.compact().unwrap();
+        drop(reg);
         std::fs::write(
             dir.path().join("log.jsonl"),
-            "garbage\n{\"op\":\"remove_agent\",\"id\":\"a\"}\n",
+            "garbage\n{\"op\":\"remove_agent\",\"id\":\"a1\"}\n",
         )
         .unwrap();
+        let reg = FileRegistry::open(dir.path(), 10).unwrap();
+        assert_eq!(
+            reg.state().agents.len(),
+            1,
+            "the removal after the damage is dropped"
+        );
+        assert_eq!(
+            reg.truncation().map(|t| (t.offset, t.records)),
+            Some((0, 2))
+        );
+        assert_eq!(
+            std::fs::metadata(dir.path().join("log.jsonl"))
+                .unwrap()
+                .len(),
+            0
+        );
+    }
+
+    #[test]
+    fn an_unreadable_snapshot_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("snapshot.json"), "{\"version\":1,").unwrap();
         let err = FileRegistry::open(dir.path(), 10).unwrap_err();
         assert!(matches!(err, RegistryError::Corrupt { .. }), "{err}");
     }

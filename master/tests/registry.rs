@@ -333,3 +333,68 @@ async fn an_admission_the_agent_heard_of_survives_a_sigkill() {
     let (_late, event) = register(master.addr, Some(late)).await;
     assert!(matches!(event, agent::Event::Shutdown { .. }), "{event:?}");
 }
+
+/// A registry log damaged in the middle is read up to the damage, not
+/// past it: a removal logged after an unreadable record is not applied
+/// (applying it would reorder the log), the agent it names comes back as
+/// known, and `/metrics` counts what was cut.
+#[tokio::test]
+async fn a_damaged_registry_log_is_cut_at_its_first_bad_record_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = start(dir.path(), |_| {}).await;
+    let (_a, event) = register(master.addr, None).await;
+    let aid = registered_id(&event);
+    master.stop().await;
+
+    // A damaged record (a lost page), then a removal of the agent that
+    // was written whole.
+    let log = dir.path().join("registry/log.jsonl");
+    let good = std::fs::metadata(&log).unwrap().len();
+    assert!(good > 0, "the admission is in the log");
+    let damage = format!(
+        "{}\n{{\"op\":\"remove_agent\",\"id\":\"{}\"}}\n",
+        "\0".repeat(40),
+        aid.as_str()
+    );
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, damage.as_bytes()).unwrap();
+    drop(f);
+
+    let master = start(dir.path(), |_| {}).await;
+    let (_a, event) = register(master.addr, Some(aid.clone())).await;
+    assert!(
+        matches!(&event, agent::Event::Registered { reregistered: true, agent_id, .. } if *agent_id == aid),
+        "the removal after the damage was applied: {event:?}"
+    );
+    let metrics = agora_client::MasterClient::new(master.addr)
+        .metrics()
+        .await
+        .unwrap();
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+            .to_string()
+    };
+    assert_eq!(value("agora_master_registry_truncations_total"), "1");
+    assert_eq!(
+        value("agora_master_registry_truncated_bytes_total"),
+        damage.len().to_string()
+    );
+    master.stop().await;
+
+    // The damage was cut off the file: nothing to cut the next time.
+    let master = start(dir.path(), |_| {}).await;
+    let metrics = agora_client::MasterClient::new(master.addr)
+        .metrics()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "agora_master_registry_truncations_total 0"),
+        "{metrics}"
+    );
+    master.stop().await;
+}

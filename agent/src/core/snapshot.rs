@@ -145,6 +145,9 @@ impl Core {
                 "wal_records": wal.records,
                 "wal_syncs": wal.syncs,
                 "wal_compactions": wal.compactions,
+                "wal_truncations": wal.truncations,
+                "wal_truncated_bytes": wal.truncated_bytes,
+                "wal_truncated_records": wal.truncated_records,
             },
         })
     }

@@ -3,11 +3,13 @@
 //! record under `PREFIX/registry/`:
 //!
 //! - `agents/ID`, `frameworks/ID`: the JSON record;
-//! - `removed_agents/ID`, `removed_frameworks/ID`: empty, oldest first by
-//!   creation revision, at most `max_removed_agents` of each.
+//! - `removed_agents/ID`, `removed_frameworks/ID`: at most
+//!   `max_removed_agents` of each, oldest first by mod revision and the
+//!   position the value holds.
 //!
 //! The writes are planned by [`etcd_transactions`] (pure code, shared with
-//! the simulation). Each write is a transaction fenced on the leader key's create
+//! the simulation; its module says more about the keys): never one key
+//! twice in a transaction, which etcd refuses. Each write is a transaction fenced on the leader key's create
 //! revision, so only the master that created the current leader key can
 //! write; a batch over etcd's transaction size is split into several,
 //! written in order before anything that depends on them is delivered.
@@ -16,7 +18,9 @@ use agora_etcd::blocking::Client;
 use agora_etcd::TxnOp;
 use agora_proto::{AgentId, FrameworkId};
 
-use crate::registry::{etcd_transactions, KeyWrite, Registry, RegistryOp, RegistryState};
+use crate::registry::{
+    etcd_transactions, removed_order, KeyWrite, Registry, RegistryOp, RegistryState,
+};
 use crate::RegistryError;
 
 /// The registry kept in etcd by the current leader.
@@ -67,10 +71,12 @@ impl EtcdRegistry {
                         serde_json::from_slice(&kv.value).map_err(corrupt)?;
                     state.frameworks.insert(record.id.clone(), record);
                 }
-                "removed_agents" => removed_agents.push((kv.create_revision, AgentId::new(id))),
-                "removed_frameworks" => {
-                    removed_frameworks.push((kv.create_revision, FrameworkId::new(id)))
-                }
+                "removed_agents" => removed_agents
+                    .push((removed_order(kv.mod_revision, &kv.value), AgentId::new(id))),
+                "removed_frameworks" => removed_frameworks.push((
+                    removed_order(kv.mod_revision, &kv.value),
+                    FrameworkId::new(id),
+                )),
                 _ => tracing::warn!(%key, "ignoring an unknown registry key"),
             }
         }
@@ -116,12 +122,7 @@ impl Registry for EtcdRegistry {
         if ops.is_empty() {
             return Ok(());
         }
-        let txns = etcd_transactions(&self.state, ops, self.removed_capacity)?;
-        let mut next = self.state.clone();
-        for op in ops {
-            next.apply(op, self.removed_capacity);
-        }
-        for txn in txns {
+        for txn in etcd_transactions(&self.state, ops, self.removed_capacity)? {
             let txn: Vec<TxnOp> = txn.into_iter().map(|w| self.txn_op(w)).collect();
             let result = self
                 .client
@@ -133,7 +134,128 @@ impl Registry for EtcdRegistry {
                 ));
             }
         }
-        self.state = next;
+        // Only once all is durable: a failed write stops the master anyway.
+        for op in ops {
+            self.state.apply(op, self.removed_capacity);
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agora_etcd::testing::TestEtcd;
+    use agora_proto::{AgentInfo, FrameworkInfo};
+
+    use super::*;
+    use crate::registry::{AgentRecord, FileRegistry, FrameworkRecord};
+
+    const PREFIX: &str = "/agora-test";
+
+    fn agent(id: &str, host: &str) -> RegistryOp {
+        RegistryOp::PutAgent(AgentRecord {
+            id: AgentId::new(id),
+            info: AgentInfo {
+                id: Some(AgentId::new(id)),
+                hostname: host.into(),
+                address: "127.0.0.1:1".into(),
+                resources: agora_proto::Resources::parse("cpus:2;mem:1024").unwrap(),
+                attributes: Default::default(),
+            },
+        })
+    }
+
+    fn framework(id: &str, disconnected_at: Option<f64>) -> RegistryOp {
+        let mut info = FrameworkInfo::new("fw");
+        info.id = Some(FrameworkId::new(id));
+        info.failover_timeout = 30.0;
+        RegistryOp::PutFramework(FrameworkRecord {
+            id: FrameworkId::new(id),
+            info,
+            disconnected_at,
+        })
+    }
+
+    fn remove_agent(id: &str) -> RegistryOp {
+        RegistryOp::RemoveAgent {
+            id: AgentId::new(id),
+        }
+    }
+
+    fn remove_framework(id: &str) -> RegistryOp {
+        RegistryOp::RemoveFramework {
+            id: FrameworkId::new(id),
+        }
+    }
+
+    /// Batches that each hold two ops (or more) on one key.
+    fn batches() -> Vec<Vec<RegistryOp>> {
+        let mut big: Vec<RegistryOp> = (0..120).map(|i| agent(&format!("b{i}"), "h1")).collect();
+        big.extend((0..120).map(|i| agent(&format!("b{i}"), "h2")));
+        big.extend((0..120).step_by(3).map(|i| remove_agent(&format!("b{i}"))));
+        vec![
+            // A framework subscribes and disconnects before the state
+            // task wakes.
+            vec![framework("f1", None), framework("f1", Some(17.25))],
+            // An agent admitted and removed; another admitted twice.
+            vec![
+                agent("a1", "h1"),
+                remove_agent("a1"),
+                agent("a2", "h1"),
+                agent("a2", "h2"),
+            ],
+            // A framework subscribed and torn down; removals out of id
+            // order, filling the removed lists (capacity 3).
+            vec![
+                framework("f2", None),
+                remove_framework("f2"),
+                remove_framework("f1"),
+                remove_agent("z"),
+                remove_agent("a2"),
+            ],
+            // Evicts a1, then the z it pushes... and an evicted id removed
+            // again: deleted and put again in one batch.
+            vec![
+                remove_agent("c"),
+                agent("a1", "h3"),
+                remove_agent("a1"),
+                remove_agent("d"),
+            ],
+            // More than one transaction, with keys written again.
+            big,
+        ]
+    }
+
+    #[test]
+    fn etcd_accepts_batches_with_two_ops_on_one_key_and_reloads_as_the_file_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(etcd) = TestEtcd::start(dir.path()) else {
+            return;
+        };
+        let client = etcd.client();
+        let leader_key = format!("{PREFIX}/leader");
+        let revision = client
+            .create(leader_key.as_bytes(), b"test", 0)
+            .unwrap()
+            .revision;
+        let load = || {
+            EtcdRegistry::load(etcd.client(), PREFIX, leader_key.clone(), revision, 3)
+                .unwrap_or_else(|e| panic!("loading the registry: {e}"))
+        };
+        let mut registry = load();
+        let mut file = FileRegistry::open(&dir.path().join("file-registry"), 3).unwrap();
+        for ops in batches() {
+            registry
+                .apply(&ops)
+                .unwrap_or_else(|e| panic!("etcd refused a batch: {e}\n{ops:?}"));
+            file.apply(&ops).unwrap();
+            assert_eq!(registry.state(), file.state());
+            assert_eq!(load().state(), file.state(), "reloaded after {ops:?}");
+        }
+        let state = file.state();
+        assert_eq!(state.agents.len(), 80);
+        assert_eq!(state.removed_frameworks.len(), 2);
+        assert_eq!(state.removed_agents.len(), 3);
+        assert!(state.frameworks.is_empty());
     }
 }
