@@ -463,7 +463,9 @@ pub(crate) fn decode(bytes: &[u8], origin: &str) -> Streams {
     streams
 }
 
-/// The bytes `records` take in a log, one line each.
+/// The bytes `records` take in a log, one line each (for the
+/// simulation's disk; the log itself encodes as it appends).
+#[cfg(feature = "sim")]
 pub(crate) fn encode(records: &[WalRecord]) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(records.len() * 512);
     for record in records {
