@@ -9,6 +9,10 @@
 //! task (duplicates only where at-least-once allows: a repeat of the latest
 //! one), nothing arrives that no one sent, and every task reaches exactly
 //! one terminal state.
+//!
+//! An executor whose agent is down for long keeps what it sends; more than
+//! a frame's worth of it (16 MiB) must still get through when the agent
+//! comes back.
 
 mod support;
 
@@ -22,7 +26,7 @@ use agora_proto::{
     TaskId, TaskInfo, TaskState, TaskStatus,
 };
 use agora_scheduler::SchedulerDriver;
-use support::{bin, http_get, start_framework, SchedEvent, TestCluster};
+use support::{bin, http_get, start_framework, wait_until, SchedEvent, TestCluster};
 
 const AGENT: &str = "cpus:32;mem:32768;disk:4096;ports:[31000-32000]";
 /// Fast retries so a lost message costs little test time.
@@ -43,6 +47,8 @@ struct Job {
     /// Delay between the updates of the first executor's tasks (0: `delay_ms`),
     /// so a test can kill that executor while its tasks surely run.
     slow_delay_ms: u64,
+    /// Bytes of `data` in each update.
+    bytes: usize,
 }
 
 /// What the scheduler saw.
@@ -116,9 +122,14 @@ impl Job {
             }),
             command: None,
             data: Some(
-                format!("updates={};delay_ms={}", self.updates, self.delay_ms(i))
-                    .as_str()
-                    .into(),
+                format!(
+                    "updates={};delay_ms={};bytes={}",
+                    self.updates,
+                    self.delay_ms(i),
+                    self.bytes
+                )
+                .as_str()
+                .into(),
             ),
             kill_grace_period: Some(1.0),
             labels: BTreeMap::new(),
@@ -412,6 +423,7 @@ fn agent_sigkill_mid_job_and_restart_loses_nothing() {
         updates: 5,
         delay_ms: 20,
         slow_delay_ms: 0,
+        bytes: 0,
     };
     let started = Instant::now();
     let mut restarted = false;
@@ -441,6 +453,7 @@ fn executor_sigkill_fails_its_tasks_and_reports_executor_lost() {
         updates: 6,
         delay_ms: 60,
         slow_delay_ms: 1500,
+        bytes: 0,
     };
     let started = Instant::now();
     let mut victim: Option<String> = None;
@@ -513,6 +526,7 @@ fn soak_thousands_of_updates_through_repeated_agent_restarts() {
         updates: 15,
         delay_ms: 15,
         slow_delay_ms: 0,
+        bytes: 0,
     };
     let started = Instant::now();
     let restarts_wanted = 5;
@@ -534,5 +548,71 @@ fn soak_thousands_of_updates_through_repeated_agent_restarts() {
     );
     assert_eq!(counts.sent, job.tasks * job.updates as usize);
     assert_eq!(counts.lost, 0);
+    let _ = driver.stop(false);
+}
+
+/// An executor whose agent is down keeps every update it sends. Here far
+/// more than a frame's worth (16 MiB) piles up before the agent comes back
+/// on its port: the executor re-subscribes listing the oldest updates and
+/// sends the rest after, so every one arrives, in order per task, and is
+/// acknowledged to the executor.
+#[test]
+fn more_than_a_frame_of_updates_piled_up_during_an_agent_outage_all_arrive() {
+    let mut cluster = cluster();
+    // 4 tasks x 80 updates x 64 KiB: 20 MiB of data, 27 MiB of base64.
+    let job = Job {
+        name: "backlog",
+        tasks: 4,
+        executors: 1,
+        updates: 80,
+        delay_ms: 40,
+        slow_delay_ms: 0,
+        bytes: 64 * 1024,
+    };
+    let all = job.tasks * job.updates as usize;
+    let started = Instant::now();
+    let mut piled_up = None;
+    let (driver, seen) = job.run(&mut cluster, Duration::from_secs(120), |cluster, seen| {
+        if piled_up.is_some() || seen.received == 0 {
+            return;
+        }
+        cluster.agents[0].kill();
+        let root = cluster.dir.path().to_path_buf();
+        let ledger = wait_until(
+            Duration::from_secs(30),
+            "the executor to send every update while its agent is down",
+            || {
+                format!(
+                    "{:?}",
+                    ledgers(&root).values().map(Vec::len).collect::<Vec<_>>()
+                )
+            },
+            || {
+                let ledger = ledgers(&root);
+                (ledger.values().map(Vec::len).sum::<usize>() == all).then_some(ledger)
+            },
+        );
+        let unacknowledged = ledger.values().flatten().filter(|s| !s.acked).count();
+        piled_up = Some(unacknowledged);
+        cluster.agents[0].start();
+    });
+    let unacknowledged = piled_up.expect("the job ended before the agent was stopped");
+    let pending_bytes = unacknowledged * job.bytes.div_ceil(3) * 4;
+    assert!(
+        pending_bytes > agora_proto::MAX_FRAME_BYTES,
+        "only {unacknowledged} updates ({pending_bytes} bytes) piled up"
+    );
+    let counts = check(&job, &cluster, &seen, &[]);
+    eprintln!(
+        "{unacknowledged} updates ({} MiB) piled up during an agent outage: {counts:?} in {:.1} s",
+        pending_bytes >> 20,
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(counts.sent, all);
+    assert_eq!(counts.lost, 0);
+    assert_eq!(
+        counts.acked_by_agent, all,
+        "every update acknowledged to the executor"
+    );
     let _ = driver.stop(false);
 }

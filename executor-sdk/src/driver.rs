@@ -24,7 +24,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tracing::Instrument;
 
-use crate::state::{Action, Callback, Command, DriverCore, Outcome};
+use crate::state::{check_update_size, Action, Callback, Command, DriverCore, Outcome};
 use crate::{DriverStatus, Executor, ExecutorConfig, ExecutorError};
 
 /// Longest wait for the TCP and WebSocket handshake with the agent.
@@ -256,8 +256,17 @@ impl ExecutorDriver {
     /// agent id, and keeps the update until the agent acknowledges it
     /// (re-sending it after a reconnect). Updates of one task are delivered
     /// in the order they are sent. `TASK_STAGING` is refused: that state
-    /// belongs to the master.
+    /// belongs to the master. So is an update larger than
+    /// [`crate::MAX_STATUS_UPDATE_BYTES`] once encoded
+    /// ([`ExecutorError::UpdateTooLarge`]): no frame could carry it.
     pub fn send_status_update(&self, status: TaskStatus) -> Result<(), ExecutorError> {
+        if let Err(size) = check_update_size(&status) {
+            return Err(ExecutorError::UpdateTooLarge {
+                task_id: status.task_id,
+                size,
+                max: crate::MAX_STATUS_UPDATE_BYTES,
+            });
+        }
         if status.state == TaskState::Staging {
             return Err(ExecutorError::InvalidUpdate(format!(
                 "task {}: executors cannot send TASK_STAGING",

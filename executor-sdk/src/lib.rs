@@ -12,7 +12,9 @@
 //!   acknowledged yet;
 //! - [`ExecutorDriver::send_status_update`] keeps each update until the
 //!   agent answers `ACKNOWLEDGED`, and re-sends the unacknowledged ones, in
-//!   order, in the next `SUBSCRIBE` after a reconnect;
+//!   order, after a reconnect: the oldest in the next `SUBSCRIBE`, as many
+//!   as fit in half a frame, the rest as `UPDATE` calls after it (an update
+//!   larger than [`MAX_STATUS_UPDATE_BYTES`] is refused);
 //! - when the connection drops it reconnects with backoff (until
 //!   [`ExecutorConfig::recovery_timeout`]) if the framework checkpoints,
 //!   and aborts otherwise;
@@ -44,6 +46,7 @@ pub use agora_proto::{
 };
 pub use config::ExecutorConfig;
 pub use driver::ExecutorDriver;
+pub use state::MAX_STATUS_UPDATE_BYTES;
 
 /// An executor: the callbacks the [`ExecutorDriver`] makes.
 ///
@@ -186,6 +189,17 @@ pub enum ExecutorError {
     /// A status update the driver refuses to send.
     #[error("invalid status update: {0}")]
     InvalidUpdate(String),
+    /// A status update too large for any frame to carry: most of it is
+    /// `data`; send bulk data another way (a file in the sandbox).
+    #[error("status update for task {task_id} is {size} bytes encoded; the limit is {max}: keep large data out of TaskStatus.data (write it to a file in the sandbox)")]
+    UpdateTooLarge {
+        /// The task.
+        task_id: TaskId,
+        /// The update's size, encoded as JSON.
+        size: usize,
+        /// [`MAX_STATUS_UPDATE_BYTES`].
+        max: usize,
+    },
     /// The driver is not running (not started yet, stopped or aborted).
     #[error("the driver is not running (status {0:?})")]
     NotRunning(DriverStatus),

@@ -2,11 +2,20 @@
 //!
 //! [`DriverCore`] decides everything about the executor's side of the
 //! channel: the subscription, the ordered list of updates not yet
-//! acknowledged (re-sent in every `SUBSCRIBE`), the tasks with no
+//! acknowledged (re-sent after every reconnect), the tasks with no
 //! acknowledged update, recovery after a lost agent, and the flush on stop.
 //! The network loop in [`crate::driver`] feeds it connection events,
 //! frames, user commands and clock ticks and carries out the [`Action`]s it
 //! returns.
+//!
+//! **Every frame fits.** However much is unacknowledged after a long agent
+//! outage, the `SUBSCRIBE` lists only the oldest updates that fit in
+//! [`SUBSCRIBE_BUDGET`] bytes; the others follow it as `UPDATE` calls, in
+//! order, as acknowledgements make room in the window of updates in flight
+//! ([`MAX_IN_FLIGHT`] updates, [`MAX_IN_FLIGHT_BYTES`] bytes). The agent
+//! handles the updates a `SUBSCRIBE` lists before the calls after it, so the
+//! order per task holds. An update too large to ever fit in a frame
+//! ([`MAX_STATUS_UPDATE_BYTES`]) is refused when it is sent, never queued.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -14,7 +23,8 @@ use std::time::Duration;
 use agora_discovery::{Backoff, DEFAULT_JITTER};
 use agora_proto::executor::{Call, Event};
 use agora_proto::{
-    AgentId, ExecutorInfo, FrameworkInfo, Source, TaskId, TaskInfo, TaskStatus, PROTOCOL_VERSION,
+    AgentId, ExecutorInfo, FrameworkInfo, Source, TaskId, TaskInfo, TaskStatus, MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
 };
 use tokio::time::Instant;
 
@@ -33,6 +43,28 @@ fn backoff() -> Backoff {
 }
 /// How long a connected agent may take to answer `SUBSCRIBE`.
 pub(crate) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest status update the driver accepts, in bytes of its JSON
+/// encoding as the executor gives it: the frame cap
+/// ([`agora_proto::MAX_FRAME_BYTES`]) less 64 KiB, which leaves room for
+/// what the driver fills in (uuid, ids, timestamp) and for the envelopes
+/// of the frames that carry the update on to the master and the
+/// scheduler. Nearly all of it is `data`, which travels in base64 (4 bytes
+/// for every 3). A larger update could never be delivered, so
+/// [`crate::ExecutorDriver::send_status_update`] refuses it.
+pub const MAX_STATUS_UPDATE_BYTES: usize = MAX_FRAME_BYTES - 64 * 1024;
+/// Most bytes of a `SUBSCRIBE` frame (half the frame cap): the tasks and
+/// updates it lists are cut there, oldest first.
+pub(crate) const SUBSCRIBE_BUDGET: usize = MAX_FRAME_BYTES / 2;
+/// Most updates in flight on a connection: listed in its `SUBSCRIBE` or
+/// sent on it, and not acknowledged yet. Later ones wait for
+/// acknowledgements, so the driver never writes much more than the agent
+/// has read (the agent stops reading from an executor that leaves its
+/// answers unread, and the driver reads none while it writes).
+pub(crate) const MAX_IN_FLIGHT: usize = 1024;
+/// Most bytes of updates in flight (measured by [`update_weight`]); one
+/// update is always let through, however large.
+pub(crate) const MAX_IN_FLIGHT_BYTES: usize = SUBSCRIBE_BUDGET;
 
 /// What the user (or the driver itself) asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +138,11 @@ enum Conn {
 struct Pending {
     status: TaskStatus,
     /// Written on the current connection (or listed in its `SUBSCRIBE`).
+    /// The updates sent are always the oldest ones: a prefix of
+    /// [`DriverCore::unacknowledged`].
     sent: bool,
+    /// What it counts for in [`DriverCore::in_flight_bytes`] while sent.
+    weight: usize,
 }
 
 /// The executor driver's state machine.
@@ -118,6 +154,10 @@ pub(crate) struct DriverCore {
     subscribed_before: bool,
     /// Oldest first.
     unacknowledged: VecDeque<Pending>,
+    /// How many of `unacknowledged` are sent (its first ones).
+    in_flight: usize,
+    /// Their weight.
+    in_flight_bytes: usize,
     /// In launch order.
     unacknowledged_tasks: Vec<TaskInfo>,
     /// When the agent was lost (or, before the first subscription, when
@@ -141,6 +181,8 @@ impl DriverCore {
             conn: Conn::Disconnected,
             subscribed_before: false,
             unacknowledged: VecDeque::new(),
+            in_flight: 0,
+            in_flight_bytes: 0,
             unacknowledged_tasks: Vec::new(),
             lost_since: Some(now),
             flush_deadline: None,
@@ -183,27 +225,69 @@ impl DriverCore {
         }
     }
 
-    /// The WebSocket is open: subscribe, listing what is unacknowledged.
+    /// The WebSocket is open: subscribe, listing the tasks and the oldest
+    /// updates that are unacknowledged, as many as fit in
+    /// [`SUBSCRIBE_BUDGET`] (the other updates follow `SUBSCRIBED`).
     pub(crate) fn on_connected(&mut self, now: Instant) -> Vec<Action> {
         if self.finished {
             return Vec::new();
         }
         self.conn = Conn::Subscribing { since: now };
-        for pending in &mut self.unacknowledged {
-            pending.sent = true;
-        }
-        vec![Action::Send(Call::Subscribe {
+        let subscribe = |updates, tasks| Call::Subscribe {
             protocol: PROTOCOL_VERSION,
             framework_id: self.config.framework_id.clone(),
             executor_id: self.config.executor_id.clone(),
             token: self.config.token.clone(),
-            unacknowledged_updates: self
-                .unacknowledged
-                .iter()
-                .map(|p| p.status.clone())
-                .collect(),
-            unacknowledged_tasks: self.unacknowledged_tasks.clone(),
-        })]
+            unacknowledged_updates: updates,
+            unacknowledged_tasks: tasks,
+        };
+        // The frame's exact size: the call with empty lists, plus each
+        // element's encoding and a comma after the first.
+        let mut size = agora_proto::encode(&subscribe(Vec::new(), Vec::new())).len();
+        // Tasks first: without its task, an agent that lost track of it
+        // would drop the task's updates.
+        let mut tasks = Vec::new();
+        for task in &self.unacknowledged_tasks {
+            let more = agora_proto::encode(task).len() + usize::from(!tasks.is_empty());
+            if size + more > SUBSCRIBE_BUDGET {
+                tracing::warn!(
+                    listed = tasks.len(),
+                    unacknowledged = self.unacknowledged_tasks.len(),
+                    "too many unacknowledged tasks for one SUBSCRIBE; listing the first"
+                );
+                break;
+            }
+            size += more;
+            tasks.push(task.clone());
+        }
+        debug_assert_eq!(self.in_flight, 0, "nothing is in flight before SUBSCRIBE");
+        let mut updates = Vec::new();
+        for pending in &mut self.unacknowledged {
+            if updates.len() >= MAX_IN_FLIGHT {
+                break;
+            }
+            let len = agora_proto::encode(&pending.status).len();
+            let more = len + usize::from(!updates.is_empty());
+            // Oldest first, and none after one that does not fit: those
+            // go as UPDATE calls, which the agent handles after this.
+            if size + more > SUBSCRIBE_BUDGET {
+                break;
+            }
+            size += more;
+            pending.sent = true;
+            pending.weight = len;
+            self.in_flight += 1;
+            self.in_flight_bytes += len;
+            updates.push(pending.status.clone());
+        }
+        if updates.len() < self.unacknowledged.len() {
+            tracing::info!(
+                listed = updates.len(),
+                unacknowledged = self.unacknowledged.len(),
+                "the SUBSCRIBE lists the oldest unacknowledged updates; the rest follow it"
+            );
+        }
+        vec![Action::Send(subscribe(updates, tasks))]
     }
 
     /// The connection dropped (or an attempt failed).
@@ -216,6 +300,8 @@ impl DriverCore {
         for pending in &mut self.unacknowledged {
             pending.sent = false;
         }
+        self.in_flight = 0;
+        self.in_flight_bytes = 0;
         self.lost_since.get_or_insert(now);
         let mut actions = Vec::new();
         if was_subscribed {
@@ -333,18 +419,41 @@ impl DriverCore {
             }));
         }
         self.subscribed_before = true;
-        // Updates made while the SUBSCRIBE was in flight were not in it.
-        for pending in self.unacknowledged.iter_mut().filter(|p| !p.sent) {
-            pending
-                .status
-                .agent_id
-                .get_or_insert_with(|| agent_id.clone());
+        // Updates the SUBSCRIBE did not list (no room, or made while it
+        // was in flight).
+        self.send_unsent(&mut actions);
+        actions
+    }
+
+    /// Sends the oldest updates not sent on this connection, in order,
+    /// while the window of updates in flight has room.
+    fn send_unsent(&mut self, actions: &mut Vec<Action>) {
+        if !self.is_subscribed() {
+            return;
+        }
+        while let Some(pending) = self.unacknowledged.get_mut(self.in_flight) {
+            debug_assert!(!pending.sent, "the updates sent are the oldest");
+            let weight = update_weight(&pending.status);
+            if self.in_flight > 0
+                && (self.in_flight >= MAX_IN_FLIGHT
+                    || self.in_flight_bytes + weight > MAX_IN_FLIGHT_BYTES)
+            {
+                break;
+            }
+            if let Some(agent_id) = &self.agent_id {
+                pending
+                    .status
+                    .agent_id
+                    .get_or_insert_with(|| agent_id.clone());
+            }
             pending.sent = true;
+            pending.weight = weight;
+            self.in_flight += 1;
+            self.in_flight_bytes += weight;
             actions.push(Action::Send(Call::Update {
                 status: pending.status.clone(),
             }));
         }
-        actions
     }
 
     fn on_acknowledged(&mut self, task_id: TaskId, uuid: String, now: Instant) -> Vec<Action> {
@@ -361,11 +470,19 @@ impl DriverCore {
             tracing::debug!(%task_id, %uuid, "acknowledgement for an unknown update");
             return self.finish_flush_if_done(now);
         };
-        self.unacknowledged.remove(i);
-        if self.flush_deadline.is_some() {
-            return self.finish_flush_if_done(now);
+        // It may not be in flight: an update the agent received on an
+        // earlier connection can be acknowledged on this one.
+        if let Some(pending) = self.unacknowledged.remove(i).filter(|p| p.sent) {
+            self.in_flight -= 1;
+            self.in_flight_bytes -= pending.weight;
         }
-        vec![Action::Callback(Callback::Acknowledged { task_id, uuid })]
+        let mut actions = Vec::new();
+        if self.flush_deadline.is_none() {
+            actions.push(Action::Callback(Callback::Acknowledged { task_id, uuid }));
+        }
+        self.send_unsent(&mut actions);
+        actions.extend(self.finish_flush_if_done(now));
+        actions
     }
 
     /// A user command.
@@ -375,19 +492,24 @@ impl DriverCore {
         }
         match command {
             Command::Update(status) => {
+                if let Err(size) = check_update_size(&status) {
+                    // `send_status_update` refuses it before it gets here.
+                    tracing::warn!(
+                        task_id = %status.task_id,
+                        size,
+                        max = MAX_STATUS_UPDATE_BYTES,
+                        "refusing a status update too large to ever be delivered"
+                    );
+                    return Vec::new();
+                }
                 let status = self.complete(status);
-                let mut pending = Pending {
+                self.unacknowledged.push_back(Pending {
                     status,
                     sent: false,
-                };
+                    weight: 0,
+                });
                 let mut actions = Vec::new();
-                if self.is_subscribed() {
-                    pending.sent = true;
-                    actions.push(Action::Send(Call::Update {
-                        status: pending.status.clone(),
-                    }));
-                }
-                self.unacknowledged.push_back(pending);
+                self.send_unsent(&mut actions);
                 actions
             }
             Command::Message(data) => {
@@ -479,6 +601,37 @@ impl DriverCore {
             Action::Callback(Callback::Error(message)),
         ]
     }
+}
+
+/// Whether the update, as the executor gives it, is small enough to be
+/// delivered: at most [`MAX_STATUS_UPDATE_BYTES`] of JSON. `Err` carries
+/// its size.
+pub(crate) fn check_update_size(status: &TaskStatus) -> Result<(), usize> {
+    // The cheap bound settles nearly every update without encoding it.
+    if update_weight(status) <= MAX_STATUS_UPDATE_BYTES {
+        return Ok(());
+    }
+    match agora_proto::encode(status).len() {
+        size if size <= MAX_STATUS_UPDATE_BYTES => Ok(()),
+        size => Err(size),
+    }
+}
+
+/// An upper bound of the size of an `UPDATE` call of `status`, computed
+/// without encoding it: `data` in base64, every string as if each of its
+/// bytes needed a six-byte escape, and 512 bytes for field names, enums
+/// and numbers.
+pub(crate) fn update_weight(status: &TaskStatus) -> usize {
+    let strings = status.task_id.as_str().len()
+        + status.message.as_ref().map_or(0, String::len)
+        + status.agent_id.as_ref().map_or(0, |a| a.as_str().len())
+        + status.executor_id.as_ref().map_or(0, |e| e.as_str().len())
+        + status.uuid.as_ref().map_or(0, String::len);
+    let data = status
+        .data
+        .as_ref()
+        .map_or(0, |d| d.0.len().div_ceil(3) * 4);
+    512 + 6 * strings + data
 }
 
 #[cfg(test)]
@@ -836,5 +989,227 @@ mod tests {
             core.on_tick(now + Duration::from_secs(1)),
             vec![Action::Finish(Outcome::Stopped)]
         );
+    }
+
+    /// An update of `task` carrying `bytes` of data.
+    fn big_update(task: &str, uuid: &str, bytes: usize) -> Command {
+        let mut status =
+            TaskStatus::new(TaskId::new(task), TaskState::Running, Source::SourceAgent);
+        status.uuid = Some(uuid.into());
+        status.data = Some(agora_proto::Bytes(vec![b'x'; bytes]));
+        Command::Update(status)
+    }
+
+    /// The uuids of the updates in `actions`' SUBSCRIBE and UPDATE calls,
+    /// in order, after checking every frame's size.
+    fn sent_uuids(actions: &[Action]) -> Vec<String> {
+        let mut out = Vec::new();
+        for action in actions {
+            let Action::Send(call) = action else { continue };
+            let frame = agora_proto::encode(call).len();
+            match call {
+                Call::Subscribe {
+                    unacknowledged_updates,
+                    ..
+                } => {
+                    assert!(frame <= SUBSCRIBE_BUDGET, "SUBSCRIBE of {frame} bytes");
+                    out.extend(
+                        unacknowledged_updates
+                            .iter()
+                            .map(|s| s.uuid.clone().unwrap()),
+                    );
+                }
+                Call::Update { status } => {
+                    assert!(frame <= MAX_FRAME_BYTES, "UPDATE of {frame} bytes");
+                    out.push(status.uuid.clone().unwrap());
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn ack(core: &mut DriverCore, uuid: &str, now: Instant) -> Vec<Action> {
+        let task = core
+            .unacknowledged
+            .iter()
+            .find(|p| p.status.uuid.as_deref() == Some(uuid))
+            .map(|p| p.status.task_id.clone())
+            .expect("an unacknowledged update");
+        core.on_event(
+            Event::Acknowledged {
+                task_id: task,
+                uuid: uuid.into(),
+            },
+            now,
+        )
+    }
+
+    /// After a long outage with far more than a frame of updates pending,
+    /// the SUBSCRIBE stays within its budget and lists the oldest; the
+    /// rest follow as UPDATE calls, in order, each sent once, as
+    /// acknowledgements come back.
+    #[test]
+    fn subscribe_lists_what_fits_and_the_rest_follow_in_order() {
+        let (mut core, now) = connected(true);
+        core.on_disconnected(now);
+        // 3 tasks x 20 updates of 400 KB: about 32 MB of JSON.
+        let mut expected = Vec::new();
+        for i in 0..60 {
+            let uuid = format!("u{i:02}");
+            core.on_command(big_update(&format!("t{}", i % 3), &uuid, 400_000), now);
+            expected.push(uuid);
+        }
+        let subscribe = core.on_connected(now);
+        let listed = sent_uuids(&subscribe);
+        assert!(!listed.is_empty() && listed.len() < 30, "{}", listed.len());
+        assert_eq!(listed[..], expected[..listed.len()]);
+        let mut sent = listed.clone();
+        let mut actions = core.on_event(subscribed(), now);
+        // The window lets a few through at once, never the whole backlog.
+        let more = sent_uuids(&actions);
+        assert!(more.len() < expected.len() - listed.len());
+        sent.extend(more);
+        let mut acked = 0;
+        while acked < sent.len() {
+            let uuid = sent[acked].clone();
+            actions = ack(&mut core, &uuid, now);
+            assert!(matches!(
+                actions[0],
+                Action::Callback(Callback::Acknowledged { .. })
+            ));
+            sent.extend(sent_uuids(&actions));
+            acked += 1;
+        }
+        assert_eq!(sent, expected, "every update sent once, oldest first");
+        assert!(core.unacknowledged().is_empty());
+        assert_eq!((core.in_flight, core.in_flight_bytes), (0, 0));
+    }
+
+    /// Many small updates: the SUBSCRIBE lists at most the window, and an
+    /// acknowledgement lets the next one go, so the agent never has more
+    /// than the window to answer.
+    #[test]
+    fn a_backlog_of_small_updates_is_sent_as_acknowledgements_come() {
+        let (mut core, now) = connected(true);
+        core.on_disconnected(now);
+        let n = MAX_IN_FLIGHT * 3;
+        for i in 0..n {
+            core.on_command(update("t1", TaskState::Running, &format!("u{i:05}")), now);
+        }
+        let listed = sent_uuids(&core.on_connected(now));
+        assert_eq!(listed.len(), MAX_IN_FLIGHT);
+        assert!(sent_uuids(&core.on_event(subscribed(), now)).is_empty());
+        // An update made now queues behind the backlog.
+        assert!(core
+            .on_command(update("t1", TaskState::Finished, "last"), now)
+            .is_empty());
+        let mut sent = listed;
+        let mut acked = 0;
+        while acked < sent.len() {
+            let uuid = sent[acked].clone();
+            let next = sent_uuids(&ack(&mut core, &uuid, now));
+            assert!(next.len() <= 1);
+            sent.extend(next);
+            acked += 1;
+            assert!(core.in_flight <= MAX_IN_FLIGHT);
+        }
+        let mut expected: Vec<String> = (0..n).map(|i| format!("u{i:05}")).collect();
+        expected.push("last".into());
+        assert_eq!(sent, expected);
+    }
+
+    /// A reconnect in the middle of the backlog starts again from the
+    /// oldest unacknowledged update.
+    #[test]
+    fn a_reconnect_mid_backlog_resends_from_the_oldest() {
+        let (mut core, now) = connected(true);
+        core.on_disconnected(now);
+        for i in 0..40 {
+            core.on_command(big_update("t1", &format!("u{i:02}"), 400_000), now);
+        }
+        let first = sent_uuids(&core.on_connected(now));
+        core.on_event(subscribed(), now);
+        ack(&mut core, &first[0], now);
+        ack(&mut core, &first[1], now);
+        core.on_disconnected(now);
+        let again = sent_uuids(&core.on_connected(now));
+        assert_eq!(again[0], "u02");
+        assert!(again.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    /// Tasks are listed before updates, within the same budget.
+    #[test]
+    fn tasks_are_listed_first_within_the_budget() {
+        let (mut core, now) = connected(true);
+        for i in 0..3 {
+            let mut t = task(&format!("t{i}"));
+            t.data = Some(agora_proto::Bytes(vec![b'y'; 1_000_000]));
+            core.on_event(
+                Event::Launch {
+                    task: t,
+                    sandbox: None,
+                },
+                now,
+            );
+        }
+        core.on_disconnected(now);
+        for i in 0..10 {
+            core.on_command(big_update("t0", &format!("u{i}"), 400_000), now);
+        }
+        let actions = core.on_connected(now);
+        let (updates, tasks) = subscribe_lists(&actions);
+        assert_eq!(tasks.len(), 3);
+        // 4 MB of tasks (base64) leave room for 8 updates of 533 KB.
+        assert_eq!(updates.len(), 8);
+        assert_eq!(
+            sent_uuids(&actions),
+            (0..8).map(|i| format!("u{i}")).collect::<Vec<_>>()
+        );
+    }
+
+    /// An update that no frame could carry is refused, not queued; one
+    /// just under the limit is accepted.
+    #[test]
+    fn an_update_too_large_for_a_frame_is_refused() {
+        let (mut core, now) = connected(true);
+        let huge = big_update("t1", "huge", MAX_FRAME_BYTES);
+        let Command::Update(status) = &huge else {
+            unreachable!()
+        };
+        assert!(check_update_size(status).is_err());
+        assert!(core.on_command(huge, now).is_empty());
+        assert!(core.unacknowledged().is_empty());
+        // Base64 makes 3 bytes 4: this is just under the limit encoded.
+        let fits = (MAX_STATUS_UPDATE_BYTES - 1024) / 4 * 3;
+        let ok = big_update("t1", "ok", fits);
+        let Command::Update(status) = &ok else {
+            unreachable!()
+        };
+        assert!(check_update_size(status).is_ok());
+        let sent = sent_uuids(&core.on_command(ok, now));
+        assert_eq!(sent, vec!["ok"]);
+        // Alone in flight, it goes even though it outweighs the window.
+        core.on_disconnected(now);
+        assert!(sent_uuids(&core.on_connected(now)).is_empty());
+        assert_eq!(sent_uuids(&core.on_event(subscribed(), now)), vec!["ok"]);
+    }
+
+    #[test]
+    fn the_weight_bounds_the_encoded_size() {
+        let mut status = TaskStatus::new(
+            TaskId::new("t\u{1}\"x"),
+            TaskState::Running,
+            Source::SourceExecutor,
+        )
+        .with_message("\u{0}\u{1f}\\\"é".repeat(100))
+        .with_new_uuid();
+        status.data = Some(agora_proto::Bytes(vec![0; 1001]));
+        status.agent_id = Some(AgentId::new("a".repeat(255)));
+        status.reason = Some(agora_proto::Reason::ReasonExecutorTerminated);
+        let call = Call::Update {
+            status: status.clone(),
+        };
+        assert!(agora_proto::encode(&call).len() <= update_weight(&status));
     }
 }

@@ -141,6 +141,21 @@ async fn resends_unacknowledged_updates_in_order_after_reconnect() {
         assert_eq!(seen(&mut rx).await, Seen::Launch(TaskId::new(id)));
     }
 
+    // An update no frame could carry is refused to the caller, never
+    // queued: the first frame written is the next update.
+    let mut huge = update("t1", TaskState::Running);
+    huge.data = Some(agora_executor::proto::Bytes(vec![
+        0;
+        agora_executor::MAX_STATUS_UPDATE_BYTES
+    ]));
+    let error = driver.send_status_update(huge).expect_err("too large");
+    assert!(error.to_string().contains("TaskStatus.data"), "{error}");
+    let ExecutorError::UpdateTooLarge { task_id, size, max } = error else {
+        panic!("expected UpdateTooLarge, got {error:?}");
+    };
+    assert_eq!(task_id, TaskId::new("t1"));
+    assert_eq!(max, agora_executor::MAX_STATUS_UPDATE_BYTES);
+    assert!(size > max);
     driver
         .send_status_update(update("t1", TaskState::Running))
         .unwrap();
@@ -151,6 +166,7 @@ async fn resends_unacknowledged_updates_in_order_after_reconnect() {
         .send_status_update(update("t1", TaskState::Finished))
         .unwrap();
     let first = recv_update(&mut ws).await;
+    assert_eq!(first.data, None);
     assert_eq!(first.source, Source::SourceExecutor);
     assert_eq!(first.executor_id, Some(ExecutorId::new("ex-1")));
     assert_eq!(first.agent_id, Some(AgentId::new("agent-1")));

@@ -11,6 +11,7 @@ use agora_proto::{
 use tokio::time::Instant;
 
 pub use crate::allocator::AgentAccounts;
+pub use crate::allocator::Interned;
 use crate::allocator::{AllocatorOptions, DrfAllocator};
 use crate::master::Master;
 pub use crate::master::{ConnId, Input, Output};
@@ -130,6 +131,13 @@ impl SimMaster {
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out
+    }
+
+    /// The sizes of the allocator's tables of interned role and resource
+    /// names, and how much of them is in use; see
+    /// [`Interned::within_bound`]. O(1).
+    pub fn allocator_interned(&self) -> Interned {
+        self.inner.allocator.interned()
     }
 
     /// Every outstanding offer.

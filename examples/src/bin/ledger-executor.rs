@@ -2,8 +2,9 @@
 //! update it sends, for tests that check that no update is lost or
 //! reordered on its way to the scheduler.
 //!
-//! A task's `data` is `updates=N;delay_ms=D` (defaults 3 and 10): the task
-//! sends N-1 `TASK_RUNNING` updates and then `TASK_FINISHED`, D ms apart.
+//! A task's `data` is `updates=N;delay_ms=D;bytes=B` (defaults 3, 10 and
+//! 0): the task sends N-1 `TASK_RUNNING` updates and then `TASK_FINISHED`,
+//! D ms apart, each carrying B bytes of `data`.
 //! Before each update is handed to the driver, a line
 //! `{"event":"sent","task":…,"uuid":…,"state":…,"seq":…}` is written to
 //! `ledger.jsonl` in the sandbox; when the agent acknowledges it, an
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agora_executor::{Executor, ExecutorDriver};
-use agora_proto::{Source, TaskId, TaskInfo, TaskState, TaskStatus};
+use agora_proto::{Bytes, Source, TaskId, TaskInfo, TaskState, TaskStatus};
 
 /// File name of the ledger in the sandbox.
 const LEDGER: &str = "ledger.jsonl";
@@ -38,12 +39,14 @@ struct LedgerExecutor {
 struct Plan {
     updates: u32,
     delay: Duration,
+    bytes: usize,
 }
 
 fn plan(task: &TaskInfo) -> Plan {
     let mut plan = Plan {
         updates: 3,
         delay: Duration::from_millis(10),
+        bytes: 0,
     };
     let text = task
         .data
@@ -56,6 +59,7 @@ fn plan(task: &TaskInfo) -> Plan {
             Some(("delay_ms", n)) => {
                 plan.delay = Duration::from_millis(n.trim().parse().unwrap_or(10))
             }
+            Some(("bytes", n)) => plan.bytes = n.trim().parse().unwrap_or(0),
             _ => {}
         }
     }
@@ -78,10 +82,14 @@ fn send(
     task_id: &TaskId,
     state: TaskState,
     seq: u32,
+    bytes: usize,
 ) {
-    let status = TaskStatus::new(task_id.clone(), state, Source::SourceExecutor)
+    let mut status = TaskStatus::new(task_id.clone(), state, Source::SourceExecutor)
         .with_message(format!("update {seq}"))
         .with_new_uuid();
+    if bytes > 0 {
+        status.data = Some(Bytes(vec![b'0' + (seq % 10) as u8; bytes]));
+    }
     let uuid = status.uuid.clone().unwrap_or_default();
     record(
         ledger,
@@ -108,7 +116,7 @@ impl Executor for LedgerExecutor {
             let id = task.task_id;
             for seq in 0..plan.updates {
                 if stop.load(Ordering::SeqCst) {
-                    send(&driver, &ledger, &id, TaskState::Killed, seq);
+                    send(&driver, &ledger, &id, TaskState::Killed, seq, 0);
                     return;
                 }
                 let state = if seq + 1 == plan.updates {
@@ -116,7 +124,7 @@ impl Executor for LedgerExecutor {
                 } else {
                     TaskState::Running
                 };
-                send(&driver, &ledger, &id, state, seq);
+                send(&driver, &ledger, &id, state, seq, plan.bytes);
                 if seq + 1 < plan.updates {
                     std::thread::sleep(plan.delay);
                 }

@@ -100,7 +100,9 @@ impl Proc {
         proc
     }
 
-    fn start(&mut self) {
+    /// Starts the process with its arguments: again, after
+    /// [`Proc::kill`].
+    pub fn start(&mut self) {
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -12,18 +12,37 @@
 //! Bag arithmetic is exactly [`Resources`] arithmetic (same rounding, same
 //! normal form), so converting between the two never changes a quantity;
 //! the tests below check that against `Resources` itself.
+//!
+//! A slot is in use while a live agent's total has it (every bag of the
+//! books is part of some agent's total), and a scalar name while a slot in
+//! use or a quota names it; [`Slots::compact`] and [`Names::compact`] drop
+//! the others (see [`super::refs`]).
 
 use agora_proto::hash::HashMap;
 use std::hash::{Hash, Hasher};
 
 use agora_proto::{Resource, Resources, Value};
 
-/// Interned (name, role, kind) triples, and the scalar names of shares.
+use super::refs::{Refs, Remap};
+
+/// Interned (name, role, kind) triples; a scalar slot also has its entry
+/// in [`Names`].
 #[derive(Debug, Default)]
 pub(super) struct Slots {
     slots: Vec<Slot>,
     /// Slots by resource name (few per name: one per role and kind).
     by_name: HashMap<String, Vec<u32>>,
+    /// Uses of each slot: the live agents whose total has it.
+    refs: Refs,
+}
+
+/// Interned scalar resource names: a share is a vector indexed by them.
+#[derive(Debug, Default)]
+pub(super) struct Names {
+    names: Vec<String>,
+    /// Uses of each name: the scalar slots in use with that name, and
+    /// pins (`cpus`, `mem`, names in a quota).
+    pub(super) refs: Refs,
 }
 
 /// One interned (name, role, kind) triple.
@@ -45,24 +64,59 @@ pub(super) struct Bag {
     items: Vec<(u32, Value)>,
 }
 
+// === impl Names ===
+
+impl Names {
+    /// The index of `name`, interning it when new.
+    pub(super) fn intern(&mut self, name: &str) -> usize {
+        match self.position(name) {
+            Some(i) => i,
+            None => {
+                self.names.push(name.to_string());
+                self.refs.push();
+                self.names.len() - 1
+            }
+        }
+    }
+
+    /// The index of `name`, when interned.
+    pub(super) fn position(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// Names interned, in use or not.
+    pub(super) fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Drops the names not in use; the others keep their order. Every
+    /// index of a name kept must then be rewritten through the result,
+    /// and no index of a name dropped may remain.
+    pub(super) fn compact(&mut self) -> Remap {
+        let remap = self.refs.compact();
+        remap.retain(&mut self.names);
+        remap
+    }
+
+    #[cfg(test)]
+    pub(super) fn as_slice(&self) -> &[String] {
+        &self.names
+    }
+}
+
 // === impl Slots ===
 
 impl Slots {
     /// The slot of a resource entry, interning it (and its scalar name in
-    /// `names`) when new.
-    pub(super) fn intern(&mut self, names: &mut Vec<String>, r: &Resource) -> u32 {
+    /// `names`) when new. A new slot is not in use until
+    /// [`Slots::hold`].
+    pub(super) fn intern(&mut self, names: &mut Names, r: &Resource) -> u32 {
         if let Some(s) = self.lookup(r) {
             return s;
         }
         let kind = kind(&r.value);
         let scalar = if kind == 0 {
-            match names.iter().position(|n| *n == r.name) {
-                Some(i) => i,
-                None => {
-                    names.push(r.name.clone());
-                    names.len() - 1
-                }
-            }
+            names.intern(&r.name)
         } else {
             usize::MAX
         };
@@ -75,7 +129,75 @@ impl Slots {
             scalar,
         });
         self.by_name.entry(r.name.clone()).or_default().push(s);
+        self.refs.push();
         s
+    }
+
+    /// One more use of slot `s` (and of its scalar name, when the slot
+    /// was unused).
+    pub(super) fn hold(&mut self, names: &mut Names, s: u32) {
+        let scalar = self.slots[s as usize].scalar;
+        if self.refs.hold(s as usize) && scalar != usize::MAX {
+            names.refs.hold(scalar);
+        }
+    }
+
+    /// One use fewer of slot `s` (and of its scalar name, when the slot
+    /// is unused now).
+    pub(super) fn release(&mut self, names: &mut Names, s: u32) {
+        let scalar = self.slots[s as usize].scalar;
+        if self.refs.release(s as usize) && scalar != usize::MAX {
+            names.refs.release(scalar);
+        }
+    }
+
+    /// Slots interned, in use or not.
+    pub(super) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Slots in use.
+    pub(super) fn live(&self) -> usize {
+        self.refs.live()
+    }
+
+    /// Whether the table holds more than twice what is in use, plus `slack`.
+    pub(super) fn over(&self, slack: usize) -> bool {
+        self.refs.over(slack)
+    }
+
+    /// Drops the slots not in use; the others keep their order, so a bag
+    /// rewritten through the result (see [`Bag::remap`]) stays sorted.
+    pub(super) fn compact(&mut self) -> Remap {
+        let remap = self.refs.compact();
+        remap.retain(&mut self.slots);
+        self.by_name.retain(|_, ids| {
+            ids.retain_mut(|s| match remap.get(*s as usize) {
+                Some(n) => {
+                    *s = slot_id(n);
+                    true
+                }
+                None => false,
+            });
+            !ids.is_empty()
+        });
+        remap
+    }
+
+    /// Rewrites the slots' scalar name indexes after [`Names::compact`];
+    /// every slot must be in use (compacted first).
+    pub(super) fn remap_names(&mut self, remap: &Remap) {
+        for slot in &mut self.slots {
+            if slot.scalar != usize::MAX {
+                slot.scalar = remap.kept(slot.scalar);
+            }
+        }
+    }
+
+    /// Uses of slot `s`, for checks.
+    #[cfg(test)]
+    pub(super) fn uses(&self, s: u32) -> usize {
+        self.refs.count(s as usize)
     }
 
     /// The slot of a resource entry, when it was ever interned.
@@ -94,7 +216,7 @@ impl Slots {
     }
 
     /// `r` as a bag, interning what is new.
-    pub(super) fn bag(&mut self, names: &mut Vec<String>, r: &Resources) -> Bag {
+    pub(super) fn bag(&mut self, names: &mut Names, r: &Resources) -> Bag {
         let mut items: Vec<(u32, Value)> = r
             .iter()
             .map(|item| (self.intern(names, item), item.value.clone()))
@@ -139,6 +261,14 @@ impl Slots {
 impl Bag {
     pub(super) fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// Rewrites the slots after [`Slots::compact`]; every slot of the bag
+    /// must be in use. The order is kept, so the bag stays sorted.
+    pub(super) fn remap(&mut self, remap: &Remap) {
+        for (s, _) in &mut self.items {
+            *s = slot_id(remap.kept(*s as usize));
+        }
     }
 
     /// (slot, value) pairs in slot order.
@@ -293,6 +423,12 @@ impl Hasher for FoldHasher {
     }
 }
 
+/// A slot index as stored in bags (slots are fewer than 2^32: checked
+/// when interned).
+fn slot_id(s: usize) -> u32 {
+    u32::try_from(s).expect("fewer than 2^32 resource kinds")
+}
+
 fn kind(v: &Value) -> u8 {
     match v {
         Value::Scalar(_) => 0,
@@ -347,7 +483,7 @@ mod tests {
         #[test]
         fn bags_do_what_resources_do(a in arb_resources(), b in arb_resources()) {
             let mut slots = Slots::default();
-            let mut names = Vec::new();
+            let mut names = Names::default();
             let (ba, bb) = (slots.bag(&mut names, &a), slots.bag(&mut names, &b));
             prop_assert_eq!(slots.resources(&ba), a.clone());
 
@@ -375,12 +511,48 @@ mod tests {
     #[test]
     fn unknown_slots_are_left_out_of_known_bags() {
         let mut slots = Slots::default();
-        let mut names = Vec::new();
+        let mut names = Names::default();
         let known = Resources::parse("cpus:2;ports:[1-5]").unwrap();
         slots.bag(&mut names, &known);
         let asked = Resources::parse("cpus:1;gpus:3;cpus(web):1").unwrap();
         let bag = slots.known_bag(&asked);
         assert_eq!(slots.resources(&bag), Resources::parse("cpus:1").unwrap());
-        assert_eq!(names, vec!["cpus".to_string()]);
+        assert_eq!(names.as_slice(), ["cpus".to_string()]);
+    }
+
+    /// Compaction drops the slots and names no longer in use, and bags of
+    /// the slots kept mean what they meant.
+    #[test]
+    fn compaction_keeps_what_is_in_use_and_its_meaning() {
+        let mut slots = Slots::default();
+        let mut names = Names::default();
+        let gone = Resources::parse("gpus(old):2;cpus(old):1").unwrap();
+        let kept = Resources::parse("cpus:2;mem(web):64;ports:[1-5]").unwrap();
+        let gone_bag = slots.bag(&mut names, &gone);
+        let mut bag = slots.bag(&mut names, &kept);
+        for (s, _) in gone_bag.iter().chain(bag.iter()) {
+            slots.hold(&mut names, *s);
+        }
+        assert_eq!((slots.len(), slots.live(), names.refs.live()), (5, 5, 3));
+        for (s, _) in gone_bag.iter() {
+            slots.release(&mut names, *s);
+        }
+        // `cpus` is still used by `cpus:2`; `gpus` by nothing.
+        assert_eq!((slots.live(), names.refs.live()), (3, 2));
+        let remap = slots.compact();
+        bag.remap(&remap);
+        let names_remap = names.compact();
+        slots.remap_names(&names_remap);
+        assert_eq!((slots.len(), names.len()), (3, 2));
+        assert_eq!(slots.resources(&bag), kept);
+        assert_eq!(slots.known_bag(&kept), bag);
+        assert!(slots
+            .known_bag(&gone)
+            .iter()
+            .all(|(s, _)| slots.get(*s).role != "old"));
+        for (s, _) in bag.scalars() {
+            let slot = slots.get(s);
+            assert_eq!(names.as_slice()[slot.scalar], slot.name);
+        }
     }
 }

@@ -49,6 +49,18 @@
 //! filters). Removing a framework walks the agents once (its holdings are
 //! booked on them). No stage is quadratic; `benches/allocator.rs`
 //! measures it.
+//!
+//! **Interned names are reclaimed.** Roles, scalar names and slots are
+//! interned to indexes, and they come from peers, so each table keeps a
+//! use count per entry (see [`super::refs`]). A role is in use while a
+//! framework subscribes to it or holds resources for it, while an agent
+//! has resources reserved for it, or when it has a quota; a slot while a
+//! live agent's total has it; a scalar name while a slot in use or a quota
+//! names it. After every change that may end a use, a table holding more
+//! than twice what is in use (plus some slack) is compacted in place,
+//! keeping the order of what is left, so allocations are the same as if
+//! nothing had been forgotten; only a role forgotten and seen again is
+//! ordered as a new one among roles of equal share.
 
 use agora_proto::hash::HashMap;
 use std::borrow::Cow;
@@ -61,8 +73,9 @@ use agora_proto::scheduler::ResourceRequest;
 use agora_proto::{round_scalar, AgentId, FrameworkId, Resource, Resources, Value, DEFAULT_ROLE};
 use tokio::time::Instant;
 
-use super::bag::{Bag, Slots};
-use super::{Allocation, Allocator, AllocatorOptions};
+use super::bag::{Bag, Names, Slots};
+use super::refs::{Refs, Remap};
+use super::{Allocation, Allocator, AllocatorOptions, Interned};
 
 /// The default [`Allocator`]: hierarchical weighted DRF with reservations
 /// and quota. See the module documentation.
@@ -70,8 +83,9 @@ use super::{Allocation, Allocator, AllocatorOptions};
 pub struct DrfAllocator {
     options: AllocatorOptions,
     /// Interned scalar resource names; a [`Scalars`] is indexed by these.
-    /// `cpus` and `mem` are always 0 and 1.
-    names: Vec<String>,
+    /// `cpus` and `mem` are always 0 and 1 (always in use, and
+    /// compaction keeps the order).
+    names: Names,
     /// Interned (name, role, kind) triples; the books are [`Bag`]s of them.
     slots: Slots,
     frameworks: Vec<Option<Fw>>,
@@ -81,6 +95,8 @@ pub struct DrfAllocator {
     free_agents: Vec<usize>,
     agent_index: HashMap<AgentId, usize>,
     roles: Vec<Role>,
+    /// Uses of each role (see the module documentation).
+    role_refs: Refs,
     role_index: HashMap<String, usize>,
     /// Sum of every agent's total, per scalar name.
     total: Scalars,
@@ -95,6 +111,9 @@ pub struct DrfAllocator {
     /// Tests compare against an allocator that never skips dormant agents.
     #[cfg(test)]
     never_sleep: bool,
+    /// And against one that never compacts its interned tables.
+    #[cfg(test)]
+    never_compact: bool,
 }
 
 /// Index of `cpus` in [`DrfAllocator::names`].
@@ -104,6 +123,13 @@ const MEM: usize = 1;
 /// How many scalar names an agent caches free totals of (`cpus`, `mem`
 /// and the next two interned, usually `disk` and one more).
 const CACHED_NAMES: usize = 4;
+/// The role table is compacted once it holds more than twice the roles in
+/// use plus this many ([`Interned::within_bound`]).
+const ROLE_SLACK: usize = 64;
+/// The slot table and the scalar name table are each compacted once they
+/// hold more than twice what is in use plus this many: together they stay
+/// within [`Interned::within_bound`]'s 64.
+const NAME_SLACK: usize = 32;
 
 /// Maps keyed by dense slot indexes, hashed with one multiply instead of
 /// SipHash (the keys come from this allocator, not from peers).
@@ -263,6 +289,21 @@ impl Scalars {
         self.0.iter().all(|v| *v <= 0.0)
     }
 
+    /// Renumbers after the scalar names were compacted. A name dropped is
+    /// held by nothing, so its quantity here is zero and goes with it.
+    fn remap(&mut self, remap: &Remap) {
+        let mut out = Vec::new();
+        for (i, &v) in self.0.iter().enumerate() {
+            if let Some(j) = remap.get(i) {
+                if out.len() <= j {
+                    out.resize(j + 1, 0.0);
+                }
+                out[j] = v;
+            }
+        }
+        self.0 = out;
+    }
+
     /// Dominant share of `self` over `total` (resources with a positive total).
     fn share(&self, total: &Scalars) -> f64 {
         let mut s = 0.0f64;
@@ -280,9 +321,14 @@ impl Scalars {
 impl DrfAllocator {
     /// An empty allocator.
     pub fn new(options: AllocatorOptions) -> Self {
+        let mut names = Names::default();
+        for pinned in ["cpus", "mem"] {
+            let i = names.intern(pinned);
+            names.refs.hold(i);
+        }
         let mut alloc = DrfAllocator {
             options,
-            names: vec!["cpus".to_string(), "mem".to_string()],
+            names,
             slots: Slots::default(),
             frameworks: Vec::new(),
             free_frameworks: Vec::new(),
@@ -291,6 +337,7 @@ impl DrfAllocator {
             free_agents: Vec::new(),
             agent_index: HashMap::default(),
             roles: Vec::new(),
+            role_refs: Refs::default(),
             role_index: HashMap::default(),
             total: Scalars::default(),
             cursor: 0,
@@ -298,6 +345,8 @@ impl DrfAllocator {
             agent_order: Vec::new(),
             #[cfg(test)]
             never_sleep: false,
+            #[cfg(test)]
+            never_compact: false,
         };
         let quota_roles: Vec<String> = alloc.options.role_quotas.keys().cloned().collect();
         for role in quota_roles {
@@ -370,10 +419,7 @@ impl DrfAllocator {
 
     /// Scalars allocated for the role (by name), e.g. to check a quota.
     pub fn role_allocated(&self, role: &str, name: &str) -> f64 {
-        match (
-            self.role_index.get(role),
-            self.names.iter().position(|n| n == name),
-        ) {
+        match (self.role_index.get(role), self.names.position(name)) {
             (Some(&r), Some(i)) => self.roles[r].allocated.get(i),
             _ => 0.0,
         }
@@ -413,21 +459,11 @@ impl DrfAllocator {
         self.agents.get(a).and_then(Option::as_ref)
     }
 
-    fn name_idx(names: &mut Vec<String>, name: &str) -> usize {
-        match names.iter().position(|n| n == name) {
-            Some(i) => i,
-            None => {
-                names.push(name.to_string());
-                names.len() - 1
-            }
-        }
-    }
-
     /// Adds (`sign` 1.0) or subtracts (-1.0) the scalars of `r` to `into`.
-    fn accumulate(names: &mut Vec<String>, into: &mut Scalars, r: &Resources, sign: f64) {
+    fn accumulate(names: &mut Names, into: &mut Scalars, r: &Resources, sign: f64) {
         for item in r.iter() {
             if let Value::Scalar(v) = item.value {
-                let i = Self::name_idx(names, &item.name);
+                let i = names.intern(&item.name);
                 into.add(i, sign * v);
             }
         }
@@ -486,10 +522,19 @@ impl DrfAllocator {
             .copied()
             .filter(|w| w.is_finite() && *w > 0.0)
             .unwrap_or(1.0);
+        let r = self.roles.len();
+        self.role_refs.push();
         let mut quota = Scalars::default();
         if let Some(q) = self.options.role_quotas.get(name) {
             let q = q.clone();
             Self::accumulate(&mut self.names, &mut quota, &q, 1.0);
+            // A role with a quota, and the names in it, are always in
+            // use: the quota is served, and held back from other roles,
+            // whoever subscribes.
+            self.role_refs.hold(r);
+            for (i, _) in quota.0.iter().enumerate().filter(|(_, v)| **v > 0.0) {
+                self.names.refs.hold(i);
+            }
         }
         self.roles.push(Role {
             name: name.to_string(),
@@ -497,9 +542,8 @@ impl DrfAllocator {
             quota,
             allocated: Scalars::default(),
         });
-        self.role_index
-            .insert(name.to_string(), self.roles.len() - 1);
-        self.roles.len() - 1
+        self.role_index.insert(name.to_string(), r);
+        r
     }
 
     fn weighted_role_share(&self, r: usize) -> f64 {
@@ -543,6 +587,7 @@ impl DrfAllocator {
         }
         for r in idx {
             if !fw.roles.iter().any(|fr| fr.role == r) {
+                self.role_refs.hold(r);
                 fw.roles.push(FwRole {
                     role: r,
                     subscribed: true,
@@ -552,8 +597,19 @@ impl DrfAllocator {
             }
         }
         // Roles left behind with nothing allocated are forgotten.
-        fw.roles
-            .retain(|fr| fr.subscribed || !fr.allocated.is_zero());
+        Self::forget_idle_roles(fw, &mut self.role_refs);
+    }
+
+    /// Drops the framework's roles it neither subscribes to nor holds
+    /// anything for.
+    fn forget_idle_roles(fw: &mut Fw, role_refs: &mut Refs) {
+        fw.roles.retain(|fr| {
+            let keep = fr.subscribed || !fr.allocated.is_zero();
+            if !keep {
+                role_refs.release(fr.role);
+            }
+            keep
+        });
     }
 
     /// Moves `resources` (capped to what is free) from the agent's free
@@ -572,7 +628,8 @@ impl DrfAllocator {
             return taken;
         }
         ag.available = ag.available.saturating_sub(&taken);
-        let bag = self.slots.bag(&mut self.names, &taken);
+        // Every slot of an agent's resources was interned with the agent.
+        let bag = self.slots.known_bag(&taken);
         ag.free.sub(&bag);
         Self::refresh(&self.slots, ag);
         self.book(f, a, role, bag, None);
@@ -602,6 +659,7 @@ impl DrfAllocator {
         let fr = match fw.roles.iter().position(|fr| fr.role == role) {
             Some(i) => &mut fw.roles[i],
             None => {
+                self.role_refs.hold(role);
                 fw.roles.push(FwRole {
                     role,
                     subscribed: false,
@@ -632,11 +690,14 @@ impl DrfAllocator {
             .find(|h| h.framework == f && h.role == role)
         {
             Some(h) => h.bag.add_owned(taken),
-            None => ag.held.push(Held {
-                framework: f,
-                role,
-                bag: taken,
-            }),
+            None => {
+                self.role_refs.hold(role);
+                ag.held.push(Held {
+                    framework: f,
+                    role,
+                    bag: taken,
+                });
+            }
         }
     }
 
@@ -685,9 +746,14 @@ impl DrfAllocator {
             Self::accumulate_bag(&self.slots, &mut self.roles[*role].allocated, &part, -1.0);
             freed.add_owned(part);
         }
-        ag.held.retain(|h| !h.bag.is_empty());
-        fw.roles
-            .retain(|fr| fr.subscribed || !fr.allocated.is_zero());
+        let role_refs = &mut self.role_refs;
+        ag.held.retain(|h| {
+            if h.bag.is_empty() {
+                role_refs.release(h.role);
+            }
+            !h.bag.is_empty()
+        });
+        Self::forget_idle_roles(fw, role_refs);
         freed
     }
 
@@ -1006,7 +1072,7 @@ impl DrfAllocator {
     }
 
     fn name_pos(&self, name: &str) -> Option<usize> {
-        self.names.iter().position(|n| n == name)
+        self.names.position(name)
     }
 
     /// Unreserved free scalars on active agents minus what unsatisfied
@@ -1059,6 +1125,18 @@ fn share_key(s: f64) -> u64 {
     } else {
         u64::MAX
     }
+}
+
+/// The roles `r` has resources reserved for, each once.
+fn reserved_roles(r: &Resources) -> Vec<&str> {
+    let mut roles: Vec<&str> = r
+        .iter()
+        .filter(|item| item.role != DEFAULT_ROLE)
+        .map(|item| item.role.as_str())
+        .collect();
+    roles.sort_unstable();
+    roles.dedup();
+    roles
 }
 
 fn normalized_roles(roles: &[String]) -> Vec<String> {
@@ -1273,6 +1351,15 @@ impl Allocator for DrfAllocator {
         Some(DrfAllocator::role_share(self, role))
     }
 
+    fn interned(&self) -> Interned {
+        Interned {
+            roles: self.roles.len(),
+            roles_in_use: self.role_refs.live(),
+            names: self.slots.len() + self.names.len(),
+            names_in_use: self.slots.live() + self.names.refs.live(),
+        }
+    }
+
     fn agent_accounts(&self, agent_id: &AgentId) -> Option<super::AgentAccounts> {
         let &a = self.agent_index.get(agent_id)?;
         let free = self.ag(a)?.available.clone();
@@ -1315,11 +1402,13 @@ impl Allocator for DrfAllocator {
             fw.active = active;
         }
         self.set_framework_roles(f, roles);
+        self.reclaim();
     }
 
     fn update_framework(&mut self, framework_id: &FrameworkId, roles: &[String]) {
         if let Some(&f) = self.framework_index.get(framework_id) {
             self.set_framework_roles(f, roles);
+            self.reclaim();
         }
     }
 
@@ -1342,8 +1431,13 @@ impl Allocator for DrfAllocator {
             self.give_back(a, &freed);
         }
         self.framework_index.remove(framework_id);
-        self.frameworks[f] = None;
+        if let Some(fw) = self.frameworks[f].take() {
+            for fr in &fw.roles {
+                self.role_refs.release(fr.role);
+            }
+        }
         self.free_frameworks.push(f);
+        self.reclaim();
     }
 
     fn activate_framework(&mut self, framework_id: &FrameworkId) {
@@ -1364,11 +1458,15 @@ impl Allocator for DrfAllocator {
         if self.agent_index.contains_key(agent_id) {
             self.remove_agent(agent_id);
         }
+        let free = self.slots.bag(&mut self.names, total);
+        for (s, _) in free.iter() {
+            self.slots.hold(&mut self.names, *s);
+        }
         let mut ag = Ag {
             id: agent_id.clone(),
             total: total.clone(),
             available: total.clone(),
-            free: self.slots.bag(&mut self.names, total),
+            free,
             free_cpus: 0.0,
             free_mem: 0.0,
             free_sig: 0,
@@ -1394,15 +1492,16 @@ impl Allocator for DrfAllocator {
         };
         self.agent_index.insert(agent_id.clone(), a);
         Self::accumulate(&mut self.names, &mut self.total, total, 1.0);
-        for item in total.iter().filter(|r| r.role != DEFAULT_ROLE) {
-            let role = item.role.clone();
-            self.role_idx(&role);
+        for role in reserved_roles(total) {
+            let r = self.role_idx(role);
+            self.role_refs.hold(r);
         }
         for (fid, res) in used {
             if let Some(&f) = self.framework_index.get(fid) {
                 self.use_resources(f, a, res);
             }
         }
+        self.reclaim();
     }
 
     fn remove_agent(&mut self, agent_id: &AgentId) {
@@ -1433,8 +1532,22 @@ impl Allocator for DrfAllocator {
         self.agent_index.remove(agent_id);
         if let Some(ag) = self.agents[a].take() {
             Self::accumulate(&mut self.names, &mut self.total, &ag.total, -1.0);
+            // Everything held here was released above; this only guards
+            // the counts.
+            for h in &ag.held {
+                self.role_refs.release(h.role);
+            }
+            for role in reserved_roles(&ag.total) {
+                if let Some(&r) = self.role_index.get(role) {
+                    self.role_refs.release(r);
+                }
+            }
+            for (s, _) in self.slots.known_bag(&ag.total).iter() {
+                self.slots.release(&mut self.names, *s);
+            }
         }
         self.free_agents.push(a);
+        self.reclaim();
     }
 
     fn activate_agent(&mut self, agent_id: &AgentId) {
@@ -1456,6 +1569,7 @@ impl Allocator for DrfAllocator {
             self.agent_index.get(agent_id),
         ) {
             self.use_resources(f, a, resources);
+            self.reclaim();
         }
     }
 
@@ -1467,55 +1581,8 @@ impl Allocator for DrfAllocator {
         refuse: Option<Duration>,
         now: Instant,
     ) {
-        let (Some(&f), Some(&a)) = (
-            self.framework_index.get(framework_id),
-            self.agent_index.get(agent_id),
-        ) else {
-            return;
-        };
-        // Only what is really allocated to this framework comes back, so a
-        // confused caller can never make resources appear twice.
-        let freed = self.release(f, a, resources);
-        self.give_back(a, &freed);
-        let Some(until) = refuse
-            .filter(|d| !d.is_zero())
-            .and_then(|d| now.checked_add(d))
-        else {
-            return;
-        };
-        if freed.is_empty() {
-            return;
-        }
-        let Some(ag) = self.agents[a].as_mut() else {
-            return;
-        };
-        match ag.filters.get_mut(&f) {
-            Some(filter) if filter.until > now => {
-                filter.until = filter.until.max(until);
-                filter.refused.add_owned(freed);
-                (filter.cpus, filter.mem) = Self::cpus_mem(&self.slots, &filter.refused);
-                filter.sig = filter.refused.fingerprint();
-            }
-            _ => {
-                let (cpus, mem) = Self::cpus_mem(&self.slots, &freed);
-                ag.filters.insert(
-                    f,
-                    Filter {
-                        until,
-                        cpus,
-                        mem,
-                        sig: freed.fingerprint(),
-                        refused: freed,
-                    },
-                );
-            }
-        }
-        // A lower bound: an extended filter only makes it looser.
-        ag.next_expiry = Some(ag.next_expiry.map_or(until, |t| t.min(until)));
-        ag.filter_bits |= filter_bit(f);
-        if let Some(fw) = self.frameworks[f].as_mut() {
-            fw.filtered_agents.insert(a);
-        }
+        self.recover_and_filter(framework_id, agent_id, resources, refuse, now);
+        self.reclaim();
     }
 
     fn revive(&mut self, framework_id: &FrameworkId, roles: &[String]) {
@@ -1632,6 +1699,152 @@ impl DrfAllocator {
     }
 }
 
+impl DrfAllocator {
+    /// [`Allocator::recover`], up to its reclaiming of interned names.
+    fn recover_and_filter(
+        &mut self,
+        framework_id: &FrameworkId,
+        agent_id: &AgentId,
+        resources: &Resources,
+        refuse: Option<Duration>,
+        now: Instant,
+    ) {
+        let (Some(&f), Some(&a)) = (
+            self.framework_index.get(framework_id),
+            self.agent_index.get(agent_id),
+        ) else {
+            return;
+        };
+        // Only what is really allocated to this framework comes back, so a
+        // confused caller can never make resources appear twice.
+        let freed = self.release(f, a, resources);
+        self.give_back(a, &freed);
+        let Some(until) = refuse
+            .filter(|d| !d.is_zero())
+            .and_then(|d| now.checked_add(d))
+        else {
+            return;
+        };
+        if freed.is_empty() {
+            return;
+        }
+        let Some(ag) = self.agents[a].as_mut() else {
+            return;
+        };
+        match ag.filters.get_mut(&f) {
+            Some(filter) if filter.until > now => {
+                filter.until = filter.until.max(until);
+                filter.refused.add_owned(freed);
+                (filter.cpus, filter.mem) = Self::cpus_mem(&self.slots, &filter.refused);
+                filter.sig = filter.refused.fingerprint();
+            }
+            _ => {
+                let (cpus, mem) = Self::cpus_mem(&self.slots, &freed);
+                ag.filters.insert(
+                    f,
+                    Filter {
+                        until,
+                        cpus,
+                        mem,
+                        sig: freed.fingerprint(),
+                        refused: freed,
+                    },
+                );
+            }
+        }
+        // A lower bound: an extended filter only makes it looser.
+        ag.next_expiry = Some(ag.next_expiry.map_or(until, |t| t.min(until)));
+        ag.filter_bits |= filter_bit(f);
+        if let Some(fw) = self.frameworks[f].as_mut() {
+            fw.filtered_agents.insert(a);
+        }
+    }
+}
+
+impl DrfAllocator {
+    /// Compacts the interned tables that outgrew what is in use (see the
+    /// module documentation). O(1) unless one did; then it rewrites the
+    /// books that index it.
+    fn reclaim(&mut self) {
+        #[cfg(test)]
+        if self.never_compact {
+            return;
+        }
+        if self.names.refs.over(NAME_SLACK) {
+            self.compact_names();
+        } else if self.slots.over(NAME_SLACK) {
+            self.compact_slots();
+        }
+        if self.role_refs.over(ROLE_SLACK) {
+            self.compact_roles();
+        }
+    }
+
+    /// Drops the roles not in use and renumbers the others, in order.
+    fn compact_roles(&mut self) {
+        let remap = self.role_refs.compact();
+        remap.retain(&mut self.roles);
+        self.role_index.retain(|_, r| match remap.get(*r) {
+            Some(new) => {
+                *r = new;
+                true
+            }
+            None => false,
+        });
+        for fw in self.frameworks.iter_mut().flatten() {
+            for fr in &mut fw.roles {
+                fr.role = remap.kept(fr.role);
+            }
+        }
+        for ag in self.agents.iter_mut().flatten() {
+            for h in &mut ag.held {
+                h.role = remap.kept(h.role);
+            }
+        }
+    }
+
+    /// Drops the slots not in use and renumbers the others, in order, so
+    /// every bag stays sorted; fingerprints hash slot numbers, so they are
+    /// computed again (the free pool's and its filters' alike, so what
+    /// matched still matches).
+    fn compact_slots(&mut self) {
+        let remap = self.slots.compact();
+        for ag in self.agents.iter_mut().flatten() {
+            ag.free.remap(&remap);
+            ag.free_sig = ag.free.fingerprint();
+            for h in &mut ag.held {
+                h.bag.remap(&remap);
+            }
+            for filter in ag.filters.values_mut() {
+                filter.refused.remap(&remap);
+                filter.sig = filter.refused.fingerprint();
+            }
+        }
+    }
+
+    /// Drops the scalar names not in use and renumbers the others, in
+    /// order (`cpus` and `mem` stay 0 and 1). The slots are compacted
+    /// first, so that no slot is left naming a name dropped.
+    fn compact_names(&mut self) {
+        self.compact_slots();
+        let remap = self.names.compact();
+        self.slots.remap_names(&remap);
+        self.total.remap(&remap);
+        for role in &mut self.roles {
+            role.quota.remap(&remap);
+            role.allocated.remap(&remap);
+        }
+        for fw in self.frameworks.iter_mut().flatten() {
+            for fr in &mut fw.roles {
+                fr.allocated.remap(&remap);
+            }
+        }
+        for ag in self.agents.iter_mut().flatten() {
+            ag.free_by_name = Self::by_name(&self.slots, &ag.free);
+        }
+    }
+}
+
 #[cfg(test)]
 impl DrfAllocator {
     /// Checks every cached view against what it caches: the agents' free
@@ -1663,6 +1876,81 @@ impl DrfAllocator {
                 return Err(format!("agent {}: stale free scalars by name", ag.id));
             }
         }
+        self.check_interned()
+    }
+
+    /// Counts every use of every interned role, slot and scalar name
+    /// again, and checks the use counts and the bound against them.
+    fn check_interned(&self) -> Result<(), String> {
+        let mut roles = vec![0; self.roles.len()];
+        let mut slots = vec![0; self.slots.len()];
+        let mut names = vec![0; self.names.len()];
+        for (r, role) in self.roles.iter().enumerate() {
+            if self.options.role_quotas.contains_key(&role.name) {
+                roles[r] += 1;
+                for (i, _) in role.quota.0.iter().enumerate().filter(|(_, v)| **v > 0.0) {
+                    names[i] += 1;
+                }
+            }
+            if self.role_index.get(&role.name) != Some(&r) {
+                return Err(format!("role {} not indexed", role.name));
+            }
+        }
+        names[CPUS] += 1;
+        names[MEM] += 1;
+        for fw in self.frameworks.iter().flatten() {
+            for fr in &fw.roles {
+                roles[fr.role] += 1;
+            }
+        }
+        for ag in self.agents.iter().flatten() {
+            for h in &ag.held {
+                roles[h.role] += 1;
+            }
+            for role in reserved_roles(&ag.total) {
+                roles[self.role_index[role]] += 1;
+            }
+            for (s, _) in self.slots.known_bag(&ag.total).iter() {
+                slots[*s as usize] += 1;
+            }
+        }
+        for (s, &uses) in slots.iter().enumerate() {
+            let slot = self.slots.get(s as u32);
+            if uses > 0 && slot.scalar != usize::MAX {
+                names[slot.scalar] += 1;
+            }
+        }
+        for (table, counted, refs) in [
+            ("role", &roles, &self.role_refs),
+            ("name", &names, &self.names.refs),
+        ] {
+            for (i, &n) in counted.iter().enumerate() {
+                if refs.count(i) != n {
+                    return Err(format!(
+                        "{table} {i}: {} uses counted, {n} found",
+                        refs.count(i)
+                    ));
+                }
+            }
+            if refs.live() != counted.iter().filter(|&&n| n > 0).count() {
+                return Err(format!("{table}s: wrong number in use"));
+            }
+        }
+        for (s, &n) in slots.iter().enumerate() {
+            if self.slots.uses(s as u32) != n {
+                return Err(format!(
+                    "slot {s}: {} uses counted, {n} found",
+                    self.slots.uses(s as u32)
+                ));
+            }
+        }
+        if self.slots.live() != slots.iter().filter(|&&n| n > 0).count() {
+            return Err("slots: wrong number in use".into());
+        }
+        let interned = self.interned();
+        if !self.never_compact && !interned.within_bound() {
+            return Err(format!("interned tables beyond their bound: {interned:?}"));
+        }
         Ok(())
     }
 }
@@ -1671,6 +1959,7 @@ impl DrfAllocator {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::VecDeque;
 
     fn r(s: &str) -> Resources {
         Resources::parse(s).unwrap()
@@ -2498,6 +2787,263 @@ mod tests {
                 let booked: f64 = ["*", "web", "batch"].iter().map(|role| alloc.role_allocated(role, "cpus")).sum();
                 let held_cpus: f64 = held.iter().map(|a| a.resources.cpus()).sum();
                 prop_assert!((booked - held_cpus).abs() < 1e-6, "roles book {} cpus, {} held", booked, held_cpus);
+            }
+        }
+    }
+
+    /// Runs the same calls on an allocator and on a copy that never
+    /// compacts its interned tables.
+    struct Twins {
+        fast: DrfAllocator,
+        reference: DrfAllocator,
+    }
+
+    impl Twins {
+        fn new(options: AllocatorOptions) -> Self {
+            let mut reference = DrfAllocator::new(options.clone());
+            reference.never_compact = true;
+            Twins {
+                fast: DrfAllocator::new(options),
+                reference,
+            }
+        }
+
+        fn each(&mut self, mut call: impl FnMut(&mut DrfAllocator)) {
+            call(&mut self.fast);
+            call(&mut self.reference);
+        }
+
+        /// One cycle: the same allocations from both.
+        fn allocate(&mut self, now: Instant) -> Vec<Allocation> {
+            let out = self.fast.allocate(now);
+            assert_eq!(
+                out,
+                self.reference.allocate(now),
+                "the twins allocate differently"
+            );
+            out
+        }
+
+        fn check(&self) -> Result<(), String> {
+            self.fast.check_books()?;
+            self.reference.check_books()
+        }
+    }
+
+    /// An agent with resources reserved for `role` and resources of names
+    /// no one else has (a scalar, ranges, a set).
+    fn odd_agent(role: &str, n: usize) -> Resources {
+        r(&format!(
+            "cpus:4;mem:4096;cpus({role}):1;mem({role}):256;gpus{n}:2;dev{n}:[1-4];tag{n}:{{a,b}}"
+        ))
+    }
+
+    /// Thousands of frameworks come and go, each in roles no one used
+    /// before, beside agents that come and go with reservations for those
+    /// roles and resources of names no one used before. The interned
+    /// tables stay within their bound all along, and every allocation is
+    /// the one an allocator that forgets nothing makes.
+    #[test]
+    fn churning_roles_and_names_stay_within_bound_and_allocate_the_same() {
+        let mut twins = Twins::new(role_opts(&[("web", 2.0)], &[("web", "cpus:2;mem:256")]));
+        let mut now = Instant::now();
+        for i in 0..10 {
+            twins.each(|a| {
+                a.add_agent(
+                    &aid(&format!("s{i}")),
+                    &r("cpus:8;mem:8192;ports:[1-100]"),
+                    &[],
+                    true,
+                )
+            });
+        }
+        let mut frameworks: VecDeque<FrameworkId> = VecDeque::new();
+        let mut odd_agents: VecDeque<AgentId> = VecDeque::new();
+        let mut offers = 0;
+        for i in 0..2000 {
+            let f = fid(&format!("f{i}"));
+            let mut roles = vec![format!("role-{i}"), format!("spare-{i}")];
+            if i % 7 == 0 {
+                roles.push("web".into());
+            }
+            twins.each(|a| a.add_framework(&f, &roles, true));
+            frameworks.push_back(f.clone());
+            if i % 3 == 0 {
+                // It moves to another role of its own.
+                let roles = [format!("moved-{i}")];
+                twins.each(|a| a.update_framework(&f, &roles));
+            }
+            if i % 10 == 0 {
+                let id = aid(&format!("odd{i}"));
+                let total = odd_agent(&format!("role-{i}"), i);
+                twins.each(|a| a.add_agent(&id, &total, &[], true));
+                odd_agents.push_back(id);
+            }
+            // Each framework keeps a little of every offer and declines
+            // the rest for a few seconds.
+            for offer in twins.allocate(now) {
+                offers += 1;
+                let rest = offer
+                    .resources
+                    .checked_sub(&r("cpus:0.5;mem:64"))
+                    .unwrap_or_else(|_| offer.resources.clone());
+                let refuse = Some(Duration::from_secs(1 + (i as u64 % 4)));
+                twins.each(|a| a.recover(&offer.framework_id, &offer.agent_id, &rest, refuse, now));
+            }
+            if frameworks.len() > 40 {
+                let gone = frameworks.pop_front().unwrap();
+                twins.each(|a| a.remove_framework(&gone));
+            }
+            if odd_agents.len() > 4 {
+                let gone = odd_agents.pop_front().unwrap();
+                twins.each(|a| a.remove_agent(&gone));
+            }
+            now += Duration::from_secs(1);
+            let interned = twins.fast.interned();
+            assert!(interned.within_bound(), "step {i}: {interned:?}");
+            if i % 100 == 0 {
+                twins.check().unwrap();
+            }
+        }
+        twins.check().unwrap();
+        assert!(offers > 2000, "{offers} offers");
+        let (fast, reference) = (twins.fast.interned(), twins.reference.interned());
+        assert_eq!(
+            (fast.roles_in_use, fast.names_in_use),
+            (reference.roles_in_use, reference.names_in_use)
+        );
+        // The forgetful one holds what is in use; the other everything.
+        assert!(
+            reference.roles > 4600 && reference.names > 1200,
+            "{reference:?}"
+        );
+        assert!(fast.roles < 300 && fast.names < 200, "{fast:?}");
+    }
+
+    /// `n` role names never used before.
+    fn fresh_roles(n: u8, next: &mut usize) -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                *next += 1;
+                format!("r{next}")
+            })
+            .collect()
+    }
+
+    #[derive(Debug, Clone)]
+    enum ChurnOp {
+        Allocate,
+        Recover {
+            pick: usize,
+            part: bool,
+            refuse: u8,
+        },
+        /// A framework in this many roles never used before (and `web`).
+        /// Always some: the default role would be a name used again, and
+        /// a role forgotten and seen again may be ordered differently
+        /// among roles of equal share.
+        AddFramework(u8, bool),
+        UpdateFramework(usize, u8),
+        RemoveFramework(usize),
+        /// An agent reserving for a live framework's role (or a new one),
+        /// with resource names never used before.
+        AddAgent(usize),
+        RemoveAgent(usize),
+        Advance(u8),
+    }
+
+    fn churn_op() -> impl Strategy<Value = ChurnOp> {
+        prop_oneof![
+            4 => Just(ChurnOp::Allocate),
+            4 => (any::<usize>(), any::<bool>(), 0u8..10).prop_map(|(pick, part, refuse)| ChurnOp::Recover { pick, part, refuse }),
+            3 => (1u8..12, any::<bool>()).prop_map(|(n, web)| ChurnOp::AddFramework(n, web)),
+            1 => (any::<usize>(), 1u8..12).prop_map(|(i, n)| ChurnOp::UpdateFramework(i, n)),
+            3 => any::<usize>().prop_map(ChurnOp::RemoveFramework),
+            2 => any::<usize>().prop_map(ChurnOp::AddAgent),
+            2 => any::<usize>().prop_map(ChurnOp::RemoveAgent),
+            1 => (0u8..10).prop_map(ChurnOp::Advance),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(100))]
+        /// Whatever comes and goes, with role and resource names never
+        /// used again once forgotten, the interned tables stay within their bound, the
+        /// use counts match the books, and the allocations are those of
+        /// an allocator that never forgets a name.
+        #[test]
+        fn forgetting_unused_names_changes_no_allocation(
+            ops in proptest::collection::vec(churn_op(), 1..200),
+        ) {
+            let mut twins = Twins::new(role_opts(&[("web", 0.5)], &[("web", "cpus:3;mem:512;gpus0:1")]));
+            let mut now = Instant::now();
+            let mut agents: Vec<AgentId> = Vec::new();
+            let mut frameworks: Vec<(FrameworkId, Vec<String>)> = Vec::new();
+            let mut held: Vec<Allocation> = Vec::new();
+            let mut next = 0;
+            for _ in 0..2 {
+                let id = aid(&format!("s{next}"));
+                next += 1;
+                twins.each(|a| a.add_agent(&id, &r("cpus:4;mem:4096;ports:[1-100]"), &[], true));
+                agents.push(id);
+            }
+            for op in ops {
+                match op {
+                    ChurnOp::Allocate => held.extend(twins.allocate(now)),
+                    ChurnOp::Recover { pick, part, refuse } => if !held.is_empty() {
+                        let a = held.remove(pick % held.len());
+                        let back = if part {
+                            let some = r("cpus:1;mem:100");
+                            match a.resources.checked_sub(&some) {
+                                Ok(rest) => { held.push(Allocation { resources: some, ..a.clone() }); rest }
+                                Err(_) => a.resources.clone(),
+                            }
+                        } else { a.resources.clone() };
+                        let refuse = (refuse > 0).then(|| Duration::from_secs(u64::from(refuse)));
+                        twins.each(|x| x.recover(&a.framework_id, &a.agent_id, &back, refuse, now));
+                    }
+                    ChurnOp::AddFramework(n, web) => {
+                        let f = fid(&format!("f{next}"));
+                        next += 1;
+                        let mut roles = fresh_roles(n, &mut next);
+                        if web {
+                            roles.push("web".into());
+                        }
+                        twins.each(|a| a.add_framework(&f, &roles, true));
+                        frameworks.push((f, roles));
+                    }
+                    ChurnOp::UpdateFramework(i, n) => if !frameworks.is_empty() {
+                        let i = i % frameworks.len();
+                        let roles = fresh_roles(n, &mut next);
+                        twins.each(|a| a.update_framework(&frameworks[i].0, &roles));
+                        frameworks[i].1 = roles;
+                    },
+                    ChurnOp::RemoveFramework(i) => if !frameworks.is_empty() {
+                        let (f, _) = frameworks.remove(i % frameworks.len());
+                        twins.each(|a| a.remove_framework(&f));
+                        held.retain(|a| a.framework_id != f);
+                    },
+                    ChurnOp::AddAgent(i) => {
+                        let role = frameworks
+                            .get(i % frameworks.len().max(1))
+                            .and_then(|(_, roles)| roles.first().cloned())
+                            .unwrap_or_else(|| fresh_roles(1, &mut next).remove(0));
+                        let id = aid(&format!("s{next}"));
+                        let total = odd_agent(&role, next);
+                        next += 1;
+                        twins.each(|a| a.add_agent(&id, &total, &[], true));
+                        agents.push(id);
+                    }
+                    ChurnOp::RemoveAgent(i) => if !agents.is_empty() {
+                        let id = agents.remove(i % agents.len());
+                        twins.each(|a| a.remove_agent(&id));
+                        held.retain(|a| a.agent_id != id);
+                    },
+                    ChurnOp::Advance(s) => now += Duration::from_secs(u64::from(s)),
+                }
+                if let Err(e) = twins.check() {
+                    prop_assert!(false, "{}", e);
+                }
             }
         }
     }

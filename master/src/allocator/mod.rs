@@ -11,6 +11,7 @@
 
 mod bag;
 mod drf;
+mod refs;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -158,6 +159,40 @@ pub trait Allocator: Send {
     /// simulation's); `None` when the allocator does not tell.
     fn agent_accounts(&self, _agent_id: &AgentId) -> Option<AgentAccounts> {
         None
+    }
+    /// How many role and resource names the allocator has interned, and
+    /// how many of them are in use. Roles and resource names are chosen by
+    /// peers, so an allocator must not keep what nothing uses: after every
+    /// call, [`Interned::within_bound`] holds. Cheap (O(1)): a simulation
+    /// checks it after every step.
+    fn interned(&self) -> Interned;
+}
+
+/// The sizes of an allocator's tables of interned names (see
+/// [`Allocator::interned`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Interned {
+    /// Entries of the role table, in use or not.
+    pub roles: usize,
+    /// Roles in use: subscribed to by a framework, held resources for,
+    /// reserved on a live agent, or given a quota.
+    pub roles_in_use: usize,
+    /// Entries of the resource-name tables, in use or not: the (name,
+    /// role, kind) triples of agents' resources, and the scalar names
+    /// that shares are computed over.
+    pub names: usize,
+    /// Those in use: triples a live agent has, and scalar names of such a
+    /// triple or of a quota (`cpus` and `mem` always).
+    pub names_in_use: usize,
+}
+
+// === impl Interned ===
+
+impl Interned {
+    /// Whether the tables are within their bound of what is in use: at
+    /// most twice what is in use, plus 64 (roles and names each).
+    pub fn within_bound(&self) -> bool {
+        self.roles <= 2 * self.roles_in_use + 64 && self.names <= 2 * self.names_in_use + 64
     }
 }
 
