@@ -294,7 +294,11 @@ impl World {
             return;
         };
         if let Err((invariant, detail)) = books(master) {
-            self.violated(invariant, detail);
+            return self.violated(invariant, detail);
+        }
+        let interned = master.allocator_interned();
+        if !interned.within_bound() {
+            self.violated(BOUNDED, format!("{interned:?}"));
         }
     }
 }

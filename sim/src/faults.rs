@@ -69,6 +69,11 @@ pub(crate) enum Fault {
         fw: usize,
         n: usize,
     },
+    /// A scheduler fails over into a role never used before (a framework
+    /// whose role names churn: per tenant, per job, per deploy).
+    Rerole {
+        fw: usize,
+    },
 }
 
 /// A node, for clock jumps and partitions.
@@ -214,6 +219,17 @@ impl Plan {
                 plan.faults.push((at, fault));
             }
         }
+        // Some seeds churn role names (drawn last: the rest of the
+        // schedule is the same with or without).
+        if !calm && rng.random_bool(0.05) {
+            for f in 0..fws {
+                let mut at = rng.random_range(SEC..3 * SEC);
+                while at < quiet_at {
+                    plan.faults.push((at, Fault::Rerole { fw: f }));
+                    at += rng.random_range(SEC..3 * SEC);
+                }
+            }
+        }
         plan.faults.sort_by_key(|(at, _)| *at);
         plan
     }
@@ -356,6 +372,16 @@ impl World {
                 Node::Framework(f) => self.fws[f].clock += secs,
             },
             Fault::Arrive { fw, n } => self.fw_enqueue(fw, n, false),
+            Fault::Rerole { fw } => {
+                self.reroles += 1;
+                let role = format!("role-{fw}-{}", self.reroles);
+                self.fws[fw].info.roles = vec![role];
+                if self.fws[fw].driver.is_some() {
+                    self.fw_crash(fw);
+                    let down = self.between(MS, 200 * MS);
+                    self.after(down, Ev::Fault(Fault::SchedRestart { fw }));
+                }
+            }
         }
     }
 

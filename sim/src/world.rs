@@ -196,6 +196,8 @@ pub(crate) struct World {
     pub check: Checker,
     /// Faults still happen.
     pub faulty: bool,
+    /// Roles handed out by `Rerole` faults.
+    pub reroles: u64,
     trace: VecDeque<String>,
     /// The first invariant broken.
     pub violation: Option<Violation>,
@@ -230,6 +232,7 @@ impl World {
             partitions: crate::faults::Partitions::default(),
             check: Checker::default(),
             faulty: true,
+            reroles: 0,
             trace: VecDeque::new(),
             violation: None,
         };

@@ -321,12 +321,13 @@ impl Core {
             .get_mut(&key)
             .map(|ex| std::mem::take(&mut ex.queued))
             .unwrap_or_default();
-        if resubscribed {
+        {
             // A launch sent on an earlier connection that broke before the
-            // executor read it: the executor lists every task it received
-            // without an acknowledged update, and the agent has no update
-            // for this one, so the executor never had it. Sent again (or,
-            // if a kill came meanwhile, ended here).
+            // executor read it, or one the agent cannot know about since it
+            // restarted: the executor lists every task it received without
+            // an acknowledged update, and the agent has no update for this
+            // one, so the executor never had it. Sent (again), or, if a
+            // kill came meanwhile, ended here.
             let lost: Vec<TaskId> = self
                 .tasks
                 .iter()
@@ -341,7 +342,7 @@ impl Core {
                 .map(|((_, tid), _)| tid.clone())
                 .collect();
             for task_id in lost {
-                tracing::info!(framework_id = %fid, executor_id = %eid, %task_id, "launch lost with the executor's earlier connection; sending it again");
+                tracing::info!(framework_id = %fid, executor_id = %eid, %task_id, "the executor does not have this task; sending it");
                 if self.tasks[&(fid.clone(), task_id.clone())].kill_requested {
                     self.kill_undelivered(&key, &task_id);
                 } else {

@@ -73,7 +73,6 @@ impl Core {
             for rex in fw.executors {
                 let eid = ExecutorId::new(rex.executor_id);
                 let ekey = (fid.clone(), eid.clone());
-                let mut fresh = Vec::new();
                 for rt in rex.tasks {
                     let tid = rt.info.task_id.clone();
                     let (latest, pending, seen, terminal) = match rt.stream {
@@ -103,9 +102,6 @@ impl Core {
                         continue;
                     }
                     self.updates.restore(&fid, &tid, seen, pending, terminal);
-                    if latest.is_none() {
-                        fresh.push(tid.clone());
-                    }
                     self.insert_task(
                         (fid.clone(), tid),
                         Task {
@@ -136,7 +132,10 @@ impl Core {
                                 is_command: record.is_command,
                                 conn: None,
                                 subscribed: false,
-                                queued: fresh,
+                                // A task with no update may or may not have
+                                // reached it: the executor says which when
+                                // it re-subscribes.
+                                queued: Vec::new(),
                                 killing: false,
                                 termination: None,
                                 exited: None,
