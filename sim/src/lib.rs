@@ -105,6 +105,9 @@ pub struct Report {
     pub steps: u64,
     pub tasks: usize,
     pub virtual_secs: f64,
+    /// A hash of the run's trace (every step and note, as `--verbose`
+    /// prints them; 0 steps hashed when `trace` is 0).
+    pub fingerprint: u64,
 }
 
 /// Runs the schedule of `seed`.

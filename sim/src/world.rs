@@ -199,6 +199,9 @@ pub(crate) struct World {
     /// Roles handed out by `Rerole` faults.
     pub reroles: u64,
     trace: VecDeque<String>,
+    /// A hash of every trace line: two runs of a seed match step for step
+    /// when theirs do.
+    fingerprint: std::hash::DefaultHasher,
     /// The first invariant broken.
     pub violation: Option<Violation>,
 }
@@ -234,6 +237,7 @@ impl World {
             faulty: true,
             reroles: 0,
             trace: VecDeque::new(),
+            fingerprint: std::hash::DefaultHasher::new(),
             violation: None,
         };
         world.start();
@@ -251,6 +255,7 @@ impl World {
                 if self.opts.verbose {
                     eprintln!("{line}");
                 }
+                std::hash::Hash::hash(&line, &mut self.fingerprint);
                 self.trace.push_back(line);
                 while self.trace.len() > self.opts.trace {
                     self.trace.pop_front();
@@ -277,6 +282,7 @@ impl World {
             steps: self.step,
             tasks: self.check.launched_count(),
             virtual_secs: secs(self.t),
+            fingerprint: std::hash::Hasher::finish(&self.fingerprint),
         })
     }
 
@@ -626,6 +632,7 @@ impl World {
             if self.opts.verbose {
                 eprintln!("{line}");
             }
+            std::hash::Hash::hash(&line, &mut self.fingerprint);
             self.trace.push_back(line);
             while self.trace.len() > self.opts.trace {
                 self.trace.pop_front();
