@@ -731,13 +731,4 @@ fn fmt_duration(d: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_comparison() {
-        assert!(tokens_equal("abc", "abc"));
-        assert!(!tokens_equal("abc", "abd"));
-        assert!(!tokens_equal("abc", "abcd"));
-    }
-}
+mod tests;

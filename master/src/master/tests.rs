@@ -1314,6 +1314,71 @@ fn kill_of_a_task_on_an_agent_still_to_reregister_waits_for_it() {
 }
 
 #[test]
+fn a_reregistered_agent_counts_the_executors_it_reports_only() {
+    // Found by the simulation: an executor whose exit was lost with the
+    // agent's connection stayed counted as used after the agent came
+    // back; an executor of a terminal task reported again was counted
+    // anew. Either overcommits the agent.
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let t1 = executor_task("t1", &aid, "cpus:1;mem:128", "e1", "cpus:0.5;mem:32");
+    let t2 = executor_task("t2", &aid, "cpus:1;mem:128", "e2", "cpus:0.5;mem:32");
+    h.launch(S1, &[&offer], vec![t1.clone(), t2.clone()]);
+    assert_eq!(h.m.agents[&aid].used, r("cpus:3;mem:320"));
+    h.input(Input::AgentClosed { conn: A1 });
+    // Back: t1 runs on e1; t2 finished and its executor e2 exited while
+    // the agent was away.
+    let report = |task: &TaskInfo, state| TaskReport {
+        framework_id: fid.clone(),
+        task: task.clone(),
+        state,
+        latest_status: None,
+    };
+    h.agent(
+        A2,
+        agent::Call::Register {
+            protocol: PROTOCOL_VERSION,
+            agent_info: agent_info(Some(&aid), "cpus:4;mem:4096"),
+            tasks: vec![
+                report(&t1, TaskState::Running),
+                report(&t2, TaskState::Finished),
+            ],
+            executors: vec![ExecutorReport {
+                framework_id: fid.clone(),
+                executor: t1.executor.clone().unwrap(),
+            }],
+            frameworks: vec![],
+        },
+    );
+    assert_eq!(h.m.agents[&aid].used, r("cpus:1.5;mem:160"));
+}
+
+#[test]
+fn a_kill_of_a_task_that_ended_answers_its_terminal_state() {
+    // Found by the simulation: a kill racing a refused launch got
+    // TASK_LOST after TASK_DROPPED, two terminal states.
+    let (mut h, _fid, aid, offer) = setup("cpus:4;mem:4096");
+    let out = h.launch(
+        S1,
+        &[&offer, &offer],
+        vec![command_task("t1", &aid, "cpus:1")],
+    );
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Dropped);
+    let out = h.sched(
+        S1,
+        scheduler::Call::Kill {
+            task_id: TaskId::new("t1"),
+            agent_id: None,
+        },
+    );
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 1, "{out:?}");
+    assert_eq!(
+        (ups[0].state, ups[0].reason),
+        (TaskState::Dropped, Some(Reason::ReasonReconciliation))
+    );
+}
+
+#[test]
 fn update_for_a_framework_not_yet_resubscribed_after_restart_is_left_to_retry() {
     let mut h = H::new();
     let aid = h.register(A1, "cpus:4;mem:4096");

@@ -1,0 +1,411 @@
+//! The agent core on its own: inputs in, actions out, no IO.
+
+use super::*;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use agora_proto::MasterInfo;
+
+use crate::Config;
+
+#[test]
+fn token_comparison() {
+    assert!(tokens_equal("abc", "abc"));
+    assert!(!tokens_equal("abc", "abd"));
+    assert!(!tokens_equal("abc", "abcd"));
+}
+
+const MASTER: u64 = 1;
+
+/// A core registered with a master, and the actions of its last input.
+struct H {
+    core: Core,
+    now: Instant,
+    _dir: tempfile::TempDir,
+}
+
+impl H {
+    fn new() -> H {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config::new("master:5050", dir.path().to_path_buf());
+        config.resources = Resources::parse("cpus:8;mem:8192").expect("resources");
+        config.command_executor = vec!["command-executor".into()];
+        config.executor_shutdown_grace_period = Duration::from_secs(3);
+        let listen: SocketAddr = ([127, 0, 0, 1], 5051).into();
+        let shared = Shared {
+            executor_endpoint: format!("ws://{listen}/api/executor"),
+            listen,
+            config: Arc::new(config),
+            next_conn: Arc::new(AtomicU64::new(100)),
+            counters: Arc::default(),
+        };
+        let now = Instant::now();
+        let mut h = H {
+            core: Core::new(shared, 7, now, 1_000.0),
+            now,
+            _dir: dir,
+        };
+        h.input(Input::MasterConnected {
+            conn: MASTER,
+            local_ip: None,
+        });
+        h.master(agent_api::Event::Registered {
+            agent_id: AgentId::new("a1"),
+            ping_interval_seconds: 5.0,
+            master_info: MasterInfo {
+                id: "m".into(),
+                address: "master:5050".into(),
+                version: "test".into(),
+            },
+            reregistered: false,
+        });
+        h
+    }
+
+    fn input(&mut self, input: Input) -> Vec<Action> {
+        self.core.handle(input, self.now, 1_000.0);
+        self.core.take_actions()
+    }
+
+    fn master(&mut self, event: agent_api::Event) -> Vec<Action> {
+        self.input(Input::MasterEvent {
+            conn: MASTER,
+            event: Box::new(event),
+        })
+    }
+
+    /// Runs task `id` of framework `fw` on its own custom executor `e-<id>`
+    /// and completes every checkpoint asked for.
+    fn run(&mut self, id: &str) -> Vec<Action> {
+        let actions = self.master(agent_api::Event::RunTask {
+            framework: framework(),
+            task: custom_task(id),
+        });
+        self.complete(actions)
+    }
+
+    /// Completes the checkpoints among `actions`; returns them and what
+    /// the completions led to.
+    fn complete(&mut self, actions: Vec<Action>) -> Vec<Action> {
+        let mut all = Vec::new();
+        let mut next = actions;
+        while !next.is_empty() {
+            let mut later = Vec::new();
+            for action in next {
+                if let Action::Checkpoint {
+                    then: Some(then), ..
+                } = &action
+                {
+                    let then = clone_durable(then);
+                    later.extend(self.input(Input::Durable(then, Ok(()))));
+                }
+                all.push(action);
+            }
+            next = later;
+        }
+        all
+    }
+
+    fn subscribe(&mut self, conn: u64, id: &str, tasks: Vec<TaskInfo>) -> Vec<Action> {
+        let token = self
+            .core
+            .executors
+            .get(&ekey(id))
+            .map(|e| e.token.clone())
+            .expect("executor");
+        self.input(Input::ExecutorSubscribe {
+            conn,
+            framework_id: fid(),
+            executor_id: ExecutorId::new(format!("e-{id}")),
+            token,
+            updates: Vec::new(),
+            tasks,
+        })
+    }
+
+    fn launched_ok(&mut self, id: &str) -> Vec<Action> {
+        let run_id = self.core.executors[&ekey(id)].run_id.clone();
+        self.input(Input::ExecutorLaunched {
+            key: ekey(id),
+            run_id,
+            result: Ok(Started {
+                pid: 4242,
+                start_time: None,
+            }),
+        })
+    }
+}
+
+fn clone_durable(d: &Durable) -> Durable {
+    match d {
+        Durable::Update {
+            framework_id,
+            status,
+            ack_to,
+        } => Durable::Update {
+            framework_id: framework_id.clone(),
+            status: status.clone(),
+            ack_to: ack_to.clone(),
+        },
+        Durable::Ack {
+            framework_id,
+            task_id,
+        } => Durable::Ack {
+            framework_id: framework_id.clone(),
+            task_id: task_id.clone(),
+        },
+        Durable::Task { key } => Durable::Task { key: key.clone() },
+    }
+}
+
+fn fid() -> FrameworkId {
+    FrameworkId::new("fw")
+}
+
+fn ekey(id: &str) -> ExecKey {
+    (fid(), ExecutorId::new(format!("e-{id}")))
+}
+
+fn framework() -> FrameworkInfo {
+    serde_json::from_value(json!({
+        "user": "u", "name": "fw", "id": "fw", "checkpoint": true
+    }))
+    .expect("framework info")
+}
+
+fn custom_task(id: &str) -> TaskInfo {
+    serde_json::from_value(json!({
+        "name": id,
+        "task_id": id,
+        "agent_id": "a1",
+        "resources": resources("cpus:1;mem:64"),
+        "executor": {
+            "executor_id": format!("e-{id}"),
+            "command": {"value": "run-executor"},
+            "resources": resources("cpus:0.1;mem:32")
+        }
+    }))
+    .expect("task info")
+}
+
+fn resources(text: &str) -> serde_json::Value {
+    serde_json::to_value(Resources::parse(text).expect("resources")).expect("json")
+}
+
+fn launches(actions: &[Action]) -> usize {
+    actions
+        .iter()
+        .filter(|a| matches!(a, Action::Process(Request::Launch { .. })))
+        .count()
+}
+
+fn to_executor(actions: &[Action], conn: u64) -> Vec<&exec_api::Event> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ToExecutor { conn: c, event, .. } if *c == conn => Some(event),
+            _ => None,
+        })
+        .collect()
+}
+
+fn launched_to(actions: &[Action], conn: u64) -> Vec<String> {
+    to_executor(actions, conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            exec_api::Event::Launch { task, .. } => Some(task.task_id.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Updates the core asked to checkpoint (its own, e.g. `TASK_KILLED`).
+fn checkpointed_updates(actions: &[Action]) -> Vec<(String, TaskState)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Checkpoint {
+                then: Some(Durable::Update { status, .. }),
+                ..
+            } => Some((status.task_id.to_string(), status.state)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn to_master_updates(actions: &[Action]) -> Vec<(String, TaskState)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ToMaster {
+                call: agent_api::Call::StatusUpdate { status, .. },
+                ..
+            } => Some((status.task_id.to_string(), status.state)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_task_starts_only_once_its_checkpoint_is_durable() {
+    // Found by the simulation: the agent sent a task to its executor
+    // before the task's record reached the disk; a crash in between left
+    // a restarted agent that could not report the task, and the master
+    // answered a reconciliation TASK_LOST for a task that then ran.
+    let mut h = H::new();
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: custom_task("t1"),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let key = (fid(), TaskId::new("t1"));
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Checkpoint { then: Some(Durable::Task { key: k }), .. } if *k == key
+    )));
+    let actions = h.input(Input::Durable(Durable::Task { key }, Ok(())));
+    assert_eq!(launches(&actions), 1, "{actions:?}");
+}
+
+#[test]
+fn a_task_killed_while_its_checkpoint_is_written_never_starts() {
+    let mut h = H::new();
+    h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: custom_task("t1"),
+    });
+    h.master(agent_api::Event::KillTask {
+        framework_id: fid(),
+        task_id: TaskId::new("t1"),
+    });
+    let key = (fid(), TaskId::new("t1"));
+    let actions = h.input(Input::Durable(Durable::Task { key }, Ok(())));
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    assert_eq!(
+        checkpointed_updates(&actions),
+        [("t1".to_string(), TaskState::Killed)]
+    );
+}
+
+#[test]
+fn a_launch_lost_with_a_broken_executor_connection_is_sent_again() {
+    // Found by the simulation: the executor's connection broke with the
+    // launch in it; the executor re-subscribed without the task and the
+    // task stayed STAGING for ever.
+    let mut h = H::new();
+    h.run("t1");
+    h.launched_ok("t1");
+    let actions = h.subscribe(10, "t1", Vec::new());
+    assert_eq!(launched_to(&actions, 10), ["t1"]);
+    // The connection breaks before the executor read it.
+    h.input(Input::ExecutorDisconnected { conn: 10 });
+    let actions = h.subscribe(11, "t1", Vec::new());
+    assert_eq!(launched_to(&actions, 11), ["t1"], "{actions:?}");
+    // An executor that has the task (it lists it) does not get it twice.
+    h.input(Input::ExecutorDisconnected { conn: 11 });
+    let actions = h.subscribe(12, "t1", vec![custom_task("t1")]);
+    assert!(launched_to(&actions, 12).is_empty(), "{actions:?}");
+}
+
+#[test]
+fn a_kill_of_a_launch_lost_with_the_connection_ends_the_task_killed() {
+    let mut h = H::new();
+    h.run("t1");
+    h.launched_ok("t1");
+    h.subscribe(10, "t1", Vec::new());
+    h.input(Input::ExecutorDisconnected { conn: 10 });
+    h.master(agent_api::Event::KillTask {
+        framework_id: fid(),
+        task_id: TaskId::new("t1"),
+    });
+    let actions = h.subscribe(11, "t1", Vec::new());
+    assert!(launched_to(&actions, 11).is_empty(), "{actions:?}");
+    assert_eq!(
+        checkpointed_updates(&actions),
+        [("t1".to_string(), TaskState::Killed)]
+    );
+}
+
+#[test]
+fn an_executor_that_does_not_kill_its_task_in_time_is_shut_down() {
+    // Found by the simulation: a hung executor kept its task for ever;
+    // the framework's kills went unanswered.
+    let mut h = H::new();
+    h.run("t1");
+    h.launched_ok("t1");
+    h.subscribe(10, "t1", Vec::new());
+    let actions = h.master(agent_api::Event::KillTask {
+        framework_id: fid(),
+        task_id: TaskId::new("t1"),
+    });
+    let timer = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Timer {
+                after,
+                timer: timer @ Timer::KillOverrun { .. },
+            } => Some((*after, timer.clone())),
+            _ => None,
+        })
+        .expect("a kill overrun timer");
+    assert_eq!(timer.0, Duration::from_secs(3));
+    let actions = h.input(Input::Timer(timer.1));
+    assert!(
+        to_executor(&actions, 10)
+            .iter()
+            .any(|e| matches!(e, exec_api::Event::Shutdown { .. })),
+        "{actions:?}"
+    );
+    // When the executor is gone, the task ends KILLED (not FAILED).
+    let run_id = h.core.executors[&ekey("t1")].run_id.clone();
+    let actions = h.input(Input::ExecutorExited {
+        key: ekey("t1"),
+        run_id,
+        code: Some(0),
+        message: "exited with status 0".into(),
+    });
+    assert!(checkpointed_updates(&actions).is_empty(), "{actions:?}");
+    // Once its connection has drained.
+    let actions = h.input(Input::ExecutorDisconnected { conn: 10 });
+    assert_eq!(
+        checkpointed_updates(&actions),
+        [("t1".to_string(), TaskState::Killed)]
+    );
+}
+
+#[test]
+fn updates_of_an_agent_the_master_removed_are_dropped() {
+    // Found by the simulation: a removed agent's updates, on their way to
+    // disk when the master shut it down, went out after it registered
+    // anew and gave tasks the master had declared lost a second terminal
+    // state.
+    let mut h = H::new();
+    h.run("t1");
+    h.launched_ok("t1");
+    h.subscribe(10, "t1", Vec::new());
+    let status: TaskStatus = serde_json::from_value(json!({
+        "task_id": "t1", "state": "TASK_RUNNING", "source": "SOURCE_EXECUTOR",
+        "uuid": "u-1", "timestamp": 1.0
+    }))
+    .expect("status");
+    let actions = h.input(Input::ExecutorCall {
+        conn: 10,
+        call: exec_api::Call::Update {
+            status: status.clone(),
+        },
+    });
+    let durable = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Checkpoint { then: Some(d), .. } => Some(clone_durable(d)),
+            _ => None,
+        })
+        .expect("the update is checkpointed");
+    h.master(agent_api::Event::Shutdown {
+        message: "agent a1 was removed by the master; register as a new agent".into(),
+    });
+    let actions = h.input(Input::Durable(durable, Ok(())));
+    assert!(to_master_updates(&actions).is_empty(), "{actions:?}");
+}
