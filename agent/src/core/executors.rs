@@ -321,33 +321,31 @@ impl Core {
             .get_mut(&key)
             .map(|ex| std::mem::take(&mut ex.queued))
             .unwrap_or_default();
-        {
-            // A launch sent on an earlier connection that broke before the
-            // executor read it, or one the agent cannot know about since it
-            // restarted: the executor lists every task it received without
-            // an acknowledged update, and the agent has no update for this
-            // one, so the executor never had it. Sent (again), or, if a
-            // kill came meanwhile, ended here.
-            let lost: Vec<TaskId> = self
-                .tasks
-                .iter()
-                .filter(|((f, tid), t)| {
-                    *f == fid
-                        && t.executor_id == eid
-                        && t.state == TaskState::Staging
-                        && !t.terminal_reported
-                        && !known.contains(tid)
-                        && !queued.contains(tid)
-                })
-                .map(|((_, tid), _)| tid.clone())
-                .collect();
-            for task_id in lost {
-                tracing::info!(framework_id = %fid, executor_id = %eid, %task_id, "the executor does not have this task; sending it");
-                if self.tasks[&(fid.clone(), task_id.clone())].kill_requested {
-                    self.kill_undelivered(&key, &task_id);
-                } else {
-                    queued.push(task_id);
-                }
+        // A launch sent on an earlier connection that broke before the
+        // executor read it, or one the agent cannot know about since it
+        // restarted: the executor lists every task it received without
+        // an acknowledged update, and the agent has no update for this
+        // one, so the executor never had it. Sent (again), or, if a
+        // kill came meanwhile, ended here.
+        // (A task whose record is still on its way to disk goes when it
+        // is there.)
+        let lost: Vec<TaskId> = self
+            .executor_tasks(&key)
+            .filter(|(tid, t)| {
+                t.state == TaskState::Staging
+                    && !t.terminal_reported
+                    && !known.contains(*tid)
+                    && !queued.contains(*tid)
+                    && !self.recording.contains_key(&(fid.clone(), (*tid).clone()))
+            })
+            .map(|(tid, _)| tid.clone())
+            .collect();
+        for task_id in lost {
+            tracing::info!(framework_id = %fid, executor_id = %eid, %task_id, "the executor does not have this task; sending it");
+            if self.tasks[&(fid.clone(), task_id.clone())].kill_requested {
+                self.kill_undelivered(&key, &task_id);
+            } else {
+                queued.push(task_id);
             }
         }
         for task_id in queued.into_iter().filter(|t| !known.contains(t)) {

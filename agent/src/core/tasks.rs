@@ -129,12 +129,7 @@ impl Core {
         let ekey = launch.ekey.clone();
         if checkpointed {
             self.actions.push(Action::Checkpoint {
-                ops: vec![Op::Wal(WalRecord::Task {
-                    framework_id: key.0.clone(),
-                    executor_id: ekey.1.clone(),
-                    task: Box::new(task.clone()),
-                    sandbox: sandbox.clone(),
-                })],
+                ops: vec![task_record(&key.0, &ekey.1, &task, sandbox.as_ref())],
                 then: Some(Durable::Task { key: key.clone() }),
             });
         }
@@ -497,12 +492,7 @@ impl Core {
         task: &TaskInfo,
         sandbox: Option<&PathBuf>,
     ) {
-        self.checkpoint(vec![Op::Wal(WalRecord::Task {
-            framework_id: fid.clone(),
-            executor_id: executor_id.clone(),
-            task: Box::new(task.clone()),
-            sandbox: sandbox.cloned(),
-        })]);
+        self.checkpoint(vec![task_record(fid, executor_id, task, sandbox)]);
     }
 
     /// The directory of a task checkpointed as a `task.json` (by an older
@@ -546,4 +536,19 @@ impl Core {
             }
         }
     }
+}
+
+/// The log record of a task, as written before it runs.
+fn task_record(
+    fid: &FrameworkId,
+    executor_id: &ExecutorId,
+    task: &TaskInfo,
+    sandbox: Option<&PathBuf>,
+) -> Op {
+    Op::Wal(WalRecord::Task {
+        framework_id: fid.clone(),
+        executor_id: executor_id.clone(),
+        task: Box::new(task.clone()),
+        sandbox: sandbox.cloned(),
+    })
 }
