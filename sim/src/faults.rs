@@ -109,6 +109,9 @@ pub(crate) struct Plan {
     pub exec_fault_rate: f64,
     /// Custom executors send large updates.
     pub big_updates: bool,
+    /// How long one registry write blocks the master's state task (an
+    /// etcd round trip): inputs arriving meanwhile form its next batch.
+    pub registry_latency: (Time, Time),
     pub faults: Vec<(Time, Fault)>,
 }
 
@@ -165,6 +168,7 @@ impl Plan {
             stale_offer_rate: pick(rng, &[0.0, 0.02]),
             exec_fault_rate: pick(rng, &[0.0, 0.1, 0.3]),
             big_updates: rng.random_bool(opts.big_update_rate),
+            registry_latency: (MS, 10 * MS),
             faults: Vec::new(),
         };
         // Workload: tasks arrive during the faulty phase.
@@ -231,6 +235,11 @@ impl Plan {
             }
         }
         plan.faults.sort_by_key(|(at, _)| *at);
+        // Drawn last, so the rest of the schedule stays what it was.
+        if rng.random_bool(0.3) {
+            // A slow etcd (disk latency, a compaction, a busy cluster).
+            plan.registry_latency = (20 * MS, 500 * MS);
+        }
         plan
     }
 

@@ -41,6 +41,10 @@ struct Flags {
     /// Liveness bound after the faults stop, virtual seconds.
     #[arg(long, default_value_t = 300)]
     liveness_secs: u64,
+    /// Share of seeds whose custom executors send large updates
+    /// (hundreds of KiB each, enough to fill a frame after an outage).
+    #[arg(long, default_value_t = agora_sim::Options::default().big_update_rate)]
+    big_update_rate: f64,
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         verbose: flags.verbose,
         fault_secs: flags.fault_secs,
         liveness_secs: flags.liveness_secs,
+        big_update_rate: flags.big_update_rate.clamp(0.0, 1.0),
         ..agora_sim::Options::default()
     };
     let started = Instant::now();

@@ -2,6 +2,7 @@
 //! its registry kept by the simulation (as etcd would keep it), crashes
 //! and restarts.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use agora_master::sim::{Config, Input, Output, RegistryOp, RegistryState, SimMaster};
@@ -22,6 +23,13 @@ pub(crate) struct MasterNode {
     pub tick_at: Option<u64>,
     /// Wall clock offset (clock jumps).
     pub clock: f64,
+    /// The state task is blocked on a registry write: inputs queue, and
+    /// its outputs wait for the write (as the real event loop does).
+    pub writing: bool,
+    /// Inputs that arrived during a write: the next batch.
+    pub queued: VecDeque<Input>,
+    /// Outputs of the batch being written.
+    pub held: Vec<Output>,
 }
 
 /// The master's configuration in the simulation: Mesos's defaults with
@@ -42,6 +50,9 @@ pub(crate) fn config() -> Config {
 /// Most removed agents and frameworks the registry keeps.
 pub(crate) const REMOVED_CAPACITY: usize = 100;
 
+/// Inputs handled per wake-up (the real event loop's `MAX_BATCH`).
+const MAX_BATCH: usize = 512;
+
 // === impl World: master ===
 
 impl World {
@@ -55,6 +66,7 @@ impl World {
         core.recover(&self.master.registry, now, wall);
         self.master.core = Some(core);
         self.master.tick_at = None;
+        self.master_idle();
         self.note(|| "master started".into());
         self.master_after_step();
     }
@@ -66,6 +78,7 @@ impl World {
         }
         self.master.up = false;
         self.master.core = None;
+        self.master_idle();
         let conns: Vec<u64> = self
             .conns
             .iter()
@@ -87,6 +100,10 @@ impl World {
         if !self.master.up {
             return;
         }
+        if self.master.writing {
+            self.master.queued.push_back(input);
+            return;
+        }
         let now = self.now();
         self.wall(self.master.clock);
         if let Some(core) = self.master.core.as_mut() {
@@ -95,12 +112,51 @@ impl World {
         self.master_after_step();
     }
 
+    /// The registry write of the last batch is done: its outputs go out,
+    /// and what queued meanwhile is handled as one batch, as the real
+    /// event loop drains its channel (so a batch can hold two ops on one
+    /// record: a framework that subscribes and disconnects, an agent
+    /// admitted and removed).
+    pub(crate) fn master_wrote(&mut self, inc: u64) {
+        if inc != self.master.inc || !self.master.up || !self.master.writing {
+            return;
+        }
+        self.master.writing = false;
+        for output in std::mem::take(&mut self.master.held) {
+            self.master_output(output);
+        }
+        let now = self.now();
+        self.wall(self.master.clock);
+        let n = self.master.queued.len().min(MAX_BATCH + 1);
+        let batch: Vec<Input> = self.master.queued.drain(..n).collect();
+        if let Some(core) = self.master.core.as_mut() {
+            for input in batch {
+                core.handle(now, input);
+            }
+            if now >= core.next_deadline() {
+                core.tick(now);
+            }
+        }
+        self.master_after_step();
+    }
+
+    /// No write in flight, nothing queued (a new process).
+    fn master_idle(&mut self) {
+        self.master.writing = false;
+        self.master.queued.clear();
+        self.master.held.clear();
+    }
+
     pub(crate) fn master_tick(&mut self, inc: u64, at: u64) {
         // Only the tick queued last counts.
         if inc != self.master.inc || !self.master.up || self.master.tick_at != Some(at) {
             return;
         }
         self.master.tick_at = None;
+        if self.master.writing {
+            // The state task looks at its timers once the write is done.
+            return;
+        }
         let now = self.now();
         self.wall(self.master.clock);
         if let Some(core) = self.master.core.as_mut() {
@@ -136,6 +192,17 @@ impl World {
             }
         }
         self.check.master_stepped = true;
+        if !ops.is_empty() {
+            // The write blocks the state task for an etcd round trip (or
+            // an fsync); its outputs go out once it is done.
+            self.master.writing = true;
+            self.master.held = outputs;
+            let inc = self.master.inc;
+            let (min, max) = self.plan.registry_latency;
+            let at = self.t + self.between(min, max);
+            self.at(at, Ev::MasterWrote { inc });
+            return;
+        }
         for output in outputs {
             self.master_output(output);
         }

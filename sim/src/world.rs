@@ -93,6 +93,8 @@ pub(crate) enum Ev {
     Broken { conn: u64, side: Side },
     /// The master's timers.
     MasterTick { inc: u64, at: Time },
+    /// The master's registry write of its last batch is done.
+    MasterWrote { inc: u64 },
     /// An agent's status update retries.
     AgentTick { agent: usize, inc: u64, at: Time },
     /// A timer an agent core set.
@@ -291,6 +293,7 @@ impl World {
             Ev::Deliver { conn, to, msg } => self.deliver(conn, to, msg),
             Ev::Broken { conn, side } => self.learn_broken(conn, side),
             Ev::MasterTick { inc, at } => self.master_tick(inc, at),
+            Ev::MasterWrote { inc } => self.master_wrote(inc),
             Ev::AgentTick { agent, inc, at } => self.agent_tick(agent, inc, at),
             Ev::AgentTimer { agent, inc, timer } => {
                 self.agent_input(agent, inc, agora_agent::sim::Input::Timer(timer))
