@@ -334,6 +334,12 @@ impl Task {
         }
     }
 
+    /// Whether it goes to its executor once its checkpoint is durable (see
+    /// [`Core::task_recorded`]): it neither ended nor was killed meanwhile.
+    fn will_run_on_recording(&self) -> bool {
+        !self.state.is_terminal() && !self.terminal_reported && !self.kill_requested
+    }
+
     /// Whether it runs in one of the agent's command executors (whose ids
     /// no framework can use).
     fn in_command_executor(&self) -> bool {
@@ -732,7 +738,158 @@ fn fmt_duration(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+
+    fn core() -> Core {
+        let config = crate::Config::new("127.0.0.1:5050", std::env::temp_dir());
+        let shared = Shared {
+            config: Arc::new(config),
+            listen: "127.0.0.1:5051".parse().unwrap(),
+            executor_endpoint: String::new(),
+            next_conn: Arc::default(),
+            counters: Arc::default(),
+        };
+        Core::new(shared, 7, Instant::now(), 0.0)
+    }
+
+    fn framework() -> FrameworkInfo {
+        let mut info = FrameworkInfo::new("f");
+        info.id = Some(FrameworkId::new("f1"));
+        info.checkpoint = true;
+        info
+    }
+
+    fn executor_task(id: &str, executor: &str) -> TaskInfo {
+        TaskInfo {
+            name: id.into(),
+            task_id: TaskId::new(id),
+            agent_id: AgentId::new("a1"),
+            resources: Resources::parse("cpus:0.5;mem:32").unwrap(),
+            executor: Some(ExecutorInfo {
+                executor_id: ExecutorId::new(executor),
+                framework_id: None,
+                command: CommandInfo {
+                    value: "./exec".into(),
+                    ..Default::default()
+                },
+                resources: Resources::parse("cpus:0.1;mem:32").unwrap(),
+                name: String::new(),
+                source: String::new(),
+            }),
+            command: None,
+            data: None,
+            kill_grace_period: None,
+            labels: Default::default(),
+        }
+    }
+
+    /// Connects to the master on `conn` and returns the executors the
+    /// registration reports.
+    fn register(core: &mut Core, conn: u64) -> Vec<String> {
+        let now = Instant::now();
+        core.handle(
+            Input::MasterConnected {
+                conn,
+                local_ip: None,
+            },
+            now,
+            0.0,
+        );
+        let reported = core
+            .take_actions()
+            .into_iter()
+            .find_map(|a| match a {
+                Action::ToMaster {
+                    call: agent_api::Call::Register { executors, .. },
+                    ..
+                } => Some(executors),
+                _ => None,
+            })
+            .expect("a registration");
+        let event = agent_api::Event::Registered {
+            agent_id: AgentId::new("a1"),
+            ping_interval_seconds: 15.0,
+            master_info: agora_proto::MasterInfo {
+                id: "m".into(),
+                address: "127.0.0.1:5050".into(),
+                version: String::new(),
+            },
+            reregistered: conn > 1,
+        };
+        core.handle(
+            Input::MasterEvent {
+                conn,
+                event: Box::new(event),
+            },
+            now,
+            0.0,
+        );
+        core.take_actions();
+        reported
+            .into_iter()
+            .map(|e| e.executor.executor_id.as_str().to_string())
+            .collect()
+    }
+
+    fn from_master(core: &mut Core, conn: u64, event: agent_api::Event) {
+        let input = Input::MasterEvent {
+            conn,
+            event: Box::new(event),
+        };
+        core.handle(input, Instant::now(), 0.0);
+        core.take_actions();
+    }
+
+    fn reconnect(core: &mut Core, old: u64, new: u64) -> Vec<String> {
+        core.handle(Input::MasterDisconnected { conn: old }, Instant::now(), 0.0);
+        register(core, new)
+    }
+
+    /// The master rebuilds an agent's books from its re-registration: an
+    /// executor about to start (its task's checkpoint not yet durable) is
+    /// reported with the tasks, or the master would offer its resources
+    /// to others while it runs.
+    #[test]
+    fn reregistration_reports_an_executor_whose_task_is_being_recorded() {
+        let mut core = core();
+        assert!(register(&mut core, 1).is_empty());
+        from_master(
+            &mut core,
+            1,
+            agent_api::Event::RunTask {
+                framework: framework(),
+                task: executor_task("t1", "e1"),
+            },
+        );
+        // A second task of the same executor: the executor is reported once.
+        from_master(
+            &mut core,
+            1,
+            agent_api::Event::RunTask {
+                framework: framework(),
+                task: executor_task("t2", "e1"),
+            },
+        );
+        assert!(core.executors.is_empty(), "started before the checkpoint");
+        assert_eq!(reconnect(&mut core, 1, 2), ["e1"]);
+
+        // Killed before the checkpoint is durable, the tasks never reach the
+        // executor, which never starts: it is not reported any more.
+        let fid = FrameworkId::new("f1");
+        for task in ["t1", "t2"] {
+            from_master(
+                &mut core,
+                2,
+                agent_api::Event::KillTask {
+                    framework_id: fid.clone(),
+                    task_id: TaskId::new(task),
+                },
+            );
+        }
+        assert!(reconnect(&mut core, 2, 3).is_empty());
+    }
 
     #[test]
     fn token_comparison() {
