@@ -327,17 +327,20 @@ impl Core {
             // restarted: the executor lists every task it received without
             // an acknowledged update, and the agent has no update for this
             // one, so the executor never had it. Sent (again), or, if a
-            // kill came meanwhile, ended here.
+            // kill came meanwhile, ended here. A task whose checkpoint is
+            // still on its way to disk is not lost: it goes (or is ended)
+            // once the checkpoint is durable, and not before.
             let lost: Vec<TaskId> = self
                 .tasks
                 .iter()
-                .filter(|((f, tid), t)| {
-                    *f == fid
+                .filter(|(tkey, t)| {
+                    tkey.0 == fid
                         && t.executor_id == eid
                         && t.state == TaskState::Staging
                         && !t.terminal_reported
-                        && !known.contains(tid)
-                        && !queued.contains(tid)
+                        && !known.contains(&tkey.1)
+                        && !queued.contains(&tkey.1)
+                        && !self.recording.contains_key(*tkey)
                 })
                 .map(|((_, tid), _)| tid.clone())
                 .collect();
@@ -362,8 +365,14 @@ impl Core {
         let kills: Vec<(TaskId, Option<f64>)> = self
             .tasks
             .iter()
-            .filter(|((f, _), t)| {
-                *f == fid && t.executor_id == eid && t.kill_requested && !t.state.is_terminal()
+            .filter(|(tkey, t)| {
+                // Not those it never got: ended here, or ended once recorded.
+                tkey.0 == fid
+                    && t.executor_id == eid
+                    && t.kill_requested
+                    && !t.state.is_terminal()
+                    && !t.terminal_reported
+                    && !self.recording.contains_key(*tkey)
             })
             .map(|((_, tid), t)| (tid.clone(), t.info.kill_grace_period))
             .collect();

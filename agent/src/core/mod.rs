@@ -891,6 +891,113 @@ mod tests {
         assert!(reconnect(&mut core, 2, 3).is_empty());
     }
 
+    fn recorded(core: &mut Core, task: &str) -> Vec<Action> {
+        let key = (FrameworkId::new("f1"), TaskId::new(task));
+        let input = Input::Durable(Durable::Task { key }, Ok(()));
+        core.handle(input, Instant::now(), 0.0);
+        core.take_actions()
+    }
+
+    /// What executor connection `conn` was sent: `launch t`, `kill t`.
+    fn to_executor(actions: &[Action], conn: u64) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ToExecutor { conn: c, event, .. } if *c == conn => match event {
+                    exec_api::Event::Launch { task, .. } => {
+                        Some(format!("launch {}", task.task_id))
+                    }
+                    exec_api::Event::Kill { task_id, .. } => Some(format!("kill {task_id}")),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A task reaches its executor only once its checkpoint is durable,
+    /// even when the executor subscribes meanwhile; killed before that, it
+    /// is ended by the agent alone, so the executor cannot report a second
+    /// terminal state the agent would acknowledge and then drop.
+    #[test]
+    fn a_task_being_recorded_is_not_sent_to_an_executor_that_subscribes_meanwhile() {
+        let mut core = core();
+        register(&mut core, 1);
+        let fid = FrameworkId::new("f1");
+        let ekey = (fid.clone(), ExecutorId::new("e1"));
+        from_master(
+            &mut core,
+            1,
+            agent_api::Event::RunTask {
+                framework: framework(),
+                task: executor_task("t1", "e1"),
+            },
+        );
+        let run_id = recorded(&mut core, "t1")
+            .into_iter()
+            .find_map(|a| match a {
+                Action::Process(Request::Launch { run_id, .. }) => Some(run_id),
+                _ => None,
+            })
+            .expect("the executor is started once t1 is recorded");
+        let launched = Input::ExecutorLaunched {
+            key: ekey.clone(),
+            run_id,
+            result: Ok(Started {
+                pid: 100,
+                start_time: None,
+            }),
+        };
+        core.handle(launched, Instant::now(), 0.0);
+        from_master(
+            &mut core,
+            1,
+            agent_api::Event::RunTask {
+                framework: framework(),
+                task: executor_task("t2", "e1"),
+            },
+        );
+
+        let subscribe = Input::ExecutorSubscribe {
+            conn: 50,
+            framework_id: fid.clone(),
+            executor_id: ekey.1.clone(),
+            token: core.executors[&ekey].token.clone(),
+            updates: Vec::new(),
+            tasks: Vec::new(),
+        };
+        core.handle(subscribe, Instant::now(), 0.0);
+        assert_eq!(to_executor(&core.take_actions(), 50), ["launch t1"]);
+
+        let kill = agent_api::Event::KillTask {
+            framework_id: fid.clone(),
+            task_id: TaskId::new("t2"),
+        };
+        core.handle(
+            Input::MasterEvent {
+                conn: 1,
+                event: Box::new(kill),
+            },
+            Instant::now(),
+            0.0,
+        );
+        assert!(to_executor(&core.take_actions(), 50).is_empty());
+
+        let actions = recorded(&mut core, "t2");
+        assert!(to_executor(&actions, 50).is_empty());
+        let ended: Vec<(TaskState, Source)> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Checkpoint {
+                    then: Some(Durable::Update { status, .. }),
+                    ..
+                } if status.task_id.as_str() == "t2" => Some((status.state, status.source)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ended, [(TaskState::Killed, Source::SourceAgent)]);
+    }
+
     #[test]
     fn token_comparison() {
         assert!(tokens_equal("abc", "abc"));
