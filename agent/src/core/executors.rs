@@ -360,8 +360,14 @@ impl Core {
         let kills: Vec<(TaskId, Option<f64>)> = self
             .tasks
             .iter()
-            .filter(|((f, _), t)| {
-                *f == fid && t.executor_id == eid && t.kill_requested && !t.state.is_terminal()
+            .filter(|(tkey, t)| {
+                // Not those it never got: ended here, or ended once recorded.
+                tkey.0 == fid
+                    && t.executor_id == eid
+                    && t.kill_requested
+                    && !t.state.is_terminal()
+                    && !t.terminal_reported
+                    && !self.recording.contains_key(*tkey)
             })
             .map(|((_, tid), t)| (tid.clone(), t.info.kill_grace_period))
             .collect();

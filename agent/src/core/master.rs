@@ -106,7 +106,7 @@ impl Core {
             .collect();
         // Command executors are the agent's own: the master knows a command
         // task's executor by the task.
-        let executors = self
+        let mut executors: Vec<ExecutorReport> = self
             .executors
             .iter()
             .filter(|(_, e)| !e.is_command)
@@ -115,6 +115,24 @@ impl Core {
                 executor: e.info.clone(),
             })
             .collect();
+        // An executor whose first task waits for its checkpoint starts as
+        // soon as it is durable: it is as good as running, and the master,
+        // which rebuilds its books from this report, must keep counting it.
+        let mut starting: HashSet<&ExecKey> = HashSet::default();
+        for (key, launch) in &self.recording {
+            let will_start = !launch.is_command
+                && !self.executors.contains_key(&launch.ekey)
+                && self
+                    .tasks
+                    .get(key)
+                    .is_some_and(|t| t.will_run_on_recording());
+            if will_start && starting.insert(&launch.ekey) {
+                executors.push(ExecutorReport {
+                    framework_id: launch.ekey.0.clone(),
+                    executor: launch.info.clone(),
+                });
+            }
+        }
         agent_api::Call::Register {
             protocol: agora_proto::PROTOCOL_VERSION,
             agent_info: AgentInfo {

@@ -334,6 +334,12 @@ impl Task {
         }
     }
 
+    /// Whether it goes to its executor once its checkpoint is durable (see
+    /// [`Core::task_recorded`]): it neither ended nor was killed meanwhile.
+    fn will_run_on_recording(&self) -> bool {
+        !self.state.is_terminal() && !self.terminal_reported && !self.kill_requested
+    }
+
     /// Whether it runs in one of the agent's command executors (whose ids
     /// no framework can use).
     fn in_command_executor(&self) -> bool {

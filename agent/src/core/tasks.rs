@@ -352,6 +352,11 @@ impl Core {
             return;
         }
         task.kill_requested = true;
+        if self.recording.contains_key(&key) {
+            // Not delivered yet: it ends once its checkpoint is durable
+            // (`task_recorded`), without reaching its executor.
+            return;
+        }
         let ekey = (fid.clone(), task.executor_id.clone());
         let grace = task.info.kill_grace_period;
         let Some(ex) = self.executors.get_mut(&ekey) else {

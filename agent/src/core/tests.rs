@@ -409,3 +409,267 @@ fn updates_of_an_agent_the_master_removed_are_dropped() {
     let actions = h.input(Input::Durable(durable, Ok(())));
     assert!(to_master_updates(&actions).is_empty(), "{actions:?}");
 }
+
+/// What the simulation's seeds 589 and 1911 found: tasks whose record is
+/// on its way to disk, at a re-registration and an executor's subscription.
+mod recording {
+    use std::sync::Arc;
+
+    use super::super::*;
+
+    fn core() -> Core {
+        let config = crate::Config::new("127.0.0.1:5050", std::env::temp_dir());
+        let shared = Shared {
+            config: Arc::new(config),
+            listen: "127.0.0.1:5051".parse().unwrap(),
+            executor_endpoint: String::new(),
+            next_conn: Arc::default(),
+            counters: Arc::default(),
+        };
+        Core::new(shared, 7, Instant::now(), 0.0)
+    }
+
+    fn framework() -> FrameworkInfo {
+        let mut info = FrameworkInfo::new("f");
+        info.id = Some(FrameworkId::new("f1"));
+        info.checkpoint = true;
+        info
+    }
+
+    fn executor_task(id: &str, executor: &str) -> TaskInfo {
+        TaskInfo {
+            name: id.into(),
+            task_id: TaskId::new(id),
+            agent_id: AgentId::new("a1"),
+            resources: Resources::parse("cpus:0.5;mem:32").unwrap(),
+            executor: Some(ExecutorInfo {
+                executor_id: ExecutorId::new(executor),
+                framework_id: None,
+                command: CommandInfo {
+                    value: "./exec".into(),
+                    ..Default::default()
+                },
+                resources: Resources::parse("cpus:0.1;mem:32").unwrap(),
+                name: String::new(),
+                source: String::new(),
+            }),
+            command: None,
+            data: None,
+            kill_grace_period: None,
+            labels: Default::default(),
+        }
+    }
+
+    /// Connects to the master on `conn` and returns the executors the
+    /// registration reports.
+    fn register(core: &mut Core, conn: u64) -> Vec<String> {
+        let now = Instant::now();
+        core.handle(
+            Input::MasterConnected {
+                conn,
+                local_ip: None,
+            },
+            now,
+            0.0,
+        );
+        let reported = core
+            .take_actions()
+            .into_iter()
+            .find_map(|a| match a {
+                Action::ToMaster {
+                    call: agent_api::Call::Register { executors, .. },
+                    ..
+                } => Some(executors),
+                _ => None,
+            })
+            .expect("a registration");
+        let event = agent_api::Event::Registered {
+            agent_id: AgentId::new("a1"),
+            ping_interval_seconds: 15.0,
+            master_info: agora_proto::MasterInfo {
+                id: "m".into(),
+                address: "127.0.0.1:5050".into(),
+                version: String::new(),
+            },
+            reregistered: conn > 1,
+        };
+        core.handle(
+            Input::MasterEvent {
+                conn,
+                event: Box::new(event),
+            },
+            now,
+            0.0,
+        );
+        core.take_actions();
+        reported
+            .into_iter()
+            .map(|e| e.executor.executor_id.as_str().to_string())
+            .collect()
+    }
+
+    fn from_master(core: &mut Core, conn: u64, event: agent_api::Event) {
+        let input = Input::MasterEvent {
+            conn,
+            event: Box::new(event),
+        };
+        core.handle(input, Instant::now(), 0.0);
+        core.take_actions();
+    }
+
+    fn reconnect(core: &mut Core, old: u64, new: u64) -> Vec<String> {
+        core.handle(Input::MasterDisconnected { conn: old }, Instant::now(), 0.0);
+        register(core, new)
+    }
+
+    /// The master rebuilds an agent's books from its re-registration: an
+    /// executor about to start (its task's checkpoint not yet durable) is
+    /// reported with the tasks, or the master would offer its resources
+    /// to others while it runs.
+    #[test]
+    fn reregistration_reports_an_executor_whose_task_is_being_recorded() {
+        let mut core = core();
+        assert!(register(&mut core, 1).is_empty());
+        from_master(
+            &mut core,
+            1,
+            agent_api::Event::RunTask {
+                framework: framework(),
+                task: executor_task("t1", "e1"),
+            },
+        );
+        // A second task of the same executor: the executor is reported once.
+        from_master(
+            &mut core,
+            1,
+            agent_api::Event::RunTask {
+                framework: framework(),
+                task: executor_task("t2", "e1"),
+            },
+        );
+        assert!(core.executors.is_empty(), "started before the checkpoint");
+        assert_eq!(reconnect(&mut core, 1, 2), ["e1"]);
+
+        // Killed before the checkpoint is durable, the tasks never reach the
+        // executor, which never starts: it is not reported any more.
+        let fid = FrameworkId::new("f1");
+        for task in ["t1", "t2"] {
+            from_master(
+                &mut core,
+                2,
+                agent_api::Event::KillTask {
+                    framework_id: fid.clone(),
+                    task_id: TaskId::new(task),
+                },
+            );
+        }
+        assert!(reconnect(&mut core, 2, 3).is_empty());
+    }
+
+    fn recorded(core: &mut Core, task: &str) -> Vec<Action> {
+        let key = (FrameworkId::new("f1"), TaskId::new(task));
+        let input = Input::Durable(Durable::Task { key }, Ok(()));
+        core.handle(input, Instant::now(), 0.0);
+        core.take_actions()
+    }
+
+    /// What executor connection `conn` was sent: `launch t`, `kill t`.
+    fn to_executor(actions: &[Action], conn: u64) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ToExecutor { conn: c, event, .. } if *c == conn => match event {
+                    exec_api::Event::Launch { task, .. } => {
+                        Some(format!("launch {}", task.task_id))
+                    }
+                    exec_api::Event::Kill { task_id, .. } => Some(format!("kill {task_id}")),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A task reaches its executor only once its checkpoint is durable,
+    /// even when the executor subscribes meanwhile; killed before that, it
+    /// is ended by the agent alone, so the executor cannot report a second
+    /// terminal state the agent would acknowledge and then drop.
+    #[test]
+    fn a_task_being_recorded_is_not_sent_to_an_executor_that_subscribes_meanwhile() {
+        let mut core = core();
+        register(&mut core, 1);
+        let fid = FrameworkId::new("f1");
+        let ekey = (fid.clone(), ExecutorId::new("e1"));
+        from_master(
+            &mut core,
+            1,
+            agent_api::Event::RunTask {
+                framework: framework(),
+                task: executor_task("t1", "e1"),
+            },
+        );
+        let run_id = recorded(&mut core, "t1")
+            .into_iter()
+            .find_map(|a| match a {
+                Action::Process(Request::Launch { run_id, .. }) => Some(run_id),
+                _ => None,
+            })
+            .expect("the executor is started once t1 is recorded");
+        let launched = Input::ExecutorLaunched {
+            key: ekey.clone(),
+            run_id,
+            result: Ok(Started {
+                pid: 100,
+                start_time: None,
+            }),
+        };
+        core.handle(launched, Instant::now(), 0.0);
+        from_master(
+            &mut core,
+            1,
+            agent_api::Event::RunTask {
+                framework: framework(),
+                task: executor_task("t2", "e1"),
+            },
+        );
+
+        let subscribe = Input::ExecutorSubscribe {
+            conn: 50,
+            framework_id: fid.clone(),
+            executor_id: ekey.1.clone(),
+            token: core.executors[&ekey].token.clone(),
+            updates: Vec::new(),
+            tasks: Vec::new(),
+        };
+        core.handle(subscribe, Instant::now(), 0.0);
+        assert_eq!(to_executor(&core.take_actions(), 50), ["launch t1"]);
+
+        let kill = agent_api::Event::KillTask {
+            framework_id: fid.clone(),
+            task_id: TaskId::new("t2"),
+        };
+        core.handle(
+            Input::MasterEvent {
+                conn: 1,
+                event: Box::new(kill),
+            },
+            Instant::now(),
+            0.0,
+        );
+        assert!(to_executor(&core.take_actions(), 50).is_empty());
+
+        let actions = recorded(&mut core, "t2");
+        assert!(to_executor(&actions, 50).is_empty());
+        let ended: Vec<(TaskState, Source)> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Checkpoint {
+                    then: Some(Durable::Update { status, .. }),
+                    ..
+                } if status.task_id.as_str() == "t2" => Some((status.state, status.source)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ended, [(TaskState::Killed, Source::SourceAgent)]);
+    }
+}
