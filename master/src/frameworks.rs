@@ -204,6 +204,14 @@ impl Master {
         self.persist(record);
         self.scheduler_conns.insert(conn, fid.clone());
         self.allocator.activate_framework(&fid);
+        if reregistered {
+            // A new scheduler process knows nothing of what its
+            // predecessor suppressed or declined: it starts with offers on
+            // (as a Mesos SUBSCRIBE without `suppressed_roles`). Kept, a
+            // suppression stopped offers for good to a framework that no
+            // longer knew to revive (found by the simulation).
+            self.revive(now, &fid, &[]);
+        }
         tracing::info!(framework_id = %fid, reregistered, "framework subscribed");
         self.send_scheduler(
             conn,

@@ -13,6 +13,14 @@ use crate::framework::FwNode;
 use crate::world::{Time, World};
 
 /// The names of the invariants.
+/// How long a task may take from its launch to its end once faults have
+/// stopped: it runs up to 20 s, is killed 30 s after it overran, and a kill
+/// an executor ignores ends with its executor's shutdown.
+const TASK_BOUND: Time = 120 * crate::world::SEC;
+
+/// How long a framework with tasks waiting may go without launching one.
+const QUEUE_STALL: Time = 120 * crate::world::SEC;
+
 pub const BOOKS: &str = "per agent, allocated + offered + free = total";
 pub const OFFERS_DISJOINT: &str = "the same resources are never in two outstanding offers";
 pub const ONE_TERMINAL: &str = "every launched task reaches exactly one terminal state";
@@ -171,15 +179,42 @@ impl Checker {
     }
 
     /// What must hold once the cluster has had its time.
-    pub(crate) fn at_end(&self, fws: &[FwNode]) -> Result<(), (&'static str, String)> {
-        // Every task the frameworks launched ended, and the probes
-        // finished.
-        for ((f, task), h) in &self.heard {
-            if h.launched_at.is_none() {
+    pub(crate) fn at_end(&self, fws: &[FwNode], now: Time) -> Result<(), (&'static str, String)> {
+        // A framework with tasks waiting keeps launching: its queue is
+        // served (a seed's workload may take longer than the liveness
+        // bound on a small cluster; that is not a stall).
+        for (f, fw) in fws.iter().enumerate() {
+            if fw.queue.is_empty() {
                 continue;
             }
+            let last_launch = self
+                .heard
+                .iter()
+                .filter(|((g, _), _)| *g == f)
+                .filter_map(|(_, h)| h.launched_at)
+                .max();
+            if last_launch.is_none_or(|l| l + QUEUE_STALL < now) {
+                return Err((
+                    PROGRESS,
+                    format!(
+                        "framework {f} has {} tasks waiting and launched none in the last {} s",
+                        fw.queue.len(),
+                        QUEUE_STALL / crate::world::SEC
+                    ),
+                ));
+            }
+        }
+        // Every task the frameworks launched ended (but those launched
+        // too late to: a task runs up to 20 s, a kill of one that overran
+        // takes its grace periods), and the probes finished.
+        for ((f, task), h) in &self.heard {
+            let Some(launched_at) = h.launched_at else {
+                continue;
+            };
+            let late = !h.probe && launched_at + TASK_BOUND > now;
             let last = h.updates.last().map(|(s, _, _, _)| *s);
             match h.terminal {
+                None if late => {}
                 None if last == Some(TaskState::Unknown) && !h.probe => {}
                 None => {
                     return Err((

@@ -462,7 +462,7 @@ impl World {
 
     /// The end: liveness is judged.
     pub(crate) fn end(&mut self) {
-        let result = self.check.at_end(&self.fws);
+        let result = self.check.at_end(&self.fws, self.t);
         if let Err((invariant, detail)) = result {
             let summary = self.summary();
             self.violated(invariant, format!("{detail}\n{summary}"));

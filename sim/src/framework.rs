@@ -631,7 +631,13 @@ impl World {
                 kill_after,
                 probe,
             };
-            self.fws[f].queue.push_back(want);
+            // A probe goes first: it measures the cluster, not the
+            // backlog ahead of it.
+            if probe {
+                self.fws[f].queue.push_front(want);
+            } else {
+                self.fws[f].queue.push_back(want);
+            }
         }
         if self.fws[f].suppressed && self.fws[f].subscribed {
             self.fws[f].suppressed = false;

@@ -673,6 +673,28 @@ fn suppress_stops_offers_until_revive() {
 }
 
 #[test]
+fn a_failed_over_scheduler_gets_offers_again() {
+    // Found by the simulation: a framework that suppressed, failed over
+    // and re-subscribed never got another offer; its new scheduler did not
+    // know to revive.
+    let mut h = H::new();
+    let mut info = FrameworkInfo::new("fw");
+    info.failover_timeout = 60.0;
+    let out = h.subscribe_info(S1, info.clone(), false);
+    let fid = match &sched_events(&out, S1)[0] {
+        Event::Subscribed { framework_id, .. } => framework_id.clone(),
+        e => panic!("{e:?}"),
+    };
+    h.sched(S1, scheduler::Call::Suppress { roles: vec![] });
+    h.register(A1, "cpus:4;mem:4096");
+    assert!(offers_in(&h.advance(Duration::from_secs(5)), S1).is_empty());
+    h.input(Input::SchedulerClosed { conn: S1 });
+    info.id = Some(fid);
+    h.subscribe_info(S2, info, false);
+    assert_eq!(h.offers(S2).len(), 1);
+}
+
+#[test]
 fn events_coalesce_into_one_extra_allocation() {
     let mut h = H::new();
     h.subscribe(S1, "fw");
