@@ -435,21 +435,27 @@ impl Registry for FileRegistry {
     }
 }
 
+/// An agent's record, for tests of the registries.
+#[cfg(test)]
+pub(crate) fn test_agent_record(id: &str, hostname: &str) -> AgentRecord {
+    AgentRecord {
+        id: AgentId::new(id),
+        info: AgentInfo {
+            id: Some(AgentId::new(id)),
+            hostname: hostname.into(),
+            address: "127.0.0.1:1".into(),
+            resources: agora_proto::Resources::parse("cpus:2;mem:1024").unwrap(),
+            attributes: Default::default(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn agent(id: &str) -> AgentRecord {
-        AgentRecord {
-            id: AgentId::new(id),
-            info: AgentInfo {
-                id: Some(AgentId::new(id)),
-                hostname: "h".into(),
-                address: "127.0.0.1:1".into(),
-                resources: agora_proto::Resources::parse("cpus:2;mem:1024").unwrap(),
-                attributes: Default::default(),
-            },
-        }
+        test_agent_record(id, "h")
     }
 
     fn framework(id: &str, disconnected_at: Option<f64>) -> FrameworkRecord {

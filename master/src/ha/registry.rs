@@ -145,24 +145,15 @@ impl Registry for EtcdRegistry {
 #[cfg(test)]
 mod tests {
     use agora_etcd::testing::TestEtcd;
-    use agora_proto::{AgentInfo, FrameworkInfo};
+    use agora_proto::FrameworkInfo;
 
     use super::*;
-    use crate::registry::{AgentRecord, FileRegistry, FrameworkRecord};
+    use crate::registry::{FileRegistry, FrameworkRecord};
 
     const PREFIX: &str = "/agora-test";
 
     fn agent(id: &str, host: &str) -> RegistryOp {
-        RegistryOp::PutAgent(AgentRecord {
-            id: AgentId::new(id),
-            info: AgentInfo {
-                id: Some(AgentId::new(id)),
-                hostname: host.into(),
-                address: "127.0.0.1:1".into(),
-                resources: agora_proto::Resources::parse("cpus:2;mem:1024").unwrap(),
-                attributes: Default::default(),
-            },
-        })
+        RegistryOp::PutAgent(crate::registry::test_agent_record(id, host))
     }
 
     fn framework(id: &str, disconnected_at: Option<f64>) -> RegistryOp {

@@ -232,7 +232,7 @@ impl Txns {
 mod tests {
     use std::collections::BTreeMap;
 
-    use agora_proto::{AgentId, AgentInfo, FrameworkId, FrameworkInfo};
+    use agora_proto::{AgentId, FrameworkId, FrameworkInfo};
 
     use super::*;
     use crate::registry::{AgentRecord, FrameworkRecord};
@@ -343,16 +343,7 @@ mod tests {
     }
 
     fn agent(id: &str, host: &str) -> RegistryOp {
-        RegistryOp::PutAgent(AgentRecord {
-            id: AgentId::new(id),
-            info: AgentInfo {
-                id: Some(AgentId::new(id)),
-                hostname: host.into(),
-                address: "127.0.0.1:1".into(),
-                resources: agora_proto::Resources::parse("cpus:2;mem:1024").unwrap(),
-                attributes: Default::default(),
-            },
-        })
+        RegistryOp::PutAgent(crate::registry::test_agent_record(id, host))
     }
 
     fn framework(id: &str, disconnected_at: Option<f64>) -> RegistryOp {
