@@ -554,7 +554,7 @@ impl Core {
         } else {
             format!("executor {}", key.1)
         };
-        for (task_id, reported_eid, kill_requested) in &unfinished {
+        for (task_id, _, kill_requested) in &unfinished {
             let (state, reason, text) = match &ex.termination {
                 Some(t) => (t.state, t.reason, t.message.clone()),
                 None if *kill_requested => (
@@ -568,14 +568,9 @@ impl Core {
                     format!("{who} {message}"),
                 ),
             };
-            let status =
-                self.agent_status(task_id, Some(reported_eid.clone()), state, reason, text);
-            self.enqueue_update(key.0.clone(), status, None);
             // Ended now, though its update may still be on its way to
             // disk: a task still being recorded must not start elsewhere.
-            if let Some(task) = self.tasks.get_mut(&(key.0.clone(), task_id.clone())) {
-                task.terminal_reported = true;
-            }
+            self.end_task(&key.0, task_id, state, reason, text);
         }
         if ex.is_command {
             // The master knows a command task's executor by the task's id:

@@ -164,19 +164,13 @@ impl Core {
             return self.kill_undelivered(&ekey, &key.1);
         }
         match self.executors.get(&ekey) {
-            Some(ex) if ex.killing => {
-                let status = self.agent_status(
-                    &key.1,
-                    Some(ekey.1.clone()),
-                    TaskState::Dropped,
-                    Reason::ReasonExecutorTerminated,
-                    format!("executor {} is shutting down", ekey.1),
-                );
-                self.enqueue_update(key.0.clone(), status, None);
-                if let Some(task) = self.tasks.get_mut(&key) {
-                    task.terminal_reported = true;
-                }
-            }
+            Some(ex) if ex.killing => self.end_task(
+                &key.0,
+                &key.1,
+                TaskState::Dropped,
+                Reason::ReasonExecutorTerminated,
+                format!("executor {} is shutting down", ekey.1),
+            ),
             Some(_) => self.deliver_or_queue(&ekey, key.1),
             None => self.launch_executor(ekey, info, is_command, key.1),
         }
@@ -399,22 +393,44 @@ impl Core {
         // Otherwise the kill is sent when the executor re-subscribes.
     }
 
-    /// Ends `task_id`, which its executor never received, `TASK_KILLED`.
-    pub(super) fn kill_undelivered(&mut self, ekey: &ExecKey, task_id: &TaskId) {
-        let Some(task) = self.tasks.get(&(ekey.0.clone(), task_id.clone())) else {
+    /// Ends task `task_id` of framework `fid` here with an update of the
+    /// agent's own, at once: whatever its update's way to disk, the task
+    /// counts as ended from now on (it is not started, killed or failed
+    /// again).
+    pub(super) fn end_task(
+        &mut self,
+        fid: &FrameworkId,
+        task_id: &TaskId,
+        state: TaskState,
+        reason: Reason,
+        message: String,
+    ) {
+        let key = (fid.clone(), task_id.clone());
+        let Some(task) = self.tasks.get(&key) else {
             return;
         };
         let status = self.agent_status(
             task_id,
             Some(task.reported_executor_id()),
+            state,
+            reason,
+            message,
+        );
+        self.enqueue_update(fid.clone(), status, None);
+        if let Some(task) = self.tasks.get_mut(&key) {
+            task.terminal_reported = true;
+        }
+    }
+
+    /// Ends `task_id`, which its executor never received, `TASK_KILLED`.
+    pub(super) fn kill_undelivered(&mut self, ekey: &ExecKey, task_id: &TaskId) {
+        self.end_task(
+            &ekey.0,
+            task_id,
             TaskState::Killed,
             Reason::ReasonTaskKilled,
             "task killed before it was delivered to its executor".into(),
         );
-        self.enqueue_update(ekey.0.clone(), status, None);
-        if let Some(task) = self.tasks.get_mut(&(ekey.0.clone(), task_id.clone())) {
-            task.terminal_reported = true;
-        }
         if self.executors.get(ekey).is_some_and(|ex| ex.is_command) {
             self.command_executor_maybe_idle(ekey);
         } else if self.live_tasks(ekey) == 0 {
