@@ -110,29 +110,39 @@ async fn subscribe_named(
             .unwrap();
         assert!(n > 0, "stream closed: {}", String::from_utf8_lossy(&raw));
         raw.extend_from_slice(&buf[..n]);
-        let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        // De-chunk what arrived, then read RecordIO records.
-        let mut body = &raw[split + 4..];
-        let mut records = recordio::Reader::new();
-        while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
-            let size =
-                usize::from_str_radix(std::str::from_utf8(&body[..line_end]).unwrap(), 16).unwrap();
-            if body.len() < line_end + 2 + size + 2 {
-                break;
-            }
-            records.feed(&body[line_end + 2..line_end + 2 + size]);
-            body = &body[line_end + 2 + size + 2..];
-        }
-        events.clear();
-        while let Some(record) = records.next_record().unwrap() {
-            events.push(Codec::Protobuf.decode(&record).unwrap());
-        }
+        events = stream_records(&raw)
+            .iter()
+            .map(|record| Codec::Protobuf.decode(record).unwrap())
+            .collect();
     }
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     (stream, head, events)
+}
+
+/// The complete RecordIO records in what a chunked response delivered so
+/// far (nothing before its head is complete).
+fn stream_records(raw: &[u8]) -> Vec<Vec<u8>> {
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Vec::new();
+    };
+    // De-chunk what arrived, then read RecordIO records.
+    let mut body = &raw[split + 4..];
+    let mut records = recordio::Reader::new();
+    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&body[..line_end]).unwrap(), 16).unwrap();
+        if body.len() < line_end + 2 + size + 2 {
+            break;
+        }
+        records.feed(&body[line_end + 2..line_end + 2 + size]);
+        body = &body[line_end + 2 + size + 2..];
+    }
+    let mut out = Vec::new();
+    while let Some(record) = records.next_record().unwrap() {
+        out.push(record.to_vec());
+    }
+    out
 }
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
@@ -470,25 +480,10 @@ impl OperatorEvents {
 
     /// The events that arrived whole so far (de-chunked, RecordIO).
     fn records(&self) -> Vec<serde_json::Value> {
-        let Some(split) = self.raw.windows(4).position(|w| w == b"\r\n\r\n") else {
-            return Vec::new();
-        };
-        let mut body = &self.raw[split + 4..];
-        let mut records = recordio::Reader::new();
-        while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
-            let size =
-                usize::from_str_radix(std::str::from_utf8(&body[..line_end]).unwrap(), 16).unwrap();
-            if body.len() < line_end + 2 + size + 2 {
-                break;
-            }
-            records.feed(&body[line_end + 2..line_end + 2 + size]);
-            body = &body[line_end + 2 + size + 2..];
-        }
-        let mut out = Vec::new();
-        while let Some(record) = records.next_record().unwrap() {
-            out.push(serde_json::from_slice(&record).unwrap());
-        }
-        out
+        stream_records(&self.raw)
+            .iter()
+            .map(|record| serde_json::from_slice(record).unwrap())
+            .collect()
     }
 
     /// The next event other than HEARTBEAT.
