@@ -1,6 +1,6 @@
 //! The web UI in real headless Chromium: runs `tests/browser/ui.test.mjs`
 //! (playwright-core driving Debian's `/usr/bin/chromium`) against a local
-//! cluster started by the `agora` binary. It loads the page, launches a
+//! cluster started by `agora-local`. It loads the page, launches a
 //! task, sees it appear and finish without reloading, and opens its stdout.
 //!
 //! Needs Node.js, `npm ci` in `tests/browser/` and Chromium (`.ci/run`
@@ -38,6 +38,7 @@ fn web_ui_shows_a_task_finish_and_its_stdout() {
         .arg("ui.test.mjs")
         .current_dir(&dir)
         .env("AGORA_BIN", support::bin("agora"))
+        .env("AGORA_LOCAL_BIN", support::bin("agora-local"))
         .env("CHROMIUM", &chromium)
         .output()
         .expect("running node");

@@ -1,11 +1,11 @@
 // The web UI in real headless Chromium (Debian's /usr/bin/chromium, driven
 // by playwright-core; no browser download) against a real local cluster:
-// `agora local` serves a master and two agents, `agora execute` launches a
+// `agora-local` serves a master and two agents, `agora execute` launches a
 // task, and the page — loaded once, never reloaded — must show the task
 // appear and finish (live updates over /events), then show its stdout
 // read from the agent's /files.
 //
-//   AGORA_BIN=target/debug/agora node ui.test.mjs
+//   AGORA_BIN=target/debug/agora AGORA_LOCAL_BIN=target/debug/agora-local node ui.test.mjs
 //
 // Screenshots go to a temporary directory (printed), never into the repo.
 import { spawn } from "node:child_process";
@@ -15,18 +15,19 @@ import { join } from "node:path";
 import { chromium } from "playwright-core";
 
 const AGORA = process.env.AGORA_BIN;
+const AGORA_LOCAL = process.env.AGORA_LOCAL_BIN;
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const TIMEOUT_MS = 30_000;
 const MARKER = "hello-from-the-browser-test";
 
-if (!AGORA) {
-  console.error("set AGORA_BIN to the agora binary");
+if (!AGORA || !AGORA_LOCAL) {
+  console.error("set AGORA_BIN to the agora binary and AGORA_LOCAL_BIN to agora-local");
   process.exit(2);
 }
 
 const children = [];
-function run(args) {
-  const child = spawn(AGORA, args, { stdio: ["ignore", "pipe", "pipe"] });
+function run(args, bin = AGORA) {
+  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
   children.push(child);
   let out = "";
   child.stdout.on("data", (d) => { out += d; });
@@ -58,7 +59,7 @@ function exited(child) {
 let browser;
 const shots = mkdtempSync(join(tmpdir(), "agora-ui-"));
 async function main() {
-  const cluster = run(["local", "--agents", "2"]);
+  const cluster = run(["--agents", "2"], AGORA_LOCAL);
   const [, master] = await waitForLine(cluster, /master: (\S+)/);
   console.log(`cluster up, master at ${master}`);
 
