@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use agora_proto::{ExecutorId, FrameworkId, TaskId, TaskState};
+use agora_proto::{ExecutorId, FrameworkId, TaskId, TaskInfo, TaskState};
 use tokio::time::Instant;
 
 pub use crate::checkpoint::Op;
@@ -115,6 +115,12 @@ impl SimAgent {
                 },
             )
             .collect()
+    }
+
+    /// The `TaskInfo` the agent holds for a task (the launch it was given
+    /// last and has not forgotten), if any.
+    pub fn task_info(&self, framework_id: &FrameworkId, task_id: &TaskId) -> Option<&TaskInfo> {
+        self.core.task_info(framework_id, task_id)
     }
 }
 

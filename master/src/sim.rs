@@ -5,8 +5,10 @@
 //! invariants, and the writes the etcd registry plans for a batch of
 //! registry ops ([`etcd_transactions`]).
 
+use std::collections::BTreeMap;
+
 use agora_proto::{
-    AgentId, ExecutorId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskState,
+    AgentId, ExecutorId, FrameworkId, MasterInfo, OfferId, Resources, TaskId, TaskInfo, TaskState,
 };
 use tokio::time::Instant;
 
@@ -59,6 +61,10 @@ pub struct TaskBooks {
     pub agent_id: AgentId,
     pub state: TaskState,
     pub resources: Resources,
+    /// The labels of the `TaskInfo` it was launched (or adopted) with.
+    pub labels: BTreeMap<String, String>,
+    /// The uuid of the latest status update applied to it.
+    pub latest_uuid: Option<String>,
 }
 
 // === impl SimMaster ===
@@ -171,11 +177,22 @@ impl SimMaster {
                     agent_id: t.agent_id.clone(),
                     state: t.state,
                     resources: t.resources.clone(),
+                    labels: t.info.labels.clone(),
+                    latest_uuid: t.latest_status.as_ref().and_then(|s| s.uuid.clone()),
                 })
             })
             .collect();
         out.sort_by(|a, b| (&a.framework_id, &a.task_id).cmp(&(&b.framework_id, &b.task_id)));
         out
+    }
+
+    /// The `TaskInfo` of the task the master tracks under this id, if any.
+    pub fn task_info(&self, framework_id: &FrameworkId, task_id: &TaskId) -> Option<&TaskInfo> {
+        self.inner
+            .frameworks
+            .get(framework_id)
+            .and_then(|f| f.tasks.get(task_id))
+            .map(|t| &t.info)
     }
 
     /// The frameworks the master knows, and whether each is subscribed.

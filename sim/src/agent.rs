@@ -18,7 +18,7 @@ use agora_agent::Config;
 use agora_discovery::{Backoff, DEFAULT_JITTER};
 use agora_proto::agent as agent_api;
 use agora_proto::executor as exec_api;
-use agora_proto::Resources;
+use agora_proto::{FrameworkId, Resources, TaskId};
 use rand::Rng;
 
 use crate::world::{ConnKind, Ev, Msg, Side, Time, World, MS, SEC};
@@ -57,6 +57,13 @@ pub(crate) struct AgentNode {
     pub clock: f64,
     /// The master shut this agent down or refused it, at least once.
     pub shut_down: bool,
+    /// The launch of each task id this machine was given last (a
+    /// RUN_TASK's labels), for updates its agent makes of a task it no
+    /// longer holds.
+    pub launches: BTreeMap<(FrameworkId, TaskId), u32>,
+    /// The RUN_TASK being handled: updates the agent makes for its task id
+    /// meanwhile answer it.
+    pub running: Option<(FrameworkId, TaskId, u32)>,
 }
 
 /// The master link as the agent's shell runs it.
@@ -148,6 +155,8 @@ impl World {
             tick_at: None,
             clock: 0.0,
             shut_down: false,
+            launches: BTreeMap::new(),
+            running: None,
         });
     }
 
@@ -281,7 +290,13 @@ impl World {
         if let Input::MasterEvent { event, .. } = &input {
             if let agent_api::Event::RunTask { framework, task } = &**event {
                 if let Some(fid) = &framework.id {
-                    self.check.run_task_delivered(fid, &task.task_id, self.t);
+                    let launch = crate::framework::launch_of(&task.labels).unwrap_or(0);
+                    self.check
+                        .run_task_delivered(fid, &task.task_id, launch, self.t);
+                    let a = &mut self.agents[i];
+                    a.launches
+                        .insert((fid.clone(), task.task_id.clone()), launch);
+                    a.running = Some((fid.clone(), task.task_id.clone(), launch));
                 }
             }
         }
@@ -292,6 +307,7 @@ impl World {
             .as_mut()
             .and_then(|core| core.handle(input, now, wall));
         self.agent_after_step(i);
+        self.agents[i].running = None;
         if let Some(stop) = stop {
             self.agent_stopped(i, stop);
         }
@@ -336,6 +352,9 @@ impl World {
         let actions = core.take_actions();
         let deadline = core.next_deadline();
         let inc = self.agents[i].inc;
+        for action in &actions {
+            self.agent_created(i, action);
+        }
         for action in actions {
             self.agent_action(i, inc, action);
         }
@@ -344,6 +363,59 @@ impl World {
             if self.agents[i].tick_at.is_none_or(|t| at < t) {
                 self.agents[i].tick_at = Some(at);
                 self.at(at, Ev::AgentTick { agent: i, inc, at });
+            }
+        }
+    }
+
+    /// Notes the launch each reliable update the agent made itself is
+    /// about (an executor's were noted as it sent them): the RUN_TASK
+    /// being handled, when of the same task id; else the launch of the
+    /// task the agent holds; else the one the machine was given last.
+    fn agent_created(&mut self, i: usize, action: &Action) {
+        let updates: Vec<(&FrameworkId, &agora_proto::TaskStatus)> = match action {
+            Action::ToMaster {
+                call:
+                    agent_api::Call::StatusUpdate {
+                        framework_id,
+                        status,
+                    },
+                ..
+            } => vec![(framework_id, status)],
+            Action::Checkpoint { ops, .. } => ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::Wal(WalRecord::Update {
+                        framework_id,
+                        status,
+                        ..
+                    }) => Some((framework_id, status)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        for (fid, status) in updates {
+            let Some(uuid) = status.uuid.as_deref() else {
+                continue;
+            };
+            if self.check.origin(uuid).is_some() {
+                continue;
+            }
+            let a = &self.agents[i];
+            let task = &status.task_id;
+            let launch = match &a.running {
+                Some((f, t, launch)) if f == fid && t == task => Some(*launch),
+                _ => None,
+            }
+            .or_else(|| {
+                a.core
+                    .as_ref()
+                    .and_then(|core| core.task_info(fid, task))
+                    .and_then(|info| crate::framework::launch_of(&info.labels))
+            })
+            .or_else(|| a.launches.get(&(fid.clone(), task.clone())).copied());
+            if let Some(launch) = launch {
+                self.check.created(uuid, task, launch);
             }
         }
     }

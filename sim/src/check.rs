@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use agora_master::sim::SimMaster;
-use agora_proto::{FrameworkId, Reason, Resources, Source, TaskId, TaskState, TaskStatus};
+use agora_master::sim::{SimMaster, TaskBooks};
+use agora_proto::{AgentId, FrameworkId, Reason, Resources, Source, TaskId, TaskState, TaskStatus};
 
 use crate::framework::FwNode;
 use crate::world::{Time, World};
@@ -31,12 +31,21 @@ pub const EXECUTOR_SAYS: &str = "a task's terminal state is the one its executor
 pub const RUN_TASK_ANSWERED: &str = "every RUN_TASK gets an update";
 pub const PROGRESS: &str = "the cluster makes progress once faults stop";
 pub const BOUNDED: &str = "the allocator's interned names stay bounded";
+pub const STALE_REPORT: &str =
+    "a report of one launch of a task id is never applied to another launch of it";
 
-/// What a scheduler has heard of one of its tasks.
+/// One launch of a task id by framework `f`: a framework may launch an id
+/// again once the task of that id has ended (Mesos allows it), and each
+/// launch is a task of its own. Launches of an id are numbered from 1.
+pub(crate) type LaunchKey = (usize, TaskId, u32);
+
+/// What a scheduler has heard of one launch of its tasks.
 #[derive(Debug, Default)]
 struct Heard {
     launched_at: Option<Time>,
     probe: bool,
+    /// The agent it was launched on.
+    agent: Option<AgentId>,
     uuids: BTreeSet<String>,
     updates: Vec<(TaskState, Source, Option<Reason>, Time)>,
     rank: u8,
@@ -49,15 +58,22 @@ pub(crate) struct Checker {
     /// The master took a step since the books were last checked.
     pub master_stepped: bool,
     ids: BTreeMap<FrameworkId, usize>,
-    heard: BTreeMap<(usize, TaskId), Heard>,
+    heard: BTreeMap<LaunchKey, Heard>,
+    /// The launch of each task id its framework made last: what the
+    /// scheduler takes an update with that id to be about.
+    current: BTreeMap<(usize, TaskId), u32>,
+    /// Every reliable update as it was created (by an executor, or by an
+    /// agent for a task it ends itself): its uuid and the launch it is
+    /// about.
+    origin: BTreeMap<String, (TaskId, u32)>,
     /// Updates agents acknowledged to executors: uuid and state.
-    acked: BTreeMap<(FrameworkId, TaskId), Vec<(String, TaskState)>>,
-    run_tasks: BTreeMap<(FrameworkId, TaskId), Time>,
-    /// Tasks the master declared lost with their removed agent (whether or
-    /// not the framework was connected to hear it).
-    lost_with_agent: BTreeSet<(usize, TaskId)>,
+    acked: BTreeMap<(FrameworkId, TaskId, u32), Vec<(String, TaskState)>>,
+    run_tasks: BTreeMap<(FrameworkId, TaskId, u32), Time>,
+    /// Launches the master declared lost with their removed agent (whether
+    /// or not the framework was connected to hear it).
+    lost_with_agent: BTreeSet<LaunchKey>,
     /// Agents the master removed (from its registry writes).
-    removed_agents: BTreeSet<agora_proto::AgentId>,
+    removed_agents: BTreeSet<AgentId>,
     refused: BTreeSet<usize>,
     next_task: u64,
 }
@@ -81,39 +97,79 @@ impl Checker {
         self.ids.insert(id, f);
     }
 
-    pub(crate) fn launched(&mut self, f: usize, task: &TaskId, probe: bool, t: Time) {
-        let h = self.heard.entry((f, task.clone())).or_default();
+    /// Framework `f` launched `task` (its launch `launch`) on `agent`.
+    pub(crate) fn launched(
+        &mut self,
+        f: usize,
+        task: &TaskId,
+        launch: u32,
+        agent: &AgentId,
+        probe: bool,
+        t: Time,
+    ) {
+        let h = self.heard.entry((f, task.clone(), launch)).or_default();
         h.launched_at = Some(t);
         h.probe = probe;
+        h.agent = Some(agent.clone());
+        self.current.insert((f, task.clone()), launch);
+    }
+
+    /// The launch framework `f` made last of `task` (0: none).
+    pub(crate) fn current_launch(&self, f: usize, task: &TaskId) -> u32 {
+        self.current.get(&(f, task.clone())).copied().unwrap_or(0)
+    }
+
+    /// A reliable update was created for launch `launch` of `task`.
+    pub(crate) fn created(&mut self, uuid: &str, task: &TaskId, launch: u32) {
+        self.origin
+            .entry(uuid.to_string())
+            .or_insert_with(|| (task.clone(), launch));
+    }
+
+    /// The launch a reliable update is about, if the simulation saw it
+    /// created.
+    pub(crate) fn origin(&self, uuid: &str) -> Option<u32> {
+        self.origin.get(uuid).map(|(_, launch)| *launch)
     }
 
     /// The master removed agent `id` for good.
-    pub(crate) fn agent_removed(&mut self, id: &agora_proto::AgentId) {
+    pub(crate) fn agent_removed(&mut self, id: &AgentId) {
         self.removed_agents.insert(id.clone());
     }
 
-    /// The master sent (or tried to send) `status` to framework `f`.
-    pub(crate) fn master_sent(&mut self, f: usize, status: &TaskStatus) {
+    /// The master sent (or tried to send) `status`, about launch `launch`,
+    /// to framework `f`.
+    pub(crate) fn master_sent(&mut self, f: usize, status: &TaskStatus, launch: u32) {
         if status.reason == Some(Reason::ReasonAgentRemoved) {
-            self.lost_with_agent.insert((f, status.task_id.clone()));
+            self.lost_with_agent
+                .insert((f, status.task_id.clone(), launch));
         }
     }
 
-    pub(crate) fn run_task_delivered(&mut self, fid: &FrameworkId, task: &TaskId, t: Time) {
+    pub(crate) fn run_task_delivered(
+        &mut self,
+        fid: &FrameworkId,
+        task: &TaskId,
+        launch: u32,
+        t: Time,
+    ) {
         self.run_tasks
-            .entry((fid.clone(), task.clone()))
+            .entry((fid.clone(), task.clone(), launch))
             .or_insert(t);
     }
 
     pub(crate) fn executor_acked(
         &mut self,
-        _agent: usize,
         fid: &FrameworkId,
         task: &TaskId,
+        launch: u32,
         uuid: &str,
         state: TaskState,
     ) {
-        let list = self.acked.entry((fid.clone(), task.clone())).or_default();
+        let list = self
+            .acked
+            .entry((fid.clone(), task.clone(), launch))
+            .or_default();
         if !list.iter().any(|(u, _)| u == uuid) {
             list.push((uuid.to_string(), state));
         }
@@ -123,14 +179,33 @@ impl Checker {
         self.refused.insert(agent);
     }
 
-    /// A status update reached scheduler `f`.
+    /// A status update reached scheduler `f`. A reliable update is about
+    /// the launch it was created for; one the master made itself (no
+    /// uuid) about `tag`, the launch of the master's record of the id (or
+    /// of the launch it refused) when it made it, else about the launch
+    /// the scheduler made last: an answer from the master's list of
+    /// completed tasks, or about a task it does not know, answers the
+    /// scheduler's question about its latest launch (for a launch that
+    /// never reached the master, with the state of the last task of that
+    /// id it knew: Mesos promises no more).
     pub(crate) fn sched_update(
         &mut self,
         f: usize,
         status: &TaskStatus,
+        tag: Option<u32>,
         t: Time,
     ) -> Result<(), (&'static str, String)> {
-        let h = self.heard.entry((f, status.task_id.clone())).or_default();
+        let current = self.current_launch(f, &status.task_id);
+        let launch = status
+            .uuid
+            .as_deref()
+            .and_then(|u| self.origin(u))
+            .or(tag)
+            .unwrap_or(current);
+        let h = self
+            .heard
+            .entry((f, status.task_id.clone(), launch))
+            .or_default();
         if let Some(uuid) = &status.uuid {
             if !h.uuids.insert(uuid.clone()) {
                 // Delivered at least once: a repeat.
@@ -141,7 +216,7 @@ impl Checker {
             .push((status.state, status.source, status.reason, t));
         let what = || {
             format!(
-                "task {} of framework {f}: {} ({:?}, {:?}) after {:?}",
+                "task {} (launch {launch}) of framework {f}: {} ({:?}, {:?}) after {:?}",
                 status.task_id,
                 status.state.as_str(),
                 status.source,
@@ -152,6 +227,20 @@ impl Checker {
                     .collect::<Vec<_>>()
             )
         };
+        if launch < current && status.uuid.is_some() {
+            // A new reliable update of an earlier launch, once the
+            // scheduler has launched the id again: it takes it for the
+            // new task's. (An answer the master made without a uuid may
+            // be older than the launch, as any reconciliation answer in
+            // flight: best effort.)
+            return Err((
+                STALE_REPORT,
+                format!(
+                    "{}; it reached the scheduler after launch {current}",
+                    what()
+                ),
+            ));
+        }
         if let Some((terminal, _, _)) = h.terminal {
             if status.state.is_terminal() {
                 if status.state != terminal {
@@ -178,6 +267,35 @@ impl Checker {
         Ok(())
     }
 
+    /// The master's records after a step: each applies only what belongs
+    /// to its own launch.
+    pub(crate) fn master_records(&self, tasks: &[TaskBooks]) -> Result<(), (&'static str, String)> {
+        for t in tasks {
+            let Some(launch) = crate::framework::launch_of(&t.labels) else {
+                continue;
+            };
+            let Some(uuid) = &t.latest_uuid else {
+                continue;
+            };
+            let Some((task, from)) = self.origin.get(uuid) else {
+                continue;
+            };
+            if *from != launch || *task != t.task_id {
+                return Err((
+                    STALE_REPORT,
+                    format!(
+                        "the master applied update {} of task {task} (launch {from}) to its record of task {} (launch {launch}) on agent {}, now {}",
+                        &uuid[..8.min(uuid.len())],
+                        t.task_id,
+                        t.agent_id,
+                        t.state.as_str()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// What must hold once the cluster has had its time.
     pub(crate) fn at_end(&self, fws: &[FwNode], now: Time) -> Result<(), (&'static str, String)> {
         // A framework with tasks waiting keeps launching: its queue is
@@ -190,7 +308,7 @@ impl Checker {
             let last_launch = self
                 .heard
                 .iter()
-                .filter(|((g, _), _)| *g == f)
+                .filter(|((g, _, _), _)| *g == f)
                 .filter_map(|(_, h)| h.launched_at)
                 .max();
             if last_launch.is_none_or(|l| l + QUEUE_STALL < now) {
@@ -204,10 +322,10 @@ impl Checker {
                 ));
             }
         }
-        // Every task the frameworks launched ended (but those launched
-        // too late to: a task runs up to 20 s, a kill of one that overran
-        // takes its grace periods), and the probes finished.
-        for ((f, task), h) in &self.heard {
+        // Every launch the frameworks made ended (but those made too late
+        // to: a task runs up to 20 s, a kill of one that overran takes its
+        // grace periods), and the probes finished.
+        for ((f, task, launch), h) in &self.heard {
             let Some(launched_at) = h.launched_at else {
                 continue;
             };
@@ -220,7 +338,7 @@ impl Checker {
                     return Err((
                         PROGRESS,
                         format!(
-                            "task {task} of framework {f} has not ended: {:?}",
+                            "task {task} (launch {launch}) of framework {f} has not ended: {:?}",
                             h.updates
                         ),
                     ))
@@ -239,22 +357,21 @@ impl Checker {
             }
         }
         // Updates acknowledged to executors reached their schedulers, and
-        // an executor's terminal state is the task's.
-        for ((fid, task), acked) in &self.acked {
+        // an executor's terminal state is its launch's.
+        for ((fid, task, launch), acked) in &self.acked {
             let Some(f) = self.ids.get(fid) else {
                 continue;
             };
-            let h = self.heard.get(&(*f, task.clone()));
+            let key = (*f, task.clone(), *launch);
+            let h = self.heard.get(&key);
             let removed = h
                 .and_then(|h| h.terminal)
                 .is_some_and(|(_, source, reason)| {
                     source == Source::SourceMaster && reason == Some(Reason::ReasonAgentRemoved)
                 })
-                || self.lost_with_agent.contains(&(*f, task.clone()))
-                || fws[*f]
-                    .tasks
-                    .get(task)
-                    .is_some_and(|t| self.removed_agents.contains(&t.agent));
+                || self.lost_with_agent.contains(&key)
+                || h.and_then(|h| h.agent.as_ref())
+                    .is_some_and(|a| self.removed_agents.contains(a));
             if removed {
                 // Its agent was removed: its tasks are lost with it (the
                 // framework may have heard it only from reconciliation).
@@ -265,7 +382,7 @@ impl Checker {
                     return Err((
                         NOTHING_LOST,
                         format!(
-                            "{} ({}) of task {task} of framework {f} was acknowledged to its executor but never reached the scheduler, which heard {:?}",
+                            "{} ({}) of task {task} (launch {launch}) of framework {f} was acknowledged to its executor but never reached the scheduler, which heard {:?}",
                             state.as_str(),
                             &uuid[..8],
                             h.map(|h| &h.updates)
@@ -279,7 +396,7 @@ impl Checker {
                     return Err((
                         EXECUTOR_SAYS,
                         format!(
-                            "task {task} of framework {f}: its executor reported {} but the scheduler heard {:?}",
+                            "task {task} (launch {launch}) of framework {f}: its executor reported {} but the scheduler heard {:?}",
                             terminal.as_str(),
                             h.map(|h| &h.updates)
                         ),
@@ -287,18 +404,20 @@ impl Checker {
                 }
             }
         }
-        for (fid, task) in self.run_tasks.keys() {
+        for (fid, task, launch) in self.run_tasks.keys() {
             let Some(f) = self.ids.get(fid) else {
                 continue;
             };
             let answered = self
                 .heard
-                .get(&(*f, task.clone()))
+                .get(&(*f, task.clone(), *launch))
                 .is_some_and(|h| !h.updates.is_empty());
             if !answered {
                 return Err((
                     RUN_TASK_ANSWERED,
-                    format!("task {task} of framework {f} reached an agent and was never heard of"),
+                    format!(
+                        "task {task} (launch {launch}) of framework {f} reached an agent and was never heard of"
+                    ),
                 ));
             }
         }
@@ -328,7 +447,11 @@ impl World {
         let Some(master) = self.master.core.as_ref() else {
             return;
         };
-        if let Err((invariant, detail)) = books(master) {
+        let tasks = master.tasks();
+        if let Err((invariant, detail)) = books(master, &tasks) {
+            return self.violated(invariant, detail);
+        }
+        if let Err((invariant, detail)) = self.check.master_records(&tasks) {
             return self.violated(invariant, detail);
         }
         let interned = master.allocator_interned();
@@ -340,9 +463,8 @@ impl World {
 
 /// The master's books: each agent's accounts add up, and outstanding
 /// offers never overlap.
-fn books(master: &SimMaster) -> Result<(), (&'static str, String)> {
+fn books(master: &SimMaster, tasks: &[TaskBooks]) -> Result<(), (&'static str, String)> {
     let offers = master.offers();
-    let tasks = master.tasks();
     for a in master.agents() {
         // Used is what its live tasks and custom executors take.
         let mut counted = Resources::new();
@@ -410,8 +532,7 @@ fn books(master: &SimMaster) -> Result<(), (&'static str, String)> {
                         .filter(|o| o.agent_id == a.id)
                         .map(|o| o.resources.to_string())
                         .collect::<Vec<_>>(),
-                    master
-                        .tasks()
+                    tasks
                         .iter()
                         .filter(|t| t.agent_id == a.id)
                         .map(|t| format!("{}:{}:{}", t.task_id, t.state.as_str(), t.resources))

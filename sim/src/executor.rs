@@ -45,6 +45,8 @@ pub(crate) struct TaskPlan {
 /// One task in an executor.
 #[derive(Debug, Clone)]
 struct RunTask {
+    /// Which launch of the task id it is.
+    launch: u32,
     ended: bool,
     kill: bool,
 }
@@ -65,9 +67,9 @@ pub(crate) struct ExecProc {
     pub fault: ExecFault,
     pub hung: bool,
     tasks: BTreeMap<TaskId, RunTask>,
-    /// Updates sent: uuid to task and state (to know what an
+    /// Updates sent: uuid to task, launch and state (to know what an
     /// acknowledgement acknowledges).
-    sent: BTreeMap<String, (TaskId, TaskState)>,
+    sent: BTreeMap<String, (TaskId, u32, TaskState)>,
     pub exit: Option<(Option<i32>, String)>,
     tick_queued: bool,
     registered: bool,
@@ -129,6 +131,7 @@ impl World {
                 Ev::ExecTask {
                     proc: id,
                     task: TaskId::new("~hang"),
+                    launch: 0,
                     step: HANG,
                 },
             ),
@@ -280,10 +283,17 @@ impl World {
                 Action::Send(call) => {
                     if let exec_api::Call::Update { status } = &call {
                         if let Some(uuid) = &status.uuid {
-                            p.sent
-                                .insert(uuid.clone(), (status.task_id.clone(), status.state));
+                            let launch = p.tasks.get(&status.task_id).map_or(0, |t| t.launch);
+                            p.sent.insert(
+                                uuid.clone(),
+                                (status.task_id.clone(), launch, status.state),
+                            );
+                            self.check.created(uuid, &status.task_id, launch);
                         }
                     }
+                    let Some(p) = self.procs.get_mut(&proc) else {
+                        return true;
+                    };
                     if let Some(conn) = p.conn {
                         self.send(conn, Side::Client, Msg::ExecCall(Box::new(call)));
                     }
@@ -336,12 +346,20 @@ impl World {
             }
             Callback::LaunchTask { task, .. } => {
                 let id = task.task_id.clone();
-                if p.tasks.contains_key(&id) {
+                let launch = crate::framework::launch_of(&task.labels).unwrap_or(0);
+                // A launch it has already, or a new one while the task of
+                // that id still runs here: the program runs one task per
+                // id at a time.
+                if p.tasks
+                    .get(&id)
+                    .is_some_and(|t| t.launch == launch || !t.ended)
+                {
                     return Vec::new();
                 }
                 p.tasks.insert(
                     id.clone(),
                     RunTask {
+                        launch,
                         ended: false,
                         kill: false,
                     },
@@ -352,6 +370,7 @@ impl World {
                     Ev::ExecTask {
                         proc,
                         task: id,
+                        launch,
                         step: 0,
                     },
                 );
@@ -364,12 +383,14 @@ impl World {
                 if let Some(t) = p.tasks.get_mut(&task_id) {
                     if !t.ended && !t.kill {
                         t.kill = true;
+                        let launch = t.launch;
                         let d = self.between(MS, 50 * MS);
                         self.after(
                             d,
                             Ev::ExecTask {
                                 proc,
                                 task: task_id,
+                                launch,
                                 step: KILLED,
                             },
                         );
@@ -378,10 +399,10 @@ impl World {
                 Vec::new()
             }
             Callback::Acknowledged { task_id, uuid } => {
-                if let Some((tid, state)) = p.sent.get(&uuid).cloned() {
-                    let (agent, fid) = (p.agent, p.key.0.clone());
+                if let Some((tid, launch, state)) = p.sent.get(&uuid).cloned() {
+                    let fid = p.key.0.clone();
                     debug_assert_eq!(tid, task_id);
-                    self.check.executor_acked(agent, &fid, &tid, &uuid, state);
+                    self.check.executor_acked(&fid, &tid, launch, &uuid, state);
                 }
                 Vec::new()
             }
@@ -426,7 +447,7 @@ impl World {
     }
 
     /// The next step of a task: started, progress, ended, killed.
-    pub(crate) fn exec_task_step(&mut self, proc: u64, task: TaskId, step: u32) {
+    pub(crate) fn exec_task_step(&mut self, proc: u64, task: TaskId, launch: u32, step: u32) {
         let now = self.now();
         let Some(p) = self.procs.get_mut(&proc) else {
             return;
@@ -445,15 +466,20 @@ impl World {
         let Some(t) = p.tasks.get(&task) else {
             return;
         };
-        if t.ended {
+        if t.ended || t.launch != launch {
+            // Ended, or a step of an earlier launch of the id.
             return;
         }
-        let plan = self.plans.get(&task).cloned().unwrap_or(TaskPlan {
-            duration: SEC,
-            outcome: TaskState::Finished,
-            data: 0,
-            chatter: 0,
-        });
+        let plan = self
+            .plans
+            .get(&(task.clone(), launch))
+            .cloned()
+            .unwrap_or(TaskPlan {
+                duration: SEC,
+                outcome: TaskState::Finished,
+                data: 0,
+                chatter: 0,
+            });
         let (state, next) = match step {
             KILLED => (TaskState::Killed, None),
             0 => (
@@ -490,6 +516,7 @@ impl World {
                 Ev::ExecTask {
                     proc,
                     task,
+                    launch,
                     step: s,
                 },
             );

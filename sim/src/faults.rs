@@ -109,6 +109,8 @@ pub(crate) struct Plan {
     pub exec_fault_rate: f64,
     /// Custom executors send large updates.
     pub big_updates: bool,
+    /// Share of ended tasks whose framework launches their id again.
+    pub reuse_rate: f64,
     /// How long one registry write blocks the master's state task (an
     /// etcd round trip): inputs arriving meanwhile form its next batch.
     pub registry_latency: (Time, Time),
@@ -168,6 +170,7 @@ impl Plan {
             stale_offer_rate: pick(rng, &[0.0, 0.02]),
             exec_fault_rate: pick(rng, &[0.0, 0.1, 0.3]),
             big_updates: rng.random_bool(opts.big_update_rate),
+            reuse_rate: 0.0,
             registry_latency: (MS, 10 * MS),
             faults: Vec::new(),
         };
@@ -240,6 +243,7 @@ impl Plan {
             // A slow etcd (disk latency, a compaction, a busy cluster).
             plan.registry_latency = (20 * MS, 500 * MS);
         }
+        plan.reuse_rate = pick(rng, &[0.0, 0.1, 0.3, 0.6]);
         plan
     }
 

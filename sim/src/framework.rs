@@ -3,7 +3,7 @@
 //! custom executors, each with its plan), kills some, reconciles, and
 //! fails over (same framework id) when its process crashes.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use agora_proto::scheduler::{self as sched_api, ReconcileTask};
@@ -28,10 +28,26 @@ pub(crate) enum Runner {
     Shared,
 }
 
+/// The label of a simulated `TaskInfo` that numbers its launch of the
+/// task id (from 1): the agents and the master keep a task's labels, so the
+/// simulation can tell which launch a record or an update is about.
+pub(crate) const LAUNCH_LABEL: &str = "sim-launch";
+
+/// Most launches of one task id.
+const MAX_LAUNCHES: u32 = 3;
+
+/// The launch a task's labels name.
+pub(crate) fn launch_of(labels: &BTreeMap<String, String>) -> Option<u32> {
+    labels.get(LAUNCH_LABEL).and_then(|l| l.parse().ok())
+}
+
 /// A task the framework wants run.
 #[derive(Debug, Clone)]
 pub(crate) struct Want {
     pub id: TaskId,
+    /// Which launch of the id this is (from 1): an id whose task ended may
+    /// be launched again.
+    pub launch: u32,
     pub cpus: f64,
     pub mem: f64,
     pub runner: Runner,
@@ -44,6 +60,8 @@ pub(crate) struct Want {
 /// A task the framework launched.
 #[derive(Debug, Clone)]
 pub(crate) struct FwTask {
+    pub launch: u32,
+    pub want: Want,
     pub agent: AgentId,
     pub launched_at: Time,
     pub last_heard: Time,
@@ -68,6 +86,12 @@ pub(crate) struct FwNode {
     pub stale_offer: Option<Offer>,
     pub next_reconcile: Time,
     pub clock: f64,
+    /// The launch the master's record was about when it made the update
+    /// being delivered (the simulation's omniscience, for the checker).
+    pub delivering: Option<u32>,
+    /// The uuids of the updates it has heard: delivery is at least once,
+    /// and a repeat says nothing new (about any launch of the id).
+    pub heard: BTreeSet<String>,
 }
 
 // === impl World: frameworks ===
@@ -103,6 +127,8 @@ impl World {
             stale_offer: None,
             next_reconcile: 30 * SEC,
             clock: 0.0,
+            delivering: None,
+            heard: BTreeSet::new(),
         });
     }
 
@@ -177,7 +203,14 @@ impl World {
         self.sched_apply(f, actions);
     }
 
-    pub(crate) fn sched_event(&mut self, f: usize, inc: u64, conn: u64, event: sched_api::Event) {
+    pub(crate) fn sched_event(
+        &mut self,
+        f: usize,
+        inc: u64,
+        conn: u64,
+        event: sched_api::Event,
+        launch: Option<u32>,
+    ) {
         let fw = &self.fws[f];
         if fw.inc != inc || fw.conn != Some(conn) {
             return;
@@ -189,7 +222,9 @@ impl World {
             .as_mut()
             .map(|d| d.on_event(event, now))
             .unwrap_or_default();
+        self.fws[f].delivering = launch;
         self.sched_apply(f, actions);
+        self.fws[f].delivering = None;
     }
 
     pub(crate) fn sched_conn_ended(&mut self, f: usize, inc: u64, conn: u64, _reason: &str) {
@@ -255,7 +290,20 @@ impl World {
             match action {
                 Action::Send(call) => {
                     if let Some(conn) = self.fws[f].conn {
-                        self.send(conn, Side::Client, Msg::SchedCall(Box::new(call)));
+                        let asked = match &call {
+                            sched_api::Call::Reconcile { tasks } => tasks
+                                .iter()
+                                .map(|t| {
+                                    let launch = self.check.current_launch(f, &t.task_id);
+                                    (t.task_id.clone(), launch)
+                                })
+                                .collect(),
+                            sched_api::Call::Kill { task_id, .. } => {
+                                vec![(task_id.clone(), self.check.current_launch(f, task_id))]
+                            }
+                            _ => Vec::new(),
+                        };
+                        self.send(conn, Side::Client, Msg::SchedCall(Box::new(call), asked));
                     }
                 }
                 Action::Callback(cb) => {
@@ -320,23 +368,51 @@ impl World {
             Callback::StatusUpdate(status) => {
                 let t = self.t;
                 let fw = &mut self.fws[f];
-                if let Some(task) = fw.tasks.get_mut(&status.task_id) {
+                let tag = fw.delivering;
+                let mut ended = None;
+                // An answer the master made (no uuid) before it took the
+                // framework's latest launch of the id is about an earlier
+                // task: Mesos gives it no mark, so a framework that reuses
+                // ids must tell by itself (here the simulation tells it).
+                let earlier =
+                    |launch: u32| status.uuid.is_none() && tag.is_some_and(|l| l < launch);
+                let repeat = status
+                    .uuid
+                    .as_ref()
+                    .is_some_and(|u| !fw.heard.insert(u.clone()));
+                if let Some(task) = fw
+                    .tasks
+                    .get_mut(&status.task_id)
+                    .filter(|task| !repeat && !earlier(task.launch))
+                {
                     task.last_heard = t;
                     if task.state.is_none_or(|s| !s.is_terminal()) {
                         task.state = Some(status.state);
+                        if status.state.is_terminal() {
+                            ended = Some(task.want.clone());
+                        }
                     }
                 }
-                if let Err((invariant, detail)) = self.check.sched_update(f, &status, t) {
+                if let Err((invariant, detail)) = self.check.sched_update(f, &status, tag, t) {
                     self.violated(invariant, detail);
                 }
+                let mut commands = Vec::new();
                 if status.uuid.is_some() {
-                    vec![Command::Acknowledge {
+                    commands.push(Command::Acknowledge {
                         status,
                         implicit: true,
-                    }]
-                } else {
-                    Vec::new()
+                    });
                 }
+                if let Some(want) = ended {
+                    if self.fw_maybe_relaunch(f, want)
+                        && self.fws[f].suppressed
+                        && self.fws[f].subscribed
+                    {
+                        self.fws[f].suppressed = false;
+                        commands.push(Command::Call(sched_api::Call::Revive { roles: Vec::new() }));
+                    }
+                }
+                commands
             }
             Callback::Error(message) => {
                 self.note(|| format!("framework {f}: error {message}"));
@@ -471,16 +547,21 @@ impl World {
             command,
             data: None,
             kill_grace_period: None,
-            labels: Default::default(),
+            labels: [(LAUNCH_LABEL.to_string(), want.launch.to_string())]
+                .into_iter()
+                .collect(),
         })
     }
 
     fn fw_launched(&mut self, f: usize, want: &Want, task: &TaskInfo) {
         let t = self.t;
-        self.check.launched(f, &task.task_id, want.probe, t);
+        self.check
+            .launched(f, &task.task_id, want.launch, &task.agent_id, want.probe, t);
         self.fws[f].tasks.insert(
             task.task_id.clone(),
             FwTask {
+                launch: want.launch,
+                want: want.clone(),
                 agent: task.agent_id.clone(),
                 launched_at: t,
                 last_heard: t,
@@ -507,7 +588,9 @@ impl World {
             }
             // A task that overran its expected time is killed (a
             // framework's task timeout).
-            let expected = plans.get(id).map_or(0, |p| p.duration);
+            let expected = plans
+                .get(&(id.clone(), task.launch))
+                .map_or(0, |p| p.duration);
             if task.kill_at.is_none() && t > task.launched_at + expected + 30 * SEC {
                 task.kill_at = Some(t);
             }
@@ -593,44 +676,16 @@ impl World {
                 _ if probe => Runner::Custom,
                 _ => Runner::Shared,
             };
-            let duration = self.between(200 * MS, 20 * SEC);
-            let outcome = if probe || self.rng.random_bool(0.8) {
-                TaskState::Finished
-            } else {
-                TaskState::Failed
-            };
-            let data = if self.plan.big_updates && !probe && runner != Runner::Command {
-                self.rng.random_range(256 << 10..1 << 20)
-            } else {
-                0
-            };
-            let chatter = if data > 0 {
-                self.rng.random_range(5..30)
-            } else {
-                self.rng.random_range(0..3)
-            };
-            self.plans.insert(
-                id.clone(),
-                TaskPlan {
-                    duration,
-                    outcome,
-                    data,
-                    chatter,
-                },
-            );
-            let kill_after = if !probe && self.chance(0.15) {
-                Some(self.between(0, 10 * SEC))
-            } else {
-                None
-            };
             let want = Want {
                 id,
+                launch: 1,
                 cpus: [0.1, 0.25, 0.5, 1.0][self.rng.random_range(0..4)],
                 mem: [32.0, 64.0, 128.0, 256.0][self.rng.random_range(0..4)],
                 runner,
-                kill_after,
+                kill_after: None,
                 probe,
             };
+            let want = self.fw_plan(want);
             // A probe goes first: it measures the cluster, not the
             // backlog ahead of it.
             if probe {
@@ -639,6 +694,76 @@ impl World {
                 self.fws[f].queue.push_back(want);
             }
         }
+        self.fw_revive(f);
+    }
+
+    /// Draws how launch `want.launch` of a task goes: its plan, and
+    /// whether the framework kills it.
+    fn fw_plan(&mut self, mut want: Want) -> Want {
+        let probe = want.probe;
+        let duration = self.between(200 * MS, 20 * SEC);
+        let outcome = if probe || self.rng.random_bool(0.8) {
+            TaskState::Finished
+        } else {
+            TaskState::Failed
+        };
+        let data = if self.plan.big_updates && !probe && want.runner != Runner::Command {
+            self.rng.random_range(256 << 10..1 << 20)
+        } else {
+            0
+        };
+        let chatter = if data > 0 {
+            self.rng.random_range(5..30)
+        } else {
+            self.rng.random_range(0..3)
+        };
+        self.plans.insert(
+            (want.id.clone(), want.launch),
+            TaskPlan {
+                duration,
+                outcome,
+                data,
+                chatter,
+            },
+        );
+        want.kill_after = if !probe && self.chance(0.15) {
+            Some(self.between(0, 10 * SEC))
+        } else {
+            None
+        };
+        want
+    }
+
+    /// The scheduler heard that a task ended: as real frameworks do (a
+    /// job's task retried under its name), it may launch the id again,
+    /// on whatever agent the next offer comes from (the same one
+    /// included). Mesos allows it once the task is terminal; the new
+    /// launch is a new task.
+    fn fw_maybe_relaunch(&mut self, f: usize, want: Want) -> bool {
+        if want.probe
+            || !self.faulty
+            || want.launch >= MAX_LAUNCHES
+            || !self.chance(self.plan.reuse_rate)
+        {
+            return false;
+        }
+        let again = self.fw_plan(Want {
+            launch: want.launch + 1,
+            ..want
+        });
+        self.note(|| {
+            format!(
+                "framework {f} launches {} again (launch {})",
+                again.id, again.launch
+            )
+        });
+        // Ahead of the backlog: a retry goes out soon, while the old
+        // task's stream may still be open on its agent.
+        self.fws[f].queue.push_front(again);
+        true
+    }
+
+    fn fw_revive(&mut self, f: usize) {
         if self.fws[f].suppressed && self.fws[f].subscribed {
             self.fws[f].suppressed = false;
             self.sched_command(

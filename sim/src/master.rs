@@ -6,6 +6,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use agora_master::sim::{Config, Input, Output, RegistryOp, RegistryState, SimMaster};
+use agora_proto::scheduler as sched_api;
+use agora_proto::TaskId;
 
 use crate::world::{ConnKind, Ev, Msg, Side, World, MS, SEC};
 
@@ -27,9 +29,12 @@ pub(crate) struct MasterNode {
     /// its outputs wait for the write (as the real event loop does).
     pub writing: bool,
     /// Inputs that arrived during a write: the next batch.
-    pub queued: VecDeque<Input>,
+    pub queued: VecDeque<(Input, Asked)>,
     /// Outputs of the batch being written.
-    pub held: Vec<Output>,
+    pub held: Vec<(Output, Option<u32>)>,
+    /// Outputs of the inputs handled since the last step ended, each with
+    /// the launch an update to a scheduler is about.
+    pub outbox: Vec<(Output, Option<u32>)>,
 }
 
 /// The master's configuration in the simulation: Mesos's defaults with
@@ -49,6 +54,9 @@ pub(crate) fn config() -> Config {
 
 /// Most removed agents and frameworks the registry keeps.
 pub(crate) const REMOVED_CAPACITY: usize = 100;
+
+/// Task ids with a launch of each.
+pub(crate) type Asked = Vec<(TaskId, u32)>;
 
 /// Inputs handled per wake-up (the real event loop's `MAX_BATCH`).
 const MAX_BATCH: usize = 512;
@@ -97,19 +105,83 @@ impl World {
     }
 
     pub(crate) fn master_input(&mut self, input: Input) {
+        self.master_input_asked(input, Vec::new());
+    }
+
+    /// An input, with the launch each task a RECONCILE or KILL names was
+    /// at its scheduler when sent.
+    pub(crate) fn master_input_asked(&mut self, input: Input, asked: Asked) {
         if !self.master.up {
             return;
         }
         if self.master.writing {
-            self.master.queued.push_back(input);
+            self.master.queued.push_back((input, asked));
             return;
         }
         let now = self.now();
         self.wall(self.master.clock);
+        let launching = launching(&input);
         if let Some(core) = self.master.core.as_mut() {
             core.handle(now, input);
         }
+        self.master_attribute(&launching, &asked);
         self.master_after_step();
+    }
+
+    /// Takes the outputs of the input just handled, which launched
+    /// `launching` or asked about `asked` (task ids with their launch),
+    /// and notes which launch each update to a scheduler is about: that of
+    /// a reliable update's creator; for one the master made itself, the
+    /// launch the input carried, or else the one the master's record is
+    /// about, or else the one the scheduler asked about (none: the
+    /// scheduler's latest, see `Checker::sched_update`).
+    fn master_attribute(&mut self, launching: &[(TaskId, u32)], asked: &[(TaskId, u32)]) {
+        let Some(core) = self.master.core.as_mut() else {
+            return;
+        };
+        let outputs = core.take_outputs();
+        for output in outputs {
+            let mut tag = None;
+            if let Output::Scheduler {
+                conn,
+                event: sched_api::Event::Update { status },
+            } = &output
+            {
+                tag = self.update_launch(*conn, status, launching, asked);
+            }
+            self.master.outbox.push((output, tag));
+        }
+    }
+
+    fn update_launch(
+        &self,
+        conn: u64,
+        status: &agora_proto::TaskStatus,
+        launching: &[(TaskId, u32)],
+        asked: &[(TaskId, u32)],
+    ) -> Option<u32> {
+        if let Some(launch) = status.uuid.as_deref().and_then(|u| self.check.origin(u)) {
+            return Some(launch);
+        }
+        if let Some((_, launch)) = launching.iter().find(|(t, _)| *t == status.task_id) {
+            return Some(*launch);
+        }
+        let asked = asked
+            .iter()
+            .find(|(t, _)| *t == status.task_id)
+            .map(|(_, launch)| *launch);
+        let Some(ConnKind::Sched { fw, .. }) = self.conns.get(&conn).map(|c| c.kind) else {
+            return asked;
+        };
+        let Some(fid) = self.fws[fw].info.id.clone() else {
+            return asked;
+        };
+        self.master
+            .core
+            .as_ref()
+            .and_then(|core| core.task_info(&fid, &status.task_id))
+            .and_then(|info| crate::framework::launch_of(&info.labels))
+            .or(asked)
     }
 
     /// The registry write of the last batch is done: its outputs go out,
@@ -122,17 +194,21 @@ impl World {
             return;
         }
         self.master.writing = false;
-        for output in std::mem::take(&mut self.master.held) {
-            self.master_output(output);
+        for (output, launch) in std::mem::take(&mut self.master.held) {
+            self.master_output(output, launch);
         }
         let now = self.now();
         self.wall(self.master.clock);
         let n = self.master.queued.len().min(MAX_BATCH + 1);
-        let batch: Vec<Input> = self.master.queued.drain(..n).collect();
-        if let Some(core) = self.master.core.as_mut() {
-            for input in batch {
+        let batch: Vec<(Input, Asked)> = self.master.queued.drain(..n).collect();
+        for (input, asked) in batch {
+            let launching = launching(&input);
+            if let Some(core) = self.master.core.as_mut() {
                 core.handle(now, input);
             }
+            self.master_attribute(&launching, &asked);
+        }
+        if let Some(core) = self.master.core.as_mut() {
             if now >= core.next_deadline() {
                 core.tick(now);
             }
@@ -145,6 +221,7 @@ impl World {
         self.master.writing = false;
         self.master.queued.clear();
         self.master.held.clear();
+        self.master.outbox.clear();
     }
 
     pub(crate) fn master_tick(&mut self, inc: u64, at: u64) {
@@ -170,11 +247,13 @@ impl World {
     /// Makes the registry changes durable, then sends the outputs (as the
     /// master's event loop does), and queues the next tick.
     fn master_after_step(&mut self) {
+        // What the timers sent.
+        self.master_attribute(&[], &[]);
+        let outputs = std::mem::take(&mut self.master.outbox);
         let Some(core) = self.master.core.as_mut() else {
             return;
         };
         let ops = core.take_registry_ops();
-        let outputs = core.take_outputs();
         let deadline = core.next_deadline();
         if !ops.is_empty() {
             if let Err(reason) = self.registry_write(&ops) {
@@ -203,8 +282,8 @@ impl World {
             self.at(at, Ev::MasterWrote { inc });
             return;
         }
-        for output in outputs {
-            self.master_output(output);
+        for (output, launch) in outputs {
+            self.master_output(output, launch);
         }
         let at = self.time_of(deadline).max(self.t + MS);
         if self.master.tick_at.is_none_or(|t| at < t) {
@@ -226,16 +305,18 @@ impl World {
         Ok(())
     }
 
-    fn master_output(&mut self, output: Output) {
+    fn master_output(&mut self, output: Output, launch: Option<u32>) {
         match output {
             Output::Scheduler { conn, event } => {
-                if let agora_proto::scheduler::Event::Update { status } = &event {
+                if let sched_api::Event::Update { status } = &event {
                     if let Some(ConnKind::Sched { fw, .. }) = self.conns.get(&conn).map(|c| c.kind)
                     {
-                        self.check.master_sent(fw, status);
+                        let launch = launch
+                            .unwrap_or_else(|| self.check.current_launch(fw, &status.task_id));
+                        self.check.master_sent(fw, status, launch);
                     }
                 }
-                self.send(conn, Side::Server, Msg::SchedEvent(Box::new(event)))
+                self.send(conn, Side::Server, Msg::SchedEvent(Box::new(event), launch))
             }
             Output::Agent { conn, event } => {
                 self.send(conn, Side::Server, Msg::AgentEvent(Box::new(event)))
@@ -252,5 +333,19 @@ impl World {
         } else {
             self.between(100_000, 2 * MS)
         }
+    }
+}
+
+/// The tasks an input launches, with their launch numbers.
+fn launching(input: &Input) -> Vec<(TaskId, u32)> {
+    match input {
+        Input::Scheduler {
+            call: sched_api::Call::Launch { tasks, .. },
+            ..
+        } => tasks
+            .iter()
+            .filter_map(|t| crate::framework::launch_of(&t.labels).map(|l| (t.task_id.clone(), l)))
+            .collect(),
+        _ => Vec::new(),
     }
 }

@@ -73,8 +73,12 @@ pub(crate) struct Conn {
 /// A frame on a connection.
 #[derive(Debug, Clone)]
 pub(crate) enum Msg {
-    SchedCall(Box<sched_api::Call>),
-    SchedEvent(Box<sched_api::Event>),
+    /// With, for a RECONCILE or a KILL, the launch each task it names was
+    /// at its scheduler when sent (for the checker).
+    SchedCall(Box<sched_api::Call>, Vec<(agora_proto::TaskId, u32)>),
+    /// With the launch the master's record was about when it made it (an
+    /// update's, for the checker).
+    SchedEvent(Box<sched_api::Event>, Option<u32>),
     AgentCall(Box<agent_api::Call>),
     AgentEvent(Box<agent_api::Event>),
     ExecCall(Box<exec_api::Call>),
@@ -134,6 +138,7 @@ pub(crate) enum Ev {
     ExecTask {
         proc: u64,
         task: agora_proto::TaskId,
+        launch: u32,
         step: u32,
     },
     /// An executor process exits on its own (a crash).
@@ -192,8 +197,8 @@ pub(crate) struct World {
     pub procs: BTreeMap<u64, ExecProc>,
     pub next_proc: u64,
     pub plan: Plan,
-    /// Every task's plan, by task id.
-    pub plans: BTreeMap<agora_proto::TaskId, crate::executor::TaskPlan>,
+    /// Every task's plan, by task id and launch.
+    pub plans: BTreeMap<(agora_proto::TaskId, u32), crate::executor::TaskPlan>,
     pub partitions: crate::faults::Partitions,
     pub check: Checker,
     /// Faults still happen.
@@ -312,7 +317,12 @@ impl World {
             Ev::FwWake { fw } => self.fw_wake(fw),
             Ev::ExecConnect { proc } => self.exec_connect(proc),
             Ev::ExecTick { proc } => self.exec_tick(proc),
-            Ev::ExecTask { proc, task, step } => self.exec_task_step(proc, task, step),
+            Ev::ExecTask {
+                proc,
+                task,
+                launch,
+                step,
+            } => self.exec_task_step(proc, task, launch, step),
             Ev::ExecCrash { proc } => self.exec_exit(proc, Some(1), "crashed".into()),
             Ev::ExecSigkill { proc } => self.exec_sigkill(proc),
             Ev::Fault(f) => {
@@ -521,14 +531,16 @@ impl World {
             return;
         }
         match (kind, to, msg) {
-            (ConnKind::Sched { .. }, Side::Server, Msg::SchedCall(call)) => {
-                self.master_input(agora_master::sim::Input::Scheduler { conn, call: *call })
-            }
+            (ConnKind::Sched { .. }, Side::Server, Msg::SchedCall(call, asked)) => self
+                .master_input_asked(
+                    agora_master::sim::Input::Scheduler { conn, call: *call },
+                    asked,
+                ),
             (ConnKind::Agent { .. }, Side::Server, Msg::AgentCall(call)) => {
                 self.master_input(agora_master::sim::Input::Agent { conn, call: *call })
             }
-            (ConnKind::Sched { fw, inc, .. }, Side::Client, Msg::SchedEvent(event)) => {
-                self.sched_event(fw, inc, conn, *event)
+            (ConnKind::Sched { fw, inc, .. }, Side::Client, Msg::SchedEvent(event, launch)) => {
+                self.sched_event(fw, inc, conn, *event, launch)
             }
             (ConnKind::Agent { agent, inc, .. }, Side::Client, Msg::AgentEvent(event)) => {
                 self.agent_master_event(agent, inc, conn, *event)
@@ -612,11 +624,11 @@ impl World {
         match msg {
             Msg::AgentCall(c) => matches!(**c, agent_api::Call::StatusUpdate { .. }),
             Msg::AgentEvent(e) => matches!(**e, agent_api::Event::Acknowledge { .. }),
-            Msg::SchedCall(c) => matches!(
+            Msg::SchedCall(c, _) => matches!(
                 **c,
                 sched_api::Call::Acknowledge { .. } | sched_api::Call::Reconcile { .. }
             ),
-            Msg::SchedEvent(e) => matches!(
+            Msg::SchedEvent(e, _) => matches!(
                 **e,
                 sched_api::Event::Update { .. } | sched_api::Event::Offers { .. }
             ),
@@ -698,7 +710,7 @@ pub(crate) fn secs(t: Time) -> f64 {
 /// A short name for a frame's type (for per-type faults and traces).
 pub(crate) fn msg_type(msg: &Msg) -> &'static str {
     match msg {
-        Msg::SchedCall(c) => match **c {
+        Msg::SchedCall(c, _) => match **c {
             sched_api::Call::Subscribe { .. } => "SUBSCRIBE",
             sched_api::Call::Teardown => "TEARDOWN",
             sched_api::Call::Launch { .. } => "LAUNCH",
@@ -710,7 +722,7 @@ pub(crate) fn msg_type(msg: &Msg) -> &'static str {
             sched_api::Call::Reconcile { .. } => "RECONCILE",
             _ => "SCHED_OTHER",
         },
-        Msg::SchedEvent(e) => match **e {
+        Msg::SchedEvent(e, _) => match **e {
             sched_api::Event::Subscribed { .. } => "SUBSCRIBED",
             sched_api::Event::Offers { .. } => "OFFERS",
             sched_api::Event::Rescind { .. } => "RESCIND",
@@ -755,7 +767,7 @@ fn describe(ev: &Ev) -> String {
     match ev {
         Ev::Deliver { conn, to, msg } => {
             let detail = match msg {
-                Msg::SchedCall(c) => match &**c {
+                Msg::SchedCall(c, _) => match &**c {
                     sched_api::Call::Launch {
                         tasks, offer_ids, ..
                     } => format!(
@@ -769,7 +781,7 @@ fn describe(ev: &Ev) -> String {
                     }
                     _ => String::new(),
                 },
-                Msg::SchedEvent(e) => match &**e {
+                Msg::SchedEvent(e, _) => match &**e {
                     sched_api::Event::Update { status } => status_line(status),
                     sched_api::Event::Offers { offers } => format!(
                         " {:?}",

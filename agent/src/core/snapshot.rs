@@ -172,4 +172,17 @@ impl Core {
         out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         out
     }
+
+    /// The `TaskInfo` the agent holds for a task (the one it was given
+    /// last), if it has one.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub(crate) fn task_info(
+        &self,
+        framework_id: &FrameworkId,
+        task_id: &TaskId,
+    ) -> Option<&TaskInfo> {
+        self.tasks
+            .get(&(framework_id.clone(), task_id.clone()))
+            .map(|t| &t.info)
+    }
 }
