@@ -216,6 +216,22 @@ impl Master {
                 fw_info.id = Some(fid.clone());
                 self.recover_framework(now, fw_info, &fid);
             }
+            let stale = report
+                .latest_status
+                .as_ref()
+                .and_then(|s| s.uuid.as_deref())
+                .is_some_and(|uuid| self.of_completed_task(&fid, &report.task.task_id, uuid));
+            if stale {
+                // An earlier task with this id that completed here (its
+                // terminal update was acknowledged while the agent was
+                // away): not the task that has the id now, if any. A task
+                // of the id on this agent that the agent did not report is
+                // sent again below; the stale update is refused when the
+                // agent re-sends it.
+                tracing::info!(agent_id = %aid, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports a task that completed; not adopted");
+                self.metrics.reports_refused_reregistration.inc();
+                continue;
+            }
             let Some(fw) = self.frameworks.get_mut(&fid) else {
                 continue;
             };

@@ -88,6 +88,9 @@ pub(crate) struct Master {
     /// Offers in creation order, for the offer timeout.
     pub(crate) offer_expiry: VecDeque<(Instant, OfferId)>,
     pub(crate) completed: VecDeque<CompletedTask>,
+    /// The `last_uuid` of each task in `completed` that has one, with its
+    /// framework and task id.
+    pub(crate) completed_uuids: HashMap<String, (FrameworkId, TaskId)>,
     /// Tasks ever pushed to `completed`, and how many of them the last
     /// `/state` delta had seen.
     pub(crate) completed_total: u64,
@@ -155,6 +158,7 @@ impl Master {
             offers: Tracked::default(),
             offer_expiry: VecDeque::new(),
             completed: VecDeque::new(),
+            completed_uuids: HashMap::default(),
             completed_total: 0,
             completed_published: 0,
             completed_frameworks: VecDeque::new(),

@@ -42,10 +42,12 @@ pub(crate) struct Metrics {
     /// Scheduler acknowledgements relayed to agents.
     pub(crate) status_updates_acked: Counter,
     /// Status updates from an agent about a task that lives on another
-    /// agent: acknowledged to the sender, not applied or forwarded.
+    /// agent, or about an earlier, completed task with the id of a live
+    /// one: acknowledged to the sender, not applied or forwarded.
     pub(crate) reports_refused_update: Counter,
-    /// Tasks in an agent's re-registration that live on another agent:
-    /// neither adopted nor charged to the reporting agent.
+    /// Tasks in an agent's re-registration that live on another agent, or
+    /// that completed already: neither adopted nor charged to the
+    /// reporting agent.
     pub(crate) reports_refused_reregistration: Counter,
     pub(crate) frames_in_scheduler: Counter,
     pub(crate) frames_in_agent: Counter,
@@ -319,7 +321,7 @@ impl Metrics {
         counter(
             &mut out,
             "agora_master_agent_reports_refused_total",
-            "Reports from an agent about a task that lives on another agent, refused: status updates (acknowledged to the sender, not forwarded) and tasks in a re-registration (not adopted)",
+            "Reports from an agent about a task that lives on another agent or about an earlier, completed task with the same id, refused: status updates (acknowledged to the sender, not forwarded) and tasks in a re-registration (not adopted)",
             &[
                 ("report=\"status_update\"", self.reports_refused_update.get()),
                 ("report=\"reregistration\"", self.reports_refused_reregistration.get()),

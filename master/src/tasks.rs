@@ -42,6 +42,11 @@ pub(crate) struct CompletedTask {
     pub(crate) state: TaskState,
     pub(crate) resources: Resources,
     pub(crate) finished_at: f64,
+    /// The uuid of the last reliable update the master took for it: a
+    /// retry of that update arriving later (its acknowledgement to the
+    /// agent was lost) is about this task, not about a later task with
+    /// the same id.
+    pub(crate) last_uuid: Option<String>,
 }
 
 // === impl Task ===
@@ -127,6 +132,7 @@ impl Master {
                 state,
                 resources: task.resources.clone(),
                 finished_at: agora_proto::now_timestamp(),
+                last_uuid: None,
             });
         }
     }
@@ -135,14 +141,40 @@ impl Master {
     /// `/state` delta).
     fn push_completed(&mut self, task: CompletedTask) {
         self.completed_total += 1;
+        if let Some(uuid) = &task.last_uuid {
+            self.completed_uuids.insert(
+                uuid.clone(),
+                (task.framework_id.clone(), task.task_id.clone()),
+            );
+        }
         self.completed.push_back(task);
         while self.completed.len() > self.config.max_completed_tasks {
-            self.completed.pop_front();
+            if let Some(uuid) = self.completed.pop_front().and_then(|t| t.last_uuid) {
+                self.completed_uuids.remove(&uuid);
+            }
         }
+    }
+
+    /// Whether `uuid` is that of the last update of a completed task with
+    /// this id (not of the task that has the id now).
+    pub(crate) fn of_completed_task(
+        &self,
+        fid: &FrameworkId,
+        task_id: &TaskId,
+        uuid: &str,
+    ) -> bool {
+        self.completed_uuids
+            .get(uuid)
+            .is_some_and(|(f, t)| f == fid && t == task_id)
     }
 
     /// Moves a task to the bounded completed list.
     pub(crate) fn complete_task(&mut self, task: Task, state: TaskState) {
+        let last_uuid = task
+            .latest_status
+            .as_ref()
+            .and_then(|s| s.uuid.clone())
+            .or_else(|| task.pending_update.as_ref().and_then(|s| s.uuid.clone()));
         self.push_completed(CompletedTask {
             framework_id: task.framework_id,
             task_id: task.info.task_id,
@@ -152,6 +184,7 @@ impl Master {
             state,
             resources: task.resources,
             finished_at: agora_proto::now_timestamp(),
+            last_uuid,
         });
     }
 
@@ -184,6 +217,21 @@ impl Master {
             // stream drains.
             tracing::debug!(framework_id = %fid, task_id = %status.task_id, "update for a removed framework; acknowledging it");
             return self.acknowledge_unforwarded(conn, fid, status.task_id, uuid);
+        };
+        if fw.tasks.contains_key(&status.task_id)
+            && self.of_completed_task(&fid, &status.task_id, &uuid)
+        {
+            // A stale retry of the last update of an earlier task with this
+            // id, completed here, from an agent whose acknowledgement was
+            // lost: applying it would end the task that has the id now
+            // (launched on the same agent, or elsewhere) and free its
+            // resources while it runs. Acknowledged so the stream drains.
+            tracing::warn!(agent_id = %aid, framework_id = %fid, task_id = %status.task_id, state = %status.state, "status update of an earlier task with this id; refused");
+            self.metrics.reports_refused_update.inc();
+            return self.acknowledge_unforwarded(conn, fid, status.task_id, uuid);
+        }
+        let Some(fw) = self.frameworks.get_mut(&fid) else {
+            return;
         };
         if let Some(owner) = fw
             .tasks
