@@ -29,6 +29,9 @@ pub const RETRY_JITTER: f64 = 0.25;
 /// Identifies a stream: the task within its framework.
 pub type StreamKey = (FrameworkId, TaskId);
 
+/// Ended streams whose uuids are kept.
+pub const ENDED_STREAMS_KEPT: usize = 1024;
+
 /// What happened to an update given to [`StatusUpdateManager::update`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpdateOutcome {
@@ -66,6 +69,13 @@ pub enum AckOutcome {
 #[derive(Debug)]
 pub struct StatusUpdateManager {
     streams: HashMap<StreamKey, Stream>,
+    /// The uuids of the streams that ended last (at most
+    /// [`ENDED_STREAMS_KEPT`], oldest first in `ended_order`): an
+    /// executor's late re-send of an update of an ended stream (its
+    /// acknowledgement to the executor was lost, or the frame came twice)
+    /// is known as such, even once a new task has the id.
+    ended: HashMap<StreamKey, HashSet<String>>,
+    ended_order: VecDeque<StreamKey>,
     retry_min: Duration,
     retry_max: Duration,
     connected: bool,
@@ -106,6 +116,8 @@ impl StatusUpdateManager {
     pub fn new(retry_min: Duration, retry_max: Duration) -> Self {
         StatusUpdateManager {
             streams: HashMap::default(),
+            ended: HashMap::default(),
+            ended_order: VecDeque::new(),
             retry_min: retry_min.max(Duration::from_millis(1)),
             retry_max: retry_max.max(retry_min),
             connected: false,
@@ -192,7 +204,7 @@ impl StatusUpdateManager {
         }
         stream.in_flight = None;
         if stream.pending.is_empty() && stream.terminal {
-            self.streams.remove(&key);
+            self.end_stream(framework_id, task_id);
             return AckOutcome::Acknowledged {
                 acked: Box::new(acked),
                 next: None,
@@ -309,24 +321,46 @@ impl StatusUpdateManager {
             .contains_key(&(framework_id.clone(), task_id.clone()))
     }
 
-    /// Whether the stream already took an update with this uuid.
+    /// Whether the stream already took an update with this uuid, or one
+    /// of the last ended streams of the task id did.
     pub fn has_uuid(&self, framework_id: &FrameworkId, task_id: &TaskId, uuid: &str) -> bool {
+        let key = (framework_id.clone(), task_id.clone());
         self.streams
-            .get(&(framework_id.clone(), task_id.clone()))
+            .get(&key)
             .is_some_and(|s| s.seen.contains(uuid))
+            || self.ended.get(&key).is_some_and(|seen| seen.contains(uuid))
     }
 
-    /// Drops one task's stream, whatever it still holds.
+    /// Drops one task's stream, whatever it still holds; its uuids are
+    /// kept a while (see [`StatusUpdateManager::has_uuid`]).
     pub fn end_stream(&mut self, framework_id: &FrameworkId, task_id: &TaskId) {
-        self.streams
-            .remove(&(framework_id.clone(), task_id.clone()));
+        let key = (framework_id.clone(), task_id.clone());
+        let Some(stream) = self.streams.remove(&key) else {
+            return;
+        };
+        if self.ended.insert(key.clone(), stream.seen).is_none() {
+            self.ended_order.push_back(key);
+        }
+        while self.ended_order.len() > ENDED_STREAMS_KEPT {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended.remove(&old);
+            }
+        }
     }
 
     /// Drops every stream of a framework (it is gone) or of all (`None`).
     pub fn forget(&mut self, framework_id: Option<&FrameworkId>) {
         match framework_id {
-            Some(fid) => self.streams.retain(|(f, _), _| f != fid),
-            None => self.streams.clear(),
+            Some(fid) => {
+                self.streams.retain(|(f, _), _| f != fid);
+                self.ended.retain(|(f, _), _| f != fid);
+                self.ended_order.retain(|(f, _)| f != fid);
+            }
+            None => {
+                self.streams.clear();
+                self.ended.clear();
+                self.ended_order.clear();
+            }
         }
     }
 

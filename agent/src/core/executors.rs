@@ -444,6 +444,15 @@ impl Core {
                 return;
             }
         }
+        if self.updates.has_uuid(&tkey.0, &tkey.1, &uuid) {
+            // A repeat (the executor's re-send or a frame that came twice):
+            // of this task's update, or of an earlier task with this id
+            // whose stream has ended, which says nothing about the task
+            // that has the id now.
+            tracing::debug!(framework_id = %ekey.0, task_id = %status.task_id, "repeated update; acknowledged");
+            self.ack_executor(ekey, &tkey.1, &uuid);
+            return;
+        }
         status.agent_id = self.agent_id.clone();
         status.executor_id = self.tasks.get(&tkey).map(Task::reported_executor_id);
         let terminal = status.state.is_terminal();
