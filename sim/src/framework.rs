@@ -84,6 +84,12 @@ pub(crate) struct FwNode {
     pub suppressed: bool,
     /// An offer kept to use again later (a stale offer: bad input).
     pub stale_offer: Option<Offer>,
+    /// An offer kept unused, for retrying a task at once from its status
+    /// callback: the launch goes out before the driver's implicit
+    /// acknowledgement of the update that ended the task, so the old
+    /// task's stream is still open on its agent when the RUN_TASK arrives
+    /// (on that agent if the offer is from it).
+    pub held_offer: Option<Offer>,
     pub next_reconcile: Time,
     pub clock: f64,
     /// The launch the master's record was about when it made the update
@@ -125,6 +131,7 @@ impl World {
             tasks: BTreeMap::new(),
             suppressed: false,
             stale_offer: None,
+            held_offer: None,
             next_reconcile: 30 * SEC,
             clock: 0.0,
             delivering: None,
@@ -397,20 +404,21 @@ impl World {
                     self.violated(invariant, detail);
                 }
                 let mut commands = Vec::new();
+                let relaunched = ended.is_some_and(|want| self.fw_maybe_relaunch(f, want));
+                if relaunched {
+                    if let Some(launch) = self.fw_launch_held(f) {
+                        commands.push(launch);
+                    }
+                }
                 if status.uuid.is_some() {
                     commands.push(Command::Acknowledge {
                         status,
                         implicit: true,
                     });
                 }
-                if let Some(want) = ended {
-                    if self.fw_maybe_relaunch(f, want)
-                        && self.fws[f].suppressed
-                        && self.fws[f].subscribed
-                    {
-                        self.fws[f].suppressed = false;
-                        commands.push(Command::Call(sched_api::Call::Revive { roles: Vec::new() }));
-                    }
+                if relaunched && self.fws[f].suppressed && self.fws[f].subscribed {
+                    self.fws[f].suppressed = false;
+                    commands.push(Command::Call(sched_api::Call::Revive { roles: Vec::new() }));
                 }
                 commands
             }
@@ -422,8 +430,13 @@ impl World {
                 self.fws[f].subscribed = false;
                 Vec::new()
             }
-            Callback::OfferRescinded(_)
-            | Callback::FrameworkMessage { .. }
+            Callback::OfferRescinded(id) => {
+                if self.fws[f].held_offer.as_ref().is_some_and(|o| o.id == id) {
+                    self.fws[f].held_offer = None;
+                }
+                Vec::new()
+            }
+            Callback::FrameworkMessage { .. }
             | Callback::AgentLost(_)
             | Callback::ExecutorLost { .. } => Vec::new(),
         }
@@ -454,6 +467,10 @@ impl World {
                 // Keep it to launch on again once it is used: a stale
                 // offer.
                 self.fws[f].stale_offer = Some(offer.clone());
+            }
+            if self.fws[f].held_offer.is_none() && self.chance(self.plan.reuse_rate / 2.0) {
+                self.fws[f].held_offer = Some(offer);
+                continue;
             }
             let mut free = offer.resources.clone();
             let mut tasks = Vec::new();
@@ -761,6 +778,36 @@ impl World {
         // task's stream may still be open on its agent.
         self.fws[f].queue.push_front(again);
         true
+    }
+
+    /// Launches the retry at the head of the queue on the held offer, if
+    /// it fits there.
+    fn fw_launch_held(&mut self, f: usize) -> Option<Command> {
+        let offer = self.fws[f].held_offer.take()?;
+        let Some(want) = self.fws[f].queue.pop_front() else {
+            self.fws[f].held_offer = Some(offer);
+            return None;
+        };
+        let fid = self.fws[f].info.id.clone();
+        let Some(task) = self.fw_fit(f, &want, &offer, &offer.resources, fid.as_ref()) else {
+            self.fws[f].queue.push_front(want);
+            self.fws[f].held_offer = Some(offer);
+            return None;
+        };
+        self.note(|| {
+            format!(
+                "framework {f} launches {} at once on held offer {}",
+                task.task_id, offer.id
+            )
+        });
+        self.fw_launched(f, &want, &task);
+        Some(Command::Launch {
+            offer_ids: vec![offer.id],
+            tasks: vec![task],
+            filters: Filters {
+                refuse_seconds: Some(1.0),
+            },
+        })
     }
 
     fn fw_revive(&mut self, f: usize) {
