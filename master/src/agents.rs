@@ -300,7 +300,7 @@ impl Master {
                 let Some(fw) = self.frameworks.get(&key.0) else {
                     continue;
                 };
-                if let Some(task) = fw.tasks.get(&key.1) {
+                if let Some(task) = fw.tasks.get(&key.1).filter(|t| t.agent_id == aid) {
                     if task.state == TaskState::Staging && task.latest_status.is_none() {
                         if let Some(exec) = &task.info.executor {
                             resend_executors
@@ -348,7 +348,8 @@ impl Master {
         // Rebuild the accounting from scratch: it is authoritative now.
         let mut per_framework: HashMap<FrameworkId, Resources> = HashMap::default();
         for (fid, tid) in &agent.tasks {
-            if let Some(task) = self.frameworks.get(fid).and_then(|f| f.tasks.get(tid)) {
+            let task = self.frameworks.get(fid).and_then(|f| f.tasks.get(tid));
+            if let Some(task) = task.filter(|t| t.agent_id == aid) {
                 if !task.state.is_terminal() {
                     per_framework
                         .entry(fid.clone())
@@ -464,9 +465,17 @@ impl Master {
             });
         }
         for (fid, tid) in agent.tasks {
+            // Only a task that lives there: one of that id elsewhere is
+            // another task.
+            let lives_here = self
+                .frameworks
+                .get(&fid)
+                .and_then(|f| f.tasks.get(&tid))
+                .is_some_and(|t| t.agent_id == *aid);
             let Some(task) = self
                 .frameworks
                 .get_mut(&fid)
+                .filter(|_| lives_here)
                 .and_then(|f| f.tasks.remove(&tid))
             else {
                 continue;

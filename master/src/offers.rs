@@ -350,12 +350,22 @@ impl Master {
                     .insert((fid.clone(), exec.executor_id.clone()), exec.clone());
             }
             let record = Task::new(fid.clone(), task.clone(), TaskState::Staging);
-            if let Some(fw) = self.frameworks.get_mut(fid) {
-                if let Some(old) = fw.tasks.insert(task.task_id.clone(), record) {
-                    // A terminal task whose id is reused: it is done.
-                    let state = old.state;
-                    self.complete_task(old, state);
+            let replaced = self
+                .frameworks
+                .get_mut(fid)
+                .and_then(|fw| fw.tasks.insert(task.task_id.clone(), record));
+            if let Some(old) = replaced {
+                // A terminal task whose id is reused: it is done, and off
+                // the books of its agent when the new one runs elsewhere
+                // (else that agent's re-registration or removal would take
+                // the new task for its own).
+                if old.agent_id != agent_id {
+                    if let Some(agent) = self.agents.get_mut(&old.agent_id) {
+                        agent.tasks.remove(&(fid.clone(), task.task_id.clone()));
+                    }
                 }
+                let state = old.state;
+                self.complete_task(old, state);
             }
             tracing::info!(framework_id = %fid, agent_id = %agent_id, task_id = %task.task_id, "launching task");
             self.metrics.tasks_launched.inc();
