@@ -100,7 +100,8 @@ impl Master {
     /// Refuses a task of a launch with `state` (TASK_DROPPED or
     /// TASK_ERROR): tells the framework, and remembers the task among the
     /// completed ones so that reconciling it later answers the same state
-    /// (unless a live task has that id: the refusal was of a duplicate).
+    /// (unless a live task has that id: the refusal was of a duplicate; a
+    /// task of that id that ended is completed first).
     pub(crate) fn refuse_task(
         &mut self,
         fid: &FrameworkId,
@@ -118,11 +119,29 @@ impl Master {
             Some(task.agent_id.clone()),
         );
         self.send_framework(fid, Event::Update { status });
-        let live = self
+        let existing = self
             .frameworks
             .get(fid)
-            .is_some_and(|fw| fw.tasks.contains_key(&task.task_id));
-        if !live {
+            .and_then(|fw| fw.tasks.get(&task.task_id))
+            .map(|t| t.state.is_terminal());
+        if existing == Some(true) {
+            // The id belongs to a task that ended: the refused launch
+            // supersedes it, as an accepted one would (see
+            // `Master::launch`), so that reconciling the id answers the
+            // refusal, not the earlier task's end.
+            if let Some(old) = self
+                .frameworks
+                .get_mut(fid)
+                .and_then(|fw| fw.tasks.remove(&task.task_id))
+            {
+                if let Some(agent) = self.agents.get_mut(&old.agent_id) {
+                    agent.tasks.remove(&(fid.clone(), task.task_id.clone()));
+                }
+                let state = old.state;
+                self.complete_task(old, state);
+            }
+        }
+        if existing != Some(false) {
             self.push_completed(CompletedTask {
                 framework_id: fid.clone(),
                 task_id: task.task_id.clone(),
