@@ -75,6 +75,10 @@ pub(crate) struct Checker {
     /// Agents the master removed (from its registry writes).
     removed_agents: BTreeSet<AgentId>,
     refused: BTreeSet<usize>,
+    /// The launch of each record the running master held after its last
+    /// step (an update it makes as it drops the record, e.g. TASK_LOST
+    /// with its agent, is about that launch).
+    master_launch: BTreeMap<(FrameworkId, TaskId), u32>,
     next_task: u64,
 }
 
@@ -130,6 +134,18 @@ impl Checker {
     /// created.
     pub(crate) fn origin(&self, uuid: &str) -> Option<u32> {
         self.origin.get(uuid).map(|(_, launch)| *launch)
+    }
+
+    /// The launch of the master's record of `task` after its last step.
+    pub(crate) fn master_launch(&self, fid: &FrameworkId, task: &TaskId) -> Option<u32> {
+        self.master_launch
+            .get(&(fid.clone(), task.clone()))
+            .copied()
+    }
+
+    /// A new master process: it holds no records yet.
+    pub(crate) fn master_started(&mut self) {
+        self.master_launch.clear();
     }
 
     /// The master removed agent `id` for good.

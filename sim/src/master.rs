@@ -70,6 +70,7 @@ impl World {
         self.master.up = true;
         let now = self.now();
         let wall = self.wall(self.master.clock);
+        self.check.master_started();
         let mut core = SimMaster::new(config(), &format!("m{}", self.master.inc), now);
         core.recover(&self.master.registry, now, wall);
         self.master.core = Some(core);
@@ -133,8 +134,10 @@ impl World {
     /// and notes which launch each update to a scheduler is about: that of
     /// a reliable update's creator; for one the master made itself, the
     /// launch the input carried, or else the one the master's record is
-    /// about, or else the one the scheduler asked about (none: the
-    /// scheduler's latest, see `Checker::sched_update`).
+    /// about, or else the one the scheduler asked about, or else the one
+    /// of the record it held before this input (it dropped the record
+    /// meanwhile; none: the scheduler's latest, see
+    /// `Checker::sched_update`).
     fn master_attribute(&mut self, launching: &[(TaskId, u32)], asked: &[(TaskId, u32)]) {
         let Some(core) = self.master.core.as_mut() else {
             return;
@@ -182,6 +185,7 @@ impl World {
             .and_then(|core| core.task_info(&fid, &status.task_id))
             .and_then(|info| crate::framework::launch_of(&info.labels))
             .or(asked)
+            .or_else(|| self.check.master_launch(&fid, &status.task_id))
     }
 
     /// The registry write of the last batch is done: its outputs go out,
