@@ -75,3 +75,44 @@ fn seeds_differ() {
     distinct.dedup();
     assert_eq!(distinct.len(), prints.len(), "{prints:?}");
 }
+
+/// Seeds that found a defect, each with the invariant that caught it and
+/// the commit that fixed it: with the fix they must break nothing.
+const REGRESSION_SEEDS: &[(u64, &str)] = &[
+    // Review §9 #3, "a task can hang in STAGING": with the agent half of
+    // a38ab33 reverted (the agent ignored a RUN_TASK for a task id whose
+    // old stream was still open), a task launched again at once on the
+    // same agent (f1-t36, launch 3) stayed TASK_STAGING, and the master
+    // over-committed its agent at the agent's re-registration.
+    // OFFERS_DISJOINT; fixed by a38ab33.
+    (
+        1235,
+        "a task id launched again while its old stream is open",
+    ),
+    // Review §9 #2 on one agent, which a38ab33's ownership checks do not
+    // cover: a late re-send of the last update of f1-t9 (launch 2) from
+    // its agent was applied to launch 3 of the id on the same agent, which
+    // it ended (TASK_FAILED) while it ran. STALE_REPORT, found at 1673fa3;
+    // fixed by bce9b07 (the held-offer retries of 92359ad changed the
+    // schedules since: kept as a seed that reuses ids).
+    (6, "a late re-send of an earlier task's update"),
+    // Found with all the fixes above: the old agent's re-registration
+    // took a task id relaunched elsewhere for its own and declared the new
+    // task TASK_LOST, its resources still charged. BOOKS; fixed by
+    // 5e0c9b4.
+    (15, "a task relaunched elsewhere, on the old agent's books"),
+    // Found with all the fixes above: a refused relaunch (TASK_DROPPED)
+    // then reconciled as the earlier task's TASK_FINISHED. ONE_TERMINAL;
+    // fixed by d91c7e0.
+    (72, "a refused relaunch reconciled as the earlier task"),
+];
+
+#[test]
+fn regression_seeds_break_no_invariant() {
+    let opts = Options::default();
+    for (seed, what) in REGRESSION_SEEDS {
+        if let Err(violation) = run_seed(*seed, &opts) {
+            panic!("regression seed {seed} ({what}):\n{violation}");
+        }
+    }
+}
