@@ -195,6 +195,15 @@ impl SimMaster {
             .map(|t| &t.info)
     }
 
+    /// Every task record the master holds, with its framework (in no
+    /// particular order; cheaper than [`SimMaster::tasks`]).
+    pub fn task_records(&self) -> impl Iterator<Item = (&FrameworkId, &TaskInfo)> {
+        self.inner
+            .frameworks
+            .values()
+            .flat_map(|f| f.tasks.values().map(move |t| (&f.id, &t.info)))
+    }
+
     /// The frameworks the master knows, and whether each is subscribed.
     pub fn frameworks(&self) -> Vec<(FrameworkId, bool)> {
         let mut out: Vec<(FrameworkId, bool)> = self

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use agora_master::sim::{SimMaster, TaskBooks};
-use agora_proto::{AgentId, FrameworkId, Reason, Resources, Source, TaskId, TaskState, TaskStatus};
+use agora_proto::{
+    AgentId, FrameworkId, Reason, Resources, Source, TaskId, TaskInfo, TaskState, TaskStatus,
+};
 
 use crate::framework::FwNode;
 use crate::world::{Time, World};
@@ -141,6 +143,21 @@ impl Checker {
         self.master_launch
             .get(&(fid.clone(), task.clone()))
             .copied()
+    }
+
+    /// The master's records after its last input: the launch each is
+    /// about (an update it makes as it drops one is about that launch).
+    pub(crate) fn master_records_now<'a>(
+        &mut self,
+        records: impl Iterator<Item = (&'a FrameworkId, &'a TaskInfo)>,
+    ) {
+        self.master_launch.clear();
+        for (fid, info) in records {
+            if let Some(launch) = crate::framework::launch_of(&info.labels) {
+                self.master_launch
+                    .insert((fid.clone(), info.task_id.clone()), launch);
+            }
+        }
     }
 
     /// A new master process: it holds no records yet.

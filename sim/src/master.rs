@@ -136,8 +136,8 @@ impl World {
     /// launch the input carried, or else the one the master's record is
     /// about, or else the one the scheduler asked about, or else the one
     /// of the record it held before this input (it dropped the record
-    /// meanwhile; none: the scheduler's latest, see
-    /// `Checker::sched_update`).
+    /// meanwhile; none: the scheduler's latest launch when the update is
+    /// sent, see `master_output`).
     fn master_attribute(&mut self, launching: &[(TaskId, u32)], asked: &[(TaskId, u32)]) {
         let Some(core) = self.master.core.as_mut() else {
             return;
@@ -153,6 +153,9 @@ impl World {
                 tag = self.update_launch(*conn, status, launching, asked);
             }
             self.master.outbox.push((output, tag));
+        }
+        if let Some(core) = self.master.core.as_ref() {
+            self.check.master_records_now(core.task_records());
         }
     }
 
@@ -309,15 +312,22 @@ impl World {
         Ok(())
     }
 
-    fn master_output(&mut self, output: Output, launch: Option<u32>) {
+    /// Sends an output of the master. An update goes with the launch it is
+    /// about, settled now, as the master made it: the frame is what it is
+    /// about wherever and however often it arrives (a network duplicate
+    /// delivered after the framework launched the id again is still about
+    /// the task the master made it for; Mesos gives it no mark, the
+    /// simulated framework is told).
+    fn master_output(&mut self, output: Output, mut launch: Option<u32>) {
         match output {
             Output::Scheduler { conn, event } => {
                 if let sched_api::Event::Update { status } = &event {
                     if let Some(ConnKind::Sched { fw, .. }) = self.conns.get(&conn).map(|c| c.kind)
                     {
-                        let launch = launch
+                        let about = launch
                             .unwrap_or_else(|| self.check.current_launch(fw, &status.task_id));
-                        self.check.master_sent(fw, status, launch);
+                        self.check.master_sent(fw, status, about);
+                        launch = Some(about);
                     }
                 }
                 self.send(conn, Side::Server, Msg::SchedEvent(Box::new(event), launch))
