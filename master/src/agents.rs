@@ -542,7 +542,32 @@ impl Master {
         message: &str,
     ) {
         tracing::info!(agent_id = %aid, framework_id = %fid, executor_id = %executor_id, ?status, message, "executor exited");
-        if let Some(agent) = self.agents.get_mut(aid) {
+        // A task launched on this executor that the agent has not heard
+        // from (STAGING, no update) crossed the exit on the wire: the
+        // agent's updates for a task it had travel ahead of the exit on
+        // its connection, so it received the RUN_TASK after the executor
+        // was gone and starts the executor anew for it. That executor
+        // stays on the books (its own exit is reported in turn); else its
+        // resources would be offered while it runs.
+        let restarting = self.agents.get(aid).is_some_and(|agent| {
+            agent.tasks.iter().any(|(f, t)| {
+                *f == fid
+                    && self
+                        .frameworks
+                        .get(f)
+                        .and_then(|fw| fw.tasks.get(t))
+                        .is_some_and(|task| {
+                            task.agent_id == *aid
+                                && task.executor_id == executor_id
+                                && task.state == TaskState::Staging
+                                && task.latest_status.is_none()
+                        })
+            })
+        });
+        if restarting {
+            tracing::info!(agent_id = %aid, framework_id = %fid, executor_id = %executor_id, "a task launched on the exited executor is on its way; the executor stays on the books");
+        }
+        if let Some(agent) = self.agents.get_mut(aid).filter(|_| !restarting) {
             if let Some(exec) = agent.executors.remove(&(fid.clone(), executor_id.clone())) {
                 agent.used = agent.used.saturating_sub(&exec.resources);
                 if !exec.resources.is_empty() {

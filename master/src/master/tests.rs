@@ -931,6 +931,68 @@ fn executor_exit_reports_failure_and_frees_its_resources() {
 }
 
 #[test]
+fn executor_exit_crossing_a_launch_on_it_keeps_the_executor_on_the_books() {
+    // A task is launched on a running executor just as that executor
+    // exits: the agent's exit report crosses the RUN_TASK, and the agent
+    // starts the executor anew for the task. Its resources stay charged,
+    // never offered while it runs.
+    let (mut h, fid, aid, offer) = setup("cpus:2;mem:1024");
+    h.launch(
+        S1,
+        &[&offer],
+        vec![executor_task(
+            "t1",
+            &aid,
+            "cpus:0.5",
+            "e1",
+            "cpus:0.5;mem:64",
+        )],
+    );
+    h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    let offers = h.offers(S1);
+    assert_eq!(offers.len(), 1, "the task's resources are offered again");
+    h.launch(
+        S1,
+        &[&offers[0]],
+        vec![executor_task(
+            "t2",
+            &aid,
+            "cpus:0.5",
+            "e1",
+            "cpus:0.5;mem:64",
+        )],
+    );
+    assert_eq!(h.m.agents[&aid].used, r("cpus:1;mem:64"));
+    h.agent(
+        A1,
+        agent::Call::ExecutorExited {
+            framework_id: fid.clone(),
+            executor_id: ExecutorId::new("e1"),
+            status: Some(0),
+            message: "exited".into(),
+        },
+    );
+    assert_eq!(
+        h.m.agents[&aid].used,
+        r("cpus:1;mem:64"),
+        "the executor t2 restarts stays charged"
+    );
+    // Once the agent has heard of t2, an exit of e1 is that of the
+    // executor that ran it, and frees it.
+    h.status(A1, &fid, "t2", TaskState::Finished, "u2");
+    h.agent(
+        A1,
+        agent::Call::ExecutorExited {
+            framework_id: fid,
+            executor_id: ExecutorId::new("e1"),
+            status: Some(0),
+            message: "exited".into(),
+        },
+    );
+    assert!(h.m.agents[&aid].used.is_empty());
+}
+
+#[test]
 fn heartbeats_every_interval() {
     let mut h = H::new();
     h.subscribe(S1, "fw");
