@@ -105,6 +105,18 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
     // then reconciled as the earlier task's TASK_FINISHED. ONE_TERMINAL;
     // fixed by d91c7e0.
     (72, "a refused relaunch reconciled as the earlier task"),
+    // A held-offer relaunch onto the framework's shared executor crossed
+    // that executor's exit: the master freed the executor the agent
+    // started anew, offered its resources, and the agent's
+    // re-registration found it overcommitted. OFFERS_DISJOINT; fixed by
+    // fd43d89.
+    (332, "a launch on an executor crossing its exit"),
+    // A network duplicate of the master's TASK_LOST (agent removed) of
+    // launch 1 arrived after the framework launched the id again, and
+    // the checker took it for launch 2's (which then heard TASK_DROPPED
+    // too). ONE_TERMINAL, a checker mistake; fixed by 7eab9f7.
+    (455, "a duplicated master update after a relaunch"),
+    (559, "a duplicated master update after a relaunch"),
 ];
 
 #[test]
