@@ -5,7 +5,8 @@
 //! Calls: each Mesos call becomes the native calls that do the same thing
 //! (ACCEPT → LAUNCH, SHUTDOWN → a KILL per task of the executor, …), plus
 //! any task the master must not see because Agora cannot run it as asked
-//! (a custom Mesos executor, URIs to fetch…): those are answered with
+//! (URIs to fetch for a command task, a task group for a custom
+//! executor…): those are answered with
 //! TASK_ERROR updates, asynchronously on the stream as Mesos answers
 //! invalid tasks. Request-level problems are [`CallError`]s, answered
 //! synchronously with Mesos's status codes.
