@@ -124,9 +124,7 @@ fn download(rest: &str, dest: &Path, runtime: &tokio::runtime::Handle) -> Result
         while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
             written += chunk.len() as u64;
             if written > MAX_FETCH_BYTES {
-                return Err(format!(
-                    "more than the {MAX_FETCH_BYTES}-byte limit"
-                ));
+                return Err(format!("more than the {MAX_FETCH_BYTES}-byte limit"));
             }
             file.write_all(&chunk)
                 .map_err(|e| format!("{}: {e}", dest.display()))?;

@@ -14,8 +14,7 @@ use agora_client::{Http, Method};
 use agora_mesos_proto::{recordio, v1, Codec};
 use agora_proto::agent::{Call as AgentCall, Event as AgentEvent};
 use agora_proto::{
-    env, CommandInfo, ExecutorId, ExecutorInfo, FrameworkId, Resources, TaskId, TaskInfo,
-    TaskState,
+    env, CommandInfo, ExecutorId, ExecutorInfo, FrameworkId, Resources, TaskId, TaskInfo, TaskState,
 };
 use base64::Engine as _;
 use serde_json::json;
@@ -29,10 +28,9 @@ const PROTOBUF: &str = "application/x-protobuf";
 fn mesos_task(id: &str, eid: &str, script: &Path, mesos: bool) -> TaskInfo {
     let mut command = CommandInfo::shell(script.display().to_string());
     if mesos {
-        command.environment.insert(
-            env::EXECUTOR_API.into(),
-            env::EXECUTOR_API_MESOS_V1.into(),
-        );
+        command
+            .environment
+            .insert(env::EXECUTOR_API.into(), env::EXECUTOR_API_MESOS_V1.into());
     }
     let mut task = command_task(id);
     task.command = None;
@@ -98,13 +96,15 @@ fn call_body(
     call
 }
 
-async fn post(
-    endpoint: &str,
-    headers: &[(&str, &str)],
-    body: Vec<u8>,
-) -> agora_client::Response {
+async fn post(endpoint: &str, headers: &[(&str, &str)], body: Vec<u8>) -> agora_client::Response {
     Http::new()
-        .request(Method::POST, endpoint, "/api/v1/executor", headers, Some(body))
+        .request(
+            Method::POST,
+            endpoint,
+            "/api/v1/executor",
+            headers,
+            Some(body),
+        )
         .await
         .unwrap()
 }
@@ -127,8 +127,7 @@ async fn subscribe_v1(
     let body = match codec {
         Codec::Json => call.to_string().into_bytes(),
         Codec::Protobuf => {
-            let call: v1::executor::Call =
-                Codec::Json.decode(call.to_string().as_bytes()).unwrap();
+            let call: v1::executor::Call = Codec::Json.decode(call.to_string().as_bytes()).unwrap();
             Codec::Protobuf.encode(&call).unwrap()
         }
     };
@@ -280,7 +279,10 @@ async fn a_mesos_executor_runs_its_task_with_acknowledged_updates_and_messages()
     assert_eq!(status.state, TaskState::Running);
     assert_eq!(status.uuid, Some(running.to_string()));
     assert_eq!(status.executor_id, Some(ExecutorId::new("e1")));
-    assert_eq!(status.agent_id.as_ref().map(|a| a.as_str()), Some("agent-1"));
+    assert_eq!(
+        status.agent_id.as_ref().map(|a| a.as_str()),
+        Some("agent-1")
+    );
 
     // MESSAGE both ways.
     let answer = post_json(
@@ -295,10 +297,7 @@ async fn a_mesos_executor_runs_its_task_with_acknowledged_updates_and_messages()
             executor_id,
             data,
         } => {
-            assert_eq!(
-                (framework_id.as_str(), executor_id.as_str()),
-                ("fw", "e1")
-            );
+            assert_eq!((framework_id.as_str(), executor_id.as_str()), ("fw", "e1"));
             assert_eq!(data.0, b"to the scheduler");
         }
         other => panic!("{other:?}"),
@@ -352,6 +351,12 @@ async fn a_protobuf_subscription_streams_protobuf_events() {
     let mut again = subscribe_v1(&env, Codec::Json, json!({})).await;
     assert_eq!(again.next().await["type"], "SUBSCRIBED");
     assert!(stream.ends().await, "the replaced stream goes on");
+    let connected = |s: &serde_json::Value| s["frameworks"][0]["executors"][0]["connected"].clone();
+    let state = agent.state_when(|s| connected(s) == true).await;
+    assert_eq!(connected(&state), true);
+    // The executor goes away: the agent sees it disconnected.
+    drop(again);
+    agent.state_when(|s| connected(s) == false).await;
     agent.stop().await;
 }
 
@@ -393,7 +398,14 @@ async fn calls_are_refused_with_mesos_status_codes() {
         "no Content-Type"
     );
     assert_eq!(
-        code(post(&endpoint, &[("content-type", "text/plain")], subscribe.clone().into_bytes()).await),
+        code(
+            post(
+                &endpoint,
+                &[("content-type", "text/plain")],
+                subscribe.clone().into_bytes()
+            )
+            .await
+        ),
         415
     );
     assert_eq!(
@@ -401,7 +413,14 @@ async fn calls_are_refused_with_mesos_status_codes() {
         400
     );
     assert_eq!(
-        code(post(&endpoint, &[("content-type", PROTOBUF)], b"\xff\xff\xff".to_vec()).await),
+        code(
+            post(
+                &endpoint,
+                &[("content-type", PROTOBUF)],
+                b"\xff\xff\xff".to_vec()
+            )
+            .await
+        ),
         400
     );
     assert_eq!(
@@ -447,7 +466,11 @@ async fn calls_are_refused_with_mesos_status_codes() {
     );
     let answer = post_json(&endpoint, &call_body(&stranger, "SUBSCRIBE", json!({}))).await;
     assert_eq!(answer.status, 400);
-    assert!(answer.text().contains("unknown executor"), "{}", answer.text());
+    assert!(
+        answer.text().contains("unknown executor"),
+        "{}",
+        answer.text()
+    );
     // An executor of Agora's API has a token: it cannot subscribe here.
     let mut native = env.clone();
     native.insert(

@@ -584,7 +584,8 @@ pub fn executor_command_info(
         });
     }
     if !uris.is_empty() {
-        let json = serde_json::to_string(&uris).map_err(|e| ConvertError::Invalid(e.to_string()))?;
+        let json =
+            serde_json::to_string(&uris).map_err(|e| ConvertError::Invalid(e.to_string()))?;
         out.environment
             .insert(agora::env::FETCH_URIS.to_string(), json);
     }
@@ -649,7 +650,12 @@ pub fn executor_info(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, Con
     checked_id("executor_id", &info.executor_id.value)?;
     agora::validate_executor_id(&info.executor_id.value)
         .ok()
-        .filter(|()| !info.executor_id.value.starts_with(agora::AGENT_EXECUTOR_PREFIX))
+        .filter(|()| {
+            !info
+                .executor_id
+                .value
+                .starts_with(agora::AGENT_EXECUTOR_PREFIX)
+        })
         .ok_or_else(|| ConvertError::Id {
             kind: "executor_id",
             value: info.executor_id.value.clone(),

@@ -61,9 +61,8 @@ impl ExecutorCall {
         use call::Type;
         let framework_id = convert::framework_id(&call.framework_id)?;
         let executor_id = convert::executor_id(&call.executor_id)?;
-        let missing = |field: &str| {
-            ConvertError::Invalid(format!("Expecting '{field}' to be present"))
-        };
+        let missing =
+            |field: &str| ConvertError::Invalid(format!("Expecting '{field}' to be present"));
         let kind = match call.r#type() {
             Type::Unknown => {
                 return Err(ConvertError::Invalid(
@@ -275,7 +274,10 @@ mod tests {
         let CallKind::Call(exec_api::Call::Update { status }) = call.kind else {
             panic!("{call:?}")
         };
-        assert_eq!(status.uuid.as_deref(), Some("00010203-0405-0607-0809-0a0b0c0d0e0f"));
+        assert_eq!(
+            status.uuid.as_deref(),
+            Some("00010203-0405-0607-0809-0a0b0c0d0e0f")
+        );
         assert_eq!(status.timestamp, 1.5, "filled in when missing");
         assert_eq!(status.executor_id.as_ref().map(|e| e.as_str()), Some("e"));
 
@@ -295,7 +297,10 @@ mod tests {
             ("no source", without("source")),
             ("agent source", with("source", "SOURCE_AGENT".into())),
             ("staging", with("state", "TASK_STAGING".into())),
-            ("other executor", with("executor_id", serde_json::json!({"value": "x"}))),
+            (
+                "other executor",
+                with("executor_id", serde_json::json!({"value": "x"})),
+            ),
         ] {
             assert!(update_call(status).is_err(), "{what} must be refused");
         }

@@ -56,7 +56,8 @@ impl Core {
             }
         };
         let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
-        spec.env.retain(|(name, _)| name != agora_proto::env::FETCH_URIS);
+        spec.env
+            .retain(|(name, _)| name != agora_proto::env::FETCH_URIS);
         spec.fetch = fetch;
         spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
         let executor = Executor {

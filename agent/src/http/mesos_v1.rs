@@ -74,7 +74,11 @@ pub(super) async fn executor(
             "Expecting 'Content-Type' to be present",
         );
     };
-    let Some(codec) = content_type.to_str().ok().and_then(Codec::from_content_type) else {
+    let Some(codec) = content_type
+        .to_str()
+        .ok()
+        .and_then(Codec::from_content_type)
+    else {
         return refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Expecting 'Content-Type' of application/json or application/x-protobuf",
@@ -82,7 +86,12 @@ pub(super) async fn executor(
     };
     let call: v1::executor::Call = match codec.decode(&body) {
         Ok(call) => call,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("Failed to parse body: {e}")),
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("Failed to parse body: {e}"),
+            )
+        }
     };
     let call = match ExecutorCall::from_mesos(call, agora_proto::now_timestamp()) {
         Ok(call) => call,
@@ -109,7 +118,14 @@ pub(super) async fn executor(
                     "Expecting 'Accept' to allow application/json or application/x-protobuf",
                 );
             };
-            subscribe(app, key, codec, unacknowledged_updates, unacknowledged_tasks).await
+            subscribe(
+                app,
+                key,
+                codec,
+                unacknowledged_updates,
+                unacknowledged_tasks,
+            )
+            .await
         }
         CallKind::Call(call) => {
             let Some(conn) = app.v1_subscriptions.get(&key).map(|c| *c) else {
@@ -220,16 +236,17 @@ async fn subscribe(
     tracing::info!(framework_id = %key.0, executor_id = %key.1, codec = codec.media_type(), "Mesos executor subscribed");
     let (body_tx, body_rx) = mpsc::channel::<Bytes>(BODY_QUEUE);
     let translator = EventTranslator::new(app.shared.listen.port());
-    tokio::spawn(write_events(
-        first,
+    let writer = EventWriter {
         events,
-        (unwritten, limit),
+        unwritten,
+        limit,
         close,
         codec,
         translator,
-        body_tx,
-        disconnect,
-    ));
+        body: body_tx,
+        _disconnect: disconnect,
+    };
+    tokio::spawn(writer.run(first));
     let stream = futures::stream::unfold(body_rx, |mut rx| async move {
         rx.recv()
             .await
@@ -266,77 +283,96 @@ impl Drop for Disconnect {
     }
 }
 
-/// Writes the core's events for one subscription as RecordIO records of
-/// Mesos events into the response body, until the core closes the
-/// stream (what was queued before goes first), every sender is gone, or
-/// the executor stops reading the response.
-async fn write_events(
-    first: Box<Event>,
-    mut events: mpsc::UnboundedReceiver<Box<Event>>,
-    (unwritten, limit): (Arc<Unwritten>, usize),
-    mut close: watch::Receiver<Option<CloseFrame>>,
+/// What writes one subscription's events into its response body.
+struct EventWriter {
+    /// The core's native events for the executor.
+    events: mpsc::UnboundedReceiver<Box<Event>>,
+    unwritten: Arc<Unwritten>,
+    /// `--executor-outbox`.
+    limit: usize,
+    /// The core asks for the stream to end.
+    close: watch::Receiver<Option<CloseFrame>>,
     codec: Codec,
-    mut translator: EventTranslator,
+    translator: EventTranslator,
+    /// The response body's queue.
     body: mpsc::Sender<Bytes>,
     _disconnect: Disconnect,
-) {
-    let mut record = |event: Event| -> Option<Bytes> {
-        let mesos = translator.translate(event)?;
-        match codec.encode(&mesos) {
-            Ok(bytes) => Some(Bytes::from(recordio::frame(&bytes))),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode a Mesos executor event");
-                None
+}
+
+impl EventWriter {
+    /// Writes the core's events for one subscription as RecordIO records of
+    /// Mesos events into the response body, until the core closes the
+    /// stream (what was queued before goes first), every sender is gone, or
+    /// the executor stops reading the response.
+    async fn run(self, first: Box<Event>) {
+        let EventWriter {
+            mut events,
+            unwritten,
+            limit,
+            mut close,
+            codec,
+            mut translator,
+            body,
+            _disconnect,
+        } = self;
+        let mut record = |event: Event| -> Option<Bytes> {
+            let mesos = translator.translate(event)?;
+            match codec.encode(&mesos) {
+                Ok(bytes) => Some(Bytes::from(recordio::frame(&bytes))),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode a Mesos executor event");
+                    None
+                }
+            }
+        };
+        if let Some(chunk) = record(*first) {
+            if body.send(chunk).await.is_err() {
+                return;
             }
         }
-    };
-    if let Some(chunk) = record(*first) {
-        if body.send(chunk).await.is_err() {
-            return;
-        }
-    }
-    loop {
-        if close.borrow_and_update().is_some() {
-            while let Ok(event) = events.try_recv() {
+        loop {
+            if close.borrow_and_update().is_some() {
+                while let Ok(event) = events.try_recv() {
+                    if let Some(chunk) = record(*event) {
+                        if body.send(chunk).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                return;
+            }
+            let event = tokio::select! {
+                biased;
+                changed = close.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                () = body.closed() => return,
+                event = events.recv() => match event {
+                    Some(event) => event,
+                    None => return,
+                },
+            };
+            let mut batch = vec![event];
+            while batch.len() < WRITE_BATCH {
+                let Ok(event) = events.try_recv() else { break };
+                batch.push(event);
+            }
+            let queued = batch.len();
+            for event in batch {
                 if let Some(chunk) = record(*event) {
                     if body.send(chunk).await.is_err() {
-                        break;
+                        return;
                     }
                 }
             }
-            return;
-        }
-        let event = tokio::select! {
-            biased;
-            changed = close.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                continue;
+            let left = unwritten.count.fetch_sub(queued, Ordering::AcqRel) - queued;
+            if left < limit {
+                unwritten.full_since_ms.store(0, Ordering::Release);
             }
-            () = body.closed() => return,
-            event = events.recv() => match event {
-                Some(event) => event,
-                None => return,
-            },
-        };
-        let mut batch = vec![event];
-        while batch.len() < WRITE_BATCH {
-            let Ok(event) = events.try_recv() else { break };
-            batch.push(event);
+            unwritten.drained.notify_one();
         }
-        let queued = batch.len();
-        for event in batch {
-            if let Some(chunk) = record(*event) {
-                if body.send(chunk).await.is_err() {
-                    return;
-                }
-            }
-        }
-        let left = unwritten.count.fetch_sub(queued, Ordering::AcqRel) - queued;
-        if left < limit {
-            unwritten.full_since_ms.store(0, Ordering::Release);
-        }
-        unwritten.drained.notify_one();
     }
 }

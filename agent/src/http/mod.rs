@@ -151,8 +151,9 @@ pub(crate) fn router(
         .route("/api/executor", get(executor_ws))
         .route(
             "/api/v1/executor",
-            axum::routing::any(mesos_v1::executor)
-                .layer(axum::extract::DefaultBodyLimit::max(mesos_v1::MAX_CALL_BYTES)),
+            axum::routing::any(mesos_v1::executor).layer(axum::extract::DefaultBodyLimit::max(
+                mesos_v1::MAX_CALL_BYTES,
+            )),
         )
         .route("/health", get(|| async { "ok" }))
         .route("/version", get(|| async { agora_proto::VERSION }))

@@ -237,7 +237,12 @@ fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
     }
     let out = translate_call(
         &FrameworkId::new("f"),
-        accept(vec![launch(vec![command_task("ok"), both, custom, with_uri])]),
+        accept(vec![launch(vec![
+            command_task("ok"),
+            both,
+            custom,
+            with_uri,
+        ])]),
         &NoExecutors,
     )
     .unwrap();
