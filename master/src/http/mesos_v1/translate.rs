@@ -209,7 +209,7 @@ fn translate_accept(accept: call::Accept) -> Translated {
                     .iter()
                     .map(|t| {
                         if custom {
-                            Err("LAUNCH_GROUP with a CUSTOM executor needs the agent's /api/v1/executor, which this Agora version does not serve".to_string())
+                            Err("LAUNCH_GROUP with a CUSTOM executor is not supported: Agora runs task groups with the default executor; launch the tasks one by one with LAUNCH".to_string())
                         } else {
                             convert::group_task_info(t).map_err(|e| e.to_string())
                         }
