@@ -544,3 +544,60 @@ async fn an_acknowledged_update_of_a_mesos_executor_survives_an_agent_restart() 
     assert_eq!(ack["acknowledged"]["uuid"], b64(finished.as_bytes()));
     agent.stop().await;
 }
+
+/// A Mesos executor that stops reading its stream is disconnected once it
+/// has left `--executor-outbox` events unread for
+/// `--executor-stall-timeout`, as one on Agora's WebSocket is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mesos_executor_that_does_not_read_is_disconnected() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let mut config = config(&master.addr(), &work, &script);
+    config.executor_outbox = 4;
+    config.executor_stall_timeout = std::time::Duration::from_millis(300);
+    let agent = Agent::start(config).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-1").await;
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: mesos_task("t1", "e1", &script, true),
+    })
+    .await;
+    let (_, env) = executor_env(&work, "fw", "e1").await;
+    let mut stream = subscribe_v1(&env, Codec::Json, json!({})).await;
+    assert_eq!(stream.next().await["type"], "SUBSCRIBED");
+    // From now on the executor reads nothing. Framework messages of 1 MiB
+    // fill the socket's buffers, then the queues.
+    let data = vec![b'x'; 1 << 20];
+    let connected =
+        |s: &serde_json::Value| s["frameworks"][0]["executors"][0]["connected"].as_bool();
+    let started = std::time::Instant::now();
+    let mut disconnected = false;
+    for _ in 0..200 {
+        conn.send(&AgentEvent::Message {
+            framework_id: FrameworkId::new("fw"),
+            executor_id: ExecutorId::new("e1"),
+            data: data.clone().into(),
+        })
+        .await;
+        let (_, body) = agent.get("/state").await;
+        let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if connected(&state) == Some(false) {
+            disconnected = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        disconnected,
+        "the executor that reads nothing kept its stream"
+    );
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "disconnected before the stall timeout"
+    );
+    drop(stream);
+    agent.stop().await;
+}

@@ -41,7 +41,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{mpsc, watch};
 
-use super::{AppState, ExecLink, Unwritten, WRITE_BATCH};
+use super::{AppState, ExecLink, Unwritten, WRITER_LINGER, WRITE_BATCH};
 use crate::core::{ExecKey, Input};
 use crate::shell::CoreEvent;
 
@@ -51,7 +51,7 @@ pub(crate) const MAX_CALL_BYTES: usize = agora_proto::MAX_FRAME_BYTES;
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Encoded events queued for the response body beyond those being
 /// written.
-const BODY_QUEUE: usize = 64;
+const BODY_QUEUE: usize = 4;
 
 /// `POST /api/v1/executor`.
 pub(super) async fn executor(
@@ -332,13 +332,18 @@ impl EventWriter {
         }
         loop {
             if close.borrow_and_update().is_some() {
-                while let Ok(event) = events.try_recv() {
-                    if let Some(chunk) = record(*event) {
-                        if body.send(chunk).await.is_err() {
-                            break;
+                // What was queued before the close goes first (the error
+                // that explains it, say), as far as time allows.
+                let drain = async {
+                    while let Ok(event) = events.try_recv() {
+                        if let Some(chunk) = record(*event) {
+                            if body.send(chunk).await.is_err() {
+                                break;
+                            }
                         }
                     }
-                }
+                };
+                let _ = tokio::time::timeout(WRITER_LINGER, drain).await;
                 return;
             }
             let event = tokio::select! {
@@ -361,12 +366,27 @@ impl EventWriter {
                 batch.push(event);
             }
             let queued = batch.len();
-            for event in batch {
-                if let Some(chunk) = record(*event) {
-                    if body.send(chunk).await.is_err() {
-                        return;
+            let write = async {
+                for event in batch {
+                    if let Some(chunk) = record(*event) {
+                        body.send(chunk).await.map_err(|_| ())?;
                     }
                 }
+                Ok::<(), ()>(())
+            };
+            // An executor that reads nothing never takes a full body
+            // queue: a close asked for meanwhile gives it a moment, then
+            // ends the stream.
+            let closing = async {
+                let _ = close.changed().await;
+                tokio::time::sleep(WRITER_LINGER).await;
+            };
+            let written = tokio::select! {
+                written = write => written.is_ok(),
+                () = closing => false,
+            };
+            if !written {
+                return;
             }
             let left = unwritten.count.fetch_sub(queued, Ordering::AcqRel) - queued;
             if left < limit {
