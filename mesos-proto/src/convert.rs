@@ -445,6 +445,7 @@ pub fn mesos_status(status: &agora::TaskStatus) -> v1::TaskStatus {
         timestamp: Some(status.timestamp),
         data: status.data.as_ref().map(|d| d.0.clone()),
         uuid: status.uuid.as_deref().map(uuid_bytes),
+        labels: mesos_labels(&status.labels),
         ..Default::default()
     };
     out.set_state(mesos_task_state(status.state));

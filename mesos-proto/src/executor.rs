@@ -157,6 +157,7 @@ fn status(
         executor_id: Some(executor_id.clone()),
         timestamp: status.timestamp.filter(|t| t.is_finite()).unwrap_or(now),
         uuid: Some(uuid),
+        labels: convert::labels(status.labels.as_ref()),
     })
 }
 
@@ -269,6 +270,7 @@ mod tests {
         let good = serde_json::json!({
             "task_id": {"value": "t"}, "state": "TASK_RUNNING",
             "source": "SOURCE_EXECUTOR", "uuid": UUID_B64,
+            "labels": {"labels": [{"key": "wallTime", "value": "1.5"}]},
         });
         let call = update_call(good.clone()).unwrap();
         let CallKind::Call(exec_api::Call::Update { status }) = call.kind else {
@@ -280,6 +282,7 @@ mod tests {
         );
         assert_eq!(status.timestamp, 1.5, "filled in when missing");
         assert_eq!(status.executor_id.as_ref().map(|e| e.as_str()), Some("e"));
+        assert_eq!(status.labels["wallTime"], "1.5", "labels pass through");
 
         let without = |key: &str| {
             let mut s = good.clone();

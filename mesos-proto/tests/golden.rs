@@ -15,7 +15,7 @@ fn json(message: &impl prost_reflect::ReflectMessage) -> String {
 }
 
 fn update() -> v1::scheduler::Event {
-    let mut status = convert::mesos_status(&agora_proto::TaskStatus {
+    let status = convert::mesos_status(&agora_proto::TaskStatus {
         task_id: agora_proto::TaskId::new("t-1"),
         state: agora_proto::TaskState::Running,
         message: Some("café ☕".into()),
@@ -26,12 +26,7 @@ fn update() -> v1::scheduler::Event {
         executor_id: Some(agora_proto::ExecutorId::new("t-1")),
         timestamp: 1_700_000_000.5,
         uuid: Some("00010203-0405-0607-0809-0a0b0c0d0e0f".into()),
-    });
-    status.labels = Some(v1::Labels {
-        labels: vec![v1::Label {
-            key: "k".into(),
-            value: Some("v\nw".into()),
-        }],
+        labels: [("k".to_string(), "v\nw".to_string())].into(),
     });
     let mut e = v1::scheduler::Event {
         update: Some(event::Update { status }),

@@ -142,6 +142,9 @@ pub enum Timer {
 }
 
 /// What a checkpoint's completion means to the core.
+// Lives for one trip to the checkpoint writer and back; boxing the update
+// would only add an allocation per update.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Durable {
     /// A checkpointed update: it may enter its stream, and be acknowledged

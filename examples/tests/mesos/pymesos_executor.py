@@ -40,7 +40,9 @@ class WorkExecutor(Executor):
                 time.sleep(0.2)
                 with self.lock:
                     self.running.discard(task_id["value"])
-                update(driver, task_id, "TASK_FINISHED", message="finished by the pymesos executor")
+                # Labels travel to the scheduler (toil reads its wallTime so).
+                update(driver, task_id, "TASK_FINISHED", message="finished by the pymesos executor",
+                       labels=dict(labels=[dict(key="wallTime", value="0.2")]))
 
         threading.Thread(target=run, daemon=True).start()
 

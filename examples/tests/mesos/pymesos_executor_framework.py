@@ -81,7 +81,10 @@ def main():
     framework.launch_task("long", work, "wait")
     running = expect(framework, "long running", update_of("long", ["TASK_RUNNING"]))
     for task_id in ids:
-        expect(framework, task_id + " finished", update_of(task_id, ["TASK_FINISHED"]))
+        status = expect(framework, task_id + " finished", update_of(task_id, ["TASK_FINISHED"]))
+        labels = status.get("labels", {}).get("labels", [])
+        if dict(key="wallTime", value="0.2") not in labels:
+            fail("the executor's labels did not arrive: %s" % json.dumps(status))
 
     # Scheduler -> executor -> scheduler.
     driver.sendFrameworkMessage(dict(value="py-exec"), running["agent_id"],
