@@ -737,7 +737,7 @@ impl World {
                         conn,
                         framework_id,
                         executor_id,
-                        token,
+                        token: Some(token),
                         updates: unacknowledged_updates,
                         tasks: unacknowledged_tasks,
                     },
