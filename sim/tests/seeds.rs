@@ -48,8 +48,11 @@ fn generated_schedules_break_no_invariant() {
 const FOUND: &[(u64, f64, &str)] = &[
     // Issue 11: an executor re-sent its whole unacknowledged backlog in
     // one SUBSCRIBE; after an executor outage with a burst of large
-    // updates (49 MB, 61 updates) the agent refused the frame, on every
-    // reconnection, until the executor gave up and its updates were lost.
+    // updates (49 MB, 61 updates) the agent refused the frame on every
+    // reconnection (five times) until the executor stopped with its
+    // backlog unsent; the agent then ended its tasks TASK_FAILED. No other
+    // invariant sees that loss: none of those updates had been
+    // acknowledged.
     // Found by FRAMES_FIT with the SUBSCRIBE budget of 7a16efc reverted
     // (default options); fix: 7a16efc, merged in 148a070.
     (
