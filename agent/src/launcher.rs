@@ -33,7 +33,7 @@ use tokio::io::unix::AsyncFd;
 use crate::sys;
 
 /// What to run for an executor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LaunchSpec {
     /// The program, resolved through `PATH` when it has no `/`.
     pub program: String,
@@ -45,6 +45,9 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     /// Working directory; `stdout` and `stderr` are created in it.
     pub sandbox: PathBuf,
+    /// What the executor's container is limited to, under
+    /// `--isolation cgroups` (`None`: no container).
+    pub limits: Option<crate::isolation::Limits>,
 }
 
 /// A process the agent started (or re-attached to), named by a pidfd.
@@ -97,6 +100,7 @@ impl LaunchSpec {
                 args: vec!["-c".to_string(), command.value.clone()],
                 env,
                 sandbox,
+                limits: None,
             }
         } else {
             let mut arguments = command.arguments.iter();
@@ -107,6 +111,7 @@ impl LaunchSpec {
                 args: arguments.cloned().collect(),
                 env,
                 sandbox,
+                limits: None,
             }
         }
     }
@@ -504,6 +509,7 @@ mod tests {
             args: vec![],
             env: vec![("PATH".into(), "/nonexistent:/bin".into())],
             sandbox: PathBuf::from("/tmp"),
+            limits: None,
         };
         let env = spec.environment();
         assert_eq!(spec.resolve(&env).unwrap(), PathBuf::from("/bin/sh"));

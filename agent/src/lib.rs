@@ -37,6 +37,7 @@ mod config;
 mod core;
 pub mod files;
 mod http;
+pub mod isolation;
 pub mod launcher;
 mod master_link;
 pub mod paths;
@@ -49,6 +50,7 @@ mod sys;
 mod wal;
 
 pub use agora_proto::{parse_duration, DurationError};
+pub use isolation::{CgroupsConfig, Isolation};
 pub use config::{
     Config, RecoverMode, DEFAULT_COMMAND_EXECUTOR_TASKS, DEFAULT_CORE_QUEUE,
     DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
@@ -71,6 +73,9 @@ pub enum AgentError {
     /// A socket or thread could not be set up.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// `--isolation cgroups` cannot be used on this machine.
+    #[error(transparent)]
+    Isolation(#[from] isolation::CgroupsError),
     /// The master refused this agent with a fatal error.
     #[error("the master refused this agent: {0}")]
     Refused(String),
@@ -145,6 +150,17 @@ pub async fn run(
             path: config.work_dir.clone(),
             source,
         })?;
+    let cgroups = match config.isolation {
+        Isolation::Posix => {
+            tracing::info!("--isolation posix: cpus, mem and the other resources are bookkeeping only; nothing is enforced");
+            None
+        }
+        Isolation::Cgroups => {
+            let cgroups = isolation::cgroups::Cgroups::discover(&config.cgroups)?;
+            tracing::info!(memory = %cgroups.base("memory").map(|p| p.display().to_string()).unwrap_or_default(), cfs = config.cgroups.enable_cfs, pids_max = config.cgroups.pids_max, "--isolation cgroups: each executor run gets a cgroup of its own");
+            Some(Arc::new(cgroups))
+        }
+    };
     let local = listener.local_addr()?;
     let shared = Shared {
         listen: local,
@@ -161,14 +177,14 @@ pub async fn run(
             }
         })?;
     let (core_tx, core_rx) = mpsc::channel(shared.config.core_queue.max(1));
-    let processes = processes::Processes::start(core_tx.clone())?;
+    let recovered = core::Recovered::load(&shared.config.work_dir, streams);
+    // Containers of executors found alive are re-adopted; any other under
+    // --cgroups-root is an orphan, destroyed before anything starts.
+    let processes =
+        processes::Processes::start(core_tx.clone(), cgroups.clone(), &recovered.alive)?;
     let (now, wall) = (tokio::time::Instant::now(), agora_proto::now_timestamp());
     let mut core = core::Core::new(shared.clone(), rand::random(), now, wall);
-    core.recover(
-        core::Recovered::load(&shared.config.work_dir, streams),
-        now,
-        wall,
-    );
+    core.recover(recovered, now, wall);
     let (snapshots, snapshot) = tokio::sync::watch::channel(Arc::new(serde_json::Value::Null));
     let mut shell = shell::Shell::new(core, core_tx.clone(), writer, processes, snapshots);
     shell.flush();

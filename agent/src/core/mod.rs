@@ -99,6 +99,13 @@ pub enum Input {
         code: Option<i32>,
         message: String,
     },
+    /// An executor run's container reached a limit (ran out of memory):
+    /// its tasks end with the limitation and the container is destroyed.
+    ContainerLimited {
+        key: ExecKey,
+        run_id: String,
+        limitation: crate::isolation::Limitation,
+    },
     /// A timer the core set went off.
     Timer(Timer),
     /// A checkpoint the core asked for reached the disk (or failed to).
@@ -447,6 +454,11 @@ impl Core {
                 run_id,
                 result,
             } => self.executor_launched(key, run_id, result),
+            Input::ContainerLimited {
+                key,
+                run_id,
+                limitation,
+            } => self.container_limited(key, run_id, limitation),
             Input::Timer(timer) => self.timer(timer),
             Input::Durable(
                 Durable::Update {
