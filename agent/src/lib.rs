@@ -50,11 +50,11 @@ mod sys;
 mod wal;
 
 pub use agora_proto::{parse_duration, DurationError};
-pub use isolation::{CgroupsConfig, Isolation};
 pub use config::{
     Config, RecoverMode, DEFAULT_COMMAND_EXECUTOR_TASKS, DEFAULT_CORE_QUEUE,
     DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
 };
+pub use isolation::{CgroupsConfig, Isolation};
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -189,13 +189,14 @@ fn main() -> ExitCode {
         enable_cfs: flags.cgroups_enable_cfs,
         pids_max: flags.cgroups_pids_max,
     };
-    config.command_executor_tasks = flags.command_executor_tasks.unwrap_or(
-        if flags.isolation == Isolation::Cgroups {
-            1
-        } else {
-            agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS
-        },
-    );
+    config.command_executor_tasks =
+        flags
+            .command_executor_tasks
+            .unwrap_or(if flags.isolation == Isolation::Cgroups {
+                1
+            } else {
+                agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS
+            });
     config.command_executor_idle = flags.command_executor_idle;
 
     let runtime = match tokio::runtime::Runtime::new() {

@@ -558,21 +558,26 @@ impl Keeper {
     }
 }
 
-/// Completes once the container had an out-of-memory kill (its eventfd
-/// also fires when the cgroup is removed, which is not one).
-async fn out_of_memory(oom: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, container: &Container) {
+/// Completes once the container ran out of memory. The kernel signals
+/// the eventfd as its out-of-memory handling starts (before it kills a
+/// process, so before the executor can see one die), and also when the
+/// cgroup is removed, which is not an out-of-memory event.
+async fn out_of_memory(
+    oom: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    container: &Container,
+) {
     loop {
         let Ok(mut guard) = oom.readable().await else {
             return std::future::pending().await;
         };
         let mut counter = [0u8; 8];
-        let _ = nix::unistd::read(oom.get_ref(), &mut counter);
+        let signalled = nix::unistd::read(oom.get_ref(), &mut counter).is_ok_and(|n| n == 8);
         guard.clear_ready();
-        if container.oom_kills() > 0 {
-            return;
-        }
         if container.dir("memory").is_none_or(|d| !d.exists()) {
             return std::future::pending().await;
+        }
+        if signalled {
+            return;
         }
     }
 }

@@ -168,16 +168,33 @@ impl Cgroups {
         let read = |path: &'static str| {
             std::fs::read_to_string(path).map_err(|source| CgroupsError::Proc { path, source })
         };
-        let mounts = mountinfo::cgroup_mounts(&read("/proc/self/mountinfo")?);
-        let own = mountinfo::process_cgroups(&read("/proc/self/cgroup")?);
-        let mut base: [PathBuf; 5] = Default::default();
+        Self::discover_in(
+            config,
+            &read("/proc/self/mountinfo")?,
+            &read("/proc/self/cgroup")?,
+        )
+    }
+
+    /// [`Cgroups::discover`] given the texts of `/proc/self/mountinfo`
+    /// and `/proc/self/cgroup`.
+    fn discover_in(
+        config: &CgroupsConfig,
+        mountinfo_text: &str,
+        cgroup_text: &str,
+    ) -> Result<Cgroups, CgroupsError> {
+        let mounts = mountinfo::cgroup_mounts(mountinfo_text);
+        let own = mountinfo::process_cgroups(cgroup_text);
+        // Every controller is looked for before anything is created.
         let mut own_dirs: [PathBuf; 5] = Default::default();
         for (i, controller) in CONTROLLERS.iter().enumerate() {
             let Some(mount) = mounts
                 .iter()
                 .find(|m| !m.unified && m.controllers.iter().any(|c| c == controller))
             else {
-                let hint = if mounts.iter().any(|m| m.unified && m.mount_point == Path::new("/sys/fs/cgroup")) {
+                let v2_only = mounts
+                    .iter()
+                    .any(|m| m.unified && m.mount_point == Path::new("/sys/fs/cgroup"));
+                let hint = if v2_only {
                     " (this host has only the unified cgroup v2 hierarchy, which this agent does not drive yet)".to_string()
                 } else {
                     String::new()
@@ -186,13 +203,17 @@ impl Cgroups {
             };
             // The agent's own cgroup in that hierarchy, seen through the
             // mount (or the mount's root when it is not visible there).
-            let dir = own
+            own_dirs[i] = own
                 .iter()
                 .find(|(_, cs, _)| cs.iter().any(|c| c == controller))
                 .and_then(|(_, _, path)| {
                     mountinfo::cgroup_dir(&mount.mount_point, &mount.root, path)
                 })
                 .unwrap_or_else(|| mount.mount_point.clone());
+        }
+        let mut base: [PathBuf; 5] = Default::default();
+        for (i, controller) in CONTROLLERS.iter().enumerate() {
+            let dir = &own_dirs[i];
             let root = dir.join(&config.root);
             if let Err(source) = std::fs::create_dir_all(&root) {
                 return Err(CgroupsError::NotWritable {
@@ -210,12 +231,12 @@ impl Cgroups {
                 });
             }
             base[i] = root;
-            own_dirs[i] = dir;
         }
         if config.enable_cfs && !base[CPU].join("cpu.cfs_quota_us").exists() {
             return Err(CgroupsError::MissingFile {
                 path: base[CPU].join("cpu.cfs_quota_us"),
-                hint: " (a kernel without CFS bandwidth control); run with --cgroups-enable-cfs=false",
+                hint:
+                    " (a kernel without CFS bandwidth control); run with --cgroups-enable-cfs=false",
             });
         }
         Ok(Cgroups {
@@ -526,8 +547,8 @@ impl Container {
             cpus_user_time_secs: read_keyed(&cpuacct.join("cpuacct.stat"), "user").unwrap_or(0)
                 as f64
                 / ticks,
-            cpus_system_time_secs: read_keyed(&cpuacct.join("cpuacct.stat"), "system")
-                .unwrap_or(0) as f64
+            cpus_system_time_secs: read_keyed(&cpuacct.join("cpuacct.stat"), "system").unwrap_or(0)
+                as f64
                 / ticks,
             cpus_limit,
             cpus_nr_periods: read_keyed(&cpu_stat, "nr_periods").unwrap_or(0),
@@ -641,7 +662,9 @@ pub(crate) mod tests {
                 root,
                 ..Default::default()
             };
-            Some(TestCgroups(Cgroups::discover(&config).expect("discovered before")))
+            Some(TestCgroups(
+                Cgroups::discover(&config).expect("discovered before"),
+            ))
         }
     }
 
@@ -678,16 +701,36 @@ pub(crate) mod tests {
         let (container, written) = cg.create("run-1", &limits).unwrap();
         assert_eq!(written, limits);
         let dir = container.dir("cpu").unwrap();
-        assert_eq!(std::fs::read_to_string(dir.join("cpu.shares")).unwrap().trim(), "512");
-        assert_eq!(std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).unwrap().trim(), "50000");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.shares"))
+                .unwrap()
+                .trim(),
+            "512"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+                .unwrap()
+                .trim(),
+            "50000"
+        );
         let mem = container.dir("memory").unwrap();
         assert_eq!(
-            std::fs::read_to_string(mem.join("memory.limit_in_bytes")).unwrap().trim(),
+            std::fs::read_to_string(mem.join("memory.limit_in_bytes"))
+                .unwrap()
+                .trim(),
             (64u64 << 20).to_string()
         );
         // Limits only grow.
         let grown = cg
-            .set_limits(&container, Some(written), &Limits { cpus: 1.0, mem_mib: 32.0, pids: None })
+            .set_limits(
+                &container,
+                Some(written),
+                &Limits {
+                    cpus: 1.0,
+                    mem_mib: 32.0,
+                    pids: None,
+                },
+            )
             .unwrap();
         assert_eq!(grown.cpus, 1.0);
         assert_eq!(grown.mem_mib, 64.0);
@@ -719,7 +762,10 @@ pub(crate) mod tests {
         }
         assert!(!container.dir("freezer").unwrap().exists());
         for pid in pids {
-            assert!(!crate::launcher::is_alive(pid as u32, None), "{pid} survived");
+            assert!(
+                !crate::launcher::is_alive(pid as u32, None),
+                "{pid} survived"
+            );
         }
     }
 
@@ -729,6 +775,43 @@ pub(crate) mod tests {
         assert_eq!(parse_keyed(text, "oom_kill"), Some(3));
         assert_eq!(parse_keyed(text, "oom"), None);
         assert_eq!(parse_keyed("max 7\n", "max"), Some(7));
+    }
+
+    #[test]
+    fn a_missing_controller_is_named() {
+        let config = CgroupsConfig::default();
+        // Everything but pids: refused before anything is created.
+        let mountinfo = "\
+32 31 0:29 / /nonexistent/cpu rw - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /nonexistent/memory rw - cgroup cgroup rw,memory
+37 31 0:34 / /nonexistent/freezer rw - cgroup cgroup rw,freezer
+41 31 0:38 / /nonexistent/unified rw - cgroup2 cgroup2 rw
+";
+        let err = Cgroups::discover_in(&config, mountinfo, "0::/\n").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CgroupsError::MissingController {
+                    controller: "pids",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("needs the pids controller"),
+            "{err}"
+        );
+        assert!(!Path::new("/nonexistent").exists());
+        let v2 = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let text = Cgroups::discover_in(&config, v2, "0::/\n")
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("needs the cpu controller"), "{text}");
+        assert!(
+            text.contains("only the unified cgroup v2 hierarchy"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -139,8 +139,14 @@ mod tests {
         assert_eq!(mounts.len(), 7);
         assert_eq!(mounts[0].controllers, vec!["cpu"]);
         assert_eq!(mounts[1].controllers, vec!["cpuacct"]);
-        assert_eq!(mounts[2].mount_point, PathBuf::from("/sys/fs/cgroup/memory"));
-        assert!(mounts[4].controllers.is_empty(), "name=systemd is no controller");
+        assert_eq!(
+            mounts[2].mount_point,
+            PathBuf::from("/sys/fs/cgroup/memory")
+        );
+        assert!(
+            mounts[4].controllers.is_empty(),
+            "name=systemd is no controller"
+        );
         assert!(mounts[5].unified);
         assert_eq!(mounts[6].mount_point, PathBuf::from("/mnt/with space"));
         assert_eq!(mounts[6].root, "/sub");
