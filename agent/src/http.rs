@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::Input;
 use crate::files::{self, FileError, Target};
+use crate::isolation::monitor::Monitor;
 use crate::shell::{CoreEvent, Snapshot};
 use crate::{Counters, Shared};
 
@@ -111,6 +112,8 @@ struct AppState {
     /// The core's latest `/state` view, published by the shell.
     snapshots: watch::Receiver<Snapshot>,
     counters: Arc<FileCounters>,
+    /// Container statistics (`--isolation cgroups`).
+    monitor: Monitor,
 }
 
 /// What `/files` served and refused, for `/metrics`.
@@ -138,6 +141,7 @@ pub(crate) fn router(
     shared: Shared,
     core: mpsc::Sender<CoreEvent>,
     snapshots: watch::Receiver<Snapshot>,
+    monitor: Monitor,
 ) -> Router {
     Router::new()
         .route("/api/executor", get(executor_ws))
@@ -145,6 +149,8 @@ pub(crate) fn router(
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
         .route("/metrics", get(metrics))
+        .route("/monitor/statistics", get(statistics))
+        .route("/containers", get(statistics))
         .route("/files/{framework_id}/{executor_id}", get(files_root))
         .route(
             "/files/{framework_id}/{executor_id}/{*path}",
@@ -156,6 +162,7 @@ pub(crate) fn router(
             core,
             snapshots,
             counters: Arc::default(),
+            monitor,
         })
 }
 
@@ -183,7 +190,14 @@ async fn metrics(State(app): State<AppState>) -> Response {
     let Some(state) = core_state(&app).await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     };
-    let body = render_metrics(&state, &app.counters, &app.shared.counters);
+    let mut body = render_metrics(&state, &app.counters, &app.shared.counters);
+    if app.monitor.enabled() {
+        let monitor = app.monitor.clone();
+        let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
+            .await
+            .unwrap_or_default();
+        crate::isolation::monitor::render_metrics(&mut body, &usage);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -423,6 +437,22 @@ async fn serve_file(
         }
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "file read failed").into_response(),
     }
+}
+
+/// `/monitor/statistics` (and `/containers`): what each executor's
+/// container uses, with Mesos's `ResourceStatistics` names; an empty list
+/// without `--isolation cgroups`.
+async fn statistics(State(app): State<AppState>) -> Response {
+    let Some(state) = core_state(&app).await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    };
+    let monitor = app.monitor.clone();
+    let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
+        .await
+        .unwrap_or_default();
+    let now = agora_proto::now_timestamp();
+    let entries: Vec<serde_json::Value> = usage.iter().map(|u| u.to_json(now)).collect();
+    Json(entries).into_response()
 }
 
 async fn state(State(app): State<AppState>) -> Response {

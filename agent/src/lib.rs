@@ -190,7 +190,8 @@ pub async fn run(
     shell.flush();
 
     let cancel = CancellationToken::new();
-    let app = http::router(shared.clone(), core_tx.clone(), snapshot);
+    let monitor = isolation::monitor::Monitor::new(cgroups.clone());
+    let app = http::router(shared.clone(), core_tx.clone(), snapshot, monitor);
     let server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(cancel.clone().cancelled_owned())

@@ -235,9 +235,33 @@ fn an_out_of_memory_task_fails_alone_with_the_memory_limitation() {
     let finished = terminal(&rx, "after");
     assert_eq!(finished.state, TaskState::Finished, "{finished:?}");
     assert!(agent_alive(&isolated));
-    // The out-of-memory container is gone.
+    // agora-execute says why (once this framework no longer holds the
+    // agent's offer).
+    driver.stop(false).unwrap();
+    let (ok, out, err) = cluster.run_bin(
+        "agora-execute",
+        &[
+            "--master",
+            &cluster.master_address(),
+            "--name",
+            "hog",
+            "--command",
+            "tail /dev/zero",
+            "--resources",
+            "cpus:0.1;mem:64",
+            "--timeout",
+            "60s",
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(!ok, "{out}\n{err}");
+    assert!(
+        out.contains("hog-0 TASK_FAILED REASON_CONTAINER_LIMITATION_MEMORY: Memory limit exceeded"),
+        "{out}\n{err}"
+    );
+    // The out-of-memory containers are gone.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while isolated.containers().len() > 1 {
+    while !isolated.containers().is_empty() {
         assert!(
             Instant::now() < deadline,
             "containers left: {:?}",
@@ -245,7 +269,6 @@ fn an_out_of_memory_task_fails_alone_with_the_memory_limitation() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    driver.stop(false).unwrap();
 }
 
 /// Waits until `cond` holds, or panics with `what` after `timeout`.
@@ -499,6 +522,29 @@ fn a_killed_task_leaves_no_process_and_no_cgroup() {
         || processes_in(&name).len() >= 4,
     );
     let before = processes_in(&name);
+    // What the container uses, as the agent reports it.
+    let agent = cluster.agents[0].addr;
+    let (code, body) = http_get(agent, "/monitor/statistics").unwrap();
+    assert_eq!(code, 200, "{body}");
+    let entries: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let entry = &entries[0];
+    assert_eq!(entry["container_id"], name[1..], "{body}");
+    assert_eq!(entry["tasks"][0], "escape", "{body}");
+    let stats = &entry["statistics"];
+    // mem:64 and cpus:0.1, plus the command executor's mem:32, cpus:0.1.
+    assert_eq!(stats["mem_limit_bytes"], 96u64 << 20, "{body}");
+    assert!(
+        (stats["cpus_limit"].as_f64().unwrap() - 0.2).abs() < 1e-9,
+        "{body}"
+    );
+    assert!(stats["processes"].as_u64().unwrap() >= 4, "{body}");
+    assert!(stats["mem_total_bytes"].as_u64().unwrap() > 0, "{body}");
+    assert_eq!(stats["processes_limit"], 4096, "{body}");
+    let (_, metrics) = http_get(agent, "/metrics").unwrap();
+    assert!(
+        metrics.contains("agora_agent_container_memory_limit_bytes{framework_id="),
+        "{metrics}"
+    );
     driver.kill_task(&TaskId::new("escape")).unwrap();
     let killed = terminal(&rx, "escape");
     assert_eq!(killed.state, TaskState::Killed, "{killed:?}");

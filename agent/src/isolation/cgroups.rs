@@ -564,11 +564,6 @@ impl Container {
             processes_limit_hits: read_keyed(&pids.join("pids.events"), "max").unwrap_or(0),
         }
     }
-
-    /// Total CPU time (`cpuacct.usage`), in seconds.
-    pub(crate) fn cpu_seconds(&self) -> f64 {
-        read_u64(&self.dirs[CPUACCT].join("cpuacct.usage")).unwrap_or(0) as f64 / 1e9
-    }
 }
 
 /// Freezes a freezer cgroup: `true` once it reports FROZEN, `false` if it

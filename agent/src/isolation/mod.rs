@@ -12,6 +12,7 @@
 use agora_proto::Resources;
 
 pub(crate) mod cgroups;
+pub(crate) mod monitor;
 mod mountinfo;
 
 pub use cgroups::{CgroupsError, ContainerStats};
