@@ -772,6 +772,92 @@ pub(crate) mod tests {
         assert_eq!(parse_keyed("max 7\n", "max"), Some(7));
     }
 
+    /// What entering a container costs on the launch path, three ways:
+    /// plain `posix_spawn` (no container), the process thread entering
+    /// the container around `posix_spawn` (what the agent does), and
+    /// `fork` with a pre-exec step writing `cgroup.procs` (std's
+    /// `pre_exec`). Prints; never gates. Run with
+    /// `cargo test -p agora-agent spawn_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    #[allow(unsafe_code)]
+    fn spawn_cost() {
+        use std::os::unix::process::CommandExt;
+        let Some(cg) = TestCgroups::new("cost") else {
+            return;
+        };
+        let cg = &cg.0;
+        let sandbox = tempfile::tempdir().unwrap();
+        let n = 200;
+        let limits = Limits {
+            cpus: 1.0,
+            mem_mib: 64.0,
+            pids: None,
+        };
+        let reap = |mut p: Process| {
+            while p.reap().is_none() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        };
+        let plain_spec = LaunchSpec {
+            program: "/bin/true".into(),
+            args: vec![],
+            ..spec("", sandbox.path())
+        };
+        let started = Instant::now();
+        for _ in 0..n {
+            reap(Process::spawn(&plain_spec).unwrap());
+        }
+        let plain = started.elapsed() / n;
+        let started = Instant::now();
+        let mut inside_only = Duration::ZERO;
+        for i in 0..n {
+            let (c, _) = cg.create(&format!("c{i}"), &limits).unwrap();
+            let t = Instant::now();
+            let p = cg.spawn_inside(&c, || Process::spawn(&plain_spec)).unwrap();
+            inside_only += t.elapsed();
+            reap(p);
+            c.kill_all();
+            while !c.remove().unwrap() {}
+        }
+        let whole = started.elapsed() / n;
+        let inside_only = inside_only / n;
+        let fork_spawn = |tag: &str| {
+            let started = Instant::now();
+            let mut spawn_only = Duration::ZERO;
+            for i in 0..n {
+                let (c, _) = cg.create(&format!("{tag}{i}"), &limits).unwrap();
+                let dirs: Vec<PathBuf> = c.unique_dirs().into_iter().cloned().collect();
+                let t = Instant::now();
+                // SAFETY: the pre-exec step only writes files (open,
+                // write, close), all async-signal-safe system calls.
+                let mut child = unsafe {
+                    std::process::Command::new("/bin/true")
+                        .pre_exec(move || {
+                            for d in &dirs {
+                                std::fs::write(d.join("cgroup.procs"), "0")?;
+                            }
+                            Ok(())
+                        })
+                        .spawn()
+                        .unwrap()
+                };
+                spawn_only += t.elapsed();
+                child.wait().unwrap();
+                while !c.remove().unwrap() {}
+            }
+            (started.elapsed() / n, spawn_only / n)
+        };
+        let (forked_small, forked_small_only) = fork_spawn("s");
+        // A big heap makes fork dearer, as in a busy agent.
+        let ballast: Vec<u8> = vec![1; 256 << 20];
+        let (forked, forked_only) = fork_spawn("f");
+        drop(ballast);
+        eprintln!(
+            "per launch of /bin/true: posix_spawn {plain:?}; in a container: create+spawn+kill+remove {whole:?} (spawn inside {inside_only:?}); fork+pre_exec: whole {forked_small:?} (spawn {forked_small_only:?}), with a 256 MiB heap: whole {forked:?} (spawn {forked_only:?})"
+        );
+    }
+
     #[test]
     fn a_missing_controller_is_named() {
         let config = CgroupsConfig::default();
