@@ -178,23 +178,6 @@ fn agent_alive(isolated: &Isolated) -> bool {
     support::process_alive(agent.pid()) && matches!(http_get(agent.addr, "/health"), Ok((200, _)))
 }
 
-/// Files named `name` under `dir`.
-fn find_files(dir: &Path, name: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.file_name().is_some_and(|n| n == name) {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn an_out_of_memory_task_fails_alone_with_the_memory_limitation() {
     let Some(isolated) = Isolated::start("oom", &[]) else {

@@ -124,9 +124,17 @@ impl Usage {
     }
 }
 
+/// A `/metrics` series: name, type, help, and its value for a container.
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&ContainerStats) -> f64,
+);
+
 /// The container series of `/metrics`, appended to `out`.
 pub(crate) fn render_metrics(out: &mut String, usage: &[Usage]) {
-    let series: [(&str, &str, &str, fn(&ContainerStats) -> f64); 9] = [
+    let series: [Series; 9] = [
         (
             "agora_agent_container_cpu_user_seconds_total",
             "counter",
