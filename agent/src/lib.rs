@@ -191,18 +191,25 @@ pub async fn run(
 
     let cancel = CancellationToken::new();
     let monitor = isolation::monitor::Monitor::new(cgroups.clone());
-    let app = http::router(shared.clone(), core_tx.clone(), snapshot, monitor);
+    let app = http::router(
+        shared.clone(),
+        core_tx.clone(),
+        snapshot.clone(),
+        monitor.clone(),
+    );
     let server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(cancel.clone().cancelled_owned())
             .into_future(),
     );
+    let usage = tokio::spawn(monitor.report(snapshot, core_tx.clone(), cancel.clone()));
     let link = tokio::spawn(master_link::run(shared.clone(), core_tx, cancel.clone()));
     tracing::info!(address = %local, master = %shared.config.master, "agent started");
 
     let stop = shell.run(core_rx, shutdown).await;
     cancel.cancel();
     let _ = link.await;
+    let _ = usage.await;
     let mut server = server;
     if tokio::time::timeout(Duration::from_secs(2), &mut server)
         .await

@@ -527,8 +527,18 @@ fn a_killed_task_leaves_no_process_and_no_cgroup() {
     let before = processes_in(&name);
     // What the container uses, as the agent reports it.
     let agent = cluster.agents[0].addr;
-    let (code, body) = http_get(agent, "/monitor/statistics").unwrap();
-    assert_eq!(code, 200, "{body}");
+    // (The agent's view of its executors is at most 100 ms old.)
+    let mut body = String::new();
+    eventually(
+        Duration::from_secs(5),
+        || "/monitor/statistics lists no container".into(),
+        || {
+            let (code, text) = http_get(agent, "/monitor/statistics").unwrap();
+            assert_eq!(code, 200, "{text}");
+            body = text;
+            body != "[]"
+        },
+    );
     let entries: serde_json::Value = serde_json::from_str(&body).unwrap();
     let entry = &entries[0];
     assert_eq!(entry["container_id"], name[1..], "{body}");
@@ -548,6 +558,27 @@ fn a_killed_task_leaves_no_process_and_no_cgroup() {
         metrics.contains("agora_agent_container_memory_limit_bytes{framework_id="),
         "{metrics}"
     );
+    // The master shows it on the task (agents report every 5 s).
+    let mut usage = serde_json::Value::Null;
+    eventually(
+        Duration::from_secs(15),
+        || "no usage on the task in the master's /state".into(),
+        || {
+            let state = cluster.state();
+            usage = state["frameworks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|f| f["tasks"].as_array().into_iter().flatten())
+                .find(|t| t["id"] == "escape")
+                .map(|t| t["usage"].clone())
+                .unwrap_or_default();
+            !usage.is_null()
+        },
+    );
+    assert_eq!(usage["mem_limit_bytes"], 96u64 << 20, "{usage}");
+    assert!(usage["processes"].as_u64().unwrap() >= 4, "{usage}");
+    assert_eq!(usage["tasks"][0], "escape", "{usage}");
     driver.kill_task(&TaskId::new("escape")).unwrap();
     let killed = terminal(&rx, "escape");
     assert_eq!(killed.state, TaskState::Killed, "{killed:?}");

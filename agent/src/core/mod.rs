@@ -106,6 +106,9 @@ pub enum Input {
         run_id: String,
         limitation: crate::isolation::Limitation,
     },
+    /// What the containers use (read off the core), for the master:
+    /// sent while registered, dropped otherwise.
+    ContainerUsage(Vec<agent_api::ContainerUsage>),
     /// A timer the core set went off.
     Timer(Timer),
     /// A checkpoint the core asked for reached the disk (or failed to).
@@ -459,6 +462,9 @@ impl Core {
                 run_id,
                 limitation,
             } => self.container_limited(key, run_id, limitation),
+            Input::ContainerUsage(containers) => {
+                self.send_master(agent_api::Call::Usage { containers })
+            }
             Input::Timer(timer) => self.timer(timer),
             Input::Durable(
                 Durable::Update {

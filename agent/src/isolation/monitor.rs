@@ -29,6 +29,9 @@ pub(crate) struct Usage {
     stats: ContainerStats,
 }
 
+/// How often the agent tells the master what its containers use.
+pub(crate) const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 // === impl Monitor ===
 
 impl Monitor {
@@ -96,6 +99,41 @@ impl Monitor {
     pub(crate) fn enabled(&self) -> bool {
         self.cgroups.is_some()
     }
+
+    /// Every [`REPORT_INTERVAL`] until `cancel`, posts what the
+    /// containers of the latest snapshot use to the core, for the master.
+    pub(crate) async fn report(
+        self,
+        snapshots: tokio::sync::watch::Receiver<crate::shell::Snapshot>,
+        core: tokio::sync::mpsc::Sender<crate::shell::CoreEvent>,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
+        if !self.enabled() {
+            return;
+        }
+        let mut tick = tokio::time::interval(REPORT_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let state = snapshots.borrow().clone();
+            let monitor = self.clone();
+            let Ok(usage) = tokio::task::spawn_blocking(move || monitor.usage(&state)).await else {
+                continue;
+            };
+            if usage.is_empty() {
+                continue;
+            }
+            let containers = usage.iter().map(Usage::to_report).collect();
+            let event =
+                crate::shell::CoreEvent::Input(crate::core::Input::ContainerUsage(containers));
+            if core.send(event).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 fn task_ids(executor: &Value) -> Vec<String> {
@@ -110,6 +148,22 @@ fn task_ids(executor: &Value) -> Vec<String> {
 // === impl Usage ===
 
 impl Usage {
+    /// What the master is told of this container.
+    pub(crate) fn to_report(&self) -> agora_proto::agent::ContainerUsage {
+        let s = &self.stats;
+        agora_proto::agent::ContainerUsage {
+            framework_id: agora_proto::FrameworkId::new(&self.framework_id),
+            tasks: self.tasks.iter().map(agora_proto::TaskId::new).collect(),
+            cpus_time_secs: s.cpus_user_time_secs + s.cpus_system_time_secs,
+            cpus_limit: s.cpus_limit,
+            cpus_nr_throttled: s.cpus_nr_throttled,
+            mem_bytes: s.mem_total_bytes,
+            mem_max_bytes: s.mem_max_bytes,
+            mem_limit_bytes: s.mem_limit_bytes,
+            processes: s.processes,
+        }
+    }
+
     /// The `/monitor/statistics` entry.
     pub(crate) fn to_json(&self, timestamp: f64) -> Value {
         let mut statistics = serde_json::to_value(&self.stats).unwrap_or_default();
