@@ -33,7 +33,7 @@ use tokio::io::unix::AsyncFd;
 use crate::sys;
 
 /// What to run for an executor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LaunchSpec {
     /// The program, resolved through `PATH` when it has no `/`.
     pub program: String,
@@ -48,6 +48,9 @@ pub struct LaunchSpec {
     /// URIs fetched into the sandbox before the process starts (see
     /// [`crate::fetch`]).
     pub fetch: Vec<agora_proto::FetchUri>,
+    /// What the executor's container is limited to, under
+    /// `--isolation cgroups` (`None`: no container).
+    pub limits: Option<crate::isolation::Limits>,
 }
 
 /// A process the agent started (or re-attached to), named by a pidfd.
@@ -101,6 +104,7 @@ impl LaunchSpec {
                 env,
                 sandbox,
                 fetch: Vec::new(),
+                limits: None,
             }
         } else {
             let mut arguments = command.arguments.iter();
@@ -112,6 +116,7 @@ impl LaunchSpec {
                 env,
                 sandbox,
                 fetch: Vec::new(),
+                limits: None,
             }
         }
     }
@@ -510,6 +515,7 @@ mod tests {
             env: vec![("PATH".into(), "/nonexistent:/bin".into())],
             sandbox: PathBuf::from("/tmp"),
             fetch: Vec::new(),
+            limits: None,
         };
         let env = spec.environment();
         assert_eq!(spec.resolve(&env).unwrap(), PathBuf::from("/bin/sh"));

@@ -46,6 +46,7 @@ fn shell(script: &str, sandbox: &Path) -> LaunchSpec {
         env: vec![("AGORA_TEST_VALUE".into(), "forty-two".into())],
         sandbox: sandbox.to_path_buf(),
         fetch: Vec::new(),
+        limits: None,
     }
 }
 
@@ -209,6 +210,7 @@ async fn missing_program_is_a_launch_error() {
         env: vec![],
         sandbox,
         fetch: Vec::new(),
+        limits: None,
     };
     let err = Process::spawn(&spec).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);

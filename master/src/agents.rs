@@ -428,6 +428,32 @@ impl Master {
         }
     }
 
+    /// What the containers of agent `aid` use: kept on each running task
+    /// they run there, for `/state`. A task the agent does not run is
+    /// ignored.
+    pub(crate) fn container_usage(
+        &mut self,
+        aid: &AgentId,
+        containers: Vec<agora_proto::agent::ContainerUsage>,
+    ) {
+        for usage in containers {
+            let Some(fw) = self.frameworks.untracked_get_mut(&usage.framework_id) else {
+                continue;
+            };
+            for tid in &usage.tasks {
+                let runs_here = fw
+                    .tasks
+                    .untracked_get_mut(tid)
+                    .is_some_and(|t| t.agent_id == *aid && !t.state.is_terminal());
+                if runs_here {
+                    if let Some(task) = fw.tasks.get_mut(tid) {
+                        task.usage = Some(usage.clone());
+                    }
+                }
+            }
+        }
+    }
+
     /// Counts a missed ping for every agent that did not answer the last
     /// one, removes those past the limit and pings the connected rest.
     pub(crate) fn ping_agents(&mut self, now: Instant) {

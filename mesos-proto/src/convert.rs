@@ -408,6 +408,7 @@ pub fn mesos_reason(reason: Reason) -> Option<MesosReason> {
         Reason::ReasonReconciliation => MesosReason::Reconciliation,
         Reason::ReasonFrameworkRemoved => MesosReason::FrameworkRemoved,
         Reason::ReasonTaskUnknown => MesosReason::TaskUnknown,
+        Reason::ReasonContainerLimitationMemory => MesosReason::ContainerLimitationMemory,
         Reason::ReasonTaskKilled | Reason::ReasonUnknown => return None,
     })
 }

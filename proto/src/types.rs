@@ -274,6 +274,10 @@ pub enum Reason {
     ReasonTaskUnknown,
     /// The task's executor was asked to shut down.
     ReasonExecutorShutdown,
+    /// The task's container ran out of memory (its `mem`, plus its
+    /// executor's): the kernel killed a process of it and the agent
+    /// destroyed the container.
+    ReasonContainerLimitationMemory,
     /// Any reason this version does not know.
     #[serde(other)]
     ReasonUnknown,

@@ -563,6 +563,8 @@ impl World {
                     self.exec_sigkill(p);
                 }
             }
+            // Containers (--isolation cgroups) are not simulated.
+            Request::Update { .. } => {}
             Request::StopAll { .. } => {
                 unreachable!("the core asks for StopExecutors, never StopAll")
             }

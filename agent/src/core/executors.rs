@@ -60,6 +60,7 @@ impl Core {
             .retain(|(name, _)| name != agora_proto::env::FETCH_URIS);
         spec.fetch = fetch;
         spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
+        spec.limits = self.container_limits(&ekey, &info);
         let executor = Executor {
             info,
             run_id: run_id.clone(),
@@ -119,6 +120,66 @@ impl Core {
                 });
                 self.executor_ended(key, None, message);
             }
+        }
+    }
+
+    /// Under `--isolation cgroups`, what executor `ekey`'s container is
+    /// limited to: the executor's own resources (`info`'s) plus those of
+    /// its tasks that have not ended.
+    pub(super) fn container_limits(
+        &self,
+        ekey: &ExecKey,
+        info: &ExecutorInfo,
+    ) -> Option<crate::isolation::Limits> {
+        if self.shared.config.isolation != crate::isolation::Isolation::Cgroups {
+            return None;
+        }
+        let mut total = info.resources.clone();
+        for (_, task) in self
+            .executor_tasks(ekey)
+            .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
+        {
+            total.add_all(&task.info.resources);
+        }
+        Some(crate::isolation::Limits::of(&total))
+    }
+
+    /// A task joined running executor `ekey`: its container grows to
+    /// hold it.
+    pub(super) fn grow_container(&mut self, ekey: &ExecKey) {
+        let Some(ex) = self.executors.get(ekey) else {
+            return;
+        };
+        let run_id = ex.run_id.clone();
+        if let Some(limits) = self.container_limits(ekey, &ex.info) {
+            self.process(Request::Update { run_id, limits });
+        }
+    }
+
+    /// Executor run `run_id`'s container reached a limit: its tasks end
+    /// with the limitation (whatever the executor says of them, unless
+    /// one finished) and the container is destroyed now, with no grace.
+    pub(super) fn container_limited(
+        &mut self,
+        key: ExecKey,
+        run_id: String,
+        limitation: crate::isolation::Limitation,
+    ) {
+        let Some(ex) = self.executors.get_mut(&key).filter(|e| e.run_id == run_id) else {
+            return;
+        };
+        tracing::warn!(framework_id = %key.0, executor_id = %key.1, reason = ?limitation.reason, message = %limitation.message, "container reached its limit; destroying it");
+        ex.termination = Some(Termination {
+            state: TaskState::Failed,
+            reason: limitation.reason,
+            message: limitation.message,
+        });
+        ex.killing = true;
+        if ex.pid.is_some() && ex.exited.is_none() {
+            self.process(Request::Terminate {
+                run_id,
+                grace: Duration::ZERO,
+            });
         }
     }
 
@@ -494,6 +555,19 @@ impl Core {
         status.agent_id = self.agent_id.clone();
         status.executor_id = self.tasks.get(&tkey).map(Task::reported_executor_id);
         let terminal = status.state.is_terminal();
+        // A task that failed or was killed in a container that reached a
+        // limit ended because of the limit, whatever its executor saw.
+        if let Some(limit) = self.executors.get(ekey).and_then(|e| {
+            e.termination
+                .as_ref()
+                .filter(|t| t.reason == Reason::ReasonContainerLimitationMemory)
+        }) {
+            if terminal && status.state != TaskState::Finished {
+                status.state = limit.state;
+                status.reason = Some(limit.reason);
+                status.message = Some(limit.message.clone());
+            }
+        }
         if terminal {
             if let Some(task) = self.tasks.get_mut(&tkey) {
                 task.terminal_reported = true;

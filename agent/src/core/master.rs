@@ -155,7 +155,9 @@ impl Core {
         let Some(master) = self.master.as_ref().filter(|m| m.registered) else {
             if !matches!(
                 call,
-                agent_api::Call::StatusUpdate { .. } | agent_api::Call::Pong
+                agent_api::Call::StatusUpdate { .. }
+                    | agent_api::Call::Pong
+                    | agent_api::Call::Usage { .. }
             ) && self.unsent.len() < UNSENT_LIMIT
             {
                 self.unsent.push(call);

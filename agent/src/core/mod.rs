@@ -107,6 +107,16 @@ pub enum Input {
         code: Option<i32>,
         message: String,
     },
+    /// An executor run's container reached a limit (ran out of memory):
+    /// its tasks end with the limitation and the container is destroyed.
+    ContainerLimited {
+        key: ExecKey,
+        run_id: String,
+        limitation: crate::isolation::Limitation,
+    },
+    /// What the containers use (read off the core), for the master:
+    /// sent while registered, dropped otherwise.
+    ContainerUsage(Vec<agent_api::ContainerUsage>),
     /// A timer the core set went off.
     Timer(Timer),
     /// A checkpoint the core asked for reached the disk (or failed to).
@@ -458,6 +468,14 @@ impl Core {
                 run_id,
                 result,
             } => self.executor_launched(key, run_id, result),
+            Input::ContainerLimited {
+                key,
+                run_id,
+                limitation,
+            } => self.container_limited(key, run_id, limitation),
+            Input::ContainerUsage(containers) => {
+                self.send_master(agent_api::Call::Usage { containers })
+            }
             Input::Timer(timer) => self.timer(timer),
             Input::Durable(
                 Durable::Update {

@@ -171,7 +171,10 @@ impl Core {
                 Reason::ReasonExecutorTerminated,
                 format!("executor {} is shutting down", ekey.1),
             ),
-            Some(_) => self.deliver_or_queue(&ekey, key.1),
+            Some(_) => {
+                self.grow_container(&ekey);
+                self.deliver_or_queue(&ekey, key.1)
+            }
             None => self.launch_executor(ekey, info, is_command, key.1),
         }
     }

@@ -28,11 +28,17 @@ struct H {
 
 impl H {
     fn new() -> H {
+        H::with(|_| {})
+    }
+
+    /// An agent whose configuration `adjust` changed.
+    fn with(adjust: impl FnOnce(&mut Config)) -> H {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = Config::new("master:5050", dir.path().to_path_buf());
         config.resources = Resources::parse("cpus:8;mem:8192").expect("resources");
         config.command_executor = vec!["command-executor".into()];
         config.executor_shutdown_grace_period = Duration::from_secs(3);
+        adjust(&mut config);
         let listen: SocketAddr = ([127, 0, 0, 1], 5051).into();
         let shared = Shared {
             executor_endpoint: format!("ws://{listen}/api/executor"),
@@ -326,6 +332,89 @@ fn a_kill_of_a_launch_lost_with_the_connection_ends_the_task_killed() {
         checkpointed_updates(&actions),
         [("t1".to_string(), TaskState::Killed)]
     );
+}
+
+#[test]
+fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
+    use crate::isolation::{Isolation, Limitation, Limits};
+    let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
+    let actions = h.run("t1");
+    // The container holds the executor's resources and the task's.
+    let limits = actions.iter().find_map(|a| match a {
+        Action::Process(Request::Launch { spec, .. }) => Some(spec.limits),
+        _ => None,
+    });
+    let expected = Limits {
+        cpus: 1.1,
+        mem_mib: 96.0,
+        pids: None,
+    };
+    assert!(
+        limits
+            .flatten()
+            .is_some_and(|l| (l.cpus - expected.cpus).abs() < 1e-9
+                && l.mem_mib == expected.mem_mib
+                && l.pids.is_none()),
+        "{limits:?}"
+    );
+    h.launched_ok("t1");
+    h.subscribe(10, "t1", Vec::new());
+    let run_id = h.core.executors[&ekey("t1")].run_id.clone();
+    let actions = h.input(Input::ContainerLimited {
+        key: ekey("t1"),
+        run_id: run_id.clone(),
+        limitation: Limitation {
+            reason: Reason::ReasonContainerLimitationMemory,
+            message: "Memory limit exceeded: 96 MiB".into(),
+        },
+    });
+    // Destroyed at once.
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Process(Request::Terminate { grace, .. }) if grace.is_zero()
+        )),
+        "{actions:?}"
+    );
+    // The executor saw its command killed; the task failed of the limit.
+    let status = TaskStatus::new(TaskId::new("t1"), TaskState::Failed, Source::SourceExecutor)
+        .with_message("command exited with status 137");
+    let mut status = status;
+    status.uuid = Some("u1".into());
+    let actions = h.input(Input::ExecutorCall {
+        conn: 10,
+        call: exec_api::Call::Update { status },
+    });
+    let checkpointed: Vec<&TaskStatus> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Checkpoint {
+                then: Some(Durable::Update { status, .. }),
+                ..
+            } => Some(status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(checkpointed.len(), 1, "{actions:?}");
+    assert_eq!(checkpointed[0].state, TaskState::Failed);
+    assert_eq!(
+        checkpointed[0].reason,
+        Some(Reason::ReasonContainerLimitationMemory)
+    );
+    assert_eq!(
+        checkpointed[0].message.as_deref(),
+        Some("Memory limit exceeded: 96 MiB")
+    );
+}
+
+#[test]
+fn without_cgroups_executors_get_no_container() {
+    let mut h = H::new();
+    let actions = h.run("t1");
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Process(Request::Launch { spec, .. }) if spec.limits.is_none()
+    )));
 }
 
 #[test]

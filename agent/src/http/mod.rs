@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::{ExecKey, Input};
 use crate::files::{self, FileError, Target};
+use crate::isolation::monitor::Monitor;
 use crate::shell::{CoreEvent, Snapshot};
 use crate::{Counters, Shared};
 
@@ -119,6 +120,8 @@ struct AppState {
     /// executor API, to which its calls (made on requests of their own)
     /// belong.
     v1_subscriptions: Arc<dashmap::DashMap<ExecKey, u64>>,
+    /// Container statistics (`--isolation cgroups`).
+    monitor: Monitor,
 }
 
 /// What `/files` served and refused, for `/metrics`.
@@ -146,6 +149,7 @@ pub(crate) fn router(
     shared: Shared,
     core: mpsc::Sender<CoreEvent>,
     snapshots: watch::Receiver<Snapshot>,
+    monitor: Monitor,
 ) -> Router {
     Router::new()
         .route("/api/executor", get(executor_ws))
@@ -159,6 +163,8 @@ pub(crate) fn router(
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
         .route("/metrics", get(metrics))
+        .route("/monitor/statistics", get(statistics))
+        .route("/containers", get(statistics))
         .route("/files/{framework_id}/{executor_id}", get(files_root))
         .route(
             "/files/{framework_id}/{executor_id}/{*path}",
@@ -171,6 +177,7 @@ pub(crate) fn router(
             snapshots,
             counters: Arc::default(),
             v1_subscriptions: Arc::default(),
+            monitor,
         })
 }
 
@@ -198,7 +205,14 @@ async fn metrics(State(app): State<AppState>) -> Response {
     let Some(state) = core_state(&app).await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     };
-    let body = render_metrics(&state, &app.counters, &app.shared.counters);
+    let mut body = render_metrics(&state, &app.counters, &app.shared.counters);
+    if app.monitor.enabled() {
+        let monitor = app.monitor.clone();
+        let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
+            .await
+            .unwrap_or_default();
+        crate::isolation::monitor::render_metrics(&mut body, &usage);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -438,6 +452,22 @@ async fn serve_file(
         }
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "file read failed").into_response(),
     }
+}
+
+/// `/monitor/statistics` (and `/containers`): what each executor's
+/// container uses, with Mesos's `ResourceStatistics` names; an empty list
+/// without `--isolation cgroups`.
+async fn statistics(State(app): State<AppState>) -> Response {
+    let Some(state) = core_state(&app).await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    };
+    let monitor = app.monitor.clone();
+    let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
+        .await
+        .unwrap_or_default();
+    let now = agora_proto::now_timestamp();
+    let entries: Vec<serde_json::Value> = usage.iter().map(|u| u.to_json(now)).collect();
+    Json(entries).into_response()
 }
 
 async fn state(State(app): State<AppState>) -> Response {

@@ -462,6 +462,43 @@ fn launch_moves_resources_and_sends_run_task() {
 }
 
 #[test]
+fn container_usage_is_kept_on_the_tasks_of_the_reporting_agent() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let task = executor_task("t1", &aid, "cpus:1;mem:256", "e1", "cpus:0.5;mem:32");
+    h.launch(S1, &[&offer], vec![task]);
+    let usage = agent::ContainerUsage {
+        framework_id: fid.clone(),
+        tasks: vec![TaskId::new("t1"), TaskId::new("not-here")],
+        cpus_time_secs: 1.5,
+        cpus_limit: 1.5,
+        cpus_nr_throttled: 3,
+        mem_bytes: 100 << 20,
+        mem_max_bytes: 120 << 20,
+        mem_limit_bytes: 288 << 20,
+        processes: 4,
+    };
+    // Another agent cannot speak for the task.
+    h.register(A2, "cpus:1;mem:128");
+    h.agent(
+        A2,
+        agent::Call::Usage {
+            containers: vec![usage.clone()],
+        },
+    );
+    assert_eq!(h.m.frameworks[&fid].tasks[&TaskId::new("t1")].usage, None);
+    h.agent(
+        A1,
+        agent::Call::Usage {
+            containers: vec![usage.clone()],
+        },
+    );
+    let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+    assert_eq!(task.usage.as_ref(), Some(&usage));
+    let view = serde_json::to_value(crate::state::task_view(task)).unwrap();
+    assert_eq!(view["usage"]["mem_limit_bytes"], 288u64 << 20);
+}
+
+#[test]
 fn launch_on_invalid_offers_drops_every_task() {
     let (mut h, _fid, aid, offer) = setup("cpus:4;mem:4096");
     let t = || {
