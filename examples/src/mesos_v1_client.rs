@@ -9,9 +9,11 @@
 //! - [`Calls`] posts every other call on its own request (keep-alive
 //!   connections from `agora-client`'s pool) and expects `202 Accepted`,
 //!   as mesos-go does; anything else is a [`V1Error::Status`].
-//! - [`CallPipeline`] keeps up to `max_in_flight` calls in flight on
-//!   parallel connections, so one ACKNOWLEDGE per update (as Mesos clients
-//!   send them) is not serialised on one round trip. Calls of one
+//! - [`CallPipeline`] keeps one call in flight on each of several
+//!   keep-alive connections, so one ACKNOWLEDGE per update (as Mesos
+//!   clients send them) is not serialised on one round trip. Each
+//!   connection is driven by the task that makes its calls (hyper's
+//!   connection API), so a call costs no hop between tasks. Calls of one
 //!   pipeline may complete in any order, as with several Mesos client
 //!   connections; the first failure is kept and reported.
 //! - Translation between the Mesos messages the bench sees and the
@@ -21,6 +23,7 @@
 //! The framing and the checks of answers are sans-IO ([`EventDecoder`],
 //! [`check_subscribe_head`], [`check_call_answer`]) and unit-tested here.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agora_client::{ClientError, Http, Streaming};
@@ -28,17 +31,25 @@ use agora_mesos_proto::convert::{self, ResourceStyle};
 use agora_mesos_proto::recordio::{self, RecordIoError};
 use agora_mesos_proto::v1::scheduler::{call, event, Call, Event};
 use agora_mesos_proto::{v1, Codec, CodecError};
-use hyper::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
-use hyper::Method;
-use tokio::sync::Semaphore;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE, HOST};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Notify};
 
 /// The scheduler endpoint's path.
 pub const SCHEDULER_PATH: &str = "/api/v1/scheduler";
 /// The `Mesos-Stream-Id` header.
 pub const STREAM_ID: &str = "Mesos-Stream-Id";
-/// Default bound of [`CallPipeline`]: calls in flight at once (each on a
-/// keep-alive connection of its own).
+/// Default size of a [`CallPipeline`]: calls in flight at once, each on a
+/// keep-alive connection of its own.
 pub const DEFAULT_CALLS_IN_FLIGHT: usize = 16;
+/// Calls queued per connection of a [`CallPipeline`] before
+/// [`CallPipeline::send`] waits.
+pub const CALLS_QUEUED_PER_CONNECTION: usize = 256;
 /// Longest body of a refusal kept in [`V1Error::Status`].
 const MAX_ERROR_BODY: usize = 512;
 
@@ -128,13 +139,25 @@ pub struct Calls {
     framework_id: v1::FrameworkId,
 }
 
-/// Up to `max_in_flight` calls at once, each on its own request.
+/// Calls on `connections` keep-alive connections of their own, one call
+/// in flight on each (HTTP/1.1 without pipelining), all taking from one
+/// queue: whichever connection is free makes the next call, so a slow
+/// answer holds up only its own call.
 #[derive(Clone)]
 pub struct CallPipeline {
-    calls: Calls,
-    permits: Arc<Semaphore>,
-    max_in_flight: usize,
-    failure: Arc<Mutex<Option<String>>>,
+    queue: mpsc::Sender<Call>,
+    shared: Arc<PipelineShared>,
+}
+
+/// What the pipeline's connection tasks report.
+#[derive(Default)]
+struct PipelineShared {
+    /// Calls queued or in flight.
+    outstanding: AtomicUsize,
+    /// Signalled when `outstanding` drops to zero.
+    idle: Notify,
+    /// The first failure.
+    failure: Mutex<Option<String>>,
 }
 
 // === impl EventDecoder ===
@@ -310,6 +333,75 @@ impl Calls {
         &self.stream_id
     }
 
+    /// Opens a keep-alive connection of its own to the master.
+    async fn connect(
+        &self,
+    ) -> Result<
+        (
+            http1::SendRequest<Full<Bytes>>,
+            http1::Connection<TokioIo<TcpStream>, Full<Bytes>>,
+        ),
+        V1Error,
+    > {
+        let transport = |message: String| {
+            V1Error::Transport(ClientError::Transport {
+                method: Method::POST,
+                url: format!("http://{}{SCHEDULER_PATH}", self.master),
+                message,
+            })
+        };
+        let stream = TcpStream::connect(&*self.master)
+            .await
+            .map_err(|e| transport(e.to_string()))?;
+        // Calls are small writes answered at once: no Nagle.
+        let _ = stream.set_nodelay(true);
+        http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| transport(e.to_string()))
+    }
+
+    /// Makes `call` on a connection from [`Calls::connect`] and expects 202.
+    async fn call_on(
+        &self,
+        sender: &mut http1::SendRequest<Full<Bytes>>,
+        mut call: Call,
+    ) -> Result<(), V1Error> {
+        call.framework_id = Some(self.framework_id.clone());
+        let kind = call.r#type();
+        let body = self.codec.encode(&call)?;
+        let transport = |message: String| {
+            V1Error::Transport(ClientError::Transport {
+                method: Method::POST,
+                url: format!("http://{}{SCHEDULER_PATH}", self.master),
+                message,
+            })
+        };
+        let media = HeaderValue::from_static(self.codec.media_type());
+        let request = Request::post(SCHEDULER_PATH)
+            .header(HOST, &*self.master)
+            .header(CONTENT_TYPE, media.clone())
+            .header(ACCEPT, media)
+            .header(STREAM_ID, &*self.stream_id)
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| transport(e.to_string()))?;
+        sender
+            .ready()
+            .await
+            .map_err(|e| transport(e.to_string()))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| transport(e.to_string()))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| transport(e.to_string()))?
+            .to_bytes();
+        check_call_answer(kind, status, &body)
+    }
+
     /// Posts `call` (its `framework_id` is filled in) and expects 202.
     pub async fn call(&self, mut call: Call) -> Result<(), V1Error> {
         call.framework_id = Some(self.framework_id.clone());
@@ -407,49 +499,95 @@ pub fn filters(refuse_seconds: Option<f64>) -> v1::Filters {
 // === impl CallPipeline ===
 
 impl CallPipeline {
-    /// A pipeline of up to `max_in_flight` calls on `calls`.
-    pub fn new(calls: Calls, max_in_flight: usize) -> Self {
-        let max_in_flight = max_in_flight.max(1);
-        CallPipeline {
-            calls,
-            permits: Arc::new(Semaphore::new(max_in_flight)),
-            max_in_flight,
-            failure: Arc::default(),
+    /// A pipeline of `connections` connections (at least one) for `calls`'
+    /// subscription. Each runs in one task that both drives its
+    /// connection and makes its calls, so a call costs no hop between
+    /// tasks; a failed call is kept (see [`CallPipeline::failure`]), not
+    /// retried.
+    pub fn new(calls: Calls, connections: usize) -> Self {
+        let shared = Arc::new(PipelineShared::default());
+        let connections = connections.max(1);
+        let (queue, rx) = mpsc::channel(CALLS_QUEUED_PER_CONNECTION * connections);
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        for _ in 0..connections {
+            tokio::spawn(connection(calls.clone(), rx.clone(), shared.clone()));
+        }
+        CallPipeline { queue, shared }
+    }
+
+    /// Queues `call`; waits when the queue is full (backpressure, not a
+    /// drop).
+    pub async fn send(&self, call: Call) {
+        self.shared.outstanding.fetch_add(1, Ordering::AcqRel);
+        if self.queue.send(call).await.is_err() {
+            self.shared
+                .finished(Err("every connection's task has ended".into()));
         }
     }
 
-    /// Starts `call` once fewer than `max_in_flight` are in flight (waits
-    /// for a slot: the bound is backpressure, not a drop).
-    pub async fn send(&self, call: Call) {
-        let Ok(permit) = self.permits.clone().acquire_owned().await else {
-            return;
-        };
-        let calls = self.calls.clone();
-        let failure = self.failure.clone();
-        tokio::spawn(async move {
-            if let Err(e) = calls.call(call).await {
-                let mut failure = failure.lock().unwrap_or_else(|e| e.into_inner());
-                failure.get_or_insert_with(|| e.to_string());
-            }
-            drop(permit);
-        });
-    }
-
-    /// Waits until every call started has been answered.
+    /// Waits until every call queued has been answered.
     pub async fn drain(&self) {
-        let all = u32::try_from(self.max_in_flight).unwrap_or(u32::MAX);
-        if let Ok(permits) = self.permits.acquire_many(all).await {
-            drop(permits);
+        loop {
+            let idle = self.shared.idle.notified();
+            if self.shared.outstanding.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
         }
     }
 
     /// The first call that failed, if one did.
     pub fn failure(&self) -> Option<String> {
-        self.failure
+        self.shared
+            .failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+}
+
+// === impl PipelineShared ===
+
+impl PipelineShared {
+    fn finished(&self, result: Result<(), String>) {
+        if let Err(e) = result {
+            let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+            failure.get_or_insert(e);
+        }
+        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
+/// One connection of a pipeline: connects, then makes calls taken from
+/// the shared queue one after the other, driving the connection in the
+/// same task.
+async fn connection(
+    calls: Calls,
+    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Call>>>,
+    shared: Arc<PipelineShared>,
+) {
+    let next = || async { queue.lock().await.recv().await };
+    let (mut sender, conn) = match calls.connect().await {
+        Ok(pair) => pair,
+        Err(e) => {
+            let e = e.to_string();
+            while next().await.is_some() {
+                shared.finished(Err(e.clone()));
+            }
+            return;
+        }
+    };
+    let requests = async {
+        while let Some(call) = next().await {
+            let result = calls.call_on(&mut sender, call).await;
+            shared.finished(result.map_err(|e| e.to_string()));
+        }
+        drop(sender);
+    };
+    // The connection ends once `requests` drops its sender.
+    let _ = futures::future::join(conn, requests).await;
 }
 
 // --- translation for the benches' offer logic ---
@@ -665,6 +803,99 @@ mod tests {
             native.uuid.map(|u| convert::uuid_bytes(&u)),
             status.uuid.clone()
         );
+    }
+
+    /// A master stand-in that answers every request on every connection
+    /// with `answer`, after checking the stream id; returns its address
+    /// and the stream ids it saw.
+    async fn fake_master(answer: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let ids = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let ids = ids.clone();
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut piece = [0u8; 4096];
+                    loop {
+                        // One whole request: head, then Content-Length bytes.
+                        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            match stream.read(&mut piece).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buffer.extend_from_slice(&piece[..n]),
+                            }
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if buffer.len() < end + 4 + length {
+                            match stream.read(&mut piece).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buffer.extend_from_slice(&piece[..n]),
+                            }
+                            continue;
+                        }
+                        if let Some(id) = head.lines().find_map(|l| l.strip_prefix("mesos-stream-id:")) {
+                            ids.lock().unwrap().push(id.trim().to_string());
+                        }
+                        buffer.drain(..end + 4 + length);
+                        if stream.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (address, seen)
+    }
+
+    fn calls_to(master: String) -> Calls {
+        Calls {
+            http: Http::new(),
+            master: master.into(),
+            codec: Codec::Protobuf,
+            stream_id: "stream-1".into(),
+            framework_id: v1::FrameworkId { value: "f1".into() },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pipeline_makes_every_call_on_keep_alive_connections_with_the_stream_id() {
+        let (master, seen) =
+            fake_master("HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n").await;
+        let pipeline = CallPipeline::new(calls_to(master), 3);
+        for _ in 0..50 {
+            pipeline.send(suppress()).await;
+        }
+        pipeline.drain().await;
+        assert_eq!(pipeline.failure(), None);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 50);
+        assert!(seen.iter().all(|id| id == "stream-1"));
+    }
+
+    #[tokio::test]
+    async fn a_refused_call_is_a_clear_failure() {
+        let (master, _) = fake_master(
+            "HTTP/1.1 403 Forbidden\r\ncontent-length: 30\r\n\r\nFramework f1 is not subscribed",
+        )
+        .await;
+        let pipeline = CallPipeline::new(calls_to(master.clone()), 2);
+        pipeline.send(suppress()).await;
+        pipeline.drain().await;
+        let failure = pipeline.failure().expect("a failure");
+        assert!(failure.contains("SUPPRESS answered 403 (expected 202)"), "{failure}");
+        assert!(failure.contains("not subscribed"), "{failure}");
+        // The same through the pooled client.
+        let err = calls_to(master).call(suppress()).await.unwrap_err();
+        assert!(matches!(err, V1Error::Status { status: 403, .. }), "{err}");
     }
 
     #[test]
