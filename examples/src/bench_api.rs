@@ -246,8 +246,11 @@ impl Framework {
                 let task = tokio::spawn(async move {
                     let mut bench = bench;
                     let result = drive_v1(&mut bench, &mut subscription.events, &calls).await;
+                    // The ERROR that answers our own TEARDOWN is no news.
                     if let Err(e) = &result {
-                        eprintln!("v1 framework: {e:#}");
+                        if !calls.stopping() {
+                            eprintln!("v1 framework: {e:#}");
+                        }
                     }
                     result
                 });
@@ -279,6 +282,7 @@ impl Framework {
                 let _ = driver.stop(false);
             }
             Framework::V1 { task, pipeline } => {
+                pipeline.stop();
                 pipeline.send(v1c::teardown()).await;
                 pipeline.drain().await;
                 task.abort();

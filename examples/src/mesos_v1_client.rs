@@ -23,7 +23,7 @@
 //! The framing and the checks of answers are sans-IO ([`EventDecoder`],
 //! [`check_subscribe_head`], [`check_call_answer`]) and unit-tested here.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agora_client::{ClientError, Http, Streaming};
@@ -154,6 +154,8 @@ pub struct CallPipeline {
 struct PipelineShared {
     /// Calls queued or in flight.
     outstanding: AtomicUsize,
+    /// The owner is tearing the subscription down.
+    stopping: AtomicBool,
     /// Signalled when `outstanding` drops to zero.
     idle: Notify,
     /// The first failure.
@@ -384,10 +386,7 @@ impl Calls {
             .header(STREAM_ID, &*self.stream_id)
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| transport(e.to_string()))?;
-        sender
-            .ready()
-            .await
-            .map_err(|e| transport(e.to_string()))?;
+        sender.ready().await.map_err(|e| transport(e.to_string()))?;
         let response = sender
             .send_request(request)
             .await
@@ -534,6 +533,17 @@ impl CallPipeline {
             }
             idle.await;
         }
+    }
+
+    /// Marks the pipeline as stopping (its owner is tearing down): see
+    /// [`CallPipeline::stopping`].
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::Release);
+    }
+
+    /// Whether [`CallPipeline::stop`] was called.
+    pub fn stopping(&self) -> bool {
+        self.shared.stopping.load(Ordering::Acquire)
     }
 
     /// The first call that failed, if one did.
@@ -842,7 +852,10 @@ mod tests {
                             }
                             continue;
                         }
-                        if let Some(id) = head.lines().find_map(|l| l.strip_prefix("mesos-stream-id:")) {
+                        if let Some(id) = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("mesos-stream-id:"))
+                        {
                             ids.lock().unwrap().push(id.trim().to_string());
                         }
                         buffer.drain(..end + 4 + length);
@@ -891,7 +904,10 @@ mod tests {
         pipeline.send(suppress()).await;
         pipeline.drain().await;
         let failure = pipeline.failure().expect("a failure");
-        assert!(failure.contains("SUPPRESS answered 403 (expected 202)"), "{failure}");
+        assert!(
+            failure.contains("SUPPRESS answered 403 (expected 202)"),
+            "{failure}"
+        );
         assert!(failure.contains("not subscribed"), "{failure}");
         // The same through the pooled client.
         let err = calls_to(master).call(suppress()).await.unwrap_err();
