@@ -45,6 +45,9 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     /// Working directory; `stdout` and `stderr` are created in it.
     pub sandbox: PathBuf,
+    /// URIs fetched into the sandbox before the process starts (see
+    /// [`crate::fetch`]).
+    pub fetch: Vec<agora_proto::FetchUri>,
 }
 
 /// A process the agent started (or re-attached to), named by a pidfd.
@@ -97,6 +100,7 @@ impl LaunchSpec {
                 args: vec!["-c".to_string(), command.value.clone()],
                 env,
                 sandbox,
+                fetch: Vec::new(),
             }
         } else {
             let mut arguments = command.arguments.iter();
@@ -107,6 +111,7 @@ impl LaunchSpec {
                 args: arguments.cloned().collect(),
                 env,
                 sandbox,
+                fetch: Vec::new(),
             }
         }
     }
@@ -504,6 +509,7 @@ mod tests {
             args: vec![],
             env: vec![("PATH".into(), "/nonexistent:/bin".into())],
             sandbox: PathBuf::from("/tmp"),
+            fetch: Vec::new(),
         };
         let env = spec.environment();
         assert_eq!(spec.resolve(&env).unwrap(), PathBuf::from("/bin/sh"));

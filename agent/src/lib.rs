@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 mod checkpoint;
 mod config;
 mod core;
+mod fetch;
 pub mod files;
 mod http;
 pub mod launcher;
@@ -209,6 +210,13 @@ fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
 }
 
 impl Shared {
+    /// `IP:PORT` of the agent for executors of the Mesos v1 executor API
+    /// (`MESOS_AGENT_ENDPOINT`): the listen address, loopback when it is
+    /// the wildcard.
+    pub(crate) fn mesos_agent_endpoint(&self) -> String {
+        loopback_if_unspecified(self.listen).to_string()
+    }
+
     /// `IP:PORT` the master and clients reach this agent at: the advertised
     /// IP and port when given, else the listen address; a wildcard listen
     /// address is replaced by `via`, the local address of the connection to

@@ -13,6 +13,7 @@
 
 use agora_proto::hash::HashMap;
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -25,7 +26,9 @@ use crate::shell::CoreEvent;
 /// What the core asks of the process thread.
 #[derive(Debug)]
 pub enum Request {
-    /// Create the sandbox and start the executor.
+    /// Create the sandbox, fetch the spec's URIs into it (on a thread of
+    /// their own, which asks for the launch again once they are there)
+    /// and start the executor.
     Launch {
         key: ExecKey,
         run_id: String,
@@ -62,7 +65,7 @@ pub enum Request {
 /// The core's handle on the process thread.
 #[derive(Clone)]
 pub(crate) struct Processes {
-    tx: std_mpsc::Sender<Request>,
+    tx: Arc<std_mpsc::Sender<Request>>,
 }
 
 /// What a launch gave the core.
@@ -79,6 +82,10 @@ struct Entry {
 
 struct Keeper {
     core: mpsc::Sender<CoreEvent>,
+    /// The thread's own queue, for fetchers to hand a launch back once
+    /// its URIs are in the sandbox (weak: the thread still ends when the
+    /// last [`Processes`] is dropped).
+    requests: Weak<std_mpsc::Sender<Request>>,
     runtime: tokio::runtime::Handle,
     processes: HashMap<String, Entry>,
     /// Executors to SIGKILL at these times if still running.
@@ -91,8 +98,10 @@ impl Processes {
     /// Starts the thread; it ends when every handle is dropped.
     pub(crate) fn start(core: mpsc::Sender<CoreEvent>) -> std::io::Result<Processes> {
         let (tx, rx) = std_mpsc::channel();
+        let tx = Arc::new(tx);
         let keeper = Keeper {
             core,
+            requests: Arc::downgrade(&tx),
             runtime: tokio::runtime::Handle::current(),
             processes: HashMap::default(),
             escalations: Vec::new(),
@@ -213,6 +222,9 @@ impl Keeper {
     }
 
     fn launch(&mut self, key: ExecKey, run_id: String, spec: LaunchSpec) {
+        if !spec.fetch.is_empty() {
+            return self.fetch(key, run_id, spec);
+        }
         let launched = std::fs::create_dir_all(&spec.sandbox)
             .map_err(|e| format!("cannot create sandbox {}: {e}", spec.sandbox.display()))
             .and_then(|()| {
@@ -236,6 +248,51 @@ impl Keeper {
                 run_id,
                 result,
             }));
+    }
+
+    /// Fetches the spec's URIs on a thread of its own, then asks for the
+    /// launch again (with nothing left to fetch); a failed fetch is a
+    /// failed launch.
+    fn fetch(&mut self, key: ExecKey, run_id: String, mut spec: LaunchSpec) {
+        let requests = self.requests.clone();
+        let core = self.core.clone();
+        let runtime = self.runtime.clone();
+        let (failed_key, failed_run) = (key.clone(), run_id.clone());
+        let spawned = std::thread::Builder::new()
+            .name("agora-fetcher".into())
+            .spawn(move || {
+                let uris = std::mem::take(&mut spec.fetch);
+                let fetched = std::fs::create_dir_all(&spec.sandbox)
+                    .map_err(|e| format!("cannot create sandbox {}: {e}", spec.sandbox.display()))
+                    .and_then(|()| {
+                        crate::fetch::fetch_all(&uris, &spec.sandbox, &runtime)
+                            .map_err(|e| e.to_string())
+                    });
+                match fetched {
+                    Ok(()) => {
+                        if let Some(requests) = requests.upgrade() {
+                            let _ = requests.send(Request::Launch { key, run_id, spec });
+                        }
+                    }
+                    Err(message) => {
+                        tracing::warn!(framework_id = %key.0, executor_id = %key.1, %message, "fetching the executor's URIs failed");
+                        let _ = core.blocking_send(CoreEvent::Input(Input::ExecutorLaunched {
+                            key,
+                            run_id,
+                            result: Err(message),
+                        }));
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            let _ = self
+                .core
+                .blocking_send(CoreEvent::Input(Input::ExecutorLaunched {
+                    key: failed_key,
+                    run_id: failed_run,
+                    result: Err(format!("cannot start a fetcher thread: {e}")),
+                }));
+        }
     }
 
     fn adopt(&mut self, key: ExecKey, run_id: String, pid: u32, start_time: Option<u64>) {

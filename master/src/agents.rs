@@ -202,6 +202,8 @@ impl Master {
 
         let mut shutdown_frameworks: HashSet<FrameworkId> = HashSet::default();
         let mut reported: HashSet<(FrameworkId, TaskId)> = HashSet::default();
+        // Tasks that completed here that the agent reports as running.
+        let mut kill: Vec<(FrameworkId, TaskId)> = Vec::new();
         for report in tasks {
             let fid = report.framework_id.clone();
             if self.removed_frameworks.contains(&fid) {
@@ -234,6 +236,25 @@ impl Master {
                     // still holds; the task of that id lives elsewhere.
                     tracing::warn!(agent_id = %aid, owner = %task.agent_id, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports a task that lives on another agent; not adopted");
                     self.metrics.reports_refused_reregistration.inc();
+                    continue;
+                }
+                None if self.completed.iter().any(|c| {
+                    c.framework_id == fid && c.task_id == report.task.task_id && c.agent_id == aid
+                }) =>
+                {
+                    // It ended here and its scheduler was told how: an
+                    // agent that reports it again lost the record of that
+                    // end (a damaged log). Adopting it would count its
+                    // resources twice (they may be in use by a later task
+                    // already) and show the scheduler a second terminal
+                    // state. A copy still running is killed; its update is
+                    // acknowledged without being forwarded, as for any
+                    // completed task.
+                    tracing::warn!(agent_id = %aid, framework_id = %fid, task_id = %report.task.task_id, state = %report.state, "re-registration reports a task that already completed; not adopted");
+                    self.metrics.reports_refused_reregistration.inc();
+                    if !report.state.is_terminal() {
+                        kill.push(key);
+                    }
                     continue;
                 }
                 None => {
@@ -369,6 +390,15 @@ impl Master {
         );
         for framework_id in shutdown_frameworks {
             self.send_agent_conn(conn, Event::ShutdownFramework { framework_id });
+        }
+        for (framework_id, task_id) in kill {
+            self.send_agent_conn(
+                conn,
+                Event::KillTask {
+                    framework_id,
+                    task_id,
+                },
+            );
         }
         for (framework, task) in resend {
             tracing::info!(agent_id = %aid, task_id = %task.task_id, "re-sending a task the re-registered agent never received");

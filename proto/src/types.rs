@@ -311,6 +311,10 @@ pub struct TaskStatus {
     /// answers, lost agents) are best-effort and need no acknowledgement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// Free-form labels from the executor, passed to the scheduler
+    /// unchanged (Mesos's `TaskStatus.labels`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Options attached to declining or accepting an offer.
@@ -511,6 +515,7 @@ impl TaskStatus {
             executor_id: None,
             timestamp: now_timestamp(),
             uuid: None,
+            labels: BTreeMap::new(),
         }
     }
 

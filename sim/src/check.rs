@@ -31,6 +31,9 @@ pub const EXECUTOR_SAYS: &str = "a task's terminal state is the one its executor
 pub const RUN_TASK_ANSWERED: &str = "every RUN_TASK gets an update";
 pub const PROGRESS: &str = "the cluster makes progress once faults stop";
 pub const BOUNDED: &str = "the allocator's interned names stay bounded";
+pub const FRAMES_FIT: &str = "no frame exceeds the frame cap";
+pub const LOG_PREFIX: &str =
+    "an agent recovers its log up to the first damaged record, nothing after";
 
 /// What a scheduler has heard of one of its tasks.
 #[derive(Debug, Default)]
@@ -41,6 +44,7 @@ struct Heard {
     updates: Vec<(TaskState, Source, Option<Reason>, Time)>,
     rank: u8,
     terminal: Option<(TaskState, Source, Option<Reason>)>,
+    terminal_uuid: Option<String>,
 }
 
 /// The checker's records.
@@ -59,6 +63,9 @@ pub(crate) struct Checker {
     /// Agents the master removed (from its registry writes).
     removed_agents: BTreeSet<agora_proto::AgentId>,
     refused: BTreeSet<usize>,
+    /// Uuids of updates whose log records a damaged disk lost (at or
+    /// after the damage): exempt from `NOTHING_LOST` and `EXECUTOR_SAYS`.
+    lost_on_disk: BTreeSet<String>,
     next_task: u64,
 }
 
@@ -123,6 +130,11 @@ impl Checker {
         self.refused.insert(agent);
     }
 
+    /// An agent's disk lost the log records of these updates.
+    pub(crate) fn lost_on_disk(&mut self, uuids: BTreeSet<String>) {
+        self.lost_on_disk.extend(uuids);
+    }
+
     /// A status update reached scheduler `f`.
     pub(crate) fn sched_update(
         &mut self,
@@ -153,13 +165,19 @@ impl Checker {
             )
         };
         if let Some((terminal, _, _)) = h.terminal {
+            // A damaged log lost the record of this end: its agent may
+            // report the task again, running or ended otherwise.
+            let end_lost = h
+                .terminal_uuid
+                .as_ref()
+                .is_some_and(|u| self.lost_on_disk.contains(u));
             if status.state.is_terminal() {
-                if status.state != terminal {
+                if status.state != terminal && !end_lost {
                     return Err((ONE_TERMINAL, what()));
                 }
                 return Ok(());
             }
-            if status.state == TaskState::Unknown {
+            if status.state == TaskState::Unknown || end_lost {
                 // Forgotten since (a reconciliation answer).
                 return Ok(());
             }
@@ -167,6 +185,7 @@ impl Checker {
         }
         if status.state.is_terminal() {
             h.terminal = Some((status.state, status.source, status.reason));
+            h.terminal_uuid = status.uuid.clone();
             h.rank = u8::MAX;
             return Ok(());
         }
@@ -260,7 +279,12 @@ impl Checker {
                 // framework may have heard it only from reconciliation).
                 continue;
             }
-            for (uuid, state) in acked {
+            // Records a damaged log lost took their updates with them.
+            let acked: Vec<&(String, TaskState)> = acked
+                .iter()
+                .filter(|(uuid, _)| !self.lost_on_disk.contains(uuid))
+                .collect();
+            for (uuid, state) in acked.iter().copied() {
                 if !h.is_some_and(|h| h.uuids.contains(uuid)) {
                     return Err((
                         NOTHING_LOST,

@@ -47,6 +47,8 @@ pub(crate) struct TaskPlan {
 struct RunTask {
     ended: bool,
     kill: bool,
+    /// It does not end by itself before this time (busy with a burst).
+    busy_until: Time,
 }
 
 /// A simulated executor process.
@@ -161,7 +163,8 @@ impl World {
         }
         let agent = self.procs[&proc].agent;
         let boot = self.procs[&proc].boot;
-        let conn = if self.agents[agent].boot == boot {
+        let reachable = !self.partitions.exec_cut.contains(&agent);
+        let conn = if self.agents[agent].boot == boot && reachable {
             self.agent_accept(agent, proc)
         } else {
             None
@@ -344,6 +347,7 @@ impl World {
                     RunTask {
                         ended: false,
                         kill: false,
+                        busy_until: 0,
                     },
                 );
                 let d = self.between(MS, 20 * MS);
@@ -448,14 +452,22 @@ impl World {
         if t.ended {
             return;
         }
+        let busy_until = t.busy_until;
         let plan = self.plans.get(&task).cloned().unwrap_or(TaskPlan {
             duration: SEC,
             outcome: TaskState::Finished,
             data: 0,
             chatter: 0,
         });
+        let ending = step != 0 && !matches!(step, KILLED | BURST) && step > plan.chatter;
+        if ending && busy_until > self.t {
+            // Still busy with a burst: it ends once that is over.
+            self.at(busy_until, Ev::ExecTask { proc, task, step });
+            return;
+        }
         let (state, next) = match step {
             KILLED => (TaskState::Killed, None),
+            BURST => (TaskState::Running, None),
             0 => (
                 TaskState::Running,
                 Some((plan.duration / u64::from(plan.chatter + 1), 1)),
@@ -495,6 +507,9 @@ impl World {
             );
             return;
         }
+        if step == BURST {
+            return;
+        }
         let p = self.procs.get_mut(&proc).expect("alive");
         if p.fault == ExecFault::ExitAfterTerminal {
             self.exec_exit(
@@ -530,6 +545,37 @@ impl World {
         self.exec_exit(proc, None, "terminated by signal SIGTERM".into());
     }
 
+    /// The running tasks with large updates of agent `i`'s live custom
+    /// executors (those that may burst).
+    pub(crate) fn burst_tasks(&self, i: usize) -> Vec<(u64, TaskId)> {
+        let boot = self.agents[i].boot;
+        self.procs
+            .iter()
+            .filter(|(_, p)| {
+                p.agent == i && p.boot == boot && p.alive && !p.hung && !p.stopping && !p.is_command
+            })
+            .flat_map(|(id, p)| {
+                p.tasks
+                    .iter()
+                    .filter(|(_, t)| !t.ended && !t.kill)
+                    .filter(|(task, _)| self.plans.get(*task).is_some_and(|plan| plan.data > 0))
+                    .map(|(task, _)| (*id, task.clone()))
+            })
+            .collect()
+    }
+
+    /// Task `task` of executor `proc` does not end by itself before
+    /// `until`.
+    pub(crate) fn exec_hold(&mut self, proc: u64, task: &TaskId, until: Time) {
+        if let Some(t) = self
+            .procs
+            .get_mut(&proc)
+            .and_then(|p| p.tasks.get_mut(task))
+        {
+            t.busy_until = t.busy_until.max(until);
+        }
+    }
+
     pub(crate) fn exec_sigkill(&mut self, proc: u64) {
         self.exec_exit(proc, None, "killed by signal SIGKILL".into());
     }
@@ -557,3 +603,5 @@ impl World {
 /// Step numbers with a meaning of their own.
 const KILLED: u32 = u32::MAX;
 const HANG: u32 = u32::MAX - 1;
+/// One more RUNNING update with the task's data (a burst).
+pub(crate) const BURST: u32 = u32::MAX - 2;

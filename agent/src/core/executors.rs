@@ -40,7 +40,25 @@ impl Core {
                 return;
             }
         };
+        let fetch = match fetch_uris(&info.command) {
+            Ok(fetch) => fetch,
+            Err(message) => {
+                let message = format!("failed to launch executor {}: {message}", ekey.1);
+                let status = self.agent_status(
+                    &first,
+                    Some(ekey.1.clone()),
+                    TaskState::Failed,
+                    Reason::ReasonExecutorLaunchFailed,
+                    message,
+                );
+                self.enqueue_update(ekey.0.clone(), status, None);
+                return;
+            }
+        };
         let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
+        spec.env
+            .retain(|(name, _)| name != agora_proto::env::FETCH_URIS);
+        spec.fetch = fetch;
         spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
         let executor = Executor {
             info,
@@ -158,10 +176,10 @@ impl Core {
         } else {
             "0"
         };
-        [
+        let agora = [
             (env::AGENT_ENDPOINT, self.shared.executor_endpoint.clone()),
             (env::AGENT_ID, agent_id.clone()),
-            (env::MESOS_SLAVE_ID, agent_id),
+            (env::MESOS_SLAVE_ID, agent_id.clone()),
             (env::FRAMEWORK_ID, ekey.0.to_string()),
             (env::MESOS_FRAMEWORK_ID, ekey.0.to_string()),
             (env::EXECUTOR_ID, ekey.1.to_string()),
@@ -183,10 +201,36 @@ impl Core {
                     .as_secs_f64()
                     .to_string(),
             ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        ];
+        // What Mesos's agent gives an executor (`executorEnvironment` in
+        // Mesos's slave.cpp), for executors of the Mesos v1 executor API.
+        let mut mesos = vec![
+            (
+                env::MESOS_AGENT_ENDPOINT,
+                self.shared.mesos_agent_endpoint(),
+            ),
+            (env::MESOS_AGENT_ID, agent_id),
+            (
+                env::MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD,
+                env::mesos_duration(config.executor_shutdown_grace_period),
+            ),
+            (env::MESOS_HTTP_COMMAND_EXECUTOR, "0".to_string()),
+        ];
+        if checkpoint == "1" {
+            mesos.push((
+                env::MESOS_RECOVERY_TIMEOUT,
+                env::mesos_duration(config.executor_recovery_timeout),
+            ));
+            mesos.push((
+                env::MESOS_SUBSCRIPTION_BACKOFF_MAX,
+                env::mesos_duration(MESOS_SUBSCRIPTION_BACKOFF_MAX),
+            ));
+        }
+        agora
+            .into_iter()
+            .chain(mesos)
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
     }
 
     /// Asks an executor to stop: SHUTDOWN when connected, and SIGTERM
@@ -235,17 +279,20 @@ impl Core {
         conn: u64,
         fid: FrameworkId,
         eid: ExecutorId,
-        token: String,
+        token: Option<String>,
         updates: Vec<TaskStatus>,
         tasks: Vec<TaskInfo>,
     ) {
         let key = (fid.clone(), eid.clone());
-        let refusal = match self.executors.get(&key) {
-            None => Some(format!("unknown executor {eid} of framework {fid}")),
-            Some(ex) if !tokens_equal(&ex.token, &token) => {
+        let refusal = match (self.executors.get(&key), &token) {
+            (None, _) => Some(format!("unknown executor {eid} of framework {fid}")),
+            (Some(ex), Some(token)) if !tokens_equal(&ex.token, token) => {
                 Some("invalid executor token".to_string())
             }
-            Some(_) => None,
+            (Some(ex), None) if !speaks_mesos_v1(&ex.info) => Some(format!(
+                "executor {eid} was not launched as a Mesos executor; it subscribes on Agora's executor API"
+            )),
+            _ => None,
         };
         if let Some(message) = refusal {
             tracing::warn!(framework_id = %fid, executor_id = %eid, %message, "executor subscription refused");
@@ -630,5 +677,28 @@ impl Core {
             tracing::debug!(framework_id = %key.0, executor_id = %key.1, "command executor idle; shutting it down");
             self.kill_executor(&key, None);
         }
+    }
+}
+
+/// Whether an executor speaks the Mesos v1 executor API: its launch says
+/// so with [`agora_proto::env::EXECUTOR_API`].
+pub(super) fn speaks_mesos_v1(info: &ExecutorInfo) -> bool {
+    info.command
+        .environment
+        .get(agora_proto::env::EXECUTOR_API)
+        .is_some_and(|api| api == agora_proto::env::EXECUTOR_API_MESOS_V1)
+}
+
+/// The URIs an executor's launch asks the agent to fetch
+/// ([`agora_proto::env::FETCH_URIS`]).
+fn fetch_uris(command: &CommandInfo) -> Result<Vec<agora_proto::FetchUri>, String> {
+    match command.environment.get(agora_proto::env::FETCH_URIS) {
+        None => Ok(Vec::new()),
+        Some(json) => serde_json::from_str(json).map_err(|e| {
+            format!(
+                "{} is not a JSON list of URIs: {e}",
+                agora_proto::env::FETCH_URIS
+            )
+        }),
     }
 }

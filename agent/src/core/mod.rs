@@ -50,6 +50,10 @@ const UNSENT_LIMIT: usize = 4096;
 /// How long an exited executor's connection may stay open (held by a
 /// process it left behind) before the executor is ended without it.
 pub(crate) const EXIT_DRAIN: Duration = Duration::from_secs(2);
+/// The longest backoff between a checkpointing Mesos executor's attempts
+/// to subscribe again (`MESOS_SUBSCRIPTION_BACKOFF_MAX`; Mesos's
+/// `EXECUTOR_REREGISTRATION_RETRY_INTERVAL_MAX`).
+pub(crate) const MESOS_SUBSCRIPTION_BACKOFF_MAX: Duration = Duration::from_secs(15);
 /// Time between SIGTERM and SIGKILL once an executor overran its shutdown
 /// grace period.
 pub(crate) const OVERRUN_KILL_DELAY: Duration = Duration::from_secs(1);
@@ -73,12 +77,16 @@ pub enum Input {
     },
     /// The master connection ended.
     MasterDisconnected { conn: u64 },
-    /// An executor subscribed (or re-subscribed) on connection `conn`.
+    /// An executor subscribed (or re-subscribed) on connection `conn`:
+    /// on Agora's executor API with its token, or on the Mesos v1
+    /// executor API (`token: None`), which carries none and is open only
+    /// to executors launched as Mesos executors (see
+    /// [`agora_proto::env::EXECUTOR_API`]).
     ExecutorSubscribe {
         conn: u64,
         framework_id: FrameworkId,
         executor_id: ExecutorId,
-        token: String,
+        token: Option<String>,
         updates: Vec<TaskStatus>,
         tasks: Vec<TaskInfo>,
     },
@@ -134,6 +142,9 @@ pub enum Timer {
 }
 
 /// What a checkpoint's completion means to the core.
+// Lives for one trip to the checkpoint writer and back; boxing the update
+// would only add an allocation per update.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Durable {
     /// A checkpointed update: it may enter its stream, and be acknowledged

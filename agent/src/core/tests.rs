@@ -119,7 +119,7 @@ impl H {
             conn,
             framework_id: fid(),
             executor_id: ExecutorId::new(format!("e-{id}")),
-            token,
+            token: Some(token),
             updates: Vec::new(),
             tasks,
         })
@@ -637,7 +637,7 @@ mod recording {
             conn: 50,
             framework_id: fid.clone(),
             executor_id: ekey.1.clone(),
-            token: core.executors[&ekey].token.clone(),
+            token: Some(core.executors[&ekey].token.clone()),
             updates: Vec::new(),
             tasks: Vec::new(),
         };

@@ -135,12 +135,12 @@ def update_of(task_id, states):
     return match
 
 
-def start(master, framework_id=None, capabilities=()):
+def start(master, framework_id=None, capabilities=(), framework=None):
     info = dict(user="", name="pymesos test framework", failover_timeout=300,
                 capabilities=[dict(type=c) for c in capabilities])
     if framework_id:
         info["id"] = dict(value=framework_id)
-    framework = Framework()
+    framework = framework or Framework()
     driver = MesosSchedulerDriver(framework, info, master, use_addict=False,
                                   implicit_acknowledgements=False)
     driver.start()

@@ -1241,6 +1241,49 @@ fn resent_update_of_an_acknowledged_terminal_task_is_acknowledged_not_forwarded(
     )));
 }
 
+/// Found by the simulation (seed 430, "the same resources are never in
+/// two outstanding offers"): an agent whose damaged log lost a task's end
+/// reported the task running again when it re-registered; the master
+/// adopted it, counting its resources on top of the later task that had
+/// them (and would have forwarded a second terminal state).
+#[test]
+fn reregistration_does_not_revive_a_completed_task() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let task = command_task("t1", &aid, "cpus:1");
+    h.launch(S1, &[&offer], vec![task.clone()]);
+    h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    h.sched(
+        S1,
+        scheduler::Call::Acknowledge {
+            agent_id: aid.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "u1".into(),
+        },
+    );
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+    h.input(Input::AgentClosed { conn: A1 });
+    let report = TaskReport {
+        framework_id: fid.clone(),
+        task,
+        state: TaskState::Running,
+        latest_status: None,
+    };
+    let out = h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![report]);
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+    assert!(h.m.agents[&aid].used.is_empty());
+    assert!(agent_events(&out, A2).iter().any(|e| matches!(
+        e,
+        agent::Event::KillTask { task_id, .. } if task_id.as_str() == "t1"
+    )));
+    // The agent's own end of it is acknowledged, not forwarded.
+    let out = h.status(A2, &fid, "t1", TaskState::Failed, "u2");
+    assert!(updates(&out, S1).is_empty(), "no second terminal update");
+    assert!(agent_events(&out, A2).iter().any(|e| matches!(
+        e,
+        agent::Event::Acknowledge { uuid, .. } if uuid == "u2"
+    )));
+}
+
 #[test]
 fn reconciliation_waits_for_agents_that_may_still_reregister() {
     let mut h = H::new();

@@ -209,9 +209,23 @@ fn the_masters_unknown_task_answer_is_recognised() {
 
 #[test]
 fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
+    // Both a command and an executor: which one to run?
+    let mut both = command_task("both");
+    both.executor = Some(v1::ExecutorInfo {
+        executor_id: v1::ExecutorId { value: "e".into() },
+        ..Default::default()
+    });
+    // A custom executor, fetched: it runs.
     let mut custom = command_task("custom");
+    let mut executor_command = custom.command.take().unwrap();
+    executor_command.uris.push(v1::command_info::Uri {
+        value: "/srv/executor.py".into(),
+        executable: Some(true),
+        ..Default::default()
+    });
     custom.executor = Some(v1::ExecutorInfo {
         executor_id: v1::ExecutorId { value: "e".into() },
+        command: Some(executor_command),
         ..Default::default()
     });
     let mut with_uri = command_task("uri");
@@ -223,13 +237,18 @@ fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
     }
     let out = translate_call(
         &FrameworkId::new("f"),
-        accept(vec![launch(vec![command_task("ok"), custom, with_uri])]),
+        accept(vec![launch(vec![
+            command_task("ok"),
+            both,
+            custom,
+            with_uri,
+        ])]),
         &NoExecutors,
         CustomExecutors::Refuse,
     )
     .unwrap();
     let refused: Vec<&str> = out.refused.iter().map(|s| s.task_id.as_str()).collect();
-    assert_eq!(refused, ["custom", "uri"]);
+    assert_eq!(refused, ["both", "uri"]);
     assert!(out
         .refused
         .iter()
@@ -238,8 +257,18 @@ fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
         [Call::Launch {
             tasks, offer_ids, ..
         }] => {
-            assert_eq!(tasks.len(), 1);
+            assert_eq!(tasks.len(), 2);
             assert_eq!(tasks[0].task_id.as_str(), "ok");
+            let executor = tasks[1].executor.as_ref().expect("a custom executor");
+            let env = &executor.command.environment;
+            assert_eq!(
+                env.get(agora_proto::env::EXECUTOR_API).map(String::as_str),
+                Some(agora_proto::env::EXECUTOR_API_MESOS_V1)
+            );
+            let uris: Vec<agora_proto::FetchUri> =
+                serde_json::from_str(&env[agora_proto::env::FETCH_URIS]).unwrap();
+            assert_eq!(uris[0].value, "/srv/executor.py");
+            assert!(uris[0].executable && uris[0].extract);
             assert_eq!(offer_ids, &[OfferId::new("o1")]);
         }
         other => panic!("{other:?}"),

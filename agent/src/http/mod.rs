@@ -1,4 +1,6 @@
-//! The agent's port: the executor WebSocket at `/api/executor`, and HTTP
+//! The agent's port: the executor WebSocket at `/api/executor`, the
+//! Mesos v1 executor API at `/api/v1/executor` ([`mesos_v1`], a second
+//! front door onto the same core machinery), and HTTP
 //! `/health`, `/state`, `/version`, `/metrics` (Prometheus text) and
 //! `/files/FID/EID[/PATH]` (an executor's sandbox, confined by
 //! [`crate::files`]; see `docs/http.md`). HTTP answers carry
@@ -25,10 +27,12 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::Input;
+use crate::core::{ExecKey, Input};
 use crate::files::{self, FileError, Target};
 use crate::shell::{CoreEvent, Snapshot};
 use crate::{Counters, Shared};
+
+mod mesos_v1;
 
 /// Most queued events written to an executor with one flush.
 const WRITE_BATCH: usize = 256;
@@ -111,6 +115,10 @@ struct AppState {
     /// The core's latest `/state` view, published by the shell.
     snapshots: watch::Receiver<Snapshot>,
     counters: Arc<FileCounters>,
+    /// The connection of each executor subscribed on the Mesos v1
+    /// executor API, to which its calls (made on requests of their own)
+    /// belong.
+    v1_subscriptions: Arc<dashmap::DashMap<ExecKey, u64>>,
 }
 
 /// What `/files` served and refused, for `/metrics`.
@@ -141,6 +149,12 @@ pub(crate) fn router(
 ) -> Router {
     Router::new()
         .route("/api/executor", get(executor_ws))
+        .route(
+            "/api/v1/executor",
+            axum::routing::any(mesos_v1::executor).layer(axum::extract::DefaultBodyLimit::max(
+                mesos_v1::MAX_CALL_BYTES,
+            )),
+        )
         .route("/health", get(|| async { "ok" }))
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
@@ -156,6 +170,7 @@ pub(crate) fn router(
             core,
             snapshots,
             counters: Arc::default(),
+            v1_subscriptions: Arc::default(),
         })
 }
 
@@ -544,7 +559,7 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
                     link: link.clone(),
                     framework_id,
                     executor_id,
-                    token,
+                    token: Some(token),
                     updates: unacknowledged_updates,
                     tasks: unacknowledged_tasks,
                 }
