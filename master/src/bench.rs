@@ -383,7 +383,6 @@ where
         shutdown: token.clone(),
         queue_capacity: 16,
         metrics,
-        mesos_agora_executors: false,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

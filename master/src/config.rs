@@ -74,13 +74,6 @@ pub struct Config {
     pub event_queue_capacity: usize,
     /// Least time between two `/state` snapshots (default 100 ms).
     pub state_snapshot_interval: Duration,
-    /// The Mesos v1 scheduler API accepts tasks with a custom executor and
-    /// launches it as an Agora executor (a program on `agora-executor`,
-    /// speaking `/api/executor`), for frameworks that moved to the Mesos
-    /// scheduler API but keep Agora executors (and the benches' v1 mode).
-    /// Off (the default): such tasks get `TASK_ERROR`, since a Mesos
-    /// executor needs the agent's `/api/v1/executor`.
-    pub mesos_agora_executors: bool,
     /// High availability: campaign for leadership in etcd and keep the
     /// registry there (then `work_dir` holds no registry). `None`: a
     /// single master.
@@ -130,7 +123,6 @@ impl Default for Config {
             connection_queue_capacity: 10_000,
             event_queue_capacity: 8192,
             state_snapshot_interval: Duration::from_millis(100),
-            mesos_agora_executors: false,
             #[cfg(feature = "etcd")]
             etcd: None,
         }

@@ -168,7 +168,6 @@ pub async fn run(
         shutdown: token.clone(),
         queue_capacity: config.connection_queue_capacity,
         metrics,
-        mesos_agora_executors: config.mesos_agora_executors,
     };
     #[allow(unused_mut)]
     let mut router = http::router(app);

@@ -88,11 +88,6 @@ struct Flags {
     /// Least time between two /state snapshots.
     #[arg(long, default_value = "100ms", value_parser = parse_duration)]
     state_snapshot_interval: Duration,
-    /// Mesos v1 scheduler API: launch a task's custom executor as an Agora
-    /// executor (one on agora-executor, speaking /api/executor) instead of
-    /// refusing the task with TASK_ERROR.
-    #[arg(long)]
-    mesos_agora_executors: bool,
     /// High availability: campaign for leadership in the etcd at this
     /// client URL (e.g. http://127.0.0.1:2379) and keep the registry there.
     /// A master that loses leadership exits non-zero: run it under a
@@ -203,7 +198,6 @@ async fn main() -> anyhow::Result<()> {
         connection_queue_capacity: flags.connection_queue_capacity,
         event_queue_capacity: flags.event_queue_capacity,
         state_snapshot_interval: flags.state_snapshot_interval,
-        mesos_agora_executors: flags.mesos_agora_executors,
         #[cfg(feature = "etcd")]
         etcd: flags.etcd.map(|endpoint| agora_master::EtcdOptions {
             endpoint,

@@ -24,9 +24,9 @@
 //! ACCEPT/DECLINE/SUPPRESS as POSTs naming the `Mesos-Stream-Id`, and one
 //! ACKNOWLEDGE POST per update, up to `--calls-in-flight` at once on
 //! keep-alive connections. Same tasks, same executors (the custom one
-//! speaks the native executor API: the master runs with
-//! `--mesos-agora-executors`), same grid; the table then gives v1 ÷
-//! native for each point against the target ratio 0.8.
+//! speaks Agora's executor API whichever API launched it), same grid; the
+//! table then gives v1 ÷ native for each point against the target ratio
+//! 0.8.
 //!
 //! The binaries must sit next to this one:
 //!
@@ -652,8 +652,6 @@ async fn grid_point(
         "127.0.0.1:0".into(),
         "--work-dir".into(),
         dir.path().join("master").display().to_string(),
-        // The custom executor (test-executor) speaks Agora's executor API.
-        "--mesos-agora-executors".into(),
     ];
     master_args.extend(args.master_flag.iter().cloned());
     let master = Server::start(

@@ -24,8 +24,8 @@
 //! `--codec` (protobuf, mesos-go's default, or json), and one ACKNOWLEDGE
 //! POST per update carrying the `Mesos-Stream-Id`, up to
 //! `--calls-in-flight` at once on keep-alive connections. The executor
-//! stays native (the master accepts it with `mesos_agora_executors`). The
-//! table then gives v1 ÷ native against the target ratio 0.8.
+//! stays native (it speaks Agora's executor API whichever API launched
+//! it). The table then gives v1 ÷ native against the target ratio 0.8.
 //!
 //! ```text
 //! cargo run --release -p agora-examples --bin bench-status-updates -- --tasks 500 --updates-per-task 100
@@ -294,9 +294,6 @@ async fn run(args: &Args, checkpoint: bool, api: Api) -> anyhow::Result<Figures>
     let master_addr = listener.local_addr()?;
     let master_config = agora_master::Config {
         work_dir: Some(work.join("master")),
-        // The bench executor speaks Agora's executor API, also when the
-        // framework is on the Mesos v1 API.
-        mesos_agora_executors: true,
         ..agora_master::Config::default()
     };
     let master = tokio::spawn(agora_master::run(

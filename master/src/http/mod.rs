@@ -58,8 +58,6 @@ pub(crate) struct AppState {
     pub(crate) shutdown: CancellationToken,
     pub(crate) queue_capacity: usize,
     pub(crate) metrics: Arc<Metrics>,
-    /// [`crate::Config::mesos_agora_executors`].
-    pub(crate) mesos_agora_executors: bool,
 }
 
 /// Which channel a WebSocket speaks.

@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::translate::{self, CallError, CustomExecutors, ExecutorTasks};
+use super::translate::{self, CallError, ExecutorTasks};
 use super::{error, request_codec, response_codec, MesosState, StreamEntry, STREAM_ID};
 use crate::http::{ConnHandle, Outbound};
 use crate::master::{ConnId, Input};
@@ -234,17 +234,11 @@ async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler:
         );
     }
     let snapshot = state.app.snapshot.borrow().clone();
-    let custom_executors = if state.app.mesos_agora_executors {
-        CustomExecutors::AsAgora
-    } else {
-        CustomExecutors::Refuse
+    let translated = match translate::translate_call(&fid, call, &SnapshotTasks(&snapshot)) {
+        Ok(t) => t,
+        Err(CallError::BadRequest(m)) => return error(StatusCode::BAD_REQUEST, m),
+        Err(CallError::NotImplemented(m)) => return error(StatusCode::NOT_IMPLEMENTED, m),
     };
-    let translated =
-        match translate::translate_call(&fid, call, &SnapshotTasks(&snapshot), custom_executors) {
-            Ok(t) => t,
-            Err(CallError::BadRequest(m)) => return error(StatusCode::BAD_REQUEST, m),
-            Err(CallError::NotImplemented(m)) => return error(StatusCode::NOT_IMPLEMENTED, m),
-        };
     if !translated.refused.is_empty() {
         if let Some(handle) = state.app.registry.get(&entry.conn) {
             for status in translated.refused {

@@ -25,8 +25,7 @@ use agora_mesos_proto::v1;
 use agora_mesos_proto::v1::scheduler::{call, event};
 use agora_proto::scheduler::{Call, Event, ReconcileTask, ResourceRequest};
 use agora_proto::{
-    AgentId, ExecutorId, ExecutorInfo, FrameworkId, Reason, Source, TaskId, TaskInfo, TaskState,
-    TaskStatus,
+    AgentId, ExecutorId, FrameworkId, Reason, Source, TaskId, TaskInfo, TaskState, TaskStatus,
 };
 
 /// The message of the master's reconciliation answer for a task it does
@@ -56,17 +55,6 @@ pub(crate) struct Translated {
     pub(crate) refused: Vec<TaskStatus>,
 }
 
-/// What ACCEPT does with a task that names a custom executor
-/// ([`crate::Config::mesos_agora_executors`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum CustomExecutors {
-    /// `TASK_ERROR`: a Mesos executor needs the agent's `/api/v1/executor`.
-    #[default]
-    Refuse,
-    /// Launched as an Agora executor (it speaks `/api/executor`).
-    AsAgora,
-}
-
 /// Looks up a framework's live tasks run by an executor on an agent (for
 /// SHUTDOWN, which Agora carries out by killing them).
 pub(crate) trait ExecutorTasks {
@@ -83,7 +71,6 @@ pub(crate) fn translate_call(
     framework: &FrameworkId,
     call: v1::scheduler::Call,
     executors: &dyn ExecutorTasks,
-    custom_executors: CustomExecutors,
 ) -> Result<Translated, CallError> {
     use call::Type;
     let missing = |field: &str| CallError::BadRequest(format!("Expecting '{field}' to be present"));
@@ -102,7 +89,7 @@ pub(crate) fn translate_call(
         Type::Teardown => out.calls.push(Call::Teardown),
         Type::Accept => {
             let accept = call.accept.ok_or_else(|| missing("accept"))?;
-            out = translate_accept(accept, custom_executors);
+            out = translate_accept(accept);
         }
         Type::Decline => {
             let decline = call.decline.ok_or_else(|| missing("decline"))?;
@@ -197,7 +184,7 @@ pub(crate) fn translate_call(
 /// native LAUNCH on the offers (an empty one declines them, as Mesos's
 /// ACCEPT without tasks does). Other operations (reservations, volumes)
 /// are not supported and dropped, as Mesos drops invalid operations.
-fn translate_accept(accept: call::Accept, custom_executors: CustomExecutors) -> Translated {
+fn translate_accept(accept: call::Accept) -> Translated {
     use v1::offer::operation::Type;
     let mut out = Translated::default();
     let mut tasks: Vec<TaskInfo> = Vec::new();
@@ -205,13 +192,7 @@ fn translate_accept(accept: call::Accept, custom_executors: CustomExecutors) -> 
         match operation.r#type() {
             Type::Launch => {
                 for task in operation.launch.map(|l| l.task_infos).unwrap_or_default() {
-                    let converted = match (&task.executor, custom_executors) {
-                        (Some(executor), CustomExecutors::AsAgora) => {
-                            agora_executor_task(&task, executor)
-                        }
-                        _ => convert::task_info(&task),
-                    };
-                    match converted {
+                    match convert::task_info(&task) {
                         Ok(native) => tasks.push(native),
                         Err(e) => out.refused.push(refusal(&task, e.to_string())),
                     }
@@ -255,41 +236,6 @@ fn translate_accept(accept: call::Accept, custom_executors: CustomExecutors) -> 
         filters: convert::filters(accept.filters.as_ref()),
     });
     out
-}
-
-/// A task with a custom executor, launched as an Agora executor.
-fn agora_executor_task(
-    task: &v1::TaskInfo,
-    executor: &v1::ExecutorInfo,
-) -> Result<TaskInfo, convert::ConvertError> {
-    let Some(command) = &executor.command else {
-        return Err(convert::ConvertError::Invalid(
-            "ExecutorInfo must set 'command'".into(),
-        ));
-    };
-    Ok(TaskInfo {
-        name: task.name.clone(),
-        task_id: convert::task_id(&task.task_id)?,
-        agent_id: convert::agent_id(&task.agent_id)?,
-        resources: convert::resources(&task.resources)?,
-        executor: Some(ExecutorInfo {
-            executor_id: convert::executor_id(&executor.executor_id)?,
-            framework_id: None,
-            command: convert::command_info(command)?,
-            resources: convert::resources(&executor.resources)?,
-            name: executor.name.clone().unwrap_or_default(),
-            #[allow(deprecated)] // `ExecutorInfo.source`
-            source: executor.source.clone().unwrap_or_default(),
-        }),
-        command: None,
-        data: task.data.clone().map(agora_proto::Bytes),
-        kill_grace_period: task
-            .kill_policy
-            .as_ref()
-            .and_then(|k| k.grace_period.as_ref())
-            .map(|d| (d.nanoseconds.max(0) as f64) / 1e9),
-        labels: convert::labels(task.labels.as_ref()),
-    })
 }
 
 /// The TASK_ERROR update for a task refused by the front door.

@@ -244,7 +244,6 @@ fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
             with_uri,
         ])]),
         &NoExecutors,
-        CustomExecutors::Refuse,
     )
     .unwrap();
     let refused: Vec<&str> = out.refused.iter().map(|s| s.task_id.as_str()).collect();
@@ -276,46 +275,8 @@ fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
 }
 
 #[test]
-fn accept_launches_a_custom_executor_as_an_agora_executor_when_configured() {
-    let mut custom = command_task("custom");
-    custom.command = None;
-    custom.executor = Some(v1::ExecutorInfo {
-        executor_id: v1::ExecutorId { value: "e".into() },
-        command: Some(v1::CommandInfo {
-            value: Some("/usr/bin/my-executor".into()),
-            shell: Some(false),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    let out = translate_call(
-        &FrameworkId::new("f"),
-        accept(vec![launch(vec![custom])]),
-        &NoExecutors,
-        CustomExecutors::AsAgora,
-    )
-    .unwrap();
-    assert!(out.refused.is_empty(), "{:?}", out.refused);
-    match &out.calls[..] {
-        [Call::Launch { tasks, .. }] => {
-            let executor = tasks[0].executor.as_ref().expect("an executor");
-            assert_eq!(executor.executor_id.as_str(), "e");
-            assert_eq!(executor.command.value, "/usr/bin/my-executor");
-            assert!(tasks[0].command.is_none());
-        }
-        other => panic!("{other:?}"),
-    }
-}
-
-#[test]
 fn accept_without_tasks_declines_and_task_groups_are_all_or_nothing() {
-    let out = translate_call(
-        &FrameworkId::new("f"),
-        accept(vec![]),
-        &NoExecutors,
-        CustomExecutors::Refuse,
-    )
-    .unwrap();
+    let out = translate_call(&FrameworkId::new("f"), accept(vec![]), &NoExecutors).unwrap();
     assert!(matches!(&out.calls[..], [Call::Launch { tasks, .. }] if tasks.is_empty()));
 
     let group = |tasks: Vec<v1::TaskInfo>| {
@@ -337,7 +298,6 @@ fn accept_without_tasks_declines_and_task_groups_are_all_or_nothing() {
         &FrameworkId::new("f"),
         accept(vec![group(vec![command_task("g1"), command_task("g2")])]),
         &NoExecutors,
-        CustomExecutors::Refuse,
     )
     .unwrap();
     assert!(out.refused.is_empty());
@@ -349,7 +309,6 @@ fn accept_without_tasks_declines_and_task_groups_are_all_or_nothing() {
         &FrameworkId::new("f"),
         accept(vec![group(vec![command_task("g3"), bad])]),
         &NoExecutors,
-        CustomExecutors::Refuse,
     )
     .unwrap();
     assert_eq!(out.refused.len(), 2);
@@ -369,33 +328,26 @@ fn bad_calls_are_refused_with_mesos_codes() {
     };
     ack.set_type(call::Type::Acknowledge);
     assert!(matches!(
-        translate_call(&fid, ack, &NoExecutors, CustomExecutors::Refuse),
+        translate_call(&fid, ack, &NoExecutors),
         Err(CallError::BadRequest(m)) if m.contains("16 bytes")
     ));
     let mut no_body = v1::scheduler::Call::default();
     no_body.set_type(call::Type::Kill);
     assert_eq!(
-        translate_call(&fid, no_body, &NoExecutors, CustomExecutors::Refuse),
+        translate_call(&fid, no_body, &NoExecutors),
         Err(CallError::BadRequest(
             "Expecting 'kill' to be present".into()
         ))
     );
     assert!(matches!(
-        translate_call(
-            &fid,
-            v1::scheduler::Call::default(),
-            &NoExecutors,
-            CustomExecutors::Refuse
-        ),
+        translate_call(&fid, v1::scheduler::Call::default(), &NoExecutors),
         Err(CallError::NotImplemented(_))
     ));
     // REVIVE and SUPPRESS may come without a body.
     let mut revive = v1::scheduler::Call::default();
     revive.set_type(call::Type::Revive);
     assert_eq!(
-        translate_call(&fid, revive, &NoExecutors, CustomExecutors::Refuse)
-            .unwrap()
-            .calls,
+        translate_call(&fid, revive, &NoExecutors).unwrap().calls,
         vec![Call::Revive { roles: vec![] }]
     );
 }
