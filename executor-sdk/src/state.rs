@@ -232,6 +232,22 @@ impl DriverCore {
         self.finished
     }
 
+    /// The tasks of the terminal updates not acknowledged yet.
+    #[cfg(feature = "sim")]
+    pub(crate) fn unacknowledged_terminal(&self) -> Vec<TaskId> {
+        self.unacknowledged
+            .iter()
+            .filter(|p| p.status.state.is_terminal())
+            .map(|p| p.status.task_id.clone())
+            .collect()
+    }
+
+    /// Whether the framework checkpoints: a lost agent is waited for.
+    #[cfg(feature = "sim")]
+    pub(crate) fn checkpoint(&self) -> bool {
+        self.config.checkpoint
+    }
+
     fn is_subscribed(&self) -> bool {
         self.conn == Conn::Subscribed
     }
