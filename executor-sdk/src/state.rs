@@ -357,22 +357,27 @@ impl DriverCore {
         if was_subscribed {
             actions.push(Action::Callback(Callback::Disconnected));
         }
-        if self.is_stopping() && !(self.subscribed_before && !self.config.checkpoint) {
+        // Without checkpointing, a restarted agent would not take the
+        // executor back.
+        let gives_up = self.subscribed_before && !self.config.checkpoint;
+        if self.is_stopping() && !gives_up {
             // The agent may be restarting: reconnect and deliver the
             // updates, as a running driver would.
+            if self.flush != Some(Flush::AwaitingAgent) {
+                tracing::info!(
+                    unacknowledged = self.unacknowledged.len(),
+                    recovery_timeout = ?self.config.recovery_timeout,
+                    "connection lost while stopping; reconnecting to deliver the unacknowledged updates"
+                );
+            }
             self.flush = Some(Flush::AwaitingAgent);
-            tracing::info!(
-                unacknowledged = self.unacknowledged.len(),
-                recovery_timeout = ?self.config.recovery_timeout,
-                "connection lost while stopping; reconnecting to deliver the unacknowledged updates"
-            );
         } else if self.is_stopping() {
             self.log_undelivered(
                 "lost the connection to the agent while stopping and the framework does not checkpoint",
             );
             self.finished = true;
             actions.push(Action::Finish(Outcome::Stopped));
-        } else if self.subscribed_before && !self.config.checkpoint {
+        } else if gives_up {
             actions.extend(self.abort(
                 "lost the connection to the agent and the framework does not checkpoint".into(),
             ));
