@@ -32,6 +32,8 @@ pub const RUN_TASK_ANSWERED: &str = "every RUN_TASK gets an update";
 pub const PROGRESS: &str = "the cluster makes progress once faults stop";
 pub const BOUNDED: &str = "the allocator's interned names stay bounded";
 pub const FRAMES_FIT: &str = "no frame exceeds the frame cap";
+pub const STOP_DELIVERS: &str =
+    "an executor stopped while its agent is away delivers its terminal updates before it exits";
 pub const LOG_PREFIX: &str =
     "an agent recovers its log up to the first damaged record, nothing after";
 

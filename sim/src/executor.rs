@@ -13,6 +13,7 @@ use agora_proto::executor as exec_api;
 use agora_proto::{Bytes, Source, TaskId, TaskState, TaskStatus};
 use rand::Rng;
 
+use crate::check::STOP_DELIVERS;
 use crate::world::{Ev, Msg, Side, Time, World, MS, SEC};
 
 /// What goes wrong with an executor process.
@@ -311,6 +312,29 @@ impl World {
                     self.exec_backoff(proc, 0);
                 }
                 Action::Finish(outcome) => {
+                    let p = self.procs.get_mut(&proc).expect("alive");
+                    // A checkpointing driver waits for a lost agent, so
+                    // one that stops while disconnected has nothing left
+                    // to deliver (it gives up only by aborting).
+                    let undelivered = match (&p.driver, p.conn) {
+                        (Some(d), None)
+                            if outcome == agora_executor::sim::Outcome::Stopped
+                                && d.checkpoint() =>
+                        {
+                            d.unacknowledged_terminal()
+                        }
+                        _ => Vec::new(),
+                    };
+                    if !undelivered.is_empty() {
+                        let (agent, key) = (p.agent, p.key.clone());
+                        self.violated(
+                            STOP_DELIVERS,
+                            format!(
+                                "executor {proc} ({} of framework {}) on agent {agent} stopped while disconnected with the terminal updates of {undelivered:?} unacknowledged",
+                                key.1, key.0
+                            ),
+                        );
+                    }
                     let p = self.procs.get_mut(&proc).expect("alive");
                     if let Some(conn) = p.conn.take() {
                         self.close(conn, Side::Client, "executor finished");

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 pub use check::{
     BOOKS, BOUNDED, EXECUTOR_SAYS, FRAMES_FIT, IN_ORDER, LOG_PREFIX, NOTHING_LOST, NO_RETURN,
-    OFFERS_DISJOINT, ONE_TERMINAL, PROGRESS, RUN_TASK_ANSWERED,
+    OFFERS_DISJOINT, ONE_TERMINAL, PROGRESS, RUN_TASK_ANSWERED, STOP_DELIVERS,
 };
 
 /// What a run may choose from, and how much it reports.

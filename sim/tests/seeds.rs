@@ -84,6 +84,23 @@ const FOUND: &[(u64, f64, &str)] = &[
         DEFAULT_BIG,
         "OFFERS_DISJOINT: a completed task adopted again",
     ),
+    // An executor whose last task ended while its agent was away (seed 12:
+    // the agent process crashed; seed 37: an executor outage cut the
+    // connection during the flush) stopped and exited at once with its
+    // TASK_FINISHED unacknowledged. Found by STOP_DELIVERS with the stop
+    // of 2df44f9^ (finish at once when not subscribed); fix: 2df44f9 on
+    // branch exec-stop (the stop reconnects, re-subscribes with the
+    // update and waits for its acknowledgement).
+    (
+        12,
+        DEFAULT_BIG,
+        "STOP_DELIVERS: a stop during an agent restart",
+    ),
+    (
+        37,
+        DEFAULT_BIG,
+        "STOP_DELIVERS: a stop during an executor outage",
+    ),
 ];
 
 /// `Options::default().big_update_rate`, the rate the seeds above ran
