@@ -604,10 +604,12 @@ async fn grid_point(
                     shell: false,
                     arguments: vec![program],
                     environment: BTreeMap::new(),
+                    uris: Vec::new(),
                 },
                 resources: Resources::parse("cpus:0.5;mem:64")?,
                 name: "bench executor".into(),
                 source: "bench-launch".into(),
+                api: Default::default(),
             })
         }
     };
