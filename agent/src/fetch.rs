@@ -1,6 +1,8 @@
-//! The fetcher: copies the URIs an executor's launch asks for
-//! ([`agora_proto::env::FETCH_URIS`], Mesos's `CommandInfo.uris`) into its
-//! sandbox before it starts, as Mesos's fetcher does (without its cache).
+//! The fetcher: copies the URIs a launch asks for
+//! ([`agora_proto::CommandInfo::uris`], Mesos's `CommandInfo.uris`) into
+//! the sandbox before the command starts, as Mesos's fetcher does (without
+//! its cache): an executor's into the executor's sandbox, a command task's
+//! into the task's.
 //!
 //! A URI is a local path (absolute, or `file://`) or an `http://` URL.
 //! The file lands in the sandbox under `output_file`, else the URI's last

@@ -89,7 +89,8 @@ pub struct ProcStat {
 
 impl LaunchSpec {
     /// A spec from a [`agora_proto::CommandInfo`]: `/bin/sh -c value` when
-    /// `shell`, else `value` with `arguments` (whose first element is argv\[0\]).
+    /// `shell`, else `value` with `arguments` (whose first element is argv\[0\]),
+    /// after fetching its `uris` into the sandbox.
     pub fn from_command(command: &agora_proto::CommandInfo, sandbox: PathBuf) -> Self {
         let env = command
             .environment
@@ -103,7 +104,7 @@ impl LaunchSpec {
                 args: vec!["-c".to_string(), command.value.clone()],
                 env,
                 sandbox,
-                fetch: Vec::new(),
+                fetch: command.uris.clone(),
                 limits: None,
             }
         } else {
@@ -115,7 +116,7 @@ impl LaunchSpec {
                 args: arguments.cloned().collect(),
                 env,
                 sandbox,
-                fetch: Vec::new(),
+                fetch: command.uris.clone(),
                 limits: None,
             }
         }

@@ -30,6 +30,7 @@ use crate::isolation::cgroups::{Cgroups, Container};
 use crate::isolation::{Limitation, Limits};
 use crate::launcher::{self, LaunchSpec, Process};
 use crate::shell::CoreEvent;
+use crate::status_updates::StreamKey;
 
 /// What the core asks of the process thread.
 #[derive(Debug)]
@@ -54,6 +55,13 @@ pub enum Request {
     /// Create a directory (a command task's sandbox, which its command
     /// executor also creates if it gets there first).
     CreateDir { path: std::path::PathBuf },
+    /// Create command task `key`'s sandbox and fetch `uris` into it, on a
+    /// thread of their own, then tell the core ([`Input::TaskFetched`]).
+    Fetch {
+        key: StreamKey,
+        sandbox: std::path::PathBuf,
+        uris: Vec<agora_proto::FetchUri>,
+    },
     /// End the executor's whole session: SIGTERM now, SIGKILL once
     /// `grace` has passed with the executor still running.
     Terminate { run_id: String, grace: Duration },
@@ -201,6 +209,7 @@ impl Keeper {
                         tracing::warn!(path = %path.display(), error = %e, "cannot create a task sandbox");
                     }
                 }
+                Request::Fetch { key, sandbox, uris } => self.fetch_task(key, sandbox, uris),
                 Request::Terminate { run_id, grace } => {
                     if let Some(entry) = self.processes.get(&run_id) {
                         entry.process.signal_group(Signal::SIGTERM);
@@ -439,6 +448,37 @@ impl Keeper {
                 let _ = container.remove();
                 Err(failed(e))
             }
+        }
+    }
+
+    /// Fetches a command task's URIs into its sandbox on a thread of its
+    /// own and tells the core how that went.
+    fn fetch_task(
+        &mut self,
+        key: StreamKey,
+        sandbox: std::path::PathBuf,
+        uris: Vec<agora_proto::FetchUri>,
+    ) {
+        let core = self.core.clone();
+        let runtime = self.runtime.clone();
+        let failed = (key.clone(), core.clone());
+        let spawned = std::thread::Builder::new()
+            .name("agora-fetcher".into())
+            .spawn(move || {
+                let result = std::fs::create_dir_all(&sandbox)
+                    .map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))
+                    .and_then(|()| {
+                        crate::fetch::fetch_all(&uris, &sandbox, &runtime)
+                            .map_err(|e| e.to_string())
+                    });
+                let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
+            });
+        if let Err(e) = spawned {
+            let (key, core) = failed;
+            let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched {
+                key,
+                result: Err(format!("cannot start a fetcher thread: {e}")),
+            }));
         }
     }
 

@@ -14,7 +14,8 @@ use agora_client::{Http, Method};
 use agora_mesos_proto::{recordio, v1, Codec};
 use agora_proto::agent::{Call as AgentCall, Event as AgentEvent};
 use agora_proto::{
-    env, CommandInfo, ExecutorId, ExecutorInfo, FrameworkId, Resources, TaskId, TaskInfo, TaskState,
+    CommandInfo, ExecutorApi, ExecutorId, ExecutorInfo, FrameworkId, Resources, TaskId, TaskInfo,
+    TaskState,
 };
 use base64::Engine as _;
 use serde_json::json;
@@ -24,14 +25,9 @@ const JSON: &str = "application/json";
 const PROTOBUF: &str = "application/x-protobuf";
 
 /// A task of custom executor `eid` launched as a Mesos framework's: the
-/// master's Mesos front door marks it with `AGORA_EXECUTOR_API`.
+/// master's Mesos front door marks it with [`ExecutorApi::MesosV1`].
 fn mesos_task(id: &str, eid: &str, script: &Path, mesos: bool) -> TaskInfo {
-    let mut command = CommandInfo::shell(script.display().to_string());
-    if mesos {
-        command
-            .environment
-            .insert(env::EXECUTOR_API.into(), env::EXECUTOR_API_MESOS_V1.into());
-    }
+    let command = CommandInfo::shell(script.display().to_string());
     let mut task = command_task(id);
     task.command = None;
     task.executor = Some(ExecutorInfo {
@@ -41,6 +37,11 @@ fn mesos_task(id: &str, eid: &str, script: &Path, mesos: bool) -> TaskInfo {
         resources: Resources::parse("cpus:0.1;mem:32").unwrap(),
         name: "mesos executor".into(),
         source: String::new(),
+        api: if mesos {
+            ExecutorApi::MesosV1
+        } else {
+            ExecutorApi::Agora
+        },
     });
     task
 }
@@ -227,7 +228,8 @@ async fn a_mesos_executor_gets_the_mesos_environment() {
     assert_eq!(env["MESOS_RECOVERY_TIMEOUT"], "900secs");
     assert_eq!(env["MESOS_SUBSCRIPTION_BACKOFF_MAX"], "15secs");
     assert_eq!(env["MESOS_HTTP_COMMAND_EXECUTOR"], "0");
-    assert_eq!(env[env::EXECUTOR_API], env::EXECUTOR_API_MESOS_V1);
+    assert!(!env.contains_key("AGORA_EXECUTOR_API"));
+    assert!(!env.contains_key("AGORA_FETCH_URIS"));
     agent.stop().await;
 
     // Without checkpointing, no recovery settings (as Mesos).

@@ -311,10 +311,12 @@ fn cpu_is_capped_by_the_cfs_quota() {
                 shell: false,
                 arguments: vec![program],
                 environment: BTreeMap::new(),
+                uris: Vec::new(),
             },
             resources: Resources::parse("cpus:0.01;mem:32").unwrap(),
             name: "spinner".into(),
             source: "isolation".into(),
+            api: Default::default(),
         }),
         command: None,
         data: Some(

@@ -4,7 +4,8 @@
 //! agent's Mesos v1 executor API.
 //!
 //! - pymesos 0.3.15 (`mesos/pymesos_framework.py`): a job of command
-//!   tasks to TASK_FINISHED, explicit and implicit reconciliation, kill,
+//!   tasks to TASK_FINISHED, a command task running the script its
+//!   `CommandInfo.uris` fetched into its sandbox, explicit and implicit reconciliation, kill,
 //!   teardown; the same as a PARTITION_AWARE framework; scheduler
 //!   failover with the same framework id; a master restart with the
 //!   framework re-subscribing by itself.
@@ -60,6 +61,12 @@ fn pymesos_job_reconciliation_kill_and_teardown() {
                 "{scenario}: job-{i} went {states:?}"
             );
         }
+        let fetched = updates(&events, "fetched");
+        assert_eq!(
+            fetched.last(),
+            Some(&"TASK_FINISHED"),
+            "{scenario}: the task with a URI went {fetched:?}"
+        );
         assert_eq!(updates(&events, "no-such-task"), [unknown], "{scenario}");
         assert_eq!(
             updates(&events, "long"),

@@ -773,6 +773,7 @@ mod tests {
                 resources: Resources::new(),
                 name: String::new(),
                 source: String::new(),
+                api: Default::default(),
             },
             framework_info: FrameworkInfo::new("fw"),
             agent_id: AgentId::new("agent-1"),

@@ -536,35 +536,13 @@ pub fn mesos_framework_info(info: &agora::FrameworkInfo) -> v1::FrameworkInfo {
 
 // --- commands, executors, tasks ---
 
-/// A Mesos command task's `CommandInfo` as Agora's. Agora runs commands
-/// as the agent's user and fetches URIs only for custom executors, so
-/// `uris` and secret environment variables are refused rather than
-/// ignored.
+/// A Mesos `CommandInfo` (a command task's or a custom executor's) as
+/// Agora's: the agent fetches its `uris` into the sandbox before it starts
+/// the command. Agora runs commands as the agent's user, so `user` and
+/// secret environment variables are refused rather than ignored.
 pub fn command_info(command: &v1::CommandInfo) -> Result<agora::CommandInfo, ConvertError> {
-    if !command.uris.is_empty() {
-        return Err(ConvertError::Unsupported(
-            "CommandInfo.uris of a command task: this Agora version fetches URIs only for custom executors (ExecutorInfo.command.uris)".into(),
-        ));
-    }
-    command_fields(command)
-}
-
-/// A custom executor's `CommandInfo` as Agora's: the agent fetches its
-/// `uris` into the sandbox before it starts the executor (asked for with
-/// [`agora::env::FETCH_URIS`]), and the executor is marked as one that
-/// speaks the Mesos v1 executor API ([`agora::env::EXECUTOR_API`]).
-pub fn executor_command_info(
-    command: &v1::CommandInfo,
-) -> Result<agora::CommandInfo, ConvertError> {
     let mut out = command_fields(command)?;
-    for reserved in [agora::env::EXECUTOR_API, agora::env::FETCH_URIS] {
-        if out.environment.contains_key(reserved) {
-            return Err(ConvertError::Invalid(format!(
-                "environment variable {reserved} is reserved for the agent"
-            )));
-        }
-    }
-    let mut uris = Vec::with_capacity(command.uris.len());
+    out.uris.reserve_exact(command.uris.len());
     for uri in &command.uris {
         if uri.value.trim().is_empty() {
             return Err(ConvertError::Invalid(
@@ -578,23 +556,13 @@ pub fn executor_command_info(
                 )));
             }
         }
-        uris.push(agora::FetchUri {
+        out.uris.push(agora::FetchUri {
             value: uri.value.clone(),
             executable: uri.executable.unwrap_or(false),
             extract: uri.extract.unwrap_or(true),
             output_file: uri.output_file.clone(),
         });
     }
-    if !uris.is_empty() {
-        let json =
-            serde_json::to_string(&uris).map_err(|e| ConvertError::Invalid(e.to_string()))?;
-        out.environment
-            .insert(agora::env::FETCH_URIS.to_string(), json);
-    }
-    out.environment.insert(
-        agora::env::EXECUTOR_API.to_string(),
-        agora::env::EXECUTOR_API_MESOS_V1.to_string(),
-    );
     Ok(out)
 }
 
@@ -636,6 +604,7 @@ fn command_fields(command: &v1::CommandInfo) -> Result<agora::CommandInfo, Conve
         shell,
         arguments: command.arguments.clone(),
         environment,
+        uris: Vec::new(),
     })
 }
 
@@ -674,26 +643,20 @@ pub fn executor_info(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, Con
     Ok(agora::ExecutorInfo {
         executor_id: agora::ExecutorId::new(info.executor_id.value.clone()),
         framework_id: info.framework_id.as_ref().map(framework_id).transpose()?,
-        command: executor_command_info(command)?,
+        command: command_info(command)?,
         resources: resources(&info.resources)?,
         name: info.name.clone().unwrap_or_default(),
         source: info.source.clone().unwrap_or_default(),
+        // A Mesos framework's executor speaks Mesos's executor API.
+        api: agora::ExecutorApi::MesosV1,
     })
 }
 
-/// Agora's `CommandInfo` as Mesos's; the URIs asked for with
-/// [`agora::env::FETCH_URIS`] are `uris` again, and the variables only
-/// the agent reads are left out.
+/// Agora's `CommandInfo` as Mesos's.
 pub fn mesos_command_info(command: &agora::CommandInfo) -> v1::CommandInfo {
-    let uris: Vec<agora::FetchUri> = command
-        .environment
-        .get(agora::env::FETCH_URIS)
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_default();
     let variables: Vec<v1::environment::Variable> = command
         .environment
         .iter()
-        .filter(|(name, _)| name.as_str() != agora::env::FETCH_URIS)
         .map(|(name, value)| v1::environment::Variable {
             name: name.clone(),
             value: Some(value.clone()),
@@ -705,13 +668,14 @@ pub fn mesos_command_info(command: &agora::CommandInfo) -> v1::CommandInfo {
         shell: Some(command.shell),
         arguments: command.arguments.clone(),
         environment: (!variables.is_empty()).then_some(v1::Environment { variables }),
-        uris: uris
-            .into_iter()
+        uris: command
+            .uris
+            .iter()
             .map(|u| v1::command_info::Uri {
-                value: u.value,
+                value: u.value.clone(),
                 executable: Some(u.executable),
                 extract: Some(u.extract),
-                output_file: u.output_file,
+                output_file: u.output_file.clone(),
                 cache: None,
             })
             .collect(),
@@ -1009,6 +973,96 @@ mod tests {
             filters(Some(&v1::Filters::default())).refuse_seconds,
             Some(5.0)
         );
+    }
+
+    /// A Mesos TaskInfo as pymesos writes it, JSON, with a command
+    /// task's or a custom executor's URIs.
+    fn task_json(body: &str) -> Vec<u8> {
+        format!(
+            r#"{{"name":"t","task_id":{{"value":"t1"}},"agent_id":{{"value":"a1"}},
+                "resources":[{{"name":"cpus","type":"SCALAR","scalar":{{"value":0.1}}}}],
+                {body}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn command_task_uris_become_native_uris_from_json_and_protobuf() {
+        use crate::Codec;
+        let json = task_json(
+            r#""command":{"value":"./run.sh","uris":[
+                {"value":"/srv/run.sh","executable":true},
+                {"value":"http://h:80/d.tgz","output_file":"data.tgz","extract":false},
+                {"value":"file:///srv/x.zip"}]}"#,
+        );
+        let mesos: v1::TaskInfo = Codec::Json.decode(&json).unwrap();
+        let protobuf = Codec::Protobuf.encode(&mesos).unwrap();
+        let from_protobuf: v1::TaskInfo = Codec::Protobuf.decode(&protobuf).unwrap();
+        for mesos in [mesos, from_protobuf] {
+            let task = task_info(&mesos).unwrap();
+            let command = task.command.expect("a command task");
+            assert!(command.environment.is_empty());
+            let uris: Vec<_> = command
+                .uris
+                .iter()
+                .map(|u| {
+                    (
+                        u.value.as_str(),
+                        u.executable,
+                        u.extract,
+                        u.output_file.as_deref(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                uris,
+                [
+                    ("/srv/run.sh", true, true, None),
+                    ("http://h:80/d.tgz", false, false, Some("data.tgz")),
+                    ("file:///srv/x.zip", false, true, None),
+                ]
+            );
+            // And back: the Mesos form keeps them.
+            let back = mesos_command_info(&command);
+            assert_eq!(back.uris.len(), 3);
+            assert_eq!(back.uris[1].output_file.as_deref(), Some("data.tgz"));
+        }
+    }
+
+    #[test]
+    fn custom_executor_is_marked_mesos_and_keeps_its_uris_out_of_the_environment() {
+        use crate::Codec;
+        let json = task_json(
+            r#""executor":{"type":"CUSTOM","executor_id":{"value":"e"},
+                "command":{"value":"python3 executor.py",
+                  "environment":{"variables":[{"name":"AGORA_FETCH_URIS","value":"[]"}]},
+                  "uris":[{"value":"/srv/executor.py","executable":true}]}}"#,
+        );
+        let mesos: v1::TaskInfo = Codec::Json.decode(&json).unwrap();
+        let executor = task_info(&mesos).unwrap().executor.expect("an executor");
+        assert_eq!(executor.api, agora::ExecutorApi::MesosV1);
+        assert_eq!(executor.command.uris.len(), 1);
+        assert_eq!(executor.command.uris[0].value, "/srv/executor.py");
+        // Once reserved, now a variable like any other: it asks nothing
+        // of the agent.
+        assert_eq!(executor.command.environment["AGORA_FETCH_URIS"], "[]");
+    }
+
+    #[test]
+    fn bad_uris_are_refused() {
+        use crate::Codec;
+        for bad in [
+            r#"{"value":" "}"#,
+            r#"{"value":"/x","output_file":"a/b"}"#,
+            r#"{"value":"/x","output_file":".."}"#,
+        ] {
+            let json = task_json(&format!(r#""command":{{"value":"true","uris":[{bad}]}}"#));
+            let mesos: v1::TaskInfo = Codec::Json.decode(&json).unwrap();
+            assert!(
+                matches!(task_info(&mesos), Err(ConvertError::Invalid(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -321,6 +321,7 @@ mod tests {
             resources: agora::Resources::default(),
             name: String::new(),
             source: String::new(),
+            api: Default::default(),
         };
         let subscribed = events
             .translate(exec_api::Event::Subscribed {

@@ -55,21 +55,6 @@ pub const MESOS_SUBSCRIPTION_BACKOFF_MAX: &str = "MESOS_SUBSCRIPTION_BACKOFF_MAX
 /// `0`: the executor is not Mesos's HTTP command executor.
 pub const MESOS_HTTP_COMMAND_EXECUTOR: &str = "MESOS_HTTP_COMMAND_EXECUTOR";
 
-/// Set in an executor's `CommandInfo.environment` by whoever launches it,
-/// for the agent: [`EXECUTOR_API_MESOS_V1`] says the executor speaks the
-/// Mesos v1 executor API (`/api/v1/executor`, no token) rather than
-/// Agora's. The master's Mesos front door sets it for Mesos frameworks'
-/// custom executors; the executor sees it too.
-pub const EXECUTOR_API: &str = "AGORA_EXECUTOR_API";
-/// The value of [`EXECUTOR_API`] for Mesos v1 executors.
-pub const EXECUTOR_API_MESOS_V1: &str = "mesos-v1";
-/// Set in an executor's `CommandInfo.environment` by whoever launches it,
-/// for the agent: a JSON array of [`crate::FetchUri`] the agent fetches
-/// into the sandbox before it starts the executor (Mesos's
-/// `CommandInfo.uris`). The agent takes it out of the environment the
-/// executor gets.
-pub const FETCH_URIS: &str = "AGORA_FETCH_URIS";
-
 /// Mesos's text form of a duration (stout's `Duration`), as Mesos
 /// executors parse it: whole seconds as `5secs`, anything finer in
 /// milliseconds (`250ms`).

@@ -38,8 +38,9 @@ pub use resources::{
     round_scalar, Range, Resource, ResourceError, Resources, Value, DEFAULT_ROLE, MAX_SCALAR,
 };
 pub use types::{
-    now_timestamp, AgentInfo, Bytes, CommandInfo, ExecutorInfo, Filters, FrameworkInfo, LeaderInfo,
-    MasterInfo, Offer, Reason, Source, TaskInfo, TaskState, TaskStatus, DEFAULT_REFUSE_SECONDS,
+    now_timestamp, AgentInfo, Bytes, CommandInfo, ExecutorApi, ExecutorInfo, Filters,
+    FrameworkInfo, LeaderInfo, MasterInfo, Offer, Reason, Source, TaskInfo, TaskState, TaskStatus,
+    DEFAULT_REFUSE_SECONDS,
 };
 
 /// Version carried in every subscribe/register call.

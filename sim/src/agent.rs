@@ -549,6 +549,23 @@ impl World {
             Request::CreateDir { path } => {
                 self.agents[i].disk.dirs.insert(path);
             }
+            Request::Fetch { key, sandbox, .. } => {
+                // Simulated tasks ask for no URIs; should one, every
+                // fetch succeeds after a moment.
+                self.agents[i].disk.dirs.insert(sandbox);
+                let d = self.between(MS, 20 * MS);
+                self.after(
+                    d,
+                    Ev::AgentInput {
+                        agent: i,
+                        inc,
+                        input: Box::new(Input::TaskFetched {
+                            key,
+                            result: Ok(()),
+                        }),
+                    },
+                );
+            }
             Request::Terminate { run_id, grace } => {
                 if let Some(p) = self.agents[i].runs.get(&run_id).copied() {
                     self.exec_sigterm(p);

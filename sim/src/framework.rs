@@ -459,6 +459,7 @@ impl World {
                 shell: false,
                 arguments: Vec::new(),
                 environment: Default::default(),
+                uris: Vec::new(),
             }),
             _ => None,
         };
@@ -662,9 +663,11 @@ fn executor_info(id: ExecutorId, fid: Option<&FrameworkId>) -> ExecutorInfo {
             shell: false,
             arguments: Vec::new(),
             environment: Default::default(),
+            uris: Vec::new(),
         },
         resources: Resources::parse("cpus:0.1;mem:32").expect("valid resources"),
         name: "sim executor".into(),
         source: String::new(),
+        api: Default::default(),
     }
 }

@@ -40,25 +40,7 @@ impl Core {
                 return;
             }
         };
-        let fetch = match fetch_uris(&info.command) {
-            Ok(fetch) => fetch,
-            Err(message) => {
-                let message = format!("failed to launch executor {}: {message}", ekey.1);
-                let status = self.agent_status(
-                    &first,
-                    Some(ekey.1.clone()),
-                    TaskState::Failed,
-                    Reason::ReasonExecutorLaunchFailed,
-                    message,
-                );
-                self.enqueue_update(ekey.0.clone(), status, None);
-                return;
-            }
-        };
         let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
-        spec.env
-            .retain(|(name, _)| name != agora_proto::env::FETCH_URIS);
-        spec.fetch = fetch;
         spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
         spec.limits = self.container_limits(&ekey, &info);
         let executor = Executor {
@@ -754,25 +736,8 @@ impl Core {
     }
 }
 
-/// Whether an executor speaks the Mesos v1 executor API: its launch says
-/// so with [`agora_proto::env::EXECUTOR_API`].
+/// Whether an executor speaks the Mesos v1 executor API (its
+/// [`ExecutorInfo::api`]).
 pub(super) fn speaks_mesos_v1(info: &ExecutorInfo) -> bool {
-    info.command
-        .environment
-        .get(agora_proto::env::EXECUTOR_API)
-        .is_some_and(|api| api == agora_proto::env::EXECUTOR_API_MESOS_V1)
-}
-
-/// The URIs an executor's launch asks the agent to fetch
-/// ([`agora_proto::env::FETCH_URIS`]).
-fn fetch_uris(command: &CommandInfo) -> Result<Vec<agora_proto::FetchUri>, String> {
-    match command.environment.get(agora_proto::env::FETCH_URIS) {
-        None => Ok(Vec::new()),
-        Some(json) => serde_json::from_str(json).map_err(|e| {
-            format!(
-                "{} is not a JSON list of URIs: {e}",
-                agora_proto::env::FETCH_URIS
-            )
-        }),
-    }
+    info.api == agora_proto::ExecutorApi::MesosV1
 }

@@ -192,6 +192,7 @@ impl Core {
         self.updates.forget(None);
         self.pending_durable.clear();
         self.recording.clear();
+        self.fetching.clear();
         let work_dir = self.shared.config.work_dir.clone();
         self.checkpoint(vec![
             Op::WalForget(None),

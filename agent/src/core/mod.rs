@@ -81,7 +81,7 @@ pub enum Input {
     /// on Agora's executor API with its token, or on the Mesos v1
     /// executor API (`token: None`), which carries none and is open only
     /// to executors launched as Mesos executors (see
-    /// [`agora_proto::env::EXECUTOR_API`]).
+    /// [`agora_proto::ExecutorApi`]).
     ExecutorSubscribe {
         conn: u64,
         framework_id: FrameworkId,
@@ -99,6 +99,12 @@ pub enum Input {
         key: ExecKey,
         run_id: String,
         result: Result<Started, String>,
+    },
+    /// The URIs of command task `key` are in its sandbox, or one could
+    /// not be fetched (the message names it).
+    TaskFetched {
+        key: StreamKey,
+        result: Result<(), String>,
     },
     /// An executor process ended.
     ExecutorExited {
@@ -313,6 +319,10 @@ pub(crate) struct Core {
     /// executor before, so a restarted agent never meets a task it has no
     /// record of (and could not report to the master).
     recording: HashMap<StreamKey, PendingLaunch>,
+    /// Command tasks whose URIs are being fetched into their sandbox
+    /// (they stay in `recording` meanwhile and reach their executor only
+    /// once fetched); `true` once their checkpoint is durable too.
+    fetching: HashMap<StreamKey, bool>,
     /// Status updates whose acknowledgement came back from the master.
     acknowledged: u64,
     /// The local IP of the latest connection to the master.
@@ -403,6 +413,7 @@ impl Core {
             updates,
             pending_durable: HashSet::default(),
             recording: HashMap::default(),
+            fetching: HashMap::default(),
             acknowledged: 0,
             unsent: Vec::new(),
             master_local_ip: None,
@@ -476,6 +487,7 @@ impl Core {
             Input::ContainerUsage(containers) => {
                 self.send_master(agent_api::Call::Usage { containers })
             }
+            Input::TaskFetched { key, result } => self.task_fetched(key, result),
             Input::Timer(timer) => self.timer(timer),
             Input::Durable(
                 Durable::Update {

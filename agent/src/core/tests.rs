@@ -295,6 +295,129 @@ fn a_task_killed_while_its_checkpoint_is_written_never_starts() {
     );
 }
 
+fn command_task_with_uri(id: &str) -> TaskInfo {
+    serde_json::from_value(json!({
+        "name": id,
+        "task_id": id,
+        "agent_id": "a1",
+        "resources": resources("cpus:1;mem:64"),
+        "command": {"value": "./run.sh", "uris": [{"value": "/srv/run.sh", "executable": true}]}
+    }))
+    .expect("task info")
+}
+
+fn fetches(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Process(Request::Fetch { key, uris, .. }) => {
+                assert_eq!(uris[0].value, "/srv/run.sh");
+                Some(key.1.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_command_task_starts_only_once_its_uris_are_fetched_and_its_checkpoint_durable() {
+    let key = (fid(), TaskId::new("t1"));
+    // Checkpoint first, then the fetch.
+    let mut h = H::new();
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: command_task_with_uri("t1"),
+    });
+    assert_eq!(fetches(&actions), ["t1"]);
+    let actions = h.input(Input::Durable(Durable::Task { key: key.clone() }, Ok(())));
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let actions = h.input(Input::TaskFetched {
+        key: key.clone(),
+        result: Ok(()),
+    });
+    assert_eq!(launches(&actions), 1, "{actions:?}");
+
+    // The fetch first, then the checkpoint.
+    let mut h = H::new();
+    h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: command_task_with_uri("t1"),
+    });
+    let actions = h.input(Input::TaskFetched {
+        key: key.clone(),
+        result: Ok(()),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let actions = h.input(Input::Durable(Durable::Task { key }, Ok(())));
+    assert_eq!(launches(&actions), 1, "{actions:?}");
+
+    // A task without URIs asks for no fetch.
+    let mut h = H::new();
+    let mut task = command_task_with_uri("t2");
+    task.command.as_mut().expect("command").uris.clear();
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task,
+    });
+    assert!(fetches(&actions).is_empty());
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Process(Request::CreateDir { .. }))));
+}
+
+#[test]
+fn a_command_task_whose_uri_cannot_be_fetched_fails_without_starting() {
+    let key = (fid(), TaskId::new("t1"));
+    let mut h = H::new();
+    h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: command_task_with_uri("t1"),
+    });
+    h.input(Input::Durable(Durable::Task { key: key.clone() }, Ok(())));
+    let actions = h.input(Input::TaskFetched {
+        key: key.clone(),
+        result: Err("failed to fetch URI '/srv/run.sh': gone".into()),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let failed = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Checkpoint {
+                then: Some(Durable::Update { status, .. }),
+                ..
+            } => Some(status),
+            _ => None,
+        })
+        .expect("an update");
+    assert_eq!(failed.state, TaskState::Failed);
+    assert_eq!(failed.reason, Some(Reason::ReasonExecutorLaunchFailed));
+    assert_eq!(
+        failed.message.as_deref(),
+        Some("failed to launch task t1: failed to fetch URI '/srv/run.sh': gone")
+    );
+
+    // Killed while fetching: TASK_KILLED, whatever the fetch did.
+    let mut h = H::new();
+    h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: command_task_with_uri("t1"),
+    });
+    h.master(agent_api::Event::KillTask {
+        framework_id: fid(),
+        task_id: TaskId::new("t1"),
+    });
+    h.input(Input::Durable(Durable::Task { key: key.clone() }, Ok(())));
+    let actions = h.input(Input::TaskFetched {
+        key,
+        result: Err("failed to fetch URI '/srv/run.sh': gone".into()),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    assert_eq!(
+        checkpointed_updates(&actions),
+        [("t1".to_string(), TaskState::Killed)]
+    );
+}
+
 #[test]
 fn a_launch_lost_with_a_broken_executor_connection_is_sent_again() {
     // Found by the simulation: the executor's connection broke with the
@@ -541,6 +664,7 @@ mod recording {
                 resources: Resources::parse("cpus:0.1;mem:32").unwrap(),
                 name: String::new(),
                 source: String::new(),
+                api: Default::default(),
             }),
             command: None,
             data: None,

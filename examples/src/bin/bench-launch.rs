@@ -503,7 +503,7 @@ struct Bench {
 #[derive(Clone)]
 enum ExecutorKind {
     Command,
-    Custom(ExecutorInfo),
+    Custom(Box<ExecutorInfo>),
 }
 
 impl BenchFramework for Bench {
@@ -619,7 +619,7 @@ impl Bench {
             ),
             ExecutorKind::Custom(info) => (
                 None,
-                Some(info.clone()),
+                Some(ExecutorInfo::clone(info)),
                 Some(Bytes::from(b"run /bin/true".to_vec())),
             ),
         };
@@ -691,7 +691,7 @@ async fn grid_point(
         "command" => ExecutorKind::Command,
         _ => {
             let program = bin_dir.join("test-executor").display().to_string();
-            ExecutorKind::Custom(ExecutorInfo {
+            ExecutorKind::Custom(Box::new(ExecutorInfo {
                 executor_id: ExecutorId::new("bench-executor"),
                 framework_id: None,
                 command: CommandInfo {
@@ -699,11 +699,13 @@ async fn grid_point(
                     shell: false,
                     arguments: vec![program],
                     environment: BTreeMap::new(),
+                    uris: Vec::new(),
                 },
                 resources: Resources::parse("cpus:0.5;mem:64")?,
                 name: "bench executor".into(),
                 source: "bench-launch".into(),
-            })
+                api: Default::default(),
+            }))
         }
     };
     let shared = Arc::new(Shared {

@@ -489,10 +489,12 @@ impl BenchFramework for BenchScheduler {
                     shell: false,
                     arguments: vec![self.exe.clone(), EXECUTOR_ARG.into()],
                     environment,
+                    uris: Vec::new(),
                 },
                 resources: Resources::parse("cpus:0.1;mem:32").unwrap_or_default(),
                 name: "bench executor".into(),
                 source: "bench".into(),
+                api: Default::default(),
             };
             let tasks = (0..self.args.tasks)
                 .map(|i| TaskInfo {

@@ -224,6 +224,7 @@ fn executor_task(
             resources: r(exec_res),
             name: String::new(),
             source: String::new(),
+            api: Default::default(),
         }),
         command: None,
         ..command_task(id, agent, resources)
