@@ -8,7 +8,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use agora_client::{Http, Method};
 use agora_mesos_proto::{recordio, v1, Codec};
@@ -197,20 +197,51 @@ async fn mesos_executor(
     MasterConn,
     HashMap<String, String>,
 ) {
-    let dir = tempfile::tempdir().unwrap();
-    let script = sleeper_script(dir.path());
-    let work = dir.path().join("work");
-    let master = FakeMaster::bind().await;
-    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
-    let mut conn = master.accept().await;
-    conn.register("agent-1").await;
-    conn.send(&AgentEvent::RunTask {
-        framework: framework("fw", checkpoint),
-        task: mesos_task("t1", "e1", &script, true),
-    })
-    .await;
-    let (_sandbox, env) = executor_env(&work, "fw", "e1").await;
-    (dir, agent, master, conn, env)
+    let started = Started::with_mesos_task(checkpoint).await;
+    let (_sandbox, env) = executor_env(&started.work, "fw", "e1").await;
+    (
+        started.dir,
+        started.agent,
+        started.master,
+        started.conn,
+        env,
+    )
+}
+
+/// A registered agent (fake master) that was sent Mesos executor `e1` for
+/// task `t1` of framework `fw`.
+struct Started {
+    dir: tempfile::TempDir,
+    script: PathBuf,
+    work: PathBuf,
+    agent: Agent,
+    master: FakeMaster,
+    conn: MasterConn,
+}
+
+impl Started {
+    async fn with_mesos_task(checkpoint: bool) -> Started {
+        let dir = tempfile::tempdir().unwrap();
+        let script = sleeper_script(dir.path());
+        let work = dir.path().join("work");
+        let master = FakeMaster::bind().await;
+        let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+        let mut conn = master.accept().await;
+        conn.register("agent-1").await;
+        conn.send(&AgentEvent::RunTask {
+            framework: framework("fw", checkpoint),
+            task: mesos_task("t1", "e1", &script, true),
+        })
+        .await;
+        Started {
+            dir,
+            script,
+            work,
+            agent,
+            master,
+            conn,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,18 +395,14 @@ async fn a_protobuf_subscription_streams_protobuf_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_are_refused_with_mesos_status_codes() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = sleeper_script(dir.path());
-    let work = dir.path().join("work");
-    let master = FakeMaster::bind().await;
-    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
-    let mut conn = master.accept().await;
-    conn.register("agent-1").await;
-    conn.send(&AgentEvent::RunTask {
-        framework: framework("fw", false),
-        task: mesos_task("t1", "e1", &script, true),
-    })
-    .await;
+    let Started {
+        dir: _dir,
+        script,
+        work,
+        agent,
+        master: _master,
+        mut conn,
+    } = Started::with_mesos_task(false).await;
     // And a native custom executor, which has a token to present.
     conn.send(&AgentEvent::RunTask {
         framework: framework("fw", false),
