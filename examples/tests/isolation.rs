@@ -70,6 +70,21 @@ impl Isolated {
         self.cluster.as_mut().expect("cluster")
     }
 
+    /// The first container that appears under this test's root (waits up
+    /// to 10 s).
+    fn first_container(&self) -> PathBuf {
+        let mut found = None;
+        eventually(
+            Duration::from_secs(10),
+            || "no container".into(),
+            || {
+                found = self.containers().into_iter().next();
+                found.is_some()
+            },
+        );
+        found.unwrap()
+    }
+
     /// The containers under this test's root (in the freezer hierarchy).
     fn containers(&self) -> Vec<PathBuf> {
         let Some(base) = controller_base("freezer", &self.root) else {
@@ -507,18 +522,7 @@ fn a_killed_task_leaves_no_process_and_no_cgroup() {
         )],
     );
     assert_eq!(running(&rx, "escape").state, TaskState::Running);
-    let container = {
-        let mut found = None;
-        eventually(
-            Duration::from_secs(10),
-            || "no container".into(),
-            || {
-                found = isolated.containers().into_iter().next();
-                found.is_some()
-            },
-        );
-        found.unwrap()
-    };
+    let container = isolated.first_container();
     let name = format!("/{}", container.file_name().unwrap().to_string_lossy());
     // The executor, the shell and both sleeps.
     eventually(
@@ -625,18 +629,7 @@ fn a_restarted_agent_keeps_live_containers_and_destroys_orphans() {
         )],
     );
     assert_eq!(running(&rx, "long").state, TaskState::Running);
-    let container = {
-        let mut found = None;
-        eventually(
-            Duration::from_secs(10),
-            || "no container".into(),
-            || {
-                found = isolated.containers().into_iter().next();
-                found.is_some()
-            },
-        );
-        found.unwrap()
-    };
+    let container = isolated.first_container();
     let name = format!("/{}", container.file_name().unwrap().to_string_lossy());
     let members = processes_in(&name);
     assert!(members.len() >= 2, "{members:?}");
