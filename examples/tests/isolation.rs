@@ -176,6 +176,23 @@ fn command_task(id: &str, offer: &Offer, command: &str, resources: &str) -> Task
     }
 }
 
+/// The agent still runs tasks: command `command` as task `after` on the
+/// next offer finishes.
+fn another_task_finishes(
+    driver: &agora_scheduler::SchedulerDriver,
+    rx: &Receiver<SchedEvent>,
+    command: &str,
+) {
+    let offer = next_offer(rx);
+    launch(
+        driver,
+        &offer,
+        vec![command_task("after", &offer, command, "cpus:0.1;mem:32")],
+    );
+    let finished = terminal(rx, "after");
+    assert_eq!(finished.state, TaskState::Finished, "{finished:?}");
+}
+
 fn launch(driver: &agora_scheduler::SchedulerDriver, offer: &Offer, tasks: Vec<TaskInfo>) {
     driver
         .launch_tasks(
@@ -225,19 +242,7 @@ fn an_out_of_memory_task_fails_alone_with_the_memory_limitation() {
     assert!(agent_alive(&isolated), "the agent died\n{}", cluster.logs());
 
     // The agent keeps running tasks.
-    let offer = next_offer(&rx);
-    launch(
-        &driver,
-        &offer,
-        vec![command_task(
-            "after",
-            &offer,
-            "echo still here",
-            "cpus:0.1;mem:32",
-        )],
-    );
-    let finished = terminal(&rx, "after");
-    assert_eq!(finished.state, TaskState::Finished, "{finished:?}");
+    another_task_finishes(&driver, &rx, "echo still here");
     assert!(agent_alive(&isolated));
     // agora-execute says why (once this framework no longer holds the
     // agent's offer).
@@ -460,19 +465,7 @@ fn a_fork_bomb_stays_inside_its_pids_limit() {
     );
     // The agent keeps serving, and runs another task.
     assert!(agent_alive(&isolated), "the agent died\n{}", cluster.logs());
-    let offer = next_offer(&rx);
-    launch(
-        &driver,
-        &offer,
-        vec![command_task(
-            "after",
-            &offer,
-            "echo fine",
-            "cpus:0.1;mem:32",
-        )],
-    );
-    let finished = terminal(&rx, "after");
-    assert_eq!(finished.state, TaskState::Finished, "{finished:?}");
+    another_task_finishes(&driver, &rx, "echo fine");
     // Ended by a failed fork, or killed now.
     driver.kill_task(&TaskId::new("bomb")).unwrap();
     let ended = terminal(&rx, "bomb");
