@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use agora_proto::{Attributes, Resources};
 
+use crate::isolation::{CgroupsConfig, Isolation};
+
 /// Memory held back from offers, like Mesos: `min(1 GiB, half of total)`.
 const MEM_RESERVE_MIB: u64 = 1024;
 /// Disk held back from offers, like Mesos: `min(5 GiB, half of available)`.
@@ -96,6 +98,10 @@ pub struct Config {
     /// How long a command executor with no task waits for one before it
     /// is shut down.
     pub command_executor_idle: Duration,
+    /// How executors are isolated (`--isolation`).
+    pub isolation: Isolation,
+    /// Settings of [`Isolation::Cgroups`].
+    pub cgroups: CgroupsConfig,
 }
 
 // === impl Config ===
@@ -129,6 +135,8 @@ impl Config {
             master_outbox: DEFAULT_MASTER_OUTBOX,
             command_executor_tasks: DEFAULT_COMMAND_EXECUTOR_TASKS,
             command_executor_idle: Duration::from_secs(10),
+            isolation: Isolation::Posix,
+            cgroups: CgroupsConfig::default(),
         }
     }
 }

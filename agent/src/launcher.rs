@@ -33,7 +33,7 @@ use tokio::io::unix::AsyncFd;
 use crate::sys;
 
 /// What to run for an executor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LaunchSpec {
     /// The program, resolved through `PATH` when it has no `/`.
     pub program: String,
@@ -45,6 +45,12 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     /// Working directory; `stdout` and `stderr` are created in it.
     pub sandbox: PathBuf,
+    /// URIs fetched into the sandbox before the process starts (see
+    /// [`crate::fetch`]).
+    pub fetch: Vec<agora_proto::FetchUri>,
+    /// What the executor's container is limited to, under
+    /// `--isolation cgroups` (`None`: no container).
+    pub limits: Option<crate::isolation::Limits>,
 }
 
 /// A process the agent started (or re-attached to), named by a pidfd.
@@ -83,7 +89,8 @@ pub struct ProcStat {
 
 impl LaunchSpec {
     /// A spec from a [`agora_proto::CommandInfo`]: `/bin/sh -c value` when
-    /// `shell`, else `value` with `arguments` (whose first element is argv\[0\]).
+    /// `shell`, else `value` with `arguments` (whose first element is argv\[0\]),
+    /// after fetching its `uris` into the sandbox.
     pub fn from_command(command: &agora_proto::CommandInfo, sandbox: PathBuf) -> Self {
         let env = command
             .environment
@@ -97,6 +104,8 @@ impl LaunchSpec {
                 args: vec!["-c".to_string(), command.value.clone()],
                 env,
                 sandbox,
+                fetch: command.uris.clone(),
+                limits: None,
             }
         } else {
             let mut arguments = command.arguments.iter();
@@ -107,6 +116,8 @@ impl LaunchSpec {
                 args: arguments.cloned().collect(),
                 env,
                 sandbox,
+                fetch: command.uris.clone(),
+                limits: None,
             }
         }
     }
@@ -504,6 +515,8 @@ mod tests {
             args: vec![],
             env: vec![("PATH".into(), "/nonexistent:/bin".into())],
             sandbox: PathBuf::from("/tmp"),
+            fetch: Vec::new(),
+            limits: None,
         };
         let env = spec.environment();
         assert_eq!(spec.resolve(&env).unwrap(), PathBuf::from("/bin/sh"));

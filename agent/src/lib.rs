@@ -35,8 +35,10 @@ use tokio_util::sync::CancellationToken;
 mod checkpoint;
 mod config;
 mod core;
+mod fetch;
 pub mod files;
 mod http;
+pub mod isolation;
 pub mod launcher;
 mod master_link;
 pub mod paths;
@@ -53,6 +55,7 @@ pub use config::{
     Config, RecoverMode, DEFAULT_COMMAND_EXECUTOR_TASKS, DEFAULT_CORE_QUEUE,
     DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
 };
+pub use isolation::{CgroupsConfig, Isolation};
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,9 @@ pub enum AgentError {
     /// A socket or thread could not be set up.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// `--isolation cgroups` cannot be used on this machine.
+    #[error(transparent)]
+    Isolation(#[from] isolation::CgroupsError),
     /// The master refused this agent with a fatal error.
     #[error("the master refused this agent: {0}")]
     Refused(String),
@@ -145,6 +151,17 @@ pub async fn run(
             path: config.work_dir.clone(),
             source,
         })?;
+    let cgroups = match config.isolation {
+        Isolation::Posix => {
+            tracing::info!("--isolation posix: cpus, mem and the other resources are bookkeeping only; nothing is enforced");
+            None
+        }
+        Isolation::Cgroups => {
+            let cgroups = isolation::cgroups::Cgroups::discover(&config.cgroups)?;
+            tracing::info!(memory = %cgroups.base("memory").map(|p| p.display().to_string()).unwrap_or_default(), cfs = config.cgroups.enable_cfs, pids_max = config.cgroups.pids_max, "--isolation cgroups: each executor run gets a cgroup of its own");
+            Some(Arc::new(cgroups))
+        }
+    };
     let local = listener.local_addr()?;
     let shared = Shared {
         listen: local,
@@ -161,31 +178,39 @@ pub async fn run(
             }
         })?;
     let (core_tx, core_rx) = mpsc::channel(shared.config.core_queue.max(1));
-    let processes = processes::Processes::start(core_tx.clone())?;
+    let recovered = core::Recovered::load(&shared.config.work_dir, streams);
+    // Containers of executors found alive are re-adopted; any other under
+    // --cgroups-root is an orphan, destroyed before anything starts.
+    let processes =
+        processes::Processes::start(core_tx.clone(), cgroups.clone(), &recovered.alive)?;
     let (now, wall) = (tokio::time::Instant::now(), agora_proto::now_timestamp());
     let mut core = core::Core::new(shared.clone(), rand::random(), now, wall);
-    core.recover(
-        core::Recovered::load(&shared.config.work_dir, streams),
-        now,
-        wall,
-    );
+    core.recover(recovered, now, wall);
     let (snapshots, snapshot) = tokio::sync::watch::channel(Arc::new(serde_json::Value::Null));
     let mut shell = shell::Shell::new(core, core_tx.clone(), writer, processes, snapshots);
     shell.flush();
 
     let cancel = CancellationToken::new();
-    let app = http::router(shared.clone(), core_tx.clone(), snapshot);
+    let monitor = isolation::monitor::Monitor::new(cgroups.clone());
+    let app = http::router(
+        shared.clone(),
+        core_tx.clone(),
+        snapshot.clone(),
+        monitor.clone(),
+    );
     let server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(cancel.clone().cancelled_owned())
             .into_future(),
     );
+    let usage = tokio::spawn(monitor.report(snapshot, core_tx.clone(), cancel.clone()));
     let link = tokio::spawn(master_link::run(shared.clone(), core_tx, cancel.clone()));
     tracing::info!(address = %local, master = %shared.config.master, "agent started");
 
     let stop = shell.run(core_rx, shutdown).await;
     cancel.cancel();
     let _ = link.await;
+    let _ = usage.await;
     let mut server = server;
     if tokio::time::timeout(Duration::from_secs(2), &mut server)
         .await
@@ -209,6 +234,13 @@ fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
 }
 
 impl Shared {
+    /// `IP:PORT` of the agent for executors of the Mesos v1 executor API
+    /// (`MESOS_AGENT_ENDPOINT`): the listen address, loopback when it is
+    /// the wildcard.
+    pub(crate) fn mesos_agent_endpoint(&self) -> String {
+        loopback_if_unspecified(self.listen).to_string()
+    }
+
     /// `IP:PORT` the master and clients reach this agent at: the advertised
     /// IP and port when given, else the listen address; a wildcard listen
     /// address is replaced by `via`, the local address of the connection to

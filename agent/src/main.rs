@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agora_agent::{parse_duration, Config, RecoverMode};
+use agora_agent::{parse_duration, CgroupsConfig, Config, Isolation, RecoverMode};
 use agora_proto::{Attributes, Resources};
 use clap::Parser;
 
@@ -91,13 +91,33 @@ struct Flags {
     #[arg(long, default_value_t = agora_agent::DEFAULT_MASTER_OUTBOX, value_parser = positive)]
     master_outbox: usize,
     /// Command tasks one command executor process runs at once (1: a
-    /// command executor per task, as in Mesos).
-    #[arg(long, default_value_t = agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS, value_parser = positive)]
-    command_executor_tasks: usize,
+    /// command executor per task, as in Mesos). Default: 128, or 1 with
+    /// --isolation cgroups, where tasks sharing a command executor share
+    /// its container.
+    #[arg(long, value_parser = positive)]
+    command_executor_tasks: Option<usize>,
     /// How long a command executor with no task waits for one before it is
     /// shut down.
     #[arg(long, default_value = "10s", value_parser = duration)]
     command_executor_idle: Duration,
+    /// How executors are isolated: posix (nothing is enforced; resources
+    /// are bookkeeping only) or cgroups (a cgroup v1 container per
+    /// executor run with CPU, memory and pids limits; needs root and the
+    /// cpu, cpuacct, memory, pids and freezer controllers).
+    #[arg(long, default_value = "posix")]
+    isolation: Isolation,
+    /// With --isolation cgroups: the cgroup, under the agent's own in each
+    /// hierarchy, that holds the containers.
+    #[arg(long, default_value = agora_agent::isolation::DEFAULT_CGROUPS_ROOT)]
+    cgroups_root: String,
+    /// With --isolation cgroups: enforce a hard CFS quota of the cpus a
+    /// container has (not only shares).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    cgroups_enable_cfs: bool,
+    /// With --isolation cgroups: pids.max of a container whose resources
+    /// have no `pids`.
+    #[arg(long, default_value_t = agora_agent::isolation::DEFAULT_CGROUPS_PIDS_MAX)]
+    cgroups_pids_max: u64,
     /// Log format: text or json (filter with RUST_LOG).
     #[arg(long, default_value = "text", value_parser = ["text", "json"], env = "AGORA_LOG_FORMAT")]
     log_format: String,
@@ -163,7 +183,20 @@ fn main() -> ExitCode {
     config.executor_outbox = flags.executor_outbox;
     config.executor_stall_timeout = flags.executor_stall_timeout;
     config.master_outbox = flags.master_outbox;
-    config.command_executor_tasks = flags.command_executor_tasks;
+    config.isolation = flags.isolation;
+    config.cgroups = CgroupsConfig {
+        root: flags.cgroups_root,
+        enable_cfs: flags.cgroups_enable_cfs,
+        pids_max: flags.cgroups_pids_max,
+    };
+    config.command_executor_tasks =
+        flags
+            .command_executor_tasks
+            .unwrap_or(if flags.isolation == Isolation::Cgroups {
+                1
+            } else {
+                agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS
+            });
     config.command_executor_idle = flags.command_executor_idle;
 
     let runtime = match tokio::runtime::Runtime::new() {
@@ -254,6 +287,30 @@ mod tests {
         assert_eq!(f.status_update_retry_max, Duration::from_secs(600));
         assert_eq!(f.recover, RecoverMode::Reconnect);
         assert!(f.resources.is_none());
+        assert_eq!(f.isolation, Isolation::Posix);
+        assert_eq!(f.cgroups_root, "agora");
+        assert!(f.cgroups_enable_cfs);
+        assert_eq!(f.cgroups_pids_max, 4096);
+        assert_eq!(f.command_executor_tasks, None);
+    }
+
+    #[test]
+    fn isolation_flags() {
+        let f = parse(&[
+            "--isolation",
+            "cgroups",
+            "--cgroups-enable-cfs=false",
+            "--cgroups-pids-max",
+            "64",
+            "--cgroups-root",
+            "agora-test",
+        ])
+        .unwrap();
+        assert_eq!(f.isolation, Isolation::Cgroups);
+        assert!(!f.cgroups_enable_cfs);
+        assert_eq!(f.cgroups_pids_max, 64);
+        assert_eq!(f.cgroups_root, "agora-test");
+        assert!(parse(&["--isolation", "docker"]).is_err());
     }
 
     #[test]

@@ -10,22 +10,34 @@
 //! so killing what is left of its session cannot hit anyone else.
 //! Requests that arrive together are handled together, with one pass over
 //! `/proc` for all the sessions they signal.
+//!
+//! Under `--isolation cgroups` each run also has a container
+//! ([`crate::isolation::cgroups`]): created before the spawn, which
+//! happens inside it; watched for out-of-memory kills
+//! ([`Input::ContainerLimited`]); frozen and killed whole when the run is
+//! released or killed; removed once empty.
 
-use agora_proto::hash::HashMap;
+use agora_proto::hash::{HashMap, HashSet};
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::core::{ExecKey, Input};
+use crate::isolation::cgroups::{Cgroups, Container};
+use crate::isolation::{Limitation, Limits};
 use crate::launcher::{self, LaunchSpec, Process};
 use crate::shell::CoreEvent;
+use crate::status_updates::StreamKey;
 
 /// What the core asks of the process thread.
 #[derive(Debug)]
 pub enum Request {
-    /// Create the sandbox and start the executor.
+    /// Create the sandbox, fetch the spec's URIs into it (on a thread of
+    /// their own, which asks for the launch again once they are there)
+    /// and start the executor.
     Launch {
         key: ExecKey,
         run_id: String,
@@ -38,9 +50,18 @@ pub enum Request {
         pid: u32,
         start_time: Option<u64>,
     },
+    /// Grow the limits of a run's container (a task joined its executor).
+    Update { run_id: String, limits: Limits },
     /// Create a directory (a command task's sandbox, which its command
     /// executor also creates if it gets there first).
     CreateDir { path: std::path::PathBuf },
+    /// Create command task `key`'s sandbox and fetch `uris` into it, on a
+    /// thread of their own, then tell the core ([`Input::TaskFetched`]).
+    Fetch {
+        key: StreamKey,
+        sandbox: std::path::PathBuf,
+        uris: Vec<agora_proto::FetchUri>,
+    },
     /// End the executor's whole session: SIGTERM now, SIGKILL once
     /// `grace` has passed with the executor still running.
     Terminate { run_id: String, grace: Duration },
@@ -62,7 +83,7 @@ pub enum Request {
 /// The core's handle on the process thread.
 #[derive(Clone)]
 pub(crate) struct Processes {
-    tx: std_mpsc::Sender<Request>,
+    tx: Arc<std_mpsc::Sender<Request>>,
 }
 
 /// What a launch gave the core.
@@ -75,28 +96,57 @@ pub struct Started {
 struct Entry {
     key: ExecKey,
     process: Process,
+    container: Option<Arc<Container>>,
+    /// The container's limits as written.
+    limits: Option<Limits>,
 }
 
 struct Keeper {
     core: mpsc::Sender<CoreEvent>,
+    /// The thread's own queue, for fetchers to hand a launch back once
+    /// its URIs are in the sandbox (weak: the thread still ends when the
+    /// last [`Processes`] is dropped).
+    requests: Weak<std_mpsc::Sender<Request>>,
     runtime: tokio::runtime::Handle,
     processes: HashMap<String, Entry>,
     /// Executors to SIGKILL at these times if still running.
     escalations: Vec<(Instant, String)>,
+    cgroups: Option<Arc<Cgroups>>,
+    /// Containers to remove once their last process is gone: next
+    /// attempt, attempts so far.
+    removals: Vec<(Instant, u32, Arc<Container>)>,
 }
+
+/// Time between attempts to remove a container whose processes are still
+/// dying.
+const REMOVAL_RETRY: Duration = Duration::from_millis(20);
+/// Attempts after which a container that cannot be removed is left (and
+/// logged); it is destroyed as an orphan when the agent restarts.
+const REMOVAL_ATTEMPTS: u32 = 500;
 
 // === impl Processes ===
 
 impl Processes {
-    /// Starts the thread; it ends when every handle is dropped.
-    pub(crate) fn start(core: mpsc::Sender<CoreEvent>) -> std::io::Result<Processes> {
+    /// Starts the thread; it ends when every handle is dropped. With
+    /// `cgroups`, every container not named in `keep` (the run ids of
+    /// executors recovered alive) is destroyed first.
+    pub(crate) fn start(
+        core: mpsc::Sender<CoreEvent>,
+        cgroups: Option<Arc<Cgroups>>,
+        keep: &HashSet<String>,
+    ) -> std::io::Result<Processes> {
         let (tx, rx) = std_mpsc::channel();
-        let keeper = Keeper {
+        let tx = Arc::new(tx);
+        let mut keeper = Keeper {
             core,
+            requests: Arc::downgrade(&tx),
             runtime: tokio::runtime::Handle::current(),
             processes: HashMap::default(),
             escalations: Vec::new(),
+            cgroups,
+            removals: Vec::new(),
         };
+        keeper.destroy_orphans(keep);
         std::thread::Builder::new()
             .name("agora-processes".into())
             .spawn(move || keeper.run(rx))?;
@@ -118,7 +168,12 @@ impl Keeper {
         let runtime = self.runtime.clone();
         let _entered = runtime.enter();
         loop {
-            let next = self.escalations.iter().map(|(at, _)| *at).min();
+            let next = self
+                .escalations
+                .iter()
+                .map(|(at, _)| *at)
+                .chain(self.removals.iter().map(|(at, _, _)| *at))
+                .min();
             let first = match next {
                 Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
                     Ok(request) => Some(request),
@@ -148,11 +203,13 @@ impl Keeper {
                     pid,
                     start_time,
                 } => self.adopt(key, run_id, pid, start_time),
+                Request::Update { run_id, limits } => self.update(&run_id, &limits),
                 Request::CreateDir { path } => {
                     if let Err(e) = std::fs::create_dir_all(&path) {
                         tracing::warn!(path = %path.display(), error = %e, "cannot create a task sandbox");
                     }
                 }
+                Request::Fetch { key, sandbox, uris } => self.fetch_task(key, sandbox, uris),
                 Request::Terminate { run_id, grace } => {
                     if let Some(entry) = self.processes.get(&run_id) {
                         entry.process.signal_group(Signal::SIGTERM);
@@ -164,6 +221,9 @@ impl Keeper {
                 }
                 Request::Release { run_id } => {
                     if let Some(entry) = self.processes.get(&run_id) {
+                        if let Some(container) = &entry.container {
+                            container.kill_all();
+                        }
                         entry.process.signal_group(Signal::SIGKILL);
                         if session_is_ours(&entry.process) {
                             kill.push(entry.process.pid());
@@ -191,6 +251,9 @@ impl Keeper {
             if let Some(entry) = self.processes.get(&run_id) {
                 if entry.process.is_running() {
                     tracing::info!(framework_id = %entry.key.0, executor_id = %entry.key.1, "executor outlived its grace period; SIGKILL");
+                    if let Some(container) = &entry.container {
+                        container.kill_all();
+                    }
                     entry.process.signal_group(Signal::SIGKILL);
                     if session_is_ours(&entry.process) {
                         kill.push(entry.process.pid());
@@ -208,23 +271,104 @@ impl Keeper {
             self.escalations.retain(|(_, r)| *r != run_id);
             if let Some(mut entry) = self.processes.remove(&run_id) {
                 entry.process.reap();
+                if let Some(container) = entry.container.take() {
+                    self.remove_container(container, 0);
+                }
+            }
+        }
+        self.retry_removals();
+    }
+
+    /// Removes `container`, or schedules another attempt while it still
+    /// holds dying processes.
+    fn remove_container(&mut self, container: Arc<Container>, attempts: u32) {
+        match container.remove() {
+            Ok(true) => {
+                tracing::debug!(container = container.name(), "container removed");
+            }
+            Ok(false) if attempts < REMOVAL_ATTEMPTS => {
+                if attempts % 50 == 49 {
+                    // Something outlived the kill (a process that entered
+                    // the container meanwhile): kill again.
+                    container.kill_all();
+                }
+                self.removals
+                    .push((Instant::now() + REMOVAL_RETRY, attempts + 1, container));
+            }
+            Ok(false) => {
+                tracing::error!(container = container.name(), pids = ?container.pids(), "container still holds processes; left for the next agent start to destroy");
+            }
+            Err(e) => {
+                tracing::error!(container = container.name(), error = %e, "cannot remove container");
+            }
+        }
+    }
+
+    fn retry_removals(&mut self) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.removals)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.removals = later;
+        for (_, attempts, container) in due {
+            self.remove_container(container, attempts);
+        }
+    }
+
+    /// Destroys every container under `--cgroups-root` that is not named
+    /// in `keep`: left by an agent that died, their executors are not
+    /// going to be recovered.
+    fn destroy_orphans(&mut self, keep: &HashSet<String>) {
+        let Some(cgroups) = self.cgroups.clone() else {
+            return;
+        };
+        for name in cgroups.names() {
+            if keep.contains(&name) {
+                continue;
+            }
+            let Some(container) = cgroups.open(&name) else {
+                continue;
+            };
+            let killed = container.kill_all();
+            tracing::info!(container = %name, killed, "destroying an orphan container");
+            self.remove_container(Arc::new(container), 0);
+        }
+    }
+
+    /// Grows the limits of `run_id`'s container.
+    fn update(&mut self, run_id: &str, limits: &Limits) {
+        let Some(cgroups) = &self.cgroups else {
+            return;
+        };
+        let Some(entry) = self.processes.get_mut(run_id) else {
+            return;
+        };
+        let Some(container) = &entry.container else {
+            return;
+        };
+        match cgroups.set_limits(container, entry.limits, limits) {
+            Ok(written) => entry.limits = Some(written),
+            Err(e) => {
+                tracing::warn!(framework_id = %entry.key.0, executor_id = %entry.key.1, error = %e, "cannot update the container's limits")
             }
         }
     }
 
     fn launch(&mut self, key: ExecKey, run_id: String, spec: LaunchSpec) {
+        if !spec.fetch.is_empty() {
+            return self.fetch(key, run_id, spec);
+        }
         let launched = std::fs::create_dir_all(&spec.sandbox)
             .map_err(|e| format!("cannot create sandbox {}: {e}", spec.sandbox.display()))
-            .and_then(|()| {
-                Process::spawn(&spec).map_err(|e| format!("cannot start {:?}: {e}", spec.program))
-            });
+            .and_then(|()| self.spawn(&run_id, &spec));
         let result = match launched {
-            Ok(process) => {
+            Ok((process, container)) => {
                 let started = Started {
                     pid: process.pid(),
                     start_time: process.start_time(),
                 };
-                self.watch(key.clone(), run_id.clone(), process);
+                let container = container.map(|(c, limits)| (c, Some(limits)));
+                self.watch(key.clone(), run_id.clone(), process, container);
                 Ok(started)
             }
             Err(message) => Err(message),
@@ -238,10 +382,121 @@ impl Keeper {
             }));
     }
 
+    /// Fetches the spec's URIs on a thread of its own, then asks for the
+    /// launch again (with nothing left to fetch); a failed fetch is a
+    /// failed launch.
+    fn fetch(&mut self, key: ExecKey, run_id: String, mut spec: LaunchSpec) {
+        let requests = self.requests.clone();
+        let core = self.core.clone();
+        let runtime = self.runtime.clone();
+        let (failed_key, failed_run) = (key.clone(), run_id.clone());
+        let spawned = std::thread::Builder::new()
+            .name("agora-fetcher".into())
+            .spawn(move || {
+                let uris = std::mem::take(&mut spec.fetch);
+                let fetched = std::fs::create_dir_all(&spec.sandbox)
+                    .map_err(|e| format!("cannot create sandbox {}: {e}", spec.sandbox.display()))
+                    .and_then(|()| {
+                        crate::fetch::fetch_all(&uris, &spec.sandbox, &runtime)
+                            .map_err(|e| e.to_string())
+                    });
+                match fetched {
+                    Ok(()) => {
+                        if let Some(requests) = requests.upgrade() {
+                            let _ = requests.send(Request::Launch { key, run_id, spec });
+                        }
+                    }
+                    Err(message) => {
+                        tracing::warn!(framework_id = %key.0, executor_id = %key.1, %message, "fetching the executor's URIs failed");
+                        let _ = core.blocking_send(CoreEvent::Input(Input::ExecutorLaunched {
+                            key,
+                            run_id,
+                            result: Err(message),
+                        }));
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            let _ = self
+                .core
+                .blocking_send(CoreEvent::Input(Input::ExecutorLaunched {
+                    key: failed_key,
+                    run_id: failed_run,
+                    result: Err(format!("cannot start a fetcher thread: {e}")),
+                }));
+        }
+    }
+
+    /// Starts the executor, in a container of its own when the spec has
+    /// limits (and the agent isolates with cgroups).
+    #[allow(clippy::type_complexity)]
+    fn spawn(
+        &mut self,
+        run_id: &str,
+        spec: &LaunchSpec,
+    ) -> Result<(Process, Option<(Arc<Container>, Limits)>), String> {
+        let failed = |e: std::io::Error| format!("cannot start {:?}: {e}", spec.program);
+        let (Some(cgroups), Some(limits)) = (&self.cgroups, &spec.limits) else {
+            return Process::spawn(spec).map(|p| (p, None)).map_err(failed);
+        };
+        let (container, written) = cgroups
+            .create(run_id, limits)
+            .map_err(|e| format!("cannot create the executor's container: {e}"))?;
+        match cgroups.spawn_inside(&container, || Process::spawn(spec)) {
+            Ok(process) => Ok((process, Some((Arc::new(container), written)))),
+            Err(e) => {
+                let _ = container.remove();
+                Err(failed(e))
+            }
+        }
+    }
+
+    /// Fetches a command task's URIs into its sandbox on a thread of its
+    /// own and tells the core how that went.
+    fn fetch_task(
+        &mut self,
+        key: StreamKey,
+        sandbox: std::path::PathBuf,
+        uris: Vec<agora_proto::FetchUri>,
+    ) {
+        let core = self.core.clone();
+        let runtime = self.runtime.clone();
+        let failed = (key.clone(), core.clone());
+        let spawned = std::thread::Builder::new()
+            .name("agora-fetcher".into())
+            .spawn(move || {
+                let result = std::fs::create_dir_all(&sandbox)
+                    .map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))
+                    .and_then(|()| {
+                        crate::fetch::fetch_all(&uris, &sandbox, &runtime)
+                            .map_err(|e| e.to_string())
+                    });
+                let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
+            });
+        if let Err(e) = spawned {
+            let (key, core) = failed;
+            let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched {
+                key,
+                result: Err(format!("cannot start a fetcher thread: {e}")),
+            }));
+        }
+    }
+
     fn adopt(&mut self, key: ExecKey, run_id: String, pid: u32, start_time: Option<u64>) {
         match Process::adopt(pid, start_time) {
-            Some(process) => self.watch(key, run_id, process),
+            Some(process) => {
+                let container = self
+                    .cgroups
+                    .as_ref()
+                    .and_then(|c| c.open(&run_id))
+                    .map(|c| (Arc::new(c), None));
+                self.watch(key, run_id, process, container)
+            }
             None => {
+                if let Some(container) = self.cgroups.as_ref().and_then(|c| c.open(&run_id)) {
+                    container.kill_all();
+                    self.remove_container(Arc::new(container), 0);
+                }
                 let _ = self
                     .core
                     .blocking_send(CoreEvent::Input(Input::ExecutorExited {
@@ -254,15 +509,36 @@ impl Keeper {
         }
     }
 
-    /// Keeps `process` and starts the task that reports its exit.
-    fn watch(&mut self, key: ExecKey, run_id: String, process: Process) {
+    /// Keeps `process` and starts the task that reports its exit (and,
+    /// first, an out-of-memory kill in its container).
+    fn watch(
+        &mut self,
+        key: ExecKey,
+        run_id: String,
+        process: Process,
+        container: Option<(Arc<Container>, Option<Limits>)>,
+    ) {
         let watch = process.exit_watch();
         let child = process.is_child();
+        let (container, limits) = match container {
+            Some((c, l)) => (Some(c), l),
+            None => (None, None),
+        };
+        let oom = container.as_ref().and_then(|c| {
+            c.oom_eventfd()
+                .and_then(crate::sys::register_eventfd)
+                .map_err(|e| {
+                    tracing::warn!(framework_id = %key.0, executor_id = %key.1, error = %e, "cannot listen for the container's out-of-memory events; checked at exit only");
+                })
+                .ok()
+        });
         self.processes.insert(
             run_id.clone(),
             Entry {
                 key: key.clone(),
                 process,
+                container: container.clone(),
+                limits,
             },
         );
         let core = self.core.clone();
@@ -282,7 +558,22 @@ impl Keeper {
             }
         };
         self.runtime.spawn(async move {
-            watch.exited().await;
+            let mut limited = false;
+            if let (Some(oom), Some(container)) = (&oom, &container) {
+                tokio::select! {
+                    _ = watch.exited() => {}
+                    () = out_of_memory(oom, container) => {
+                        limited = true;
+                        report_limitation(&core, &key, &run_id, container).await;
+                        watch.exited().await;
+                    }
+                }
+            } else {
+                watch.exited().await;
+            }
+            if let Some(container) = container.as_ref().filter(|c| !limited && c.oom_kills() > 0) {
+                report_limitation(&core, &key, &run_id, container).await;
+            }
             let (code, message) = match watch.exit_status() {
                 Some(status) => (
                     launcher::wait_status_code(&status),
@@ -344,11 +635,74 @@ impl Keeper {
         for (run_id, _) in runs {
             self.escalations.retain(|(_, r)| r != run_id);
             if let Some(mut entry) = self.processes.remove(run_id) {
+                if let Some(container) = &entry.container {
+                    container.kill_all();
+                }
                 entry.process.signal_group(Signal::SIGKILL);
                 entry.process.reap();
+                if let Some(container) = entry.container.take() {
+                    self.remove_container(container, 0);
+                }
             }
         }
+        // The agent is stopping: give the last removals a moment.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !self.removals.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(REMOVAL_RETRY);
+            self.retry_removals();
+        }
     }
+}
+
+/// Completes once the container ran out of memory. The kernel signals
+/// the eventfd as its out-of-memory handling starts (before it kills a
+/// process, so before the executor can see one die), and also when the
+/// cgroup is removed, which is not an out-of-memory event.
+async fn out_of_memory(
+    oom: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    container: &Container,
+) {
+    loop {
+        let Ok(mut guard) = oom.readable().await else {
+            return std::future::pending().await;
+        };
+        let mut counter = [0u8; 8];
+        let signalled = nix::unistd::read(oom.get_ref(), &mut counter).is_ok_and(|n| n == 8);
+        guard.clear_ready();
+        if container.dir("memory").is_none_or(|d| !d.exists()) {
+            return std::future::pending().await;
+        }
+        if signalled {
+            return;
+        }
+    }
+}
+
+/// Tells the core that the run's container ran out of memory.
+async fn report_limitation(
+    core: &mpsc::Sender<CoreEvent>,
+    key: &ExecKey,
+    run_id: &str,
+    container: &Container,
+) {
+    let (limit, peak) = container.memory_limit_and_peak();
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let message = format!(
+        "Memory limit exceeded: the container's limit is {:.0} MiB (the task's mem plus its executor's); it used {:.0} MiB at most, and the kernel killed a process of it for lack of memory",
+        mib(limit),
+        mib(peak)
+    );
+    tracing::warn!(framework_id = %key.0, executor_id = %key.1, container = container.name(), %message, "container reached its memory limit and will be destroyed");
+    let _ = core
+        .send(CoreEvent::Input(Input::ContainerLimited {
+            key: key.clone(),
+            run_id: run_id.to_string(),
+            limitation: Limitation {
+                reason: agora_proto::Reason::ReasonContainerLimitationMemory,
+                message,
+            },
+        }))
+        .await;
 }
 
 /// Whether the session named by the process's pid is still its own: for

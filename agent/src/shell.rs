@@ -44,7 +44,8 @@ pub(crate) enum CoreEvent {
         link: ExecLink,
         framework_id: FrameworkId,
         executor_id: ExecutorId,
-        token: String,
+        /// `None` on the Mesos v1 executor API (see [`Input::ExecutorSubscribe`]).
+        token: Option<String>,
         updates: Vec<TaskStatus>,
         tasks: Vec<TaskInfo>,
     },

@@ -194,3 +194,29 @@ pub(crate) fn register_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
         .map_err(|e| e.into_parts().1)
 }
+
+/// The calling thread's id (the id a cgroup v1 `tasks` file takes).
+pub(crate) fn gettid() -> u32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// A new non-blocking, close-on-exec eventfd (for cgroup v1 memory
+/// events).
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes an initial value and flags and returns a new
+    // descriptor or -1; the descriptor is owned by the returned value.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Registers an eventfd with tokio's reactor, to await its events.
+pub(crate) fn register_eventfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: as for `register_pidfd`: the `AsyncFd` owns the descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}

@@ -378,6 +378,7 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
             resources: Default::default(),
             name: String::new(),
             source: String::new(),
+            api: Default::default(),
         });
         conn.send(&AgentEvent::RunTask {
             framework: framework("fw", false),
@@ -431,6 +432,7 @@ async fn registration_timeout_and_launch_failure() {
         resources: Default::default(),
         name: String::new(),
         source: String::new(),
+        api: Default::default(),
     });
     conn.send(&AgentEvent::RunTask {
         framework: framework("fw", false),

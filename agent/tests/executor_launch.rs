@@ -45,6 +45,8 @@ fn shell(script: &str, sandbox: &Path) -> LaunchSpec {
         args: vec!["-c".into(), script.into()],
         env: vec![("AGORA_TEST_VALUE".into(), "forty-two".into())],
         sandbox: sandbox.to_path_buf(),
+        fetch: Vec::new(),
+        limits: None,
     }
 }
 
@@ -207,6 +209,8 @@ async fn missing_program_is_a_launch_error() {
         args: vec![],
         env: vec![],
         sandbox,
+        fetch: Vec::new(),
+        limits: None,
     };
     let err = Process::spawn(&spec).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);

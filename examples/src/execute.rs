@@ -393,12 +393,7 @@ impl Scheduler for ExecuteScheduler {
 
     fn status_update(&mut self, driver: &SchedulerDriver, status: &TaskStatus) {
         if self.opts.print_updates {
-            let message = status
-                .message
-                .as_deref()
-                .map(|m| format!(" ({m})"))
-                .unwrap_or_default();
-            println!("{} {}{}", status.task_id, status.state, message);
+            println!("{}", update_line(status));
         }
         if let Some(hook) = &self.opts.on_state {
             (hook.0)(&status.task_id, status.state);
@@ -742,6 +737,26 @@ pub async fn execute(opts: ExecuteOptions) -> anyhow::Result<ExecuteReport> {
     Ok(report)
 }
 
+/// How a status update is printed: `TASK STATE`, then the reason and the
+/// message when there are, as in
+/// `t-0 TASK_FAILED REASON_CONTAINER_LIMITATION_MEMORY: Memory limit …`.
+pub fn update_line(status: &TaskStatus) -> String {
+    let reason = status
+        .reason
+        .and_then(|r| serde_json::to_value(r).ok())
+        .and_then(|v| v.as_str().map(str::to_string));
+    let mut line = format!("{} {}", status.task_id, status.state);
+    match (reason, status.message.as_deref()) {
+        (Some(reason), Some(message)) => {
+            line.push_str(&format!(" {reason}: {message}"));
+        }
+        (Some(reason), None) => line.push_str(&format!(" {reason}")),
+        (None, Some(message)) => line.push_str(&format!(" ({message})")),
+        (None, None) => {}
+    }
+    line
+}
+
 /// Every `interval`, reconciles the instances launched but silent for
 /// that long: a launch or update lost to a failure shows up as the
 /// master's answer (the task's state, or `TASK_LOST` for a task it does
@@ -769,6 +784,26 @@ async fn reconcile_loop(driver: SchedulerDriver, job: Arc<Mutex<Job>>, interval:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn updates_print_their_reason() {
+        let mut status = TaskStatus::new(
+            TaskId::new("t-0"),
+            agora_proto::TaskState::Failed,
+            agora_proto::Source::SourceAgent,
+        );
+        assert_eq!(update_line(&status), "t-0 TASK_FAILED");
+        status.message = Some("Memory limit exceeded".into());
+        assert_eq!(
+            update_line(&status),
+            "t-0 TASK_FAILED (Memory limit exceeded)"
+        );
+        status.reason = Some(agora_proto::Reason::ReasonContainerLimitationMemory);
+        assert_eq!(
+            update_line(&status),
+            "t-0 TASK_FAILED REASON_CONTAINER_LIMITATION_MEMORY: Memory limit exceeded"
+        );
+    }
 
     #[test]
     fn instance_ids_round_trip() {

@@ -8,11 +8,18 @@
 //! - [`minijob`]: a mini job runtime on `agora-workers` (the
 //!   `agora-minijob` binary): workers placed by the locality of their
 //!   inputs, subtasks placed in their slots, leader election on etcd;
+//! - [`bench_api`]: the benches' framework logic driven through either
+//!   the native SDK or the Mesos v1 API (`--api native|v1|both`);
+//! - [`mesos_v1_client`]: a Mesos v1 HTTP scheduler client (SUBSCRIBE
+//!   stream, calls answered 202, pipelined acknowledgements), for the
+//!   benches' `--api v1` mode;
 //! - the `test-framework` and `test-executor` binaries: a framework with its
 //!   own executor, exchanging framework messages, as in Mesos's examples.
 
+pub mod bench_api;
 pub mod cli;
 pub mod execute;
 #[cfg(feature = "local")]
 pub mod local;
+pub mod mesos_v1_client;
 pub mod minijob;

@@ -115,10 +115,12 @@ impl Job {
                     shell: false,
                     arguments: vec![program],
                     environment: BTreeMap::new(),
+                    uris: Vec::new(),
                 },
                 resources: Resources::parse("cpus:0.1;mem:16").unwrap(),
                 name: "ledger".into(),
                 source: self.name.into(),
+                api: Default::default(),
             }),
             command: None,
             data: Some(

@@ -1,12 +1,19 @@
-//! Mesos frameworks run on Agora unchanged (issue 13, master side): real
-//! Mesos client libraries drive real `agora-master` and `agora-agent`
-//! processes through the Mesos v1 scheduler API.
+//! Mesos frameworks run on Agora unchanged (issue 13): real Mesos client
+//! libraries drive real `agora-master` and `agora-agent` processes
+//! through the Mesos v1 scheduler API, and their executors through the
+//! agent's Mesos v1 executor API.
 //!
 //! - pymesos 0.3.15 (`mesos/pymesos_framework.py`): a job of command
-//!   tasks to TASK_FINISHED, explicit and implicit reconciliation, kill,
+//!   tasks to TASK_FINISHED, a command task running the script its
+//!   `CommandInfo.uris` fetched into its sandbox, explicit and implicit reconciliation, kill,
 //!   teardown; the same as a PARTITION_AWARE framework; scheduler
 //!   failover with the same framework id; a master restart with the
 //!   framework re-subscribing by itself.
+//! - pymesos with a custom executor (`mesos/pymesos_executor_framework.py`
+//!   and `mesos/pymesos_executor.py`, a `MesosExecutorDriver` fetched
+//!   into the sandbox through `CommandInfo.uris`): tasks to
+//!   TASK_FINISHED, framework messages both ways, kill, a task whose
+//!   executor cannot be fetched failing with the URI named.
 //! - mesoshttp 0.4.2 (`mesos/mesoshttp_framework.py`): command tasks,
 //!   explicit reconciliation, kill, teardown (mesoshttp cannot ask for an
 //!   implicit reconciliation: its `reconcile([])` sends nothing);
@@ -54,6 +61,12 @@ fn pymesos_job_reconciliation_kill_and_teardown() {
                 "{scenario}: job-{i} went {states:?}"
             );
         }
+        let fetched = updates(&events, "fetched");
+        assert_eq!(
+            fetched.last(),
+            Some(&"TASK_FINISHED"),
+            "{scenario}: the task with a URI went {fetched:?}"
+        );
         assert_eq!(updates(&events, "no-such-task"), [unknown], "{scenario}");
         assert_eq!(
             updates(&events, "long"),
@@ -92,6 +105,52 @@ fn pymesos_resubscribes_after_a_master_restart() {
         cluster.dir.path(),
     );
     mesos::resubscribes_after_a_master_restart(&mut cluster, client);
+}
+
+#[test]
+fn pymesos_custom_executor_runs_tasks_exchanges_messages_and_is_killed() {
+    let Some(python) = python() else { return };
+    let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
+    let master = cluster.master_address();
+    let client = Client::python(
+        &python,
+        "pymesos_executor_framework.py",
+        &[&master],
+        cluster.dir.path(),
+    );
+    let events = client.finish(&|| cluster.logs());
+    for i in 0..3 {
+        assert_eq!(
+            updates(&events, &format!("work-{i}")),
+            ["TASK_RUNNING", "TASK_FINISHED"],
+            "work-{i}"
+        );
+    }
+    assert_eq!(updates(&events, "long"), ["TASK_RUNNING", "TASK_KILLED"]);
+    // Every update of the executor's tasks came from it, reliably.
+    for event in events
+        .iter()
+        .filter(|e| e["event"] == "update" && e["task_id"] != "unfetchable")
+    {
+        assert_eq!(event["source"], "SOURCE_EXECUTOR", "{event}");
+        assert_eq!(event["reliable"], true, "{event}");
+    }
+    let answer = events
+        .iter()
+        .find(|e| e["event"] == "message")
+        .expect("the executor's message");
+    assert_eq!(answer["executor_id"], "py-exec");
+    assert_eq!(answer["data"], "pong: ping [long]");
+    let failed: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "update" && e["task_id"] == "unfetchable")
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["state"], "TASK_FAILED");
+    assert_eq!(failed[0]["reason"], "REASON_CONTAINER_LAUNCH_FAILED");
+    wait_state(&cluster, "the framework torn down", |s| {
+        frameworks(s).is_empty()
+    });
 }
 
 #[test]

@@ -12,7 +12,12 @@
 //! - scheduler failover: a second process re-subscribes with the first
 //!   one's framework id, finds its task by reconciliation and kills it;
 //! - a master restart: the controller re-subscribes by itself with the
-//!   same framework id and the task is found again.
+//!   same framework id and the task is found again;
+//! - a custom executor written with mesos-go's executor library
+//!   (`tests/mesos-go/executor`, protobuf, as mesos-go's executors are),
+//!   fetched by the agent through `CommandInfo.uris` and speaking the
+//!   agent's Mesos v1 executor API: tasks to TASK_FINISHED, a framework
+//!   message each way, a task killed.
 //!
 //! Each test builds the scheduler with `go build` in GOPATH mode against
 //! Debian's `golang-github-mesos-mesos-go-dev` (`.ci/run` installs it and
@@ -21,7 +26,9 @@
 
 mod support;
 
-use support::mesos::{self, frameworks, go_scheduler, updates, wait_state, Client, GoCodec};
+use support::mesos::{
+    self, frameworks, go_executor, go_scheduler, updates, wait_state, Client, GoCodec,
+};
 use support::TestCluster;
 
 const AGENT: &str = "cpus:2;mem:2048;disk:1024;ports:[31000-31100]";
@@ -136,4 +143,53 @@ fn mesos_go_protobuf_resubscribes_after_a_master_restart() {
 #[test]
 fn mesos_go_json_resubscribes_after_a_master_restart() {
     master_restart(GoCodec::Json);
+}
+
+fn custom_executor(codec: GoCodec) {
+    let (Some(scheduler), Some(executor)) = (go_scheduler(), go_executor()) else {
+        return;
+    };
+    let cluster = TestCluster::start_with(1, AGENT, MASTER_FLAGS);
+    let logs = || cluster.logs();
+    let executor_path = executor.path.display().to_string();
+    let client = Client::go(
+        &scheduler,
+        codec,
+        &cluster.master_address(),
+        "executor",
+        &["-executor", &executor_path],
+        cluster.dir.path(),
+    );
+    let events = client.finish(&logs);
+    for i in 0..3 {
+        assert_eq!(
+            updates(&events, &format!("work-{i}")),
+            ["TASK_RUNNING", "TASK_FINISHED"],
+            "work-{i}"
+        );
+    }
+    assert_eq!(updates(&events, "long"), ["TASK_RUNNING", "TASK_KILLED"]);
+    for event in events.iter().filter(|e| e["event"] == "update") {
+        assert_eq!(event["source"], "SOURCE_EXECUTOR", "{event}");
+        assert_eq!(event["reliable"], true, "{event}");
+    }
+    let answer = events
+        .iter()
+        .find(|e| e["event"] == "message")
+        .expect("the executor's message");
+    assert_eq!(answer["executor_id"], "go-exec");
+    assert_eq!(answer["data"], "pong: ping");
+    wait_state(cluster.master.addr, "the framework torn down", &logs, |s| {
+        frameworks(s).is_empty()
+    });
+}
+
+#[test]
+fn mesos_go_protobuf_custom_executor_runs_tasks_and_exchanges_messages() {
+    custom_executor(GoCodec::Protobuf);
+}
+
+#[test]
+fn mesos_go_json_scheduler_with_a_protobuf_executor() {
+    custom_executor(GoCodec::Json);
 }

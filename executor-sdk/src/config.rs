@@ -32,7 +32,10 @@ pub struct ExecutorConfig {
     /// frameworks). Default 15 min.
     pub recovery_timeout: Duration,
     /// Time to finish after a shutdown request, and the bound on how long
-    /// `stop` waits for acknowledgements. Default 5 s.
+    /// `stop` waits for a subscribed agent's acknowledgements (while the
+    /// agent is away, `stop` waits for it as long as `recovery_timeout`
+    /// allows, and the grace period starts again once it is back).
+    /// Default 5 s.
     pub shutdown_grace_period: Duration,
 }
 

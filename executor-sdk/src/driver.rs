@@ -187,6 +187,15 @@ impl ExecutorDriver {
     /// callbacks are made after this returns. Returns
     /// [`DriverStatus::Stopped`]; [`ExecutorDriver::join`] returns once the
     /// flush is over.
+    ///
+    /// Updates are not given up because the agent is away: stopped while
+    /// disconnected (the agent restarting), or disconnected during the
+    /// flush, the driver goes on reconnecting, bounded by
+    /// [`ExecutorConfig::recovery_timeout`], re-subscribes with the
+    /// unacknowledged updates and then waits up to the grace period for
+    /// their acknowledgements. Without checkpointing a lost connection
+    /// ends the flush, as it ends a running driver. What is left
+    /// unacknowledged when the driver gives up is logged.
     pub fn stop(&self) -> Result<DriverStatus, ExecutorError> {
         self.halt(DriverStatus::Stopped, Command::Stop)
     }

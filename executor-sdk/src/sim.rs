@@ -71,4 +71,15 @@ impl SimExecutor {
     pub fn on_tick(&mut self, now: Instant) -> Vec<Action> {
         self.core.on_tick(now)
     }
+
+    /// The tasks whose terminal update the agent has not acknowledged.
+    pub fn unacknowledged_terminal(&self) -> Vec<agora_proto::TaskId> {
+        self.core.unacknowledged_terminal()
+    }
+
+    /// Whether the framework checkpoints (the driver then waits for a
+    /// lost agent, stopping or not).
+    pub fn checkpoint(&self) -> bool {
+        self.core.checkpoint()
+    }
 }

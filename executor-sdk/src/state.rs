@@ -4,6 +4,20 @@
 //! channel: the subscription, the ordered list of updates not yet
 //! acknowledged (re-sent after every reconnect), the tasks with no
 //! acknowledged update, recovery after a lost agent, and the flush on stop.
+//!
+//! **A stop delivers what is pending.** `Stop` ends the driver once every
+//! update is acknowledged, waiting at most the shutdown grace period for
+//! a subscribed agent to acknowledge them. A stop made while the agent is
+//! gone (restarting, or the connection cut), or a connection lost during
+//! the flush, does not end the driver with updates undelivered: it goes
+//! on reconnecting as a running driver does, bounded by the recovery
+//! timeout, re-subscribes with the updates, and the grace period starts
+//! again at `SUBSCRIBED`. Otherwise a command executor that stops once
+//! idle would exit with its last task's `TASK_FINISHED` unsent, and the
+//! agent would report the task `TASK_FAILED`. Only a driver that gives up
+//! on the agent anyway (recovery timeout over; a framework that does not
+//! checkpoint) or whose grace period ran out while subscribed ends with
+//! updates unacknowledged, and it logs each one it leaves behind.
 //! The network loop in [`crate::driver`] feeds it connection events,
 //! frames, user commands and clock ticks and carries out the [`Action`]s it
 //! returns.
@@ -73,7 +87,9 @@ pub enum Command {
     Update(TaskStatus),
     /// Bytes for the scheduler (best effort).
     Message(Vec<u8>),
-    /// Flush unacknowledged updates (bounded by `grace`), then end.
+    /// Flush unacknowledged updates, then end: bounded by the grace
+    /// period while subscribed and, while the agent is gone, by the
+    /// recovery timeout (the driver reconnects and re-subscribes first).
     Stop,
     /// End now.
     Abort,
@@ -134,6 +150,18 @@ enum Conn {
     Subscribed,
 }
 
+/// Where a stop is in flushing the unacknowledged updates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Flush {
+    /// Subscribed: end once everything is acknowledged, or at this time
+    /// (the grace period after the stop or the latest `SUBSCRIBED`).
+    Until(Instant),
+    /// Not subscribed: reconnecting as usual (bounded by the recovery
+    /// timeout) to re-subscribe with the updates; `SUBSCRIBED` starts the
+    /// grace period.
+    AwaitingAgent,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct Pending {
     status: TaskStatus,
@@ -163,8 +191,8 @@ pub(crate) struct DriverCore {
     /// When the agent was lost (or, before the first subscription, when
     /// the driver started).
     lost_since: Option<Instant>,
-    /// Set by `Stop`: end once everything is acknowledged or at this time.
-    flush_deadline: Option<Instant>,
+    /// Set by `Stop`.
+    flush: Option<Flush>,
     grace: Duration,
     finished: bool,
     backoff: Backoff,
@@ -185,7 +213,7 @@ impl DriverCore {
             in_flight_bytes: 0,
             unacknowledged_tasks: Vec::new(),
             lost_since: Some(now),
-            flush_deadline: None,
+            flush: None,
             finished: false,
             backoff: backoff(),
         }
@@ -204,8 +232,28 @@ impl DriverCore {
         self.finished
     }
 
+    /// The tasks of the terminal updates not acknowledged yet.
+    #[cfg(feature = "sim")]
+    pub(crate) fn unacknowledged_terminal(&self) -> Vec<TaskId> {
+        self.unacknowledged
+            .iter()
+            .filter(|p| p.status.state.is_terminal())
+            .map(|p| p.status.task_id.clone())
+            .collect()
+    }
+
+    /// Whether the framework checkpoints: a lost agent is waited for.
+    #[cfg(feature = "sim")]
+    pub(crate) fn checkpoint(&self) -> bool {
+        self.config.checkpoint
+    }
+
     fn is_subscribed(&self) -> bool {
         self.conn == Conn::Subscribed
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.flush.is_some()
     }
 
     /// Called before each connection attempt: gives up once the agent has
@@ -216,10 +264,12 @@ impl DriverCore {
                 if !self.finished
                     && now.saturating_duration_since(since) >= self.config.recovery_timeout =>
             {
-                self.abort(format!(
+                let reason = format!(
                     "the agent did not come back within the recovery timeout ({:?})",
                     self.config.recovery_timeout
-                ))
+                );
+                self.log_undelivered(&reason);
+                self.abort(reason)
             }
             _ => Vec::new(),
         }
@@ -307,14 +357,27 @@ impl DriverCore {
         if was_subscribed {
             actions.push(Action::Callback(Callback::Disconnected));
         }
-        if self.flush_deadline.is_some() {
-            tracing::warn!(
-                unacknowledged = self.unacknowledged.len(),
-                "connection lost while stopping; ending without acknowledgements"
+        // Without checkpointing, a restarted agent would not take the
+        // executor back.
+        let gives_up = self.subscribed_before && !self.config.checkpoint;
+        if self.is_stopping() && !gives_up {
+            // The agent may be restarting: reconnect and deliver the
+            // updates, as a running driver would.
+            if self.flush != Some(Flush::AwaitingAgent) {
+                tracing::info!(
+                    unacknowledged = self.unacknowledged.len(),
+                    recovery_timeout = ?self.config.recovery_timeout,
+                    "connection lost while stopping; reconnecting to deliver the unacknowledged updates"
+                );
+            }
+            self.flush = Some(Flush::AwaitingAgent);
+        } else if self.is_stopping() {
+            self.log_undelivered(
+                "lost the connection to the agent while stopping and the framework does not checkpoint",
             );
             self.finished = true;
             actions.push(Action::Finish(Outcome::Stopped));
-        } else if self.subscribed_before && !self.config.checkpoint {
+        } else if gives_up {
             actions.extend(self.abort(
                 "lost the connection to the agent and the framework does not checkpoint".into(),
             ));
@@ -350,7 +413,7 @@ impl DriverCore {
                 framework_info,
                 agent_id,
                 hostname: _,
-            } => self.on_subscribed(executor_info, framework_info, agent_id),
+            } => self.on_subscribed(executor_info, framework_info, agent_id, now),
             Event::Error { message, fatal } => {
                 if fatal {
                     self.abort(message)
@@ -364,7 +427,7 @@ impl DriverCore {
                 tracing::debug!("ignoring an event received before SUBSCRIBED");
                 Vec::new()
             }
-            _ if self.flush_deadline.is_some() => {
+            _ if self.is_stopping() => {
                 tracing::debug!("ignoring an event received while stopping");
                 Vec::new()
             }
@@ -397,6 +460,7 @@ impl DriverCore {
         executor: ExecutorInfo,
         framework: FrameworkInfo,
         agent_id: AgentId,
+        now: Instant,
     ) -> Vec<Action> {
         if !matches!(self.conn, Conn::Subscribing { .. }) {
             tracing::debug!("ignoring a repeated SUBSCRIBED");
@@ -407,7 +471,17 @@ impl DriverCore {
         self.backoff.reset();
         self.agent_id = Some(agent_id.clone());
         let mut actions = Vec::new();
-        if self.flush_deadline.is_none() {
+        if self.flush == Some(Flush::AwaitingAgent) {
+            // A connected agent gets the whole grace period to
+            // acknowledge what the SUBSCRIBE and the calls after it carry.
+            tracing::info!(
+                unacknowledged = self.unacknowledged.len(),
+                grace = ?self.grace,
+                "re-subscribed while stopping; waiting for the acknowledgements"
+            );
+            self.flush = Some(Flush::Until(now + self.grace));
+        }
+        if !self.is_stopping() {
             actions.push(Action::Callback(if self.subscribed_before {
                 Callback::Reregistered(agent_id.clone())
             } else {
@@ -477,7 +551,7 @@ impl DriverCore {
             self.in_flight_bytes -= pending.weight;
         }
         let mut actions = Vec::new();
-        if self.flush_deadline.is_none() {
+        if !self.is_stopping() {
             actions.push(Action::Callback(Callback::Acknowledged { task_id, uuid }));
         }
         self.send_unsent(&mut actions);
@@ -521,12 +595,19 @@ impl DriverCore {
                 }
             }
             Command::Stop => {
-                if self.flush_deadline.is_none() {
-                    self.flush_deadline = Some(now + self.grace);
-                }
-                if !self.is_subscribed() && !matches!(self.conn, Conn::Subscribing { .. }) {
-                    self.finished = true;
-                    return vec![Action::Finish(Outcome::Stopped)];
+                if self.flush.is_none() {
+                    self.flush = Some(if self.is_subscribed() {
+                        Flush::Until(now + self.grace)
+                    } else {
+                        Flush::AwaitingAgent
+                    });
+                    if !self.is_subscribed() && !self.unacknowledged.is_empty() {
+                        tracing::info!(
+                            unacknowledged = self.unacknowledged.len(),
+                            recovery_timeout = ?self.config.recovery_timeout,
+                            "stopping while not subscribed; waiting for the agent to deliver the unacknowledged updates"
+                        );
+                    }
                 }
                 self.finish_flush_if_done(now)
             }
@@ -542,14 +623,10 @@ impl DriverCore {
         if self.finished {
             return Vec::new();
         }
-        if let Some(deadline) = self.flush_deadline {
-            if now >= deadline {
-                tracing::warn!(
-                    unacknowledged = self.unacknowledged.len(),
-                    "stopping before every update was acknowledged: grace period over"
-                );
-                self.finished = true;
-                return vec![Action::Finish(Outcome::Stopped)];
+        if self.flush.is_some() {
+            let actions = self.finish_flush_if_done(now);
+            if !actions.is_empty() {
+                return actions;
             }
         }
         match self.conn {
@@ -584,13 +661,44 @@ impl DriverCore {
         status
     }
 
+    /// Ends a stop once everything is acknowledged, or once its grace
+    /// period is over while subscribed. While the agent is gone only the
+    /// recovery timeout ([`DriverCore::before_connect`]) ends it.
     fn finish_flush_if_done(&mut self, now: Instant) -> Vec<Action> {
-        match self.flush_deadline {
-            Some(deadline) if self.unacknowledged.is_empty() || now >= deadline => {
-                self.finished = true;
-                vec![Action::Finish(Outcome::Stopped)]
+        match self.flush {
+            Some(_) if self.unacknowledged.is_empty() => {}
+            Some(Flush::Until(deadline)) if now >= deadline => {
+                self.log_undelivered("grace period over before every update was acknowledged");
             }
-            _ => Vec::new(),
+            _ => return Vec::new(),
+        }
+        self.finished = true;
+        vec![Action::Finish(Outcome::Stopped)]
+    }
+
+    /// Says what ending now leaves unacknowledged: the count, and each
+    /// terminal update (the agent reports those tasks itself, as
+    /// `TASK_FAILED` once the executor exits).
+    fn log_undelivered(&self, why: &str) {
+        if self.unacknowledged.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            unacknowledged = self.unacknowledged.len(),
+            reason = why,
+            "ending with updates the agent never acknowledged"
+        );
+        for pending in self
+            .unacknowledged
+            .iter()
+            .filter(|p| p.status.state.is_terminal())
+        {
+            tracing::warn!(
+                task_id = %pending.status.task_id,
+                state = %pending.status.state,
+                uuid = pending.status.uuid.as_deref().unwrap_or(""),
+                "terminal update not delivered"
+            );
         }
     }
 
@@ -665,6 +773,7 @@ mod tests {
                 resources: Resources::new(),
                 name: String::new(),
                 source: String::new(),
+                api: Default::default(),
             },
             framework_info: FrameworkInfo::new("fw"),
             agent_id: AgentId::new("agent-1"),
@@ -919,6 +1028,129 @@ mod tests {
         assert_eq!(
             core.on_command(Command::Stop, now),
             vec![Action::Finish(Outcome::Stopped)]
+        );
+    }
+
+    #[test]
+    fn stop_while_disconnected_with_nothing_pending_ends_at_once() {
+        let (mut core, now) = connected(true);
+        core.on_disconnected(now);
+        assert_eq!(
+            core.on_command(Command::Stop, now),
+            vec![Action::Finish(Outcome::Stopped)]
+        );
+    }
+
+    /// A task finishes while its agent restarts and the executor, idle,
+    /// stops: the terminal update is not dropped. The driver reconnects,
+    /// re-subscribes carrying it, and ends once the agent acknowledges it,
+    /// however long past the grace period the agent took to come back.
+    #[test]
+    fn stop_while_disconnected_delivers_the_terminal_update() {
+        let (mut core, now) = connected(true);
+        core.on_event(
+            Event::Launch {
+                task: task("t1"),
+                sandbox: None,
+            },
+            now,
+        );
+        core.on_disconnected(now);
+        core.on_command(update("t1", TaskState::Finished, "u1"), now);
+        assert!(core.on_command(Command::Stop, now).is_empty());
+        assert!(!core.is_finished());
+        // The agent takes 30 s (six grace periods) to come back.
+        let mut t = now;
+        while t < now + Duration::from_secs(30) {
+            assert!(core.before_connect(t).is_empty());
+            assert!(core.on_disconnected(t).is_empty());
+            assert!(core.on_tick(t).is_empty());
+            t += core.next_backoff(0.5);
+        }
+        let (updates, tasks) = subscribe_lists(&core.on_connected(t));
+        assert_eq!(updates, vec!["u1"]);
+        assert_eq!(tasks, vec![TaskId::new("t1")]);
+        // Stopping: no callbacks, and no giving up while it waits for
+        // SUBSCRIBED.
+        assert!(core.on_tick(t + Duration::from_secs(10)).is_empty());
+        let t = t + Duration::from_secs(10);
+        assert!(core.on_event(subscribed(), t).is_empty());
+        assert!(core.on_tick(t + Duration::from_secs(4)).is_empty());
+        assert_eq!(
+            ack(&mut core, "u1", t + Duration::from_secs(4)),
+            vec![Action::Finish(Outcome::Stopped)]
+        );
+        assert!(core.is_finished());
+    }
+
+    /// The connection drops during the flush (the agent restarts): the
+    /// updates are re-sent on the next connection, not dropped.
+    #[test]
+    fn a_connection_lost_during_the_flush_is_recovered() {
+        let (mut core, now) = connected(true);
+        core.on_command(update("t1", TaskState::Finished, "u1"), now);
+        core.on_command(Command::Stop, now);
+        assert_eq!(
+            core.on_disconnected(now),
+            vec![Action::Callback(Callback::Disconnected)]
+        );
+        let t = now + Duration::from_secs(20);
+        assert!(core.before_connect(t).is_empty());
+        let (updates, _) = subscribe_lists(&core.on_connected(t));
+        assert_eq!(updates, vec!["u1"]);
+        assert!(core.on_event(subscribed(), t).is_empty());
+        assert_eq!(
+            ack(&mut core, "u1", t),
+            vec![Action::Finish(Outcome::Stopped)]
+        );
+    }
+
+    /// The wait for an agent that does not come back is the recovery
+    /// timeout, as for a running driver; the grace period bounds the wait
+    /// for acknowledgements once it is back.
+    #[test]
+    fn a_stop_gives_up_on_an_agent_after_the_recovery_timeout() {
+        let (mut core, now) = connected(true);
+        core.on_command(update("t1", TaskState::Finished, "u1"), now);
+        core.on_disconnected(now);
+        assert!(core.on_command(Command::Stop, now).is_empty());
+        assert!(core
+            .before_connect(now + Duration::from_secs(59))
+            .is_empty());
+        let actions = core.before_connect(now + Duration::from_secs(60));
+        assert_eq!(actions[0], Action::Finish(Outcome::Aborted));
+        assert!(core.is_finished());
+        assert_eq!(core.unacknowledged(), vec!["u1"]);
+
+        // Back within the timeout but never acknowledging: the grace
+        // period after SUBSCRIBED ends it.
+        let (mut core, now) = connected(true);
+        core.on_command(update("t1", TaskState::Finished, "u1"), now);
+        core.on_disconnected(now);
+        core.on_command(Command::Stop, now);
+        let t = now + Duration::from_secs(40);
+        core.on_connected(t);
+        core.on_event(subscribed(), t);
+        assert!(core.on_tick(t + Duration::from_secs(4)).is_empty());
+        assert_eq!(
+            core.on_tick(t + Duration::from_secs(5)),
+            vec![Action::Finish(Outcome::Stopped)]
+        );
+    }
+
+    /// Without checkpointing a lost agent ends the driver, stopping or
+    /// not: a restarted agent would not take the executor back.
+    #[test]
+    fn without_checkpoint_a_lost_connection_ends_the_flush() {
+        let (mut core, now) = connected(false);
+        core.on_command(update("t1", TaskState::Finished, "u1"), now);
+        core.on_command(Command::Stop, now);
+        assert_eq!(
+            core.on_disconnected(now),
+            vec![
+                Action::Callback(Callback::Disconnected),
+                Action::Finish(Outcome::Stopped)
+            ]
         );
     }
 

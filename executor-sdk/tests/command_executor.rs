@@ -19,9 +19,15 @@ struct Run {
 }
 
 async fn start(grace: &str) -> Run {
+    start_with(grace, &[]).await
+}
+
+/// [`start`] with more environment variables.
+async fn start_with(grace: &str, vars: &[(&str, &str)]) -> Run {
     let agent = FakeAgent::bind().await;
     let sandbox = tempfile::tempdir().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_agora-command-executor"))
+        .envs(vars.iter().copied())
         .env("AGORA_AGENT_ENDPOINT", agent.endpoint())
         .env("AGORA_FRAMEWORK_ID", "fw-1")
         .env("AGORA_EXECUTOR_ID", "task-1")
@@ -122,6 +128,61 @@ async fn echo_runs_finishes_and_exits_after_acknowledgement() {
         .await
         .unwrap();
     assert_eq!(stdout, "hi\n");
+}
+
+/// The task finishes while its agent is down (restarting) and the
+/// executor, which runs this one task, stops: it waits for the agent past
+/// its grace period, re-subscribes with the TASK_FINISHED and exits 0 once
+/// that is acknowledged. (It used to exit at once, leaving the agent to
+/// report the task TASK_FAILED.)
+#[tokio::test]
+async fn a_task_that_finishes_while_the_agent_restarts_is_delivered() {
+    let run = start_with(
+        "1",
+        &[("AGORA_CHECKPOINT", "1"), ("AGORA_RECOVERY_TIMEOUT", "30")],
+    )
+    .await;
+    let mut ws = launch(&run, command_task("task-1", Some(shell("sleep 0.5")))).await;
+    let Run {
+        agent,
+        mut child,
+        sandbox: _sandbox,
+    } = run;
+    let addr = agent.listener.local_addr().unwrap();
+    let running = recv_update(&mut ws).await;
+    assert_eq!(running.state, TaskState::Running);
+
+    // The agent goes down while the command runs, and stays down well
+    // past the command's end and the executor's grace period.
+    drop(ws);
+    drop(agent);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the executor exited with its TASK_FINISHED undelivered"
+    );
+
+    // The agent is back on its port: the SUBSCRIBE carries what is
+    // unacknowledged, the TASK_FINISHED last.
+    let agent = FakeAgent {
+        listener: tokio::net::TcpListener::bind(addr).await.unwrap(),
+    };
+    let mut ws = agent.accept().await;
+    let updates = match recv(&mut ws).await {
+        Call::Subscribe {
+            unacknowledged_updates,
+            ..
+        } => unacknowledged_updates,
+        other => panic!("expected SUBSCRIBE, got {other:?}"),
+    };
+    let states: Vec<TaskState> = updates.iter().map(|s| s.state).collect();
+    assert_eq!(states.last(), Some(&TaskState::Finished), "{states:?}");
+    send(&mut ws, &subscribed("task-1")).await;
+    for status in &updates {
+        ack(&mut ws, status).await;
+    }
+    assert_eq!(drain_until_closed(&mut ws).await, vec![]);
+    assert_eq!(exit_code(&mut child).await, 0);
 }
 
 #[tokio::test]

@@ -275,6 +275,67 @@ async fn shutdown_runs_the_callback_then_flushes_and_stops() {
     );
 }
 
+/// The executor's last task finishes and it stops while its agent is
+/// restarting: the driver waits for the agent past the grace period,
+/// re-subscribes with the terminal update, and ends only once the agent
+/// has acknowledged it (before, it ended at once and the agent reported
+/// the task TASK_FAILED).
+#[tokio::test]
+async fn stop_while_the_agent_restarts_delivers_the_terminal_update() {
+    let agent = FakeAgent::bind().await;
+    let addr = agent.listener.local_addr().unwrap();
+    let mut config = config(agent.endpoint(), true);
+    config.shutdown_grace_period = Duration::from_millis(200);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let driver = ExecutorDriver::new(Recorder(tx), config);
+    driver.start().unwrap();
+    let mut ws = agent.accept().await;
+    recv_subscribe(&mut ws).await;
+    send(&mut ws, &subscribed("ex-1")).await;
+    assert!(matches!(seen(&mut rx).await, Seen::Registered(_)));
+
+    // The agent goes down: its connection ends, new ones are refused.
+    drop(ws);
+    drop(agent);
+    assert_eq!(seen(&mut rx).await, Seen::Disconnected);
+    driver
+        .send_status_update(update("t1", TaskState::Finished))
+        .unwrap();
+    assert_eq!(driver.stop().unwrap(), DriverStatus::Stopped);
+    // Down for five grace periods: the driver is still waiting.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        timeout(Duration::from_millis(10), driver.join_async())
+            .await
+            .is_err(),
+        "the driver ended while its agent was down"
+    );
+
+    // The agent is back on its port.
+    let agent = FakeAgent {
+        listener: tokio::net::TcpListener::bind(addr).await.unwrap(),
+    };
+    let mut ws = agent.accept().await;
+    let (updates, _) = recv_subscribe(&mut ws).await;
+    let [(TaskState::Finished, uuid)] = &updates[..] else {
+        panic!("expected the TASK_FINISHED in the SUBSCRIBE, got {updates:?}");
+    };
+    send(&mut ws, &subscribed("ex-1")).await;
+    send(
+        &mut ws,
+        &Event::Acknowledged {
+            task_id: TaskId::new("t1"),
+            uuid: uuid.clone(),
+        },
+    )
+    .await;
+    assert_eq!(drain_until_closed(&mut ws).await, vec![]);
+    assert_eq!(
+        timeout(STEP, driver.join_async()).await.unwrap(),
+        DriverStatus::Stopped
+    );
+}
+
 #[tokio::test]
 async fn fatal_error_aborts() {
     let agent = FakeAgent::bind().await;

@@ -202,6 +202,8 @@ impl Master {
 
         let mut shutdown_frameworks: HashSet<FrameworkId> = HashSet::default();
         let mut reported: HashSet<(FrameworkId, TaskId)> = HashSet::default();
+        // Tasks that completed here that the agent reports as running.
+        let mut kill: Vec<(FrameworkId, TaskId)> = Vec::new();
         for report in tasks {
             let fid = report.framework_id.clone();
             if self.removed_frameworks.contains(&fid) {
@@ -236,6 +238,28 @@ impl Master {
                 continue;
             };
             let key = (fid.clone(), report.task.task_id.clone());
+            let ended_elsewhere = fw.tasks.get(&report.task.task_id).is_some_and(|task| {
+                task.agent_id != aid && task.state.is_terminal() && !report.state.is_terminal()
+            });
+            if ended_elsewhere {
+                // The record is of an earlier task with this id that ended
+                // on another agent (a master that failed over learnt it from
+                // that agent's report of the end it still holds); this
+                // agent runs the task that has the id now. The ended one is
+                // completed, so that its agent's re-send of the end is
+                // refused, and this one adopted below.
+                if let Some(old) = fw.tasks.remove(&report.task.task_id) {
+                    tracing::info!(agent_id = %aid, old_agent_id = %old.agent_id, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports a running task whose id ended on another agent; the running one is adopted");
+                    if let Some(other) = self.agents.get_mut(&old.agent_id) {
+                        other.tasks.remove(&(fid.clone(), report.task.task_id.clone()));
+                    }
+                    let state = old.state;
+                    self.complete_task(old, state);
+                }
+            }
+            let Some(fw) = self.frameworks.get_mut(&fid) else {
+                continue;
+            };
             match fw.tasks.get_mut(&report.task.task_id) {
                 Some(task) if task.agent_id == aid => {
                     if !task.state.is_terminal() {
@@ -250,6 +274,25 @@ impl Master {
                     // still holds; the task of that id lives elsewhere.
                     tracing::warn!(agent_id = %aid, owner = %task.agent_id, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports a task that lives on another agent; not adopted");
                     self.metrics.reports_refused_reregistration.inc();
+                    continue;
+                }
+                None if self.completed.iter().any(|c| {
+                    c.framework_id == fid && c.task_id == report.task.task_id && c.agent_id == aid
+                }) =>
+                {
+                    // It ended here and its scheduler was told how: an
+                    // agent that reports it again lost the record of that
+                    // end (a damaged log). Adopting it would count its
+                    // resources twice (they may be in use by a later task
+                    // already) and show the scheduler a second terminal
+                    // state. A copy still running is killed; its update is
+                    // acknowledged without being forwarded, as for any
+                    // completed task.
+                    tracing::warn!(agent_id = %aid, framework_id = %fid, task_id = %report.task.task_id, state = %report.state, "re-registration reports a task that already completed; not adopted");
+                    self.metrics.reports_refused_reregistration.inc();
+                    if !report.state.is_terminal() {
+                        kill.push(key);
+                    }
                     continue;
                 }
                 None => {
@@ -387,6 +430,15 @@ impl Master {
         for framework_id in shutdown_frameworks {
             self.send_agent_conn(conn, Event::ShutdownFramework { framework_id });
         }
+        for (framework_id, task_id) in kill {
+            self.send_agent_conn(
+                conn,
+                Event::KillTask {
+                    framework_id,
+                    task_id,
+                },
+            );
+        }
         for (framework, task) in resend {
             tracing::info!(agent_id = %aid, task_id = %task.task_id, "re-sending a task the re-registered agent never received");
             self.send_agent_conn(conn, Event::RunTask { framework, task });
@@ -412,6 +464,32 @@ impl Master {
         if let Some(agent) = self.agents.untracked_get_mut(aid) {
             agent.missed_pings = 0;
             agent.awaiting_pong = false;
+        }
+    }
+
+    /// What the containers of agent `aid` use: kept on each running task
+    /// they run there, for `/state`. A task the agent does not run is
+    /// ignored.
+    pub(crate) fn container_usage(
+        &mut self,
+        aid: &AgentId,
+        containers: Vec<agora_proto::agent::ContainerUsage>,
+    ) {
+        for usage in containers {
+            let Some(fw) = self.frameworks.untracked_get_mut(&usage.framework_id) else {
+                continue;
+            };
+            for tid in &usage.tasks {
+                let runs_here = fw
+                    .tasks
+                    .untracked_get_mut(tid)
+                    .is_some_and(|t| t.agent_id == *aid && !t.state.is_terminal());
+                if runs_here {
+                    if let Some(task) = fw.tasks.get_mut(tid) {
+                        task.usage = Some(usage.clone());
+                    }
+                }
+            }
         }
     }
 

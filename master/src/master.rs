@@ -422,6 +422,7 @@ impl Master {
                 data,
             } => self.message_to_scheduler(&aid, framework_id, executor_id, data),
             Call::Pong => self.pong(&aid),
+            Call::Usage { containers } => self.container_usage(&aid, containers),
         }
     }
 

@@ -186,6 +186,9 @@ pub(crate) struct TaskView {
     pub(crate) resources: ResourcesView,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) finished_at: Option<f64>,
+    /// What its container uses (agents with `--isolation cgroups`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<agora_proto::agent::ContainerUsage>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -452,7 +455,7 @@ fn agent_view(a: &Agent) -> AgentState {
     }
 }
 
-fn task_view(t: &Task) -> TaskView {
+pub(crate) fn task_view(t: &Task) -> TaskView {
     TaskView {
         id: t.info.task_id.clone(),
         name: t.info.name.clone(),
@@ -462,6 +465,7 @@ fn task_view(t: &Task) -> TaskView {
         executor_id: t.executor_id.clone(),
         resources: ResourcesView::new(t.resources.clone()),
         finished_at: None,
+        usage: t.usage.clone(),
     }
 }
 
@@ -475,6 +479,7 @@ fn completed_view(c: &CompletedTask) -> TaskView {
         executor_id: c.executor_id.clone(),
         resources: ResourcesView::new(c.resources.clone()),
         finished_at: Some(c.finished_at),
+        usage: None,
     }
 }
 
@@ -1122,6 +1127,7 @@ mod tests {
             executor_id: ExecutorId::new("e"),
             resources: ResourcesView::new(Resources::parse(&resources).unwrap()),
             finished_at: None,
+            usage: None,
         })
     }
 

@@ -29,6 +29,9 @@ pub(crate) struct Task {
     /// it when an agent's report says more than its update stream has
     /// delivered yet; reconciliation answers never do.
     pub(crate) update_state: Option<TaskState>,
+    /// What its container uses, as its agent last reported (agents with
+    /// `--isolation cgroups`).
+    pub(crate) usage: Option<agora_proto::agent::ContainerUsage>,
 }
 
 /// A task that reached a terminal state and was forgotten.
@@ -63,6 +66,7 @@ impl Task {
             latest_status: None,
             pending_update: None,
             update_state: None,
+            usage: None,
             info,
         }
     }

@@ -320,8 +320,29 @@ function taskPage(frameworkId, taskId) {
       ...row("executor", task.executor_id),
       ...row("agent", `${task.agent_hostname || task.agent_id} ${task.agent_address ? "(" + task.agent_address + ")" : ""}`),
       ...row("resources", task.resources.text),
+      ...row("usage", usage),
       ...(task.finished_at ? row("finished", ago(task.finished_at)) : []),
     );
+    loadUsage();
+  }
+
+  // What the task's container uses, next to its limits: read from its
+  // agent's /monitor/statistics (agents with --isolation cgroups).
+  const usage = h("span", { id: "task-usage", class: "muted" }, "…");
+  async function loadUsage() {
+    if (!task.agent_address || isTerminal(task.state)) { usage.textContent = "not running"; return; }
+    try {
+      const entries = await getJSON(`http://${task.agent_address}/monitor/statistics`);
+      const e = entries.find((x) => x.framework_id === task.framework_id && (x.tasks || []).includes(task.id));
+      if (!e) { usage.textContent = "not measured (the agent does not isolate with cgroups)"; return; }
+      const s = e.statistics;
+      const mib = (b) => `${(b / 1048576).toFixed(1)} MiB`;
+      usage.textContent = `cpu ${(s.cpus_user_time_secs + s.cpus_system_time_secs).toFixed(2)} s (limit ${s.cpus_limit} cpus, throttled in ${s.cpus_nr_throttled} of ${s.cpus_nr_periods} periods); ` +
+        `memory ${mib(s.mem_total_bytes)}, peak ${mib(s.mem_max_bytes)} of ${mib(s.mem_limit_bytes)}` + (s.mem_oom_kills ? `, ${s.mem_oom_kills} out-of-memory kills` : "") +
+        `; processes ${s.processes} of ${s.processes_limit}` + (e.tasks.length > 1 ? ` (container shared by ${e.tasks.length} tasks)` : "");
+    } catch (err) {
+      usage.textContent = `cannot read ${task.agent_address}/monitor/statistics: ${err.message}`;
+    }
   }
 
   function switchFile() {

@@ -13,7 +13,8 @@
 //! check.
 
 use prost_reflect::{
-    Cardinality, DeserializeOptions, DynamicMessage, Kind, ReflectMessage, SerializeOptions, Value,
+    Cardinality, DeserializeOptions, DynamicMessage, Kind, MessageDescriptor, ReflectMessage,
+    SerializeOptions, Value,
 };
 
 /// `application/json`.
@@ -156,6 +157,15 @@ impl Codec {
                 message
             }
             Codec::Protobuf => {
+                // Fast path: a typed decode, once a walk over the wire
+                // (no allocation) has seen every required field. Anything
+                // it is unsure of takes the reflective path below, which
+                // gives the exact error.
+                if required_fields_present(&descriptor, body, 0) {
+                    if let Ok(message) = T::decode(body) {
+                        return Ok(message);
+                    }
+                }
                 DynamicMessage::decode(descriptor, body).map_err(|e| CodecError::Protobuf {
                     message: name.clone(),
                     reason: e.to_string(),
@@ -254,6 +264,80 @@ fn missing_required(message: &DynamicMessage, path: &str, missing: &mut Vec<Stri
     }
 }
 
+/// Deepest nesting [`required_fields_present`] follows.
+const MAX_WIRE_DEPTH: usize = 32;
+
+/// Whether the protobuf encoding `bytes` of a `descriptor` message sets
+/// every proto2 required field, recursively, judged from the wire alone.
+/// `false` means "not sure" (a field is missing, the bytes are malformed,
+/// a field number is beyond what is tracked, a singular message appears
+/// more than once and would be merged, groups): the caller then decodes
+/// reflectively, which says exactly what is wrong.
+fn required_fields_present(descriptor: &MessageDescriptor, bytes: &[u8], depth: usize) -> bool {
+    use prost::encoding::{decode_key, decode_varint, WireType};
+    if depth > MAX_WIRE_DEPTH {
+        return false;
+    }
+    // Field numbers seen, for the numbers a bitmask holds (Mesos's
+    // required fields all are).
+    let mut seen: u128 = 0;
+    let mut buf = bytes;
+    while !buf.is_empty() {
+        let Ok((number, wire_type)) = decode_key(&mut buf) else {
+            return false;
+        };
+        let field = descriptor.get_field(number);
+        let bit = (number < 128).then(|| 1u128 << number);
+        match wire_type {
+            WireType::Varint => {
+                if decode_varint(&mut buf).is_err() {
+                    return false;
+                }
+            }
+            WireType::SixtyFourBit => {
+                let Some(rest) = buf.get(8..) else {
+                    return false;
+                };
+                buf = rest;
+            }
+            WireType::ThirtyTwoBit => {
+                let Some(rest) = buf.get(4..) else {
+                    return false;
+                };
+                buf = rest;
+            }
+            WireType::LengthDelimited => {
+                let Ok(len) = decode_varint(&mut buf) else {
+                    return false;
+                };
+                let Some(payload) = usize::try_from(len).ok().and_then(|l| buf.get(..l)) else {
+                    return false;
+                };
+                buf = &buf[payload.len()..];
+                if let Some(field) = &field {
+                    if let Kind::Message(inner) = field.kind() {
+                        let singular = !field.is_list() && !field.is_map();
+                        if singular && bit.is_some_and(|b| seen & b != 0) {
+                            return false;
+                        }
+                        if !required_fields_present(&inner, payload, depth + 1) {
+                            return false;
+                        }
+                    }
+                }
+            }
+            WireType::StartGroup | WireType::EndGroup => return false,
+        }
+        if let Some(b) = bit {
+            seen |= b;
+        }
+    }
+    descriptor.fields().all(|f| {
+        f.cardinality() != Cardinality::Required
+            || (f.number() < 128 && seen & (1u128 << f.number()) != 0)
+    })
+}
+
 /// serde_json's compact formatter, with every non-ASCII character written
 /// as a `\uXXXX` escape (UTF-16 surrogate pairs beyond the BMP).
 struct AsciiFormatter;
@@ -283,6 +367,7 @@ impl serde_json::ser::Formatter for AsciiFormatter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message;
 
     #[test]
     fn content_types() {
@@ -299,6 +384,52 @@ mod tests {
             Some(Codec::Protobuf)
         );
         assert_eq!(Codec::from_content_type("text/plain"), None);
+    }
+
+    #[test]
+    fn protobuf_fast_path_decodes_as_the_reflective_one_and_still_names_missing_fields() {
+        use crate::v1;
+        use crate::v1::scheduler::call;
+        let mut call = v1::scheduler::Call {
+            framework_id: Some(v1::FrameworkId { value: "f".into() }),
+            acknowledge: Some(call::Acknowledge {
+                agent_id: v1::AgentId { value: "a".into() },
+                task_id: v1::TaskId { value: "t".into() },
+                uuid: vec![7; 16],
+            }),
+            ..Default::default()
+        };
+        call.set_type(call::Type::Acknowledge);
+        let bytes = call.encode_to_vec();
+        let dynamic = DynamicMessage::decode(call.descriptor(), bytes.as_slice()).unwrap();
+        assert!(required_fields_present(&call.descriptor(), &bytes, 0));
+        let fast: v1::scheduler::Call = Codec::Protobuf.decode(&bytes).unwrap();
+        assert_eq!(fast, call);
+        assert_eq!(dynamic.transcode_to::<v1::scheduler::Call>().unwrap(), call);
+
+        // An acknowledgement with only its uuid: the fast path is unsure,
+        // the reflective one names both missing fields.
+        let mut partial = DynamicMessage::new(call::Acknowledge::default().descriptor());
+        partial.set_field_by_name("uuid", Value::Bytes(vec![7u8; 16].into()));
+        let bytes = partial.encode_to_vec();
+        assert!(!required_fields_present(&partial.descriptor(), &bytes, 0));
+        assert_eq!(
+            Codec::Protobuf.decode::<call::Acknowledge>(&bytes),
+            Err(CodecError::MissingRequired(vec![
+                "agent_id".into(),
+                "task_id".into()
+            ]))
+        );
+        // Truncated bytes are not decoded by either path.
+        let whole = call.encode_to_vec();
+        assert!(!required_fields_present(
+            &call.descriptor(),
+            &whole[..whole.len() - 3],
+            0
+        ));
+        assert!(Codec::Protobuf
+            .decode::<v1::scheduler::Call>(&whole[..whole.len() - 3])
+            .is_err());
     }
 
     #[test]

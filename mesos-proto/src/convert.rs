@@ -408,8 +408,30 @@ pub fn mesos_reason(reason: Reason) -> Option<MesosReason> {
         Reason::ReasonReconciliation => MesosReason::Reconciliation,
         Reason::ReasonFrameworkRemoved => MesosReason::FrameworkRemoved,
         Reason::ReasonTaskUnknown => MesosReason::TaskUnknown,
+        Reason::ReasonContainerLimitationMemory => MesosReason::ContainerLimitationMemory,
         Reason::ReasonTaskKilled | Reason::ReasonUnknown => return None,
     })
+}
+
+/// A Mesos reason as Agora's (one Agora has no word for is
+/// `REASON_UNKNOWN`, which Mesos clients see as no reason).
+pub fn reason(reason: MesosReason) -> Reason {
+    match reason {
+        MesosReason::CommandExecutorFailed => Reason::ReasonCommandExecutorFailed,
+        MesosReason::ExecutorTerminated => Reason::ReasonExecutorTerminated,
+        MesosReason::ExecutorRegistrationTimeout => Reason::ReasonExecutorRegistrationTimeout,
+        MesosReason::ContainerLaunchFailed => Reason::ReasonExecutorLaunchFailed,
+        MesosReason::InvalidOffers => Reason::ReasonInvalidOffers,
+        MesosReason::TaskInvalid => Reason::ReasonTaskInvalid,
+        MesosReason::AgentRemoved => Reason::ReasonAgentRemoved,
+        MesosReason::AgentRestarted => Reason::ReasonAgentRestarted,
+        MesosReason::AgentUnknown => Reason::ReasonAgentUnknown,
+        MesosReason::AgentDisconnected => Reason::ReasonAgentDisconnected,
+        MesosReason::Reconciliation => Reason::ReasonReconciliation,
+        MesosReason::FrameworkRemoved => Reason::ReasonFrameworkRemoved,
+        MesosReason::TaskUnknown => Reason::ReasonTaskUnknown,
+        _ => Reason::ReasonUnknown,
+    }
 }
 
 /// Agora's task status as Mesos's, state unchanged (see the master's
@@ -424,6 +446,7 @@ pub fn mesos_status(status: &agora::TaskStatus) -> v1::TaskStatus {
         timestamp: Some(status.timestamp),
         data: status.data.as_ref().map(|d| d.0.clone()),
         uuid: status.uuid.as_deref().map(uuid_bytes),
+        labels: mesos_labels(&status.labels),
         ..Default::default()
     };
     out.set_state(mesos_task_state(status.state));
@@ -513,14 +536,42 @@ pub fn mesos_framework_info(info: &agora::FrameworkInfo) -> v1::FrameworkInfo {
 
 // --- commands, executors, tasks ---
 
-/// A Mesos `CommandInfo` as Agora's. Agora runs commands as the agent's
-/// user and does not fetch URIs yet, so `uris` and secret environment
-/// variables are refused rather than ignored.
+/// A Mesos `CommandInfo` (a command task's or a custom executor's) as
+/// Agora's: the agent fetches its `uris` into the sandbox before it starts
+/// the command. Agora runs commands as the agent's user, so `user` and
+/// secret environment variables are refused rather than ignored.
 pub fn command_info(command: &v1::CommandInfo) -> Result<agora::CommandInfo, ConvertError> {
+    let mut out = command_fields(command)?;
+    out.uris.reserve_exact(command.uris.len());
+    for uri in &command.uris {
+        if uri.value.trim().is_empty() {
+            return Err(ConvertError::Invalid(
+                "CommandInfo.uris: a URI's 'value' is empty".into(),
+            ));
+        }
+        if let Some(name) = uri.output_file.as_deref() {
+            if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+                return Err(ConvertError::Invalid(format!(
+                    "CommandInfo.uris: output_file {name:?} must be a file name in the sandbox"
+                )));
+            }
+        }
+        out.uris.push(agora::FetchUri {
+            value: uri.value.clone(),
+            executable: uri.executable.unwrap_or(false),
+            extract: uri.extract.unwrap_or(true),
+            output_file: uri.output_file.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// The fields of a `CommandInfo` both kinds share.
+fn command_fields(command: &v1::CommandInfo) -> Result<agora::CommandInfo, ConvertError> {
     use v1::environment::variable::Type;
-    if !command.uris.is_empty() {
+    if command.user.as_deref().is_some_and(|u| !u.is_empty()) {
         return Err(ConvertError::Unsupported(
-            "CommandInfo.uris: this Agora version does not fetch URIs into sandboxes".into(),
+            "CommandInfo.user: Agora runs tasks as the agent's user".into(),
         ));
     }
     let mut environment = BTreeMap::new();
@@ -553,26 +604,81 @@ pub fn command_info(command: &v1::CommandInfo) -> Result<agora::CommandInfo, Con
         shell,
         arguments: command.arguments.clone(),
         environment,
+        uris: Vec::new(),
+    })
+}
+
+/// A Mesos framework's custom executor (`ExecutorInfo` of type CUSTOM, or
+/// with no type, with a `command`) as Agora's. The DEFAULT executor
+/// belongs to LAUNCH_GROUP and is not accepted here.
+#[allow(deprecated)] // `ExecutorInfo.source`
+pub fn executor_info(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, ConvertError> {
+    if info.r#type() == v1::executor_info::Type::Default {
+        return Err(ConvertError::Invalid(
+            "ExecutorInfo of type DEFAULT is Mesos's default executor, for LAUNCH_GROUP; a task's executor must be CUSTOM".into(),
+        ));
+    }
+    checked_id("executor_id", &info.executor_id.value)?;
+    agora::validate_executor_id(&info.executor_id.value)
+        .ok()
+        .filter(|()| {
+            !info
+                .executor_id
+                .value
+                .starts_with(agora::AGENT_EXECUTOR_PREFIX)
+        })
+        .ok_or_else(|| ConvertError::Id {
+            kind: "executor_id",
+            value: info.executor_id.value.clone(),
+            reason: format!(
+                "ids starting with {:?} are the agent's own",
+                agora::AGENT_EXECUTOR_PREFIX
+            ),
+        })?;
+    let Some(command) = &info.command else {
+        return Err(ConvertError::Invalid(
+            "ExecutorInfo.command must be set for a CUSTOM executor".into(),
+        ));
+    };
+    Ok(agora::ExecutorInfo {
+        executor_id: agora::ExecutorId::new(info.executor_id.value.clone()),
+        framework_id: info.framework_id.as_ref().map(framework_id).transpose()?,
+        command: command_info(command)?,
+        resources: resources(&info.resources)?,
+        name: info.name.clone().unwrap_or_default(),
+        source: info.source.clone().unwrap_or_default(),
+        // A Mesos framework's executor speaks Mesos's executor API.
+        api: agora::ExecutorApi::MesosV1,
     })
 }
 
 /// Agora's `CommandInfo` as Mesos's.
 pub fn mesos_command_info(command: &agora::CommandInfo) -> v1::CommandInfo {
+    let variables: Vec<v1::environment::Variable> = command
+        .environment
+        .iter()
+        .map(|(name, value)| v1::environment::Variable {
+            name: name.clone(),
+            value: Some(value.clone()),
+            r#type: Some(v1::environment::variable::Type::Value as i32),
+        })
+        .collect();
     v1::CommandInfo {
         value: Some(command.value.clone()),
         shell: Some(command.shell),
         arguments: command.arguments.clone(),
-        environment: (!command.environment.is_empty()).then(|| v1::Environment {
-            variables: command
-                .environment
-                .iter()
-                .map(|(name, value)| v1::environment::Variable {
-                    name: name.clone(),
-                    value: Some(value.clone()),
-                    r#type: Some(v1::environment::variable::Type::Value as i32),
-                })
-                .collect(),
-        }),
+        environment: (!variables.is_empty()).then_some(v1::Environment { variables }),
+        uris: command
+            .uris
+            .iter()
+            .map(|u| v1::command_info::Uri {
+                value: u.value.clone(),
+                executable: Some(u.executable),
+                extract: Some(u.extract),
+                output_file: u.output_file.clone(),
+                cache: None,
+            })
+            .collect(),
         ..Default::default()
     }
 }
@@ -615,21 +721,25 @@ pub fn mesos_labels(labels: &BTreeMap<String, String>) -> Option<v1::Labels> {
     })
 }
 
-/// A Mesos command task (`TaskInfo.command`, no executor) as Agora's, run
-/// by the built-in command executor. Custom executors over the Mesos API
-/// need the agent's `/api/v1/executor` and are refused until then.
+/// A Mesos task as Agora's: a command task (`TaskInfo.command`), run by
+/// the built-in command executor, or a task of a custom executor
+/// (`TaskInfo.executor`), which the agent starts with the Mesos
+/// environment and which talks to the agent's `/api/v1/executor`.
 pub fn task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
-    if task.executor.is_some() {
-        return Err(ConvertError::Unsupported(
-            "TaskInfo.executor: custom executors over the Mesos API need the agent's /api/v1/executor, which this Agora version does not serve; use a command task".into(),
-        ));
+    match (&task.command, &task.executor) {
+        (Some(command), None) => command_task(task, command),
+        (None, Some(executor)) => {
+            let mut out = task_fields(task)?;
+            out.executor = Some(executor_info(executor)?);
+            Ok(out)
+        }
+        (Some(_), Some(_)) => Err(ConvertError::Invalid(
+            "TaskInfo must set one of 'command' and 'executor', not both".into(),
+        )),
+        (None, None) => Err(ConvertError::Invalid(
+            "TaskInfo must set 'command' or 'executor'".into(),
+        )),
     }
-    let Some(command) = &task.command else {
-        return Err(ConvertError::Invalid(
-            "TaskInfo must set 'command' (or 'executor')".into(),
-        ));
-    };
-    command_task(task, command)
 }
 
 /// One task of a LAUNCH_GROUP with the default executor: its command runs
@@ -652,11 +762,13 @@ fn command_task(
     task: &v1::TaskInfo,
     command: &v1::CommandInfo,
 ) -> Result<agora::TaskInfo, ConvertError> {
-    if command.user.as_deref().is_some_and(|u| !u.is_empty()) {
-        return Err(ConvertError::Unsupported(
-            "CommandInfo.user: Agora runs tasks as the agent's user".into(),
-        ));
-    }
+    let mut out = task_fields(task)?;
+    out.command = Some(command_info(command)?);
+    Ok(out)
+}
+
+/// A task's fields other than its command and executor.
+fn task_fields(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
     let kill_grace_period = task
         .kill_policy
         .as_ref()
@@ -668,11 +780,36 @@ fn command_task(
         agent_id: agent_id(&task.agent_id)?,
         resources: resources(&task.resources)?,
         executor: None,
-        command: Some(command_info(command)?),
+        command: None,
         data: task.data.clone().map(agora::Bytes),
         kill_grace_period,
         labels: labels(task.labels.as_ref()),
     })
+}
+
+/// Agora's task as Mesos's (what an executor gets in LAUNCH).
+pub fn mesos_task_info(task: &agora::TaskInfo) -> v1::TaskInfo {
+    v1::TaskInfo {
+        name: task.name.clone(),
+        task_id: mesos_task_id(&task.task_id),
+        agent_id: mesos_agent_id(&task.agent_id),
+        resources: mesos_resources(&task.resources, &ResourceStyle::default()),
+        executor: task.executor.as_ref().map(mesos_executor_info),
+        command: task.command.as_ref().map(mesos_command_info),
+        data: task.data.as_ref().map(|d| d.0.clone()),
+        labels: mesos_labels(&task.labels),
+        kill_policy: task.kill_grace_period.map(|secs| v1::KillPolicy {
+            grace_period: Some(mesos_duration(secs)),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Seconds as a Mesos `DurationInfo`.
+pub fn mesos_duration(secs: f64) -> v1::DurationInfo {
+    v1::DurationInfo {
+        nanoseconds: (secs.max(0.0) * 1e9) as i64,
+    }
 }
 
 // --- offers, filters ---
@@ -836,6 +973,96 @@ mod tests {
             filters(Some(&v1::Filters::default())).refuse_seconds,
             Some(5.0)
         );
+    }
+
+    /// A Mesos TaskInfo as pymesos writes it, JSON, with a command
+    /// task's or a custom executor's URIs.
+    fn task_json(body: &str) -> Vec<u8> {
+        format!(
+            r#"{{"name":"t","task_id":{{"value":"t1"}},"agent_id":{{"value":"a1"}},
+                "resources":[{{"name":"cpus","type":"SCALAR","scalar":{{"value":0.1}}}}],
+                {body}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn command_task_uris_become_native_uris_from_json_and_protobuf() {
+        use crate::Codec;
+        let json = task_json(
+            r#""command":{"value":"./run.sh","uris":[
+                {"value":"/srv/run.sh","executable":true},
+                {"value":"http://h:80/d.tgz","output_file":"data.tgz","extract":false},
+                {"value":"file:///srv/x.zip"}]}"#,
+        );
+        let mesos: v1::TaskInfo = Codec::Json.decode(&json).unwrap();
+        let protobuf = Codec::Protobuf.encode(&mesos).unwrap();
+        let from_protobuf: v1::TaskInfo = Codec::Protobuf.decode(&protobuf).unwrap();
+        for mesos in [mesos, from_protobuf] {
+            let task = task_info(&mesos).unwrap();
+            let command = task.command.expect("a command task");
+            assert!(command.environment.is_empty());
+            let uris: Vec<_> = command
+                .uris
+                .iter()
+                .map(|u| {
+                    (
+                        u.value.as_str(),
+                        u.executable,
+                        u.extract,
+                        u.output_file.as_deref(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                uris,
+                [
+                    ("/srv/run.sh", true, true, None),
+                    ("http://h:80/d.tgz", false, false, Some("data.tgz")),
+                    ("file:///srv/x.zip", false, true, None),
+                ]
+            );
+            // And back: the Mesos form keeps them.
+            let back = mesos_command_info(&command);
+            assert_eq!(back.uris.len(), 3);
+            assert_eq!(back.uris[1].output_file.as_deref(), Some("data.tgz"));
+        }
+    }
+
+    #[test]
+    fn custom_executor_is_marked_mesos_and_keeps_its_uris_out_of_the_environment() {
+        use crate::Codec;
+        let json = task_json(
+            r#""executor":{"type":"CUSTOM","executor_id":{"value":"e"},
+                "command":{"value":"python3 executor.py",
+                  "environment":{"variables":[{"name":"AGORA_FETCH_URIS","value":"[]"}]},
+                  "uris":[{"value":"/srv/executor.py","executable":true}]}}"#,
+        );
+        let mesos: v1::TaskInfo = Codec::Json.decode(&json).unwrap();
+        let executor = task_info(&mesos).unwrap().executor.expect("an executor");
+        assert_eq!(executor.api, agora::ExecutorApi::MesosV1);
+        assert_eq!(executor.command.uris.len(), 1);
+        assert_eq!(executor.command.uris[0].value, "/srv/executor.py");
+        // Once reserved, now a variable like any other: it asks nothing
+        // of the agent.
+        assert_eq!(executor.command.environment["AGORA_FETCH_URIS"], "[]");
+    }
+
+    #[test]
+    fn bad_uris_are_refused() {
+        use crate::Codec;
+        for bad in [
+            r#"{"value":" "}"#,
+            r#"{"value":"/x","output_file":"a/b"}"#,
+            r#"{"value":"/x","output_file":".."}"#,
+        ] {
+            let json = task_json(&format!(r#""command":{{"value":"true","uris":[{bad}]}}"#));
+            let mesos: v1::TaskInfo = Codec::Json.decode(&json).unwrap();
+            assert!(
+                matches!(task_info(&mesos), Err(ConvertError::Invalid(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

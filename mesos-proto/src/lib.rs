@@ -1,5 +1,5 @@
 //! The Mesos v1 wire, for Agora's Mesos-compatible front doors (the
-//! master's `/api/v1/scheduler` and `/api/v1`, and later the agent's
+//! master's `/api/v1/scheduler` and `/api/v1`, and the agent's
 //! `/api/v1/executor`).
 //!
 //! - [`v1`]: the `mesos.v1` messages (and the `scheduler`, `executor` and
@@ -14,7 +14,8 @@
 //!   required fields as Mesos does.
 //! - [`recordio`]: the `<length>\n<record>` framing of event streams.
 //! - [`convert`]: translation between these messages and `agora-proto`'s
-//!   types, the one place where the two vocabularies meet.
+//!   types, the one place where the two vocabularies meet; [`executor`]
+//!   does it for the executor API's calls and events.
 
 use std::sync::LazyLock;
 
@@ -22,6 +23,7 @@ use prost_reflect::DescriptorPool;
 
 pub mod codec;
 pub mod convert;
+pub mod executor;
 pub mod recordio;
 
 pub use codec::{Codec, CodecError};

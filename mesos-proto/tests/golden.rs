@@ -15,7 +15,7 @@ fn json(message: &impl prost_reflect::ReflectMessage) -> String {
 }
 
 fn update() -> v1::scheduler::Event {
-    let mut status = convert::mesos_status(&agora_proto::TaskStatus {
+    let status = convert::mesos_status(&agora_proto::TaskStatus {
         task_id: agora_proto::TaskId::new("t-1"),
         state: agora_proto::TaskState::Running,
         message: Some("café ☕".into()),
@@ -26,12 +26,7 @@ fn update() -> v1::scheduler::Event {
         executor_id: Some(agora_proto::ExecutorId::new("t-1")),
         timestamp: 1_700_000_000.5,
         uuid: Some("00010203-0405-0607-0809-0a0b0c0d0e0f".into()),
-    });
-    status.labels = Some(v1::Labels {
-        labels: vec![v1::Label {
-            key: "k".into(),
-            value: Some("v\nw".into()),
-        }],
+        labels: [("k".to_string(), "v\nw".to_string())].into(),
     });
     let mut e = v1::scheduler::Event {
         update: Some(event::Update { status }),
@@ -149,4 +144,56 @@ fn calls_decode_as_clients_send_them() {
             .unwrap_err(),
         CodecError::MissingRequired(vec!["kill.task_id".into()])
     );
+}
+
+/// Executor events, as pymesos's and mesos-go's executors read them.
+#[test]
+fn executor_events_are_written_as_mesos_writes_them() {
+    use agora_mesos_proto::executor::EventTranslator;
+    use agora_proto::executor::Event;
+    let mut events = EventTranslator::new(5051);
+    let ack = events
+        .translate(Event::Acknowledged {
+            task_id: agora_proto::TaskId::new("t-1"),
+            uuid: "00010203-0405-0607-0809-0a0b0c0d0e0f".into(),
+        })
+        .unwrap();
+    assert_eq!(
+        json(&ack),
+        r#"{"type":"ACKNOWLEDGED","acknowledged":{"task_id":{"value":"t-1"},"uuid":"AAECAwQFBgcICQoLDA0ODw=="}}"#
+    );
+    assert_eq!(
+        hex(&Codec::Protobuf.encode(&ack).unwrap()),
+        // type = 4; acknowledged (3) { task_id (1) { value }, uuid (2) }
+        "0804\
+         1a19\
+         0a050a03742d31\
+         1210000102030405060708090a0b0c0d0e0f"
+    );
+    let kill = events
+        .translate(Event::Kill {
+            task_id: agora_proto::TaskId::new("t-1"),
+            grace_period_seconds: Some(2.5),
+        })
+        .unwrap();
+    assert_eq!(
+        json(&kill),
+        r#"{"type":"KILL","kill":{"task_id":{"value":"t-1"},"kill_policy":{"grace_period":{"nanoseconds":2500000000}}}}"#
+    );
+    let message = events
+        .translate(Event::Message {
+            data: agora_proto::Bytes(b"hi".to_vec()),
+        })
+        .unwrap();
+    assert_eq!(
+        json(&message),
+        r#"{"type":"MESSAGE","message":{"data":"aGk="}}"#
+    );
+    let error = events
+        .translate(Event::Error {
+            message: "no".into(),
+            fatal: false,
+        })
+        .unwrap();
+    assert_eq!(json(&error), r#"{"type":"ERROR","error":{"message":"no"}}"#);
 }

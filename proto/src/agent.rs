@@ -70,9 +70,39 @@ pub enum Call {
     },
     /// Answer to [`Event::Ping`].
     Pong,
+    /// What the agent's containers use (agents with `--isolation
+    /// cgroups`), sent every few seconds. Best effort.
+    Usage {
+        /// One entry per running executor's container.
+        containers: Vec<ContainerUsage>,
+    },
     /// A call type this master does not know.
     #[serde(other)]
     Unknown,
+}
+
+/// What one executor's container uses, with the tasks it runs (tasks
+/// sharing an executor share its container).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerUsage {
+    /// The executor's framework.
+    pub framework_id: FrameworkId,
+    /// The tasks the container runs.
+    pub tasks: Vec<TaskId>,
+    /// CPU time used (user and system), seconds.
+    pub cpus_time_secs: f64,
+    /// CPUs the container is limited to.
+    pub cpus_limit: f64,
+    /// CFS periods in which the container was throttled.
+    pub cpus_nr_throttled: u64,
+    /// Memory in use.
+    pub mem_bytes: u64,
+    /// Most memory in use at once.
+    pub mem_max_bytes: u64,
+    /// The hard memory limit.
+    pub mem_limit_bytes: u64,
+    /// Processes and threads.
+    pub processes: u64,
 }
 
 /// One task an agent reports when it re-registers.

@@ -38,3 +38,30 @@ pub const MESOS_SANDBOX: &str = "MESOS_SANDBOX";
 pub const MESOS_DIRECTORY: &str = "MESOS_DIRECTORY";
 /// Mesos-compatible alias of [`CHECKPOINT`].
 pub const MESOS_CHECKPOINT: &str = "MESOS_CHECKPOINT";
+/// `host:port` of the agent, for executors of the Mesos v1 executor API
+/// (`POST http://$MESOS_AGENT_ENDPOINT/api/v1/executor`).
+pub const MESOS_AGENT_ENDPOINT: &str = "MESOS_AGENT_ENDPOINT";
+/// Mesos-compatible alias of [`AGENT_ID`] (the newer name).
+pub const MESOS_AGENT_ID: &str = "MESOS_AGENT_ID";
+/// Mesos's shutdown grace period, in Mesos's duration format (`5secs`).
+pub const MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD: &str = "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD";
+/// How long a checkpointing Mesos executor waits for its agent to come
+/// back (Mesos duration format); set only when the framework checkpoints.
+pub const MESOS_RECOVERY_TIMEOUT: &str = "MESOS_RECOVERY_TIMEOUT";
+/// Longest backoff between a checkpointing Mesos executor's subscription
+/// attempts (Mesos duration format); set only when the framework
+/// checkpoints.
+pub const MESOS_SUBSCRIPTION_BACKOFF_MAX: &str = "MESOS_SUBSCRIPTION_BACKOFF_MAX";
+/// `0`: the executor is not Mesos's HTTP command executor.
+pub const MESOS_HTTP_COMMAND_EXECUTOR: &str = "MESOS_HTTP_COMMAND_EXECUTOR";
+
+/// Mesos's text form of a duration (stout's `Duration`), as Mesos
+/// executors parse it: whole seconds as `5secs`, anything finer in
+/// milliseconds (`250ms`).
+pub fn mesos_duration(d: std::time::Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}secs", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}

@@ -20,6 +20,7 @@ mod codec;
 mod duration;
 pub mod env;
 pub mod executor;
+mod fetch;
 mod ids;
 mod resources;
 pub mod scheduler;
@@ -28,6 +29,7 @@ mod types;
 pub use attributes::{Attribute, AttributeError, AttributeValue, Attributes};
 pub use codec::{decode, encode, DecodeError, Message, MAX_FRAME_BYTES};
 pub use duration::{parse_duration, DurationError};
+pub use fetch::FetchUri;
 pub use ids::{
     validate_executor_id, validate_id, AgentId, ExecutorId, FrameworkId, IdError, OfferId, TaskId,
     AGENT_EXECUTOR_PREFIX, MAX_ID_LEN,
@@ -36,8 +38,9 @@ pub use resources::{
     round_scalar, Range, Resource, ResourceError, Resources, Value, DEFAULT_ROLE, MAX_SCALAR,
 };
 pub use types::{
-    now_timestamp, AgentInfo, Bytes, CommandInfo, ExecutorInfo, Filters, FrameworkInfo, LeaderInfo,
-    MasterInfo, Offer, Reason, Source, TaskInfo, TaskState, TaskStatus, DEFAULT_REFUSE_SECONDS,
+    now_timestamp, AgentInfo, Bytes, CommandInfo, ExecutorApi, ExecutorInfo, Filters,
+    FrameworkInfo, LeaderInfo, MasterInfo, Offer, Reason, Source, TaskInfo, TaskState, TaskStatus,
+    DEFAULT_REFUSE_SECONDS,
 };
 
 /// Version carried in every subscribe/register call.

@@ -7,7 +7,7 @@ use std::fmt;
 use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{AgentId, Attributes, ExecutorId, FrameworkId, OfferId, Resources, TaskId};
+use crate::{AgentId, Attributes, ExecutorId, FetchUri, FrameworkId, OfferId, Resources, TaskId};
 
 /// Opaque bytes, base64 on the wire (framework messages, task data).
 #[derive(Clone, PartialEq, Eq, Default, Hash)]
@@ -126,6 +126,13 @@ pub struct CommandInfo {
     /// Extra environment variables.
     #[serde(default)]
     pub environment: BTreeMap<String, String>,
+    /// URIs the agent fetches into the sandbox, in order, before it starts
+    /// the command (Mesos's `CommandInfo.uris`): an executor's into the
+    /// executor's sandbox, a command task's into the task's. The first one
+    /// that cannot be fetched fails the launch (`TASK_FAILED`,
+    /// `REASON_EXECUTOR_LAUNCH_FAILED`, with a message naming it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uris: Vec<FetchUri>,
 }
 
 /// Describes an executor: the program an agent forks to run tasks.
@@ -147,6 +154,33 @@ pub struct ExecutorInfo {
     /// Free-form source tag for grouping executors in metrics.
     #[serde(default)]
     pub source: String,
+    /// The executor API the executor speaks, hence where the agent lets it
+    /// subscribe and what environment it gets. Absent (as in checkpoints
+    /// written before the field existed) means Agora's.
+    #[serde(default, skip_serializing_if = "ExecutorApi::is_agora")]
+    pub api: ExecutorApi,
+}
+
+/// The API an executor speaks to its agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ExecutorApi {
+    /// Agora's executor API: a WebSocket on `/api/executor`, subscribing
+    /// with the token the agent puts in `AGORA_EXECUTOR_TOKEN`.
+    #[default]
+    Agora,
+    /// The Mesos v1 executor API: `POST /api/v1/executor`, no token, with
+    /// Mesos's executor environment (`MESOS_AGENT_ENDPOINT`, ...). Set by
+    /// the master's Mesos front door for Mesos frameworks' custom
+    /// executors.
+    MesosV1,
+}
+
+impl ExecutorApi {
+    /// Whether this is Agora's own API (the default).
+    pub fn is_agora(&self) -> bool {
+        *self == ExecutorApi::Agora
+    }
 }
 
 /// Describes a task to launch. Exactly one of `executor` (a custom
@@ -274,6 +308,10 @@ pub enum Reason {
     ReasonTaskUnknown,
     /// The task's executor was asked to shut down.
     ReasonExecutorShutdown,
+    /// The task's container ran out of memory (its `mem`, plus its
+    /// executor's): the kernel killed a process of it and the agent
+    /// destroyed the container.
+    ReasonContainerLimitationMemory,
     /// Any reason this version does not know.
     #[serde(other)]
     ReasonUnknown,
@@ -311,6 +349,10 @@ pub struct TaskStatus {
     /// answers, lost agents) are best-effort and need no acknowledgement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// Free-form labels from the executor, passed to the scheduler
+    /// unchanged (Mesos's `TaskStatus.labels`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Options attached to declining or accepting an offer.
@@ -349,6 +391,7 @@ impl Default for CommandInfo {
             shell: true,
             arguments: Vec::new(),
             environment: BTreeMap::new(),
+            uris: Vec::new(),
         }
     }
 }
@@ -511,6 +554,7 @@ impl TaskStatus {
             executor_id: None,
             timestamp: now_timestamp(),
             uuid: None,
+            labels: BTreeMap::new(),
         }
     }
 

@@ -4,15 +4,18 @@
 //! (executors are simulated processes that outlive an agent process but
 //! not its machine) and the checkpoint writer over a simulated disk that
 //! keeps what was synced, and on a machine crash a torn, partly persisted
-//! tail of what was not.
+//! tail of what was not; in some seeds a machine crash also damages a
+//! synced page of the log (a media error). A restarted agent must read its
+//! log back up to the first damaged record and nothing after it
+//! ([`crate::check::LOG_PREFIX`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agora_agent::sim::{
-    wal_decode, wal_encode, Action, Durable, Input, Op, Request, SimAgent, Started, Stop, Streams,
-    WalRecord,
+    wal_decode, wal_encode, Action, Durable, Input, Op, Request, SimAgent, Started, Stop,
+    StreamState, Streams, WalRecord,
 };
 use agora_agent::Config;
 use agora_discovery::{Backoff, DEFAULT_JITTER};
@@ -21,6 +24,7 @@ use agora_proto::executor as exec_api;
 use agora_proto::{FrameworkId, Resources, TaskId};
 use rand::Rng;
 
+use crate::check::{FRAMES_FIT, LOG_PREFIX};
 use crate::world::{ConnKind, Ev, Msg, Side, Time, World, MS, SEC};
 
 /// How long an agent's link waits for `REGISTERED` on a new connection.
@@ -64,6 +68,11 @@ pub(crate) struct AgentNode {
     /// The RUN_TASK being handled: updates the agent makes for its task id
     /// meanwhile answer it.
     pub running: Option<(FrameworkId, TaskId, u32)>,
+    /// Launches a damaged log made this agent forget, by task id: its
+    /// records hold an earlier launch of the id, so what it now reports of
+    /// the id (the end of a task whose executor the crash took) is about
+    /// the launch it forgot, the one that ran here last.
+    pub forgotten: BTreeMap<(FrameworkId, TaskId), u32>,
 }
 
 /// The master link as the agent's shell runs it.
@@ -95,6 +104,20 @@ pub(crate) struct Disk {
     pub next_batch: u64,
     /// How long a sync takes on this disk.
     pub sync_time: (Time, Time),
+    /// The log as the agent wrote it, when a machine crash changed what
+    /// the disk keeps of it (kept until the agent reads it back).
+    pub written: Option<Vec<u8>>,
+}
+
+/// A media error: one byte flipped, or a page zeroed, somewhere in the
+/// synced part of the log.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MediaError {
+    /// Where (modulo the synced length).
+    at: u64,
+    zero_page: bool,
+    /// What the byte is XORed with (non-zero).
+    flip: u8,
 }
 
 // === impl World: agents ===
@@ -157,6 +180,7 @@ impl World {
             shut_down: false,
             launches: BTreeMap::new(),
             running: None,
+            forgotten: BTreeMap::new(),
         });
     }
 
@@ -185,6 +209,11 @@ impl World {
         a.disk.queue.clear();
         materialise(a.work_dir.path(), &a.disk);
         let streams = wal_decode(&a.disk.wal);
+        let read_back = a
+            .disk
+            .written
+            .take()
+            .map(|written| read_back(i, &written, &a.disk.wal, &streams));
         let records: Vec<WalRecord> = streams.iter().cloned().map(WalRecord::Stream).collect();
         a.disk.wal = wal_encode(&records);
         a.disk.synced = a.disk.wal.len();
@@ -206,9 +235,35 @@ impl World {
             now,
             wall,
         );
+        a.forgotten.clear();
+        if read_back.is_some() {
+            for ((fid, task), launch) in &a.launches {
+                let kept = core
+                    .task_info(fid, task)
+                    .and_then(|info| crate::framework::launch_of(&info.labels));
+                if kept.is_some_and(|kept| kept < *launch) {
+                    a.forgotten.insert((fid.clone(), task.clone()), *launch);
+                    self.check.forgotten(task.clone(), *launch);
+                }
+            }
+        }
         a.core = Some(core);
         let inc = a.inc;
         self.note(|| format!("agent {i} started (incarnation {inc})"));
+        if let Some(read_back) = read_back {
+            self.note(|| {
+                format!(
+                    "agent {i}: its log was cut at byte {} of {}; {} updates lost with it",
+                    read_back.intact,
+                    read_back.written,
+                    read_back.lost.len()
+                )
+            });
+            self.check.lost_on_disk(read_back.lost);
+            if let Some(detail) = read_back.wrong {
+                self.violated(LOG_PREFIX, detail);
+            }
+        }
         self.agent_after_step(i);
         let d = self.between(0, 50 * MS);
         self.after(d, Ev::AgentConnect { agent: i, inc });
@@ -244,7 +299,17 @@ impl World {
         if machine {
             let tear = self.rng.random::<u64>();
             let keep_length = self.rng.random_bool(0.5);
-            self.agents[i].disk.machine_crash(tear, keep_length);
+            let media = self.plan.media_errors.then(|| {
+                let rng = &mut self.plan.storage_rng;
+                MediaError {
+                    at: rng.random(),
+                    zero_page: rng.random_bool(0.5),
+                    flip: rng.random_range(1..=u8::MAX),
+                }
+            });
+            if let Some(damage) = self.agents[i].disk.machine_crash(tear, keep_length, media) {
+                self.note(|| format!("agent {i}: a media error {damage}"));
+            }
             self.agents[i].boot += 1;
             self.agents[i].runs.clear();
         }
@@ -296,6 +361,7 @@ impl World {
                     let a = &mut self.agents[i];
                     a.launches
                         .insert((fid.clone(), task.task_id.clone()), launch);
+                    a.forgotten.remove(&(fid.clone(), task.task_id.clone()));
                     a.running = Some((fid.clone(), task.task_id.clone(), launch));
                 }
             }
@@ -407,6 +473,7 @@ impl World {
                 Some((f, t, launch)) if f == fid && t == task => Some(*launch),
                 _ => None,
             }
+            .or_else(|| a.forgotten.get(&(fid.clone(), task.clone())).copied())
             .or_else(|| {
                 a.core
                     .as_ref()
@@ -574,6 +641,23 @@ impl World {
             Request::CreateDir { path } => {
                 self.agents[i].disk.dirs.insert(path);
             }
+            Request::Fetch { key, sandbox, .. } => {
+                // Simulated tasks ask for no URIs; should one, every
+                // fetch succeeds after a moment.
+                self.agents[i].disk.dirs.insert(sandbox);
+                let d = self.between(MS, 20 * MS);
+                self.after(
+                    d,
+                    Ev::AgentInput {
+                        agent: i,
+                        inc,
+                        input: Box::new(Input::TaskFetched {
+                            key,
+                            result: Ok(()),
+                        }),
+                    },
+                );
+            }
             Request::Terminate { run_id, grace } => {
                 if let Some(p) = self.agents[i].runs.get(&run_id).copied() {
                     self.exec_sigterm(p);
@@ -588,6 +672,8 @@ impl World {
                     self.exec_sigkill(p);
                 }
             }
+            // Containers (--isolation cgroups) are not simulated.
+            Request::Update { .. } => {}
             Request::StopAll { .. } => {
                 unreachable!("the core asks for StopExecutors, never StopAll")
             }
@@ -776,8 +862,30 @@ impl World {
         let Some(subscribed) = a.exec_conns.get(&conn).copied() else {
             return;
         };
-        if agora_proto::encode(&call).len() > agora_proto::MAX_FRAME_BYTES {
+        let size = agora_proto::encode(&call).len();
+        if size > agora_proto::MAX_FRAME_BYTES {
             self.note(|| format!("agent {i}: executor frame over the cap on conn {conn}"));
+            let what = match &call {
+                exec_api::Call::Subscribe {
+                    executor_id,
+                    unacknowledged_updates,
+                    ..
+                } => format!(
+                    "SUBSCRIBE of executor {executor_id} listing {} unacknowledged updates",
+                    unacknowledged_updates.len()
+                ),
+                exec_api::Call::Update { status } => {
+                    format!("UPDATE of task {}", status.task_id)
+                }
+                _ => "a call".to_string(),
+            };
+            self.violated(
+                FRAMES_FIT,
+                format!(
+                    "agent {i} refused {what} on conn {conn}: {size} bytes, over the {}-byte frame cap (what it carries cannot be delivered)",
+                    agora_proto::MAX_FRAME_BYTES
+                ),
+            );
             self.agents[i].exec_conns.remove(&conn);
             self.close(
                 conn,
@@ -809,7 +917,7 @@ impl World {
                         conn,
                         framework_id,
                         executor_id,
-                        token,
+                        token: Some(token),
                         updates: unacknowledged_updates,
                         tasks: unacknowledged_tasks,
                     },
@@ -906,9 +1014,20 @@ impl Disk {
 
     /// What a machine crash leaves: synced files; of the log, the synced
     /// part and of the rest a random subset of its pages (the length may
-    /// have reached the disk while some pages did not).
-    fn machine_crash(&mut self, tear: u64, keep_length: bool) {
+    /// have reached the disk while some pages did not); with a media
+    /// error, the synced part has a damaged page too.
+    /// Says what a media error did.
+    fn machine_crash(
+        &mut self,
+        tear: u64,
+        keep_length: bool,
+        media: Option<MediaError>,
+    ) -> Option<String> {
         self.files = self.durable.clone();
+        let synced = self.synced;
+        if (self.wal.len() > synced || media.is_some()) && self.written.is_none() {
+            self.written = Some(self.wal.clone());
+        }
         if self.wal.len() > self.synced {
             let mut tail = self.wal.split_off(self.synced);
             if keep_length {
@@ -928,13 +1047,152 @@ impl Disk {
                 self.wal.extend_from_slice(&tail[..keep]);
             }
         }
+        let damage = media.filter(|_| synced > 0).map(|media| {
+            let at = (media.at % synced as u64) as usize;
+            if media.zero_page {
+                let page = at / PAGE * PAGE;
+                let end = (page + PAGE).min(synced);
+                self.wal[page..end].fill(0);
+                format!("zeroed bytes {page}..{end} of the {synced} synced bytes of its log")
+            } else {
+                self.wal[at] ^= media.flip;
+                format!("flipped byte {at} of the {synced} synced bytes of its log")
+            }
+        });
+        if self.written.as_deref() == Some(self.wal.as_slice()) {
+            self.written = None;
+        }
         self.synced = self.wal.len();
         let streams = wal_decode(&self.wal);
         self.streams = Streams::default();
         for s in streams {
             self.streams.apply(WalRecord::Stream(s));
         }
+        damage
     }
+}
+
+/// How a restarted agent read back a log a machine crash changed.
+struct ReadBack {
+    /// Bytes the agent had written.
+    written: usize,
+    /// Where its records stop being intact: the end of the last record
+    /// before the first changed byte.
+    intact: usize,
+    /// Uuids of updates whose records were at or after that point and
+    /// that the agent did not recover: lost with the damage.
+    lost: BTreeSet<String>,
+    /// What is wrong when the agent recovered anything but the intact
+    /// records.
+    wrong: Option<String>,
+}
+
+/// Compares what agent `i` recovered (`recovered`, from the bytes the disk
+/// `kept`) with what it `written`: it must be exactly the records before
+/// the first damaged one.
+fn read_back(i: usize, written: &[u8], kept: &[u8], recovered: &[StreamState]) -> ReadBack {
+    let changed = written
+        .iter()
+        .zip(kept)
+        .position(|(w, k)| w != k)
+        .unwrap_or(written.len().min(kept.len()));
+    // Records end in a newline, which JSON never holds raw.
+    let intact = written[..changed]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |p| p + 1);
+    let key = |s: &StreamState| (s.framework_id.clone(), s.task_id.clone());
+    let mut expected = wal_decode(&written[..intact]);
+    expected.sort_by_key(key);
+    let mut got = recovered.to_vec();
+    got.sort_by_key(key);
+    let uuids = |streams: &[StreamState]| -> BTreeSet<String> {
+        streams
+            .iter()
+            .flat_map(|s| {
+                s.acked
+                    .iter()
+                    .cloned()
+                    .chain(s.pending.iter().filter_map(|u| u.uuid.clone()))
+                    .chain(s.last_acked.as_ref().and_then(|u| u.uuid.clone()))
+            })
+            .collect()
+    };
+    let kept_uuids = uuids(&got);
+    let lost = record_uuids(&written[intact..])
+        .into_iter()
+        .filter(|u| !kept_uuids.contains(u))
+        .collect();
+    let wrong = (expected != got).then(|| {
+        let show = |s: &StreamState| {
+            format!(
+                "{}: acked {}, pending {:?}, latest {:?}",
+                s.task_id,
+                s.acked.len(),
+                s.pending
+                    .iter()
+                    .map(|u| format!("{}/{}", u.state.as_str(), u.uuid.as_deref().map_or("-", |u| &u[..8.min(u.len())])))
+                    .collect::<Vec<_>>(),
+                s.pending
+                    .last()
+                    .or(s.last_acked.as_ref())
+                    .map(|u| u.state.as_str())
+            )
+        };
+        let diff: Vec<String> = expected
+            .iter()
+            .chain(&got)
+            .map(key)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|k| {
+                let e = expected.iter().find(|s| key(s) == k);
+                let g = got.iter().find(|s| key(s) == k);
+                (e != g).then(|| {
+                    format!(
+                        "intact records say {}; recovered {}",
+                        e.map_or("nothing".into(), show),
+                        g.map_or("nothing".into(), show)
+                    )
+                })
+            })
+            .take(3)
+            .collect();
+        format!(
+            "agent {i}'s log was damaged at byte {changed} of {}: the records before byte {intact} hold {} streams, but the agent recovered {}: {}",
+            written.len(),
+            expected.len(),
+            got.len(),
+            diff.join("; ")
+        )
+    });
+    ReadBack {
+        written: written.len(),
+        intact,
+        lost,
+        wrong,
+    }
+}
+
+/// The uuids of the updates that records (intact lines of a log) hold.
+fn record_uuids(records: &[u8]) -> BTreeSet<String> {
+    let mut uuids = BTreeSet::new();
+    for line in records.split(|b| *b == b'\n') {
+        let json = match line.iter().rposition(|b| *b == b'\t') {
+            Some(tab) => &line[..tab],
+            None => line,
+        };
+        match serde_json::from_slice::<WalRecord>(json) {
+            Ok(WalRecord::Update { status, .. }) => uuids.extend(status.uuid),
+            Ok(WalRecord::Stream(s)) => {
+                uuids.extend(s.acked);
+                uuids.extend(s.pending.into_iter().filter_map(|u| u.uuid));
+                uuids.extend(s.last_acked.and_then(|u| u.uuid));
+            }
+            _ => {}
+        }
+    }
+    uuids
 }
 
 /// Writes what the disk kept into `work_dir` (emptied first), for the

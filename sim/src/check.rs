@@ -35,6 +35,11 @@ pub const PROGRESS: &str = "the cluster makes progress once faults stop";
 pub const BOUNDED: &str = "the allocator's interned names stay bounded";
 pub const STALE_REPORT: &str =
     "a report of one launch of a task id is never applied to another launch of it";
+pub const FRAMES_FIT: &str = "no frame exceeds the frame cap";
+pub const STOP_DELIVERS: &str =
+    "an executor stopped while its agent is away delivers its terminal updates before it exits";
+pub const LOG_PREFIX: &str =
+    "an agent recovers its log up to the first damaged record, nothing after";
 
 /// One launch of a task id by framework `f`: a framework may launch an id
 /// again once the task of that id has ended (Mesos allows it), and each
@@ -52,6 +57,7 @@ struct Heard {
     updates: Vec<(TaskState, Source, Option<Reason>, Time)>,
     rank: u8,
     terminal: Option<(TaskState, Source, Option<Reason>)>,
+    terminal_uuid: Option<String>,
 }
 
 /// The checker's records.
@@ -81,6 +87,14 @@ pub(crate) struct Checker {
     /// step (an update it makes as it drops the record, e.g. TASK_LOST
     /// with its agent, is about that launch).
     master_launch: BTreeMap<(FrameworkId, TaskId), u32>,
+    /// Uuids of updates whose log records a damaged disk lost (at or
+    /// after the damage): exempt from `NOTHING_LOST` and `EXECUTOR_SAYS`.
+    lost_on_disk: BTreeSet<String>,
+    /// Launches whose agent a damaged log made forget them (its records
+    /// hold an earlier launch of the id): what that agent reports of the
+    /// id, old updates re-sent from its log included, may be taken for
+    /// them. Exempt from `STALE_REPORT`.
+    forgotten: BTreeSet<(TaskId, u32)>,
     next_task: u64,
 }
 
@@ -212,6 +226,16 @@ impl Checker {
         self.refused.insert(agent);
     }
 
+    /// An agent's disk lost the log records of these updates.
+    pub(crate) fn lost_on_disk(&mut self, uuids: BTreeSet<String>) {
+        self.lost_on_disk.extend(uuids);
+    }
+
+    /// An agent's damaged log made it forget this launch of `task`.
+    pub(crate) fn forgotten(&mut self, task: TaskId, launch: u32) {
+        self.forgotten.insert((task, launch));
+    }
+
     /// A status update reached scheduler `f`. A reliable update is about
     /// the launch it was created for; one the master made itself (no
     /// uuid) about `tag`, the launch of the master's record of the id (or
@@ -260,7 +284,10 @@ impl Checker {
                     .collect::<Vec<_>>()
             )
         };
-        if launch < current && status.uuid.is_some() {
+        if launch < current
+            && status.uuid.is_some()
+            && !self.forgotten.contains(&(status.task_id.clone(), current))
+        {
             // A new reliable update of an earlier launch, once the
             // scheduler has launched the id again: it takes it for the
             // new task's. (An answer the master made without a uuid may
@@ -275,13 +302,19 @@ impl Checker {
             ));
         }
         if let Some((terminal, _, _)) = h.terminal {
+            // A damaged log lost the record of this end: its agent may
+            // report the task again, running or ended otherwise.
+            let end_lost = h
+                .terminal_uuid
+                .as_ref()
+                .is_some_and(|u| self.lost_on_disk.contains(u));
             if status.state.is_terminal() {
-                if status.state != terminal {
+                if status.state != terminal && !end_lost {
                     return Err((ONE_TERMINAL, what()));
                 }
                 return Ok(());
             }
-            if status.state == TaskState::Unknown {
+            if status.state == TaskState::Unknown || end_lost {
                 // Forgotten since (a reconciliation answer).
                 return Ok(());
             }
@@ -289,6 +322,7 @@ impl Checker {
         }
         if status.state.is_terminal() {
             h.terminal = Some((status.state, status.source, status.reason));
+            h.terminal_uuid = status.uuid.clone();
             h.rank = u8::MAX;
             return Ok(());
         }
@@ -313,7 +347,11 @@ impl Checker {
             let Some((task, from)) = self.origin.get(uuid) else {
                 continue;
             };
-            if *from != launch || *task != t.task_id {
+            // (A record an agent's forgetful report rebuilt, or an update
+            // it made of a launch it forgot, pairs launches it mixed up.)
+            let mixed_up = self.forgotten.contains(&(t.task_id.clone(), launch))
+                || self.forgotten.contains(&(t.task_id.clone(), *from));
+            if (*from != launch || *task != t.task_id) && !mixed_up {
                 return Err((
                     STALE_REPORT,
                     format!(
@@ -410,7 +448,12 @@ impl Checker {
                 // framework may have heard it only from reconciliation).
                 continue;
             }
-            for (uuid, state) in acked {
+            // Records a damaged log lost took their updates with them.
+            let acked: Vec<&(String, TaskState)> = acked
+                .iter()
+                .filter(|(uuid, _)| !self.lost_on_disk.contains(uuid))
+                .collect();
+            for (uuid, state) in acked.iter().copied() {
                 if !h.is_some_and(|h| h.uuids.contains(uuid)) {
                     return Err((
                         NOTHING_LOST,

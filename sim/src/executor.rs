@@ -13,6 +13,7 @@ use agora_proto::executor as exec_api;
 use agora_proto::{Bytes, Source, TaskId, TaskState, TaskStatus};
 use rand::Rng;
 
+use crate::check::STOP_DELIVERS;
 use crate::world::{Ev, Msg, Side, Time, World, MS, SEC};
 
 /// What goes wrong with an executor process.
@@ -49,6 +50,8 @@ struct RunTask {
     launch: u32,
     ended: bool,
     kill: bool,
+    /// It does not end by itself before this time (busy with a burst).
+    busy_until: Time,
 }
 
 /// A simulated executor process.
@@ -164,7 +167,8 @@ impl World {
         }
         let agent = self.procs[&proc].agent;
         let boot = self.procs[&proc].boot;
-        let conn = if self.agents[agent].boot == boot {
+        let reachable = !self.partitions.exec_cut.contains(&agent);
+        let conn = if self.agents[agent].boot == boot && reachable {
             self.agent_accept(agent, proc)
         } else {
             None
@@ -319,6 +323,29 @@ impl World {
                 }
                 Action::Finish(outcome) => {
                     let p = self.procs.get_mut(&proc).expect("alive");
+                    // A checkpointing driver waits for a lost agent, so
+                    // one that stops while disconnected has nothing left
+                    // to deliver (it gives up only by aborting).
+                    let undelivered = match (&p.driver, p.conn) {
+                        (Some(d), None)
+                            if outcome == agora_executor::sim::Outcome::Stopped
+                                && d.checkpoint() =>
+                        {
+                            d.unacknowledged_terminal()
+                        }
+                        _ => Vec::new(),
+                    };
+                    if !undelivered.is_empty() {
+                        let (agent, key) = (p.agent, p.key.clone());
+                        self.violated(
+                            STOP_DELIVERS,
+                            format!(
+                                "executor {proc} ({} of framework {}) on agent {agent} stopped while disconnected with the terminal updates of {undelivered:?} unacknowledged",
+                                key.1, key.0
+                            ),
+                        );
+                    }
+                    let p = self.procs.get_mut(&proc).expect("alive");
                     if let Some(conn) = p.conn.take() {
                         self.close(conn, Side::Client, "executor finished");
                     }
@@ -362,6 +389,7 @@ impl World {
                         launch,
                         ended: false,
                         kill: false,
+                        busy_until: 0,
                     },
                 );
                 let d = self.between(MS, 20 * MS);
@@ -470,6 +498,7 @@ impl World {
             // Ended, or a step of an earlier launch of the id.
             return;
         }
+        let busy_until = t.busy_until;
         let plan = self
             .plans
             .get(&(task.clone(), launch))
@@ -480,8 +509,23 @@ impl World {
                 data: 0,
                 chatter: 0,
             });
+        let ending = step != 0 && !matches!(step, KILLED | BURST) && step > plan.chatter;
+        if ending && busy_until > self.t {
+            // Still busy with a burst: it ends once that is over.
+            self.at(
+                busy_until,
+                Ev::ExecTask {
+                    proc,
+                    task,
+                    launch,
+                    step,
+                },
+            );
+            return;
+        }
         let (state, next) = match step {
             KILLED => (TaskState::Killed, None),
+            BURST => (TaskState::Running, None),
             0 => (
                 TaskState::Running,
                 Some((plan.duration / u64::from(plan.chatter + 1), 1)),
@@ -522,6 +566,9 @@ impl World {
             );
             return;
         }
+        if step == BURST {
+            return;
+        }
         let p = self.procs.get_mut(&proc).expect("alive");
         if p.fault == ExecFault::ExitAfterTerminal {
             self.exec_exit(
@@ -557,6 +604,41 @@ impl World {
         self.exec_exit(proc, None, "terminated by signal SIGTERM".into());
     }
 
+    /// The running tasks with large updates of agent `i`'s live custom
+    /// executors (those that may burst).
+    pub(crate) fn burst_tasks(&self, i: usize) -> Vec<(u64, TaskId, u32)> {
+        let boot = self.agents[i].boot;
+        self.procs
+            .iter()
+            .filter(|(_, p)| {
+                p.agent == i && p.boot == boot && p.alive && !p.hung && !p.stopping && !p.is_command
+            })
+            .flat_map(|(id, p)| {
+                p.tasks
+                    .iter()
+                    .filter(|(_, t)| !t.ended && !t.kill)
+                    .filter(|(task, t)| {
+                        self.plans
+                            .get(&((*task).clone(), t.launch))
+                            .is_some_and(|plan| plan.data > 0)
+                    })
+                    .map(|(task, t)| (*id, task.clone(), t.launch))
+            })
+            .collect()
+    }
+
+    /// Task `task` of executor `proc` does not end by itself before
+    /// `until`.
+    pub(crate) fn exec_hold(&mut self, proc: u64, task: &TaskId, until: Time) {
+        if let Some(t) = self
+            .procs
+            .get_mut(&proc)
+            .and_then(|p| p.tasks.get_mut(task))
+        {
+            t.busy_until = t.busy_until.max(until);
+        }
+    }
+
     pub(crate) fn exec_sigkill(&mut self, proc: u64) {
         self.exec_exit(proc, None, "killed by signal SIGKILL".into());
     }
@@ -584,3 +666,5 @@ impl World {
 /// Step numbers with a meaning of their own.
 const KILLED: u32 = u32::MAX;
 const HANG: u32 = u32::MAX - 1;
+/// One more RUNNING update with the task's data (a burst).
+pub(crate) const BURST: u32 = u32::MAX - 2;

@@ -6,14 +6,26 @@
 use std::collections::BTreeSet;
 
 use rand::rngs::StdRng;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 use crate::executor::ExecFault;
 use crate::world::{Ev, Side, Time, World, MS, SEC};
 
+use crate::Options;
+
 /// How long after faults stop the probe tasks go in.
 const PROBE_SETTLE: Time = 30 * SEC;
-use crate::Options;
+/// Share of (non-calm) seeds whose machine crashes damage synced data.
+const MEDIA_ERROR_RATE: f64 = 0.1;
+/// Longest executor outage: well within the executors' recovery timeout
+/// (60 s in the simulation), so an executor that gives up has not been
+/// waiting for an agent that was gone.
+const EXEC_OUTAGE_MAX: Time = 40 * SEC;
+/// Bytes of updates an executor's burst adds to its backlog, at least:
+/// more than a frame holds.
+const BURST_BYTES: usize = 20 << 20;
+/// Mixed into the seed of the storage faults' generator.
+const STORAGE_SALT: u64 = 0x5707_a6e0_d15c_0b5e;
 
 /// A timed fault (or the recovery that ends one).
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +86,18 @@ pub(crate) enum Fault {
     Rerole {
         fw: usize,
     },
+    /// The agent's executors lose their connections to it for `heal`
+    /// (the agent's executor endpoint is unreachable: a stuck accept loop,
+    /// a firewall change) while the agent stays up and registered; an
+    /// executor with large updates keeps producing them meanwhile (a
+    /// burst), so its unacknowledged backlog outgrows a frame.
+    ExecOutage {
+        agent: usize,
+        heal: Time,
+    },
+    ExecHeal {
+        agent: usize,
+    },
 }
 
 /// A node, for clock jumps and partitions.
@@ -114,6 +138,13 @@ pub(crate) struct Plan {
     /// How long one registry write blocks the master's state task (an
     /// etcd round trip): inputs arriving meanwhile form its next batch.
     pub registry_latency: (Time, Time),
+    /// A machine crash also damages an already synced page in the middle
+    /// of the agent's log (a media error: bytes flipped or zeroed).
+    pub media_errors: bool,
+    /// The generator of the storage faults (media errors, executor
+    /// outages and their bursts): apart from the main one, so a seed
+    /// without them runs as it did before they existed.
+    pub storage_rng: StdRng,
     pub faults: Vec<(Time, Fault)>,
 }
 
@@ -172,6 +203,10 @@ impl Plan {
             big_updates: rng.random_bool(opts.big_update_rate),
             reuse_rate: 0.0,
             registry_latency: (MS, 10 * MS),
+            media_errors: false,
+            // Seeded from the main generator's next value without taking
+            // it (a clone draws it).
+            storage_rng: StdRng::seed_from_u64(rng.clone().random::<u64>() ^ STORAGE_SALT),
             faults: Vec::new(),
         };
         // Workload: tasks arrive during the faulty phase.
@@ -237,6 +272,10 @@ impl Plan {
                 }
             }
         }
+        // Storage faults, from their own generator.
+        if !calm {
+            plan.storage_faults(quiet_at);
+        }
         plan.faults.sort_by_key(|(at, _)| *at);
         // Drawn last, so the rest of the schedule stays what it was.
         if rng.random_bool(0.3) {
@@ -245,6 +284,25 @@ impl Plan {
         }
         plan.reuse_rate = pick(rng, &[0.0, 0.1, 0.3, 0.6]);
         plan
+    }
+
+    /// Media errors in a share of seeds; executor outages in half the
+    /// seeds with large updates (and a few others, whose backlogs stay
+    /// small).
+    fn storage_faults(&mut self, quiet_at: Time) {
+        let rng = &mut self.storage_rng;
+        self.media_errors = rng.random_bool(MEDIA_ERROR_RATE);
+        let outage_rate = if self.big_updates { 0.5 } else { 0.05 };
+        if rng.random_bool(outage_rate) {
+            for _ in 0..rng.random_range(1..=2) {
+                let at = rng.random_range(SEC..quiet_at);
+                let fault = Fault::ExecOutage {
+                    agent: rng.random_range(0..self.agents),
+                    heal: rng.random_range(5 * SEC..EXEC_OUTAGE_MAX),
+                };
+                self.faults.push((at, fault));
+            }
+        }
     }
 
     /// What goes wrong with a new custom executor.
@@ -269,6 +327,8 @@ fn pick<T: Copy>(rng: &mut StdRng, choices: &[T]) -> T {
 #[derive(Debug, Default)]
 pub(crate) struct Partitions {
     pub cut: BTreeSet<Node>,
+    /// Agents whose executors cannot reach them.
+    pub exec_cut: BTreeSet<usize>,
 }
 
 // === impl World: faults ===
@@ -318,6 +378,7 @@ impl World {
                 | Fault::HealFramework { .. }
                 | Fault::SchedRestart { .. }
                 | Fault::Arrive { .. }
+                | Fault::ExecHeal { .. }
         );
         if injecting && !self.faulty {
             return;
@@ -374,6 +435,11 @@ impl World {
                     self.break_conn(conn, (100_000, 20 * MS));
                 }
             }
+            Fault::ExecOutage { agent, heal } => self.exec_outage(agent, heal),
+            Fault::ExecHeal { agent } => {
+                self.partitions.exec_cut.remove(&agent);
+                self.note(|| format!("agent {agent}: its executors can reach it again"));
+            }
             Fault::SchedCrash { fw, down } => {
                 self.fw_crash(fw);
                 self.after(down, Ev::Fault(Fault::SchedRestart { fw }));
@@ -394,6 +460,51 @@ impl World {
                     let down = self.between(MS, 200 * MS);
                     self.after(down, Ev::Fault(Fault::SchedRestart { fw }));
                 }
+            }
+        }
+    }
+
+    /// Agent `agent`'s executors lose it for `heal`: their connections
+    /// reset and new ones are refused. Each executor with large updates
+    /// bursts meanwhile: more than a frame of them, its task kept busy
+    /// until after the outage so that the executor is there to reconnect.
+    fn exec_outage(&mut self, agent: usize, heal: Time) {
+        if !self.partitions.exec_cut.insert(agent) {
+            return;
+        }
+        self.note(|| format!("agent {agent}: its executors lose it for {heal} ns"));
+        let conns: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.kind, crate::world::ConnKind::Exec { agent: a, .. } if a == agent))
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in conns {
+            self.break_conn(conn, (100_000, 20 * MS));
+        }
+        self.after(heal, Ev::Fault(Fault::ExecHeal { agent }));
+        for (proc, task, launch) in self.burst_tasks(agent) {
+            let data = self
+                .plans
+                .get(&(task.clone(), launch))
+                .map_or(0, |p| p.data)
+                .max(1);
+            let rng = &mut self.plan.storage_rng;
+            let n = BURST_BYTES / data + rng.random_range(0..8);
+            let mut times: Vec<Time> = (0..n).map(|_| rng.random_range(0..heal)).collect();
+            times.sort_unstable();
+            let busy_until = self.t + heal + rng.random_range(SEC..5 * SEC);
+            self.exec_hold(proc, &task, busy_until);
+            for at in times {
+                self.after(
+                    at,
+                    Ev::ExecTask {
+                        proc,
+                        task: task.clone(),
+                        launch,
+                        step: crate::executor::BURST,
+                    },
+                );
             }
         }
     }
@@ -421,6 +532,7 @@ impl World {
     pub(crate) fn quiet(&mut self) {
         self.faulty = false;
         self.partitions.cut.clear();
+        self.partitions.exec_cut.clear();
         self.note(|| "faults stop".into());
         // A connection broken silently (a partition) is noticed soon once
         // the network heals: the next write gets a reset.

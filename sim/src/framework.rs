@@ -36,6 +36,11 @@ pub(crate) const LAUNCH_LABEL: &str = "sim-launch";
 /// Most launches of one task id.
 const MAX_LAUNCHES: u32 = 3;
 
+/// How long a framework keeps an offer for an immediate retry, and how
+/// long it waits after giving one back before it keeps another.
+const HOLD_LIMIT: Time = 5 * SEC;
+const HOLD_PAUSE: Time = 30 * SEC;
+
 /// The launch a task's labels name.
 pub(crate) fn launch_of(labels: &BTreeMap<String, String>) -> Option<u32> {
     labels.get(LAUNCH_LABEL).and_then(|l| l.parse().ok())
@@ -90,6 +95,10 @@ pub(crate) struct FwNode {
     /// task's stream is still open on its agent when the RUN_TASK arrives
     /// (on that agent if the offer is from it).
     pub held_offer: Option<Offer>,
+    /// When `held_offer` was kept: a framework gives it back after
+    /// [`HOLD_LIMIT`] (hoarding offers starves the others; the master's
+    /// offer timeout is only the backstop).
+    pub held_since: Time,
     pub next_reconcile: Time,
     pub clock: f64,
     /// The launch the master's record was about when it made the update
@@ -132,6 +141,7 @@ impl World {
             suppressed: false,
             stale_offer: None,
             held_offer: None,
+            held_since: 0,
             next_reconcile: 30 * SEC,
             clock: 0.0,
             delivering: None,
@@ -468,8 +478,12 @@ impl World {
                 // offer.
                 self.fws[f].stale_offer = Some(offer.clone());
             }
-            if self.fws[f].held_offer.is_none() && self.chance(self.plan.reuse_rate / 2.0) {
+            if self.fws[f].held_offer.is_none()
+                && self.fws[f].held_since + HOLD_PAUSE <= self.t
+                && self.chance(self.plan.reuse_rate / 2.0)
+            {
                 self.fws[f].held_offer = Some(offer);
+                self.fws[f].held_since = self.t;
                 continue;
             }
             let mut free = offer.resources.clone();
@@ -552,6 +566,7 @@ impl World {
                 shell: false,
                 arguments: Vec::new(),
                 environment: Default::default(),
+                uris: Vec::new(),
             }),
             _ => None,
         };
@@ -637,6 +652,19 @@ impl World {
                 self.fw_reconcile(f)
             };
             self.sched_command(f, command);
+        }
+        if self.fws[f].held_since + HOLD_LIMIT <= t {
+            if let Some(offer) = self.fws[f].held_offer.take() {
+                self.sched_command(
+                    f,
+                    Command::Decline {
+                        offer_ids: vec![offer.id],
+                        filters: Filters {
+                            refuse_seconds: Some(1.0),
+                        },
+                    },
+                );
+            }
         }
         if let Some(offer) = self.fws[f].stale_offer.clone() {
             if self.fws[f]
@@ -834,9 +862,11 @@ fn executor_info(id: ExecutorId, fid: Option<&FrameworkId>) -> ExecutorInfo {
             shell: false,
             arguments: Vec::new(),
             environment: Default::default(),
+            uris: Vec::new(),
         },
         resources: Resources::parse("cpus:0.1;mem:32").expect("valid resources"),
         name: "sim executor".into(),
         source: String::new(),
+        api: Default::default(),
     }
 }

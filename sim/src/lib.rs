@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use check::{
-    BOOKS, BOUNDED, EXECUTOR_SAYS, IN_ORDER, NOTHING_LOST, NO_RETURN, OFFERS_DISJOINT,
-    ONE_TERMINAL, PROGRESS, RUN_TASK_ANSWERED,
+    BOOKS, BOUNDED, EXECUTOR_SAYS, FRAMES_FIT, IN_ORDER, LOG_PREFIX, NOTHING_LOST, NO_RETURN,
+    OFFERS_DISJOINT, ONE_TERMINAL, PROGRESS, RUN_TASK_ANSWERED, STOP_DELIVERS,
 };
 
 /// What a run may choose from, and how much it reports.

@@ -178,6 +178,7 @@ impl WorkerSpec {
                 shell: true,
                 arguments: Vec::new(),
                 environment,
+                uris: Vec::new(),
             }),
             data: None,
             kill_grace_period: self.launch.kill_grace_period,

@@ -42,6 +42,7 @@ impl Core {
         };
         let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
         spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
+        spec.limits = self.container_limits(&ekey, &info);
         let executor = Executor {
             info,
             run_id: run_id.clone(),
@@ -104,6 +105,66 @@ impl Core {
         }
     }
 
+    /// Under `--isolation cgroups`, what executor `ekey`'s container is
+    /// limited to: the executor's own resources (`info`'s) plus those of
+    /// its tasks that have not ended.
+    pub(super) fn container_limits(
+        &self,
+        ekey: &ExecKey,
+        info: &ExecutorInfo,
+    ) -> Option<crate::isolation::Limits> {
+        if self.shared.config.isolation != crate::isolation::Isolation::Cgroups {
+            return None;
+        }
+        let mut total = info.resources.clone();
+        for (_, task) in self
+            .executor_tasks(ekey)
+            .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
+        {
+            total.add_all(&task.info.resources);
+        }
+        Some(crate::isolation::Limits::of(&total))
+    }
+
+    /// A task joined running executor `ekey`: its container grows to
+    /// hold it.
+    pub(super) fn grow_container(&mut self, ekey: &ExecKey) {
+        let Some(ex) = self.executors.get(ekey) else {
+            return;
+        };
+        let run_id = ex.run_id.clone();
+        if let Some(limits) = self.container_limits(ekey, &ex.info) {
+            self.process(Request::Update { run_id, limits });
+        }
+    }
+
+    /// Executor run `run_id`'s container reached a limit: its tasks end
+    /// with the limitation (whatever the executor says of them, unless
+    /// one finished) and the container is destroyed now, with no grace.
+    pub(super) fn container_limited(
+        &mut self,
+        key: ExecKey,
+        run_id: String,
+        limitation: crate::isolation::Limitation,
+    ) {
+        let Some(ex) = self.executors.get_mut(&key).filter(|e| e.run_id == run_id) else {
+            return;
+        };
+        tracing::warn!(framework_id = %key.0, executor_id = %key.1, reason = ?limitation.reason, message = %limitation.message, "container reached its limit; destroying it");
+        ex.termination = Some(Termination {
+            state: TaskState::Failed,
+            reason: limitation.reason,
+            message: limitation.message,
+        });
+        ex.killing = true;
+        if ex.pid.is_some() && ex.exited.is_none() {
+            self.process(Request::Terminate {
+                run_id,
+                grace: Duration::ZERO,
+            });
+        }
+    }
+
     pub(super) fn start_registration_timer(&mut self, key: ExecKey, run_id: String) {
         let timeout = self.shared.config.executor_registration_timeout;
         self.set_timer(timeout, Timer::RegistrationTimeout { key, run_id });
@@ -158,10 +219,10 @@ impl Core {
         } else {
             "0"
         };
-        [
+        let agora = [
             (env::AGENT_ENDPOINT, self.shared.executor_endpoint.clone()),
             (env::AGENT_ID, agent_id.clone()),
-            (env::MESOS_SLAVE_ID, agent_id),
+            (env::MESOS_SLAVE_ID, agent_id.clone()),
             (env::FRAMEWORK_ID, ekey.0.to_string()),
             (env::MESOS_FRAMEWORK_ID, ekey.0.to_string()),
             (env::EXECUTOR_ID, ekey.1.to_string()),
@@ -183,10 +244,36 @@ impl Core {
                     .as_secs_f64()
                     .to_string(),
             ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        ];
+        // What Mesos's agent gives an executor (`executorEnvironment` in
+        // Mesos's slave.cpp), for executors of the Mesos v1 executor API.
+        let mut mesos = vec![
+            (
+                env::MESOS_AGENT_ENDPOINT,
+                self.shared.mesos_agent_endpoint(),
+            ),
+            (env::MESOS_AGENT_ID, agent_id),
+            (
+                env::MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD,
+                env::mesos_duration(config.executor_shutdown_grace_period),
+            ),
+            (env::MESOS_HTTP_COMMAND_EXECUTOR, "0".to_string()),
+        ];
+        if checkpoint == "1" {
+            mesos.push((
+                env::MESOS_RECOVERY_TIMEOUT,
+                env::mesos_duration(config.executor_recovery_timeout),
+            ));
+            mesos.push((
+                env::MESOS_SUBSCRIPTION_BACKOFF_MAX,
+                env::mesos_duration(MESOS_SUBSCRIPTION_BACKOFF_MAX),
+            ));
+        }
+        agora
+            .into_iter()
+            .chain(mesos)
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
     }
 
     /// Asks an executor to stop: SHUTDOWN when connected, and SIGTERM
@@ -235,17 +322,20 @@ impl Core {
         conn: u64,
         fid: FrameworkId,
         eid: ExecutorId,
-        token: String,
+        token: Option<String>,
         updates: Vec<TaskStatus>,
         tasks: Vec<TaskInfo>,
     ) {
         let key = (fid.clone(), eid.clone());
-        let refusal = match self.executors.get(&key) {
-            None => Some(format!("unknown executor {eid} of framework {fid}")),
-            Some(ex) if !tokens_equal(&ex.token, &token) => {
+        let refusal = match (self.executors.get(&key), &token) {
+            (None, _) => Some(format!("unknown executor {eid} of framework {fid}")),
+            (Some(ex), Some(token)) if !tokens_equal(&ex.token, token) => {
                 Some("invalid executor token".to_string())
             }
-            Some(_) => None,
+            (Some(ex), None) if !speaks_mesos_v1(&ex.info) => Some(format!(
+                "executor {eid} was not launched as a Mesos executor; it subscribes on Agora's executor API"
+            )),
+            _ => None,
         };
         if let Some(message) = refusal {
             tracing::warn!(framework_id = %fid, executor_id = %eid, %message, "executor subscription refused");
@@ -298,12 +388,25 @@ impl Core {
         );
         // Tasks the executor already has need no LAUNCH; ones the agent
         // lost track of (it died before checkpointing them) are re-adopted.
+        // A task whose update the agent took on a stream that has ended
+        // since ended here: the executor lists it only because the
+        // acknowledgements to it were lost (it is not adopted again).
         let known: HashSet<TaskId> = tasks.iter().map(|t| t.task_id.clone()).collect();
+        let ended_here: HashSet<&TaskId> = updates
+            .iter()
+            .filter(|s| {
+                s.uuid
+                    .as_deref()
+                    .is_some_and(|u| self.updates.has_uuid(&fid, &s.task_id, u))
+            })
+            .map(|s| &s.task_id)
+            .collect();
         let checkpointed = self.checkpointing(&fid);
         for task in tasks {
             let tkey = (fid.clone(), task.task_id.clone());
             if self.tasks.contains_key(&tkey)
                 || self.updates.has_stream(&fid, &task.task_id)
+                || ended_here.contains(&task.task_id)
                 || task.task_id.validate().is_err()
             {
                 continue;
@@ -456,6 +559,19 @@ impl Core {
         status.agent_id = self.agent_id.clone();
         status.executor_id = self.tasks.get(&tkey).map(Task::reported_executor_id);
         let terminal = status.state.is_terminal();
+        // A task that failed or was killed in a container that reached a
+        // limit ended because of the limit, whatever its executor saw.
+        if let Some(limit) = self.executors.get(ekey).and_then(|e| {
+            e.termination
+                .as_ref()
+                .filter(|t| t.reason == Reason::ReasonContainerLimitationMemory)
+        }) {
+            if terminal && status.state != TaskState::Finished {
+                status.state = limit.state;
+                status.reason = Some(limit.reason);
+                status.message = Some(limit.message.clone());
+            }
+        }
         if terminal {
             if let Some(task) = self.tasks.get_mut(&tkey) {
                 task.terminal_reported = true;
@@ -640,4 +756,10 @@ impl Core {
             self.kill_executor(&key, None);
         }
     }
+}
+
+/// Whether an executor speaks the Mesos v1 executor API (its
+/// [`ExecutorInfo::api`]).
+pub(super) fn speaks_mesos_v1(info: &ExecutorInfo) -> bool {
+    info.api == agora_proto::ExecutorApi::MesosV1
 }

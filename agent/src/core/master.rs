@@ -155,7 +155,9 @@ impl Core {
         let Some(master) = self.master.as_ref().filter(|m| m.registered) else {
             if !matches!(
                 call,
-                agent_api::Call::StatusUpdate { .. } | agent_api::Call::Pong
+                agent_api::Call::StatusUpdate { .. }
+                    | agent_api::Call::Pong
+                    | agent_api::Call::Usage { .. }
             ) && self.unsent.len() < UNSENT_LIMIT
             {
                 self.unsent.push(call);
@@ -190,6 +192,7 @@ impl Core {
         self.updates.forget(None);
         self.pending_durable.clear();
         self.recording.clear();
+        self.fetching.clear();
         let work_dir = self.shared.config.work_dir.clone();
         self.checkpoint(vec![
             Op::WalForget(None),

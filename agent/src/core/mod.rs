@@ -50,6 +50,10 @@ const UNSENT_LIMIT: usize = 4096;
 /// How long an exited executor's connection may stay open (held by a
 /// process it left behind) before the executor is ended without it.
 pub(crate) const EXIT_DRAIN: Duration = Duration::from_secs(2);
+/// The longest backoff between a checkpointing Mesos executor's attempts
+/// to subscribe again (`MESOS_SUBSCRIPTION_BACKOFF_MAX`; Mesos's
+/// `EXECUTOR_REREGISTRATION_RETRY_INTERVAL_MAX`).
+pub(crate) const MESOS_SUBSCRIPTION_BACKOFF_MAX: Duration = Duration::from_secs(15);
 /// Time between SIGTERM and SIGKILL once an executor overran its shutdown
 /// grace period.
 pub(crate) const OVERRUN_KILL_DELAY: Duration = Duration::from_secs(1);
@@ -73,12 +77,16 @@ pub enum Input {
     },
     /// The master connection ended.
     MasterDisconnected { conn: u64 },
-    /// An executor subscribed (or re-subscribed) on connection `conn`.
+    /// An executor subscribed (or re-subscribed) on connection `conn`:
+    /// on Agora's executor API with its token, or on the Mesos v1
+    /// executor API (`token: None`), which carries none and is open only
+    /// to executors launched as Mesos executors (see
+    /// [`agora_proto::ExecutorApi`]).
     ExecutorSubscribe {
         conn: u64,
         framework_id: FrameworkId,
         executor_id: ExecutorId,
-        token: String,
+        token: Option<String>,
         updates: Vec<TaskStatus>,
         tasks: Vec<TaskInfo>,
     },
@@ -92,6 +100,12 @@ pub enum Input {
         run_id: String,
         result: Result<Started, String>,
     },
+    /// The URIs of command task `key` are in its sandbox, or one could
+    /// not be fetched (the message names it).
+    TaskFetched {
+        key: StreamKey,
+        result: Result<(), String>,
+    },
     /// An executor process ended.
     ExecutorExited {
         key: ExecKey,
@@ -99,6 +113,16 @@ pub enum Input {
         code: Option<i32>,
         message: String,
     },
+    /// An executor run's container reached a limit (ran out of memory):
+    /// its tasks end with the limitation and the container is destroyed.
+    ContainerLimited {
+        key: ExecKey,
+        run_id: String,
+        limitation: crate::isolation::Limitation,
+    },
+    /// What the containers use (read off the core), for the master:
+    /// sent while registered, dropped otherwise.
+    ContainerUsage(Vec<agent_api::ContainerUsage>),
     /// A timer the core set went off.
     Timer(Timer),
     /// A checkpoint the core asked for reached the disk (or failed to).
@@ -134,6 +158,9 @@ pub enum Timer {
 }
 
 /// What a checkpoint's completion means to the core.
+// Lives for one trip to the checkpoint writer and back; boxing the update
+// would only add an allocation per update.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Durable {
     /// A checkpointed update: it may enter its stream, and be acknowledged
@@ -292,6 +319,10 @@ pub(crate) struct Core {
     /// executor before, so a restarted agent never meets a task it has no
     /// record of (and could not report to the master).
     recording: HashMap<StreamKey, PendingLaunch>,
+    /// Command tasks whose URIs are being fetched into their sandbox
+    /// (they stay in `recording` meanwhile and reach their executor only
+    /// once fetched); `true` once their checkpoint is durable too.
+    fetching: HashMap<StreamKey, bool>,
     /// Status updates whose acknowledgement came back from the master.
     acknowledged: u64,
     /// The local IP of the latest connection to the master.
@@ -382,6 +413,7 @@ impl Core {
             updates,
             pending_durable: HashSet::default(),
             recording: HashMap::default(),
+            fetching: HashMap::default(),
             acknowledged: 0,
             unsent: Vec::new(),
             master_local_ip: None,
@@ -447,6 +479,15 @@ impl Core {
                 run_id,
                 result,
             } => self.executor_launched(key, run_id, result),
+            Input::ContainerLimited {
+                key,
+                run_id,
+                limitation,
+            } => self.container_limited(key, run_id, limitation),
+            Input::ContainerUsage(containers) => {
+                self.send_master(agent_api::Call::Usage { containers })
+            }
+            Input::TaskFetched { key, result } => self.task_fetched(key, result),
             Input::Timer(timer) => self.timer(timer),
             Input::Durable(
                 Durable::Update {

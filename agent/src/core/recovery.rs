@@ -123,7 +123,7 @@ impl Core {
                         self.executors.insert(
                             ekey.clone(),
                             Executor {
-                                info: record.info,
+                                info: legacy_executor_api(record.info),
                                 run_id: record.run_id.clone(),
                                 token: record.token,
                                 sandbox: record.sandbox,
@@ -194,5 +194,41 @@ impl Core {
                 }
             }
         }
+    }
+}
+
+/// An executor checkpointed by an agent from before
+/// [`ExecutorInfo::api`] existed was marked as a Mesos one by the reserved
+/// variable `AGORA_EXECUTOR_API=mesos-v1` in its environment (which only
+/// the master's Mesos front door could set); such an executor, still
+/// running, keeps its front door across the agent's upgrade.
+fn legacy_executor_api(mut info: ExecutorInfo) -> ExecutorInfo {
+    if info.api.is_agora()
+        && info
+            .command
+            .environment
+            .get("AGORA_EXECUTOR_API")
+            .is_some_and(|api| api == "mesos-v1")
+    {
+        info.api = agora_proto::ExecutorApi::MesosV1;
+    }
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_old_checkpoint_of_a_mesos_executor_keeps_its_api() {
+        let old = |env: &str| -> ExecutorInfo {
+            serde_json::from_str(&format!(
+                r#"{{"executor_id":"e","command":{{"value":"x","environment":{env}}}}}"#
+            ))
+            .expect("executor info")
+        };
+        let mesos = legacy_executor_api(old(r#"{"AGORA_EXECUTOR_API":"mesos-v1"}"#));
+        assert_eq!(mesos.api, agora_proto::ExecutorApi::MesosV1);
+        assert!(legacy_executor_api(old("{}")).api.is_agora());
     }
 }

@@ -146,6 +146,11 @@ impl Core {
     /// Task `key` is on disk (or needs not be): it goes to its executor,
     /// starting the executor if it is not there.
     pub(super) fn task_recorded(&mut self, key: StreamKey) {
+        if let Some(recorded) = self.fetching.get_mut(&key) {
+            // It goes once its URIs are fetched too (`task_fetched`).
+            *recorded = true;
+            return;
+        }
         let Some(launch) = self.recording.remove(&key) else {
             return;
         };
@@ -171,7 +176,10 @@ impl Core {
                 Reason::ReasonExecutorTerminated,
                 format!("executor {} is shutting down", ekey.1),
             ),
-            Some(_) => self.deliver_or_queue(&ekey, key.1),
+            Some(_) => {
+                self.grow_container(&ekey);
+                self.deliver_or_queue(&ekey, key.1)
+            }
             None => self.launch_executor(ekey, info, is_command, key.1),
         }
     }
@@ -226,9 +234,22 @@ impl Core {
                 )),
             )
         });
-        self.process(Request::CreateDir {
-            path: sandbox.clone(),
-        });
+        let uris = task.command.as_ref().map_or(&[][..], |c| &c.uris[..]);
+        if uris.is_empty() {
+            self.process(Request::CreateDir {
+                path: sandbox.clone(),
+            });
+        } else {
+            // The command starts only once its URIs are in its sandbox:
+            // the task waits in `recording` until they are.
+            let key = (fid.clone(), task.task_id.clone());
+            self.fetching.insert(key.clone(), false);
+            self.process(Request::Fetch {
+                key,
+                sandbox: sandbox.clone(),
+                uris: uris.to_vec(),
+            });
+        }
         let checkpointed = self.checkpointing(&fid);
         tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
         if host.is_some() {
@@ -249,6 +270,47 @@ impl Core {
             },
             checkpointed,
         );
+    }
+
+    /// The URIs of command task `key` were fetched into its sandbox (it
+    /// goes to its executor, once its checkpoint is durable too), or one
+    /// could not be: the task fails as a failed executor launch does.
+    pub(super) fn task_fetched(&mut self, key: StreamKey, result: Result<(), String>) {
+        let Some(recorded) = self.fetching.remove(&key) else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                if recorded {
+                    self.task_recorded(key);
+                }
+            }
+            Err(message) => {
+                let Some(launch) = self.recording.remove(&key) else {
+                    return;
+                };
+                let Some(task) = self.tasks.get(&key) else {
+                    return;
+                };
+                if task.state.is_terminal() || task.terminal_reported {
+                    return;
+                }
+                if task.kill_requested {
+                    return self.kill_undelivered(&launch.ekey, &key.1);
+                }
+                tracing::warn!(framework_id = %key.0, task_id = %key.1, %message, "fetching the task's URIs failed");
+                self.end_task(
+                    &key.0,
+                    &key.1,
+                    TaskState::Failed,
+                    Reason::ReasonExecutorLaunchFailed,
+                    format!("failed to launch task {}: {message}", key.1),
+                );
+                if self.executors.contains_key(&launch.ekey) {
+                    self.command_executor_maybe_idle(&launch.ekey);
+                }
+            }
+        }
     }
 
     /// Tasks of executor `ekey` without a terminal state, reported or not.
@@ -284,10 +346,12 @@ impl Core {
                 shell: false,
                 arguments: program.clone(),
                 environment: Default::default(),
+                uris: Vec::new(),
             },
             resources: Resources::parse(COMMAND_EXECUTOR_RESOURCES).unwrap_or_default(),
             name: "Command Executor".into(),
             source: "agora".into(),
+            api: Default::default(),
         }
     }
 

@@ -28,11 +28,17 @@ struct H {
 
 impl H {
     fn new() -> H {
+        H::with(|_| {})
+    }
+
+    /// An agent whose configuration `adjust` changed.
+    fn with(adjust: impl FnOnce(&mut Config)) -> H {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = Config::new("master:5050", dir.path().to_path_buf());
         config.resources = Resources::parse("cpus:8;mem:8192").expect("resources");
         config.command_executor = vec!["command-executor".into()];
         config.executor_shutdown_grace_period = Duration::from_secs(3);
+        adjust(&mut config);
         let listen: SocketAddr = ([127, 0, 0, 1], 5051).into();
         let shared = Shared {
             executor_endpoint: format!("ws://{listen}/api/executor"),
@@ -119,7 +125,7 @@ impl H {
             conn,
             framework_id: fid(),
             executor_id: ExecutorId::new(format!("e-{id}")),
-            token,
+            token: Some(token),
             updates: Vec::new(),
             tasks,
         })
@@ -289,6 +295,129 @@ fn a_task_killed_while_its_checkpoint_is_written_never_starts() {
     );
 }
 
+fn command_task_with_uri(id: &str) -> TaskInfo {
+    serde_json::from_value(json!({
+        "name": id,
+        "task_id": id,
+        "agent_id": "a1",
+        "resources": resources("cpus:1;mem:64"),
+        "command": {"value": "./run.sh", "uris": [{"value": "/srv/run.sh", "executable": true}]}
+    }))
+    .expect("task info")
+}
+
+fn fetches(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Process(Request::Fetch { key, uris, .. }) => {
+                assert_eq!(uris[0].value, "/srv/run.sh");
+                Some(key.1.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_command_task_starts_only_once_its_uris_are_fetched_and_its_checkpoint_durable() {
+    let key = (fid(), TaskId::new("t1"));
+    // Checkpoint first, then the fetch.
+    let mut h = H::new();
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: command_task_with_uri("t1"),
+    });
+    assert_eq!(fetches(&actions), ["t1"]);
+    let actions = h.input(Input::Durable(Durable::Task { key: key.clone() }, Ok(())));
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let actions = h.input(Input::TaskFetched {
+        key: key.clone(),
+        result: Ok(()),
+    });
+    assert_eq!(launches(&actions), 1, "{actions:?}");
+
+    // The fetch first, then the checkpoint.
+    let mut h = H::new();
+    h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: command_task_with_uri("t1"),
+    });
+    let actions = h.input(Input::TaskFetched {
+        key: key.clone(),
+        result: Ok(()),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let actions = h.input(Input::Durable(Durable::Task { key }, Ok(())));
+    assert_eq!(launches(&actions), 1, "{actions:?}");
+
+    // A task without URIs asks for no fetch.
+    let mut h = H::new();
+    let mut task = command_task_with_uri("t2");
+    task.command.as_mut().expect("command").uris.clear();
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task,
+    });
+    assert!(fetches(&actions).is_empty());
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Process(Request::CreateDir { .. }))));
+}
+
+#[test]
+fn a_command_task_whose_uri_cannot_be_fetched_fails_without_starting() {
+    let key = (fid(), TaskId::new("t1"));
+    let mut h = H::new();
+    h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: command_task_with_uri("t1"),
+    });
+    h.input(Input::Durable(Durable::Task { key: key.clone() }, Ok(())));
+    let actions = h.input(Input::TaskFetched {
+        key: key.clone(),
+        result: Err("failed to fetch URI '/srv/run.sh': gone".into()),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let failed = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Checkpoint {
+                then: Some(Durable::Update { status, .. }),
+                ..
+            } => Some(status),
+            _ => None,
+        })
+        .expect("an update");
+    assert_eq!(failed.state, TaskState::Failed);
+    assert_eq!(failed.reason, Some(Reason::ReasonExecutorLaunchFailed));
+    assert_eq!(
+        failed.message.as_deref(),
+        Some("failed to launch task t1: failed to fetch URI '/srv/run.sh': gone")
+    );
+
+    // Killed while fetching: TASK_KILLED, whatever the fetch did.
+    let mut h = H::new();
+    h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: command_task_with_uri("t1"),
+    });
+    h.master(agent_api::Event::KillTask {
+        framework_id: fid(),
+        task_id: TaskId::new("t1"),
+    });
+    h.input(Input::Durable(Durable::Task { key: key.clone() }, Ok(())));
+    let actions = h.input(Input::TaskFetched {
+        key,
+        result: Err("failed to fetch URI '/srv/run.sh': gone".into()),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    assert_eq!(
+        checkpointed_updates(&actions),
+        [("t1".to_string(), TaskState::Killed)]
+    );
+}
+
 #[test]
 fn a_launch_lost_with_a_broken_executor_connection_is_sent_again() {
     // Found by the simulation: the executor's connection broke with the
@@ -326,6 +455,89 @@ fn a_kill_of_a_launch_lost_with_the_connection_ends_the_task_killed() {
         checkpointed_updates(&actions),
         [("t1".to_string(), TaskState::Killed)]
     );
+}
+
+#[test]
+fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
+    use crate::isolation::{Isolation, Limitation, Limits};
+    let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
+    let actions = h.run("t1");
+    // The container holds the executor's resources and the task's.
+    let limits = actions.iter().find_map(|a| match a {
+        Action::Process(Request::Launch { spec, .. }) => Some(spec.limits),
+        _ => None,
+    });
+    let expected = Limits {
+        cpus: 1.1,
+        mem_mib: 96.0,
+        pids: None,
+    };
+    assert!(
+        limits
+            .flatten()
+            .is_some_and(|l| (l.cpus - expected.cpus).abs() < 1e-9
+                && l.mem_mib == expected.mem_mib
+                && l.pids.is_none()),
+        "{limits:?}"
+    );
+    h.launched_ok("t1");
+    h.subscribe(10, "t1", Vec::new());
+    let run_id = h.core.executors[&ekey("t1")].run_id.clone();
+    let actions = h.input(Input::ContainerLimited {
+        key: ekey("t1"),
+        run_id: run_id.clone(),
+        limitation: Limitation {
+            reason: Reason::ReasonContainerLimitationMemory,
+            message: "Memory limit exceeded: 96 MiB".into(),
+        },
+    });
+    // Destroyed at once.
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Process(Request::Terminate { grace, .. }) if grace.is_zero()
+        )),
+        "{actions:?}"
+    );
+    // The executor saw its command killed; the task failed of the limit.
+    let status = TaskStatus::new(TaskId::new("t1"), TaskState::Failed, Source::SourceExecutor)
+        .with_message("command exited with status 137");
+    let mut status = status;
+    status.uuid = Some("u1".into());
+    let actions = h.input(Input::ExecutorCall {
+        conn: 10,
+        call: exec_api::Call::Update { status },
+    });
+    let checkpointed: Vec<&TaskStatus> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Checkpoint {
+                then: Some(Durable::Update { status, .. }),
+                ..
+            } => Some(status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(checkpointed.len(), 1, "{actions:?}");
+    assert_eq!(checkpointed[0].state, TaskState::Failed);
+    assert_eq!(
+        checkpointed[0].reason,
+        Some(Reason::ReasonContainerLimitationMemory)
+    );
+    assert_eq!(
+        checkpointed[0].message.as_deref(),
+        Some("Memory limit exceeded: 96 MiB")
+    );
+}
+
+#[test]
+fn without_cgroups_executors_get_no_container() {
+    let mut h = H::new();
+    let actions = h.run("t1");
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Process(Request::Launch { spec, .. }) if spec.limits.is_none()
+    )));
 }
 
 #[test]
@@ -452,6 +664,7 @@ mod recording {
                 resources: Resources::parse("cpus:0.1;mem:32").unwrap(),
                 name: String::new(),
                 source: String::new(),
+                api: Default::default(),
             }),
             command: None,
             data: None,
@@ -637,7 +850,7 @@ mod recording {
             conn: 50,
             framework_id: fid.clone(),
             executor_id: ekey.1.clone(),
-            token: core.executors[&ekey].token.clone(),
+            token: Some(core.executors[&ekey].token.clone()),
             updates: Vec::new(),
             tasks: Vec::new(),
         };

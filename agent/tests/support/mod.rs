@@ -268,6 +268,7 @@ pub fn command_task(id: &str) -> TaskInfo {
             shell: true,
             arguments: vec![],
             environment: [("TASK_VAR".to_string(), "task-value".to_string())].into(),
+            uris: Vec::new(),
         }),
         data: None,
         kill_grace_period: None,

@@ -101,7 +101,12 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
                 instances: args.instances,
                 role: None,
                 checkpoint: false,
-                failover_timeout: 0.0,
+                // The master lives in this process, so the framework can
+                // never outlive it by much: a timeout only lets the
+                // scheduler reconnect after a dropped connection (a master
+                // starved of CPU for longer than three heartbeats) and
+                // carry on with its tasks instead of losing the job.
+                failover_timeout: 300.0,
                 timeout: Some(args.timeout),
                 print_updates: !args.quiet,
                 ..ExecuteOptions::new(

@@ -17,6 +17,17 @@
 //! - the machine's spawn ceiling (`posix_spawn` + `waitpid` of `/bin/true`
 //!   from two threads), measured in the same run, and the ratio to it.
 //!
+//! With `--api both` (the default) each grid point runs twice, once with
+//! the framework on the native scheduler SDK (WebSocket) and once on the
+//! Mesos v1 HTTP scheduler API (`--api v1`): SUBSCRIBE as a long-lived
+//! RecordIO stream in `--codec` (protobuf, mesos-go's default, or json),
+//! ACCEPT/DECLINE/SUPPRESS as POSTs naming the `Mesos-Stream-Id`, and one
+//! ACKNOWLEDGE POST per update, up to `--calls-in-flight` at once on
+//! keep-alive connections. Same tasks, same executors (the custom one
+//! speaks Agora's executor API whichever API launched it), same grid; the
+//! table then gives v1 ÷ native for each point against the target ratio
+//! 0.8.
+//!
 //! The binaries must sit next to this one:
 //!
 //! ```text
@@ -32,11 +43,14 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use agora_examples::bench_api::{self, Action, Api, BenchFramework, Framework};
+use agora_examples::mesos_v1_client as v1c;
+use agora_mesos_proto::Codec;
 use agora_proto::{
     AgentId, Bytes, CommandInfo, ExecutorId, ExecutorInfo, Filters, FrameworkId, FrameworkInfo,
     MasterInfo, Offer, Resources, TaskId, TaskInfo, TaskState, TaskStatus,
 };
-use agora_scheduler::{DriverConfig, Scheduler, SchedulerDriver};
+use agora_scheduler::{Scheduler, SchedulerDriver};
 use anyhow::{bail, Context};
 use clap::Parser;
 
@@ -45,6 +59,9 @@ const TARGET_PER_SEC: f64 = 1000.0;
 /// Throughput at the highest concurrency must be at least this share of
 /// the throughput at the lowest.
 const TARGET_FLATNESS: f64 = 0.8;
+/// The Mesos v1 API's throughput must be at least this share of the
+/// native API's at the same point.
+const TARGET_V1_RATIO: f64 = 0.8;
 
 /// End-to-end launch throughput through real processes.
 #[derive(Parser, Debug, Clone)]
@@ -82,11 +99,24 @@ struct Args {
     /// Also print one JSON object per grid point.
     #[arg(long)]
     json: bool,
+    /// The scheduler API the framework uses: native (the SDK over
+    /// WebSocket), v1 (the Mesos v1 HTTP scheduler API) or both (each
+    /// point run with each, side by side, with the ratio v1 ÷ native).
+    #[arg(long, default_value = "both", value_parser = bench_api::parse_apis)]
+    api: bench_api::Apis,
+    /// Codec of the v1 API: protobuf (mesos-go's default) or json.
+    #[arg(long, default_value = "protobuf", value_parser = bench_api::parse_codec)]
+    codec: Codec,
+    /// v1 API: most calls (ACCEPT, DECLINE, ACKNOWLEDGE…) in flight at
+    /// once, each on a keep-alive connection of its own.
+    #[arg(long, default_value_t = v1c::DEFAULT_CALLS_IN_FLIGHT)]
+    calls_in_flight: usize,
 }
 
 /// One grid point's figures.
 #[derive(Debug, Clone)]
 struct Figures {
+    api: Api,
     executor: String,
     slots: usize,
     tasks: usize,
@@ -156,38 +186,43 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Runtime::new()?;
     let mut results = Vec::new();
     let mut work_dirs = Vec::new();
+    let apis = args.api.0.clone();
     for executor in &args.executors {
         for &slots in &args.slots {
-            eprintln!(
-                "running {} tasks, {executor} executor, {slots} slots",
-                args.tasks
-            );
-            let (figures, dir) = runtime.block_on(grid_point(args, &bin_dir, executor, slots))?;
-            // Removed at the end: deleting 10,000 sandboxes makes the file
-            // system's next inode allocations slower for a while (ext4
-            // checks recently freed inodes), which would be charged to the
-            // next point.
-            work_dirs.push(dir);
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "executor": figures.executor,
-                        "slots": figures.slots,
-                        "tasks": figures.tasks,
-                        "secs": figures.secs,
-                        "tasks_per_sec": figures.tasks as f64 / figures.secs,
-                        "running_p50_ms": figures.running.p50_ms,
-                        "running_p99_ms": figures.running.p99_ms,
-                        "finished_p50_ms": figures.finished.p50_ms,
-                        "finished_p99_ms": figures.finished.p99_ms,
-                        "master_kib_per_task": figures.master_kib_per_task,
-                        "agent_kib_per_executor": figures.agent_kib_per_executor,
-                        "spawn_ceiling": ceiling,
-                    })
+            for &api in &apis {
+                eprintln!(
+                    "running {} tasks, {executor} executor, {slots} slots, {api} API",
+                    args.tasks
                 );
+                let (figures, dir) =
+                    runtime.block_on(grid_point(args, &bin_dir, executor, slots, api))?;
+                // Removed at the end: deleting 10,000 sandboxes makes the file
+                // system's next inode allocations slower for a while (ext4
+                // checks recently freed inodes), which would be charged to the
+                // next point.
+                work_dirs.push(dir);
+                if args.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "api": figures.api.to_string(),
+                            "executor": figures.executor,
+                            "slots": figures.slots,
+                            "tasks": figures.tasks,
+                            "secs": figures.secs,
+                            "tasks_per_sec": figures.tasks as f64 / figures.secs,
+                            "running_p50_ms": figures.running.p50_ms,
+                            "running_p99_ms": figures.running.p99_ms,
+                            "finished_p50_ms": figures.finished.p50_ms,
+                            "finished_p99_ms": figures.finished.p99_ms,
+                            "master_kib_per_task": figures.master_kib_per_task,
+                            "agent_kib_per_executor": figures.agent_kib_per_executor,
+                            "spawn_ceiling": ceiling,
+                        })
+                    );
+                }
+                results.push(figures);
             }
-            results.push(figures);
         }
     }
     let met = print_table(args, ceiling, &results);
@@ -197,14 +232,17 @@ fn run(args: &Args) -> anyhow::Result<bool> {
 
 fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
     println!(
-        "\nlaunch end to end: {} tasks of /bin/true per point, {} agents, checkpoint {}; spawn ceiling {:.0}/s",
+        "\nlaunch end to end: {} tasks of /bin/true per point, {} agents, checkpoint {}; spawn ceiling {:.0}/s; v1 codec {}, {} calls in flight",
         args.tasks,
         args.agents,
         if args.checkpoint { "on" } else { "off" },
-        ceiling
+        ceiling,
+        args.codec.media_type(),
+        args.calls_in_flight,
     );
     println!(
-        "{:<9} {:>6} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>8}",
+        "{:<6} {:<9} {:>6} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>8}",
+        "api",
         "executor",
         "slots",
         "secs",
@@ -223,7 +261,8 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
         let rate = f.tasks as f64 / f.secs;
         met &= rate >= TARGET_PER_SEC && f.failed == 0;
         println!(
-            "{:<9} {:>6} {:>8.2} {:>9.0} {:>7.2}x {:>8.0}% {:>7.1}ms {:>7.1}ms {:>7.1}ms {:>8.1}ms {:>8.2}KiB {:>5.0}KiB{}",
+            "{:<6} {:<9} {:>6} {:>8.2} {:>9.0} {:>7.2}x {:>8.0}% {:>7.1}ms {:>7.1}ms {:>7.1}ms {:>8.1}ms {:>8.2}KiB {:>5.0}KiB{}",
+            f.api,
             f.executor,
             f.slots,
             f.secs,
@@ -243,32 +282,73 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
             }
         );
     }
-    for executor in &args.executors {
-        let of = |slots: Option<usize>| {
-            results
+    let rate_of = |api: Api, executor: &str, slots: usize| {
+        results
+            .iter()
+            .find(|f| f.api == api && f.executor == executor && f.slots == slots)
+            .map(|f| f.tasks as f64 / f.secs)
+    };
+    for &api in &args.api.0 {
+        for executor in &args.executors {
+            let low = args
+                .slots
                 .iter()
-                .find(|f| f.executor == *executor && Some(f.slots) == slots)
-                .map(|f| f.tasks as f64 / f.secs)
-        };
-        let low = of(args.slots.iter().min().copied());
-        let high = of(args.slots.iter().max().copied());
-        if let (Some(low), Some(high)) = (low, high) {
-            if args.slots.len() > 1 {
-                let ratio = high / low;
-                met &= ratio >= TARGET_FLATNESS;
+                .min()
+                .and_then(|&s| rate_of(api, executor, s));
+            let high = args
+                .slots
+                .iter()
+                .max()
+                .and_then(|&s| rate_of(api, executor, s));
+            if let (Some(low), Some(high)) = (low, high) {
+                if args.slots.len() > 1 {
+                    let ratio = high / low;
+                    met &= ratio >= TARGET_FLATNESS;
+                    println!(
+                        "{api} {executor}: {} slots ÷ {} slots = {ratio:.2} (target ≥ {TARGET_FLATNESS})",
+                        args.slots.iter().max().unwrap_or(&0),
+                        args.slots.iter().min().unwrap_or(&0),
+                    );
+                }
+            }
+        }
+    }
+    let mut v1_met = true;
+    if args.api.0.contains(&Api::Native) && args.api.0.contains(&Api::V1) {
+        println!(
+            "\nv1 ÷ native (tasks/s), target ≥ {TARGET_V1_RATIO}:\n{:<9} {:>6} {:>10} {:>10} {:>7} {:>6}",
+            "executor", "slots", "native/s", "v1/s", "ratio", "target"
+        );
+        for executor in &args.executors {
+            for &slots in &args.slots {
+                let (Some(native), Some(v1)) = (
+                    rate_of(Api::Native, executor, slots),
+                    rate_of(Api::V1, executor, slots),
+                ) else {
+                    continue;
+                };
+                let ratio = v1 / native;
+                v1_met &= ratio >= TARGET_V1_RATIO;
                 println!(
-                    "{executor}: {} slots ÷ {} slots = {ratio:.2} (target ≥ {TARGET_FLATNESS})",
-                    args.slots.iter().max().unwrap_or(&0),
-                    args.slots.iter().min().unwrap_or(&0),
+                    "{executor:<9} {slots:>6} {native:>10.0} {v1:>10.0} {ratio:>7.2} {:>6}",
+                    if ratio >= TARGET_V1_RATIO {
+                        "met"
+                    } else {
+                        "NOT met"
+                    }
                 );
             }
         }
+        println!(
+            "v1 ÷ native ≥ {TARGET_V1_RATIO} at every point: {}",
+            if v1_met { "met" } else { "NOT met" }
+        );
     }
     println!(
         "targets: ≥ {TARGET_PER_SEC:.0} tasks/s at every point, flatness ≥ {TARGET_FLATNESS}: {}",
         if met { "met" } else { "NOT met" }
     );
-    met
+    met && v1_met
 }
 
 /// `posix_spawn` + `waitpid` of `/bin/true` from two threads, per second.
@@ -423,13 +503,12 @@ struct Bench {
 #[derive(Clone)]
 enum ExecutorKind {
     Command,
-    Custom(ExecutorInfo),
+    Custom(Box<ExecutorInfo>),
 }
 
-impl Scheduler for Bench {
-    fn registered(&mut self, _d: &SchedulerDriver, _f: &FrameworkId, _m: &MasterInfo) {}
-
-    fn resource_offers(&mut self, driver: &SchedulerDriver, offers: Vec<Offer>) {
+impl BenchFramework for Bench {
+    fn offers(&mut self, offers: Vec<Offer>) -> Vec<Action> {
+        let mut actions = Vec::new();
         let mut run = self.shared.run.lock().unwrap_or_else(|e| e.into_inner());
         for offer in offers {
             let mut left = offer.resources.clone();
@@ -448,12 +527,12 @@ impl Scheduler for Bench {
                 tasks.push(self.task(i, &offer.agent_id));
             }
             if tasks.is_empty() {
-                let _ = driver.decline_offer(
-                    &offer.id,
-                    Filters {
+                actions.push(Action::Decline {
+                    offer_id: offer.id,
+                    filters: Filters {
                         refuse_seconds: Some(if run.pending.is_empty() { 60.0 } else { 0.05 }),
                     },
-                );
+                });
                 continue;
             }
             let now = Instant::now();
@@ -461,21 +540,22 @@ impl Scheduler for Bench {
             for task in &tasks {
                 run.launched_at.insert(task.task_id.clone(), now);
             }
-            let _ = driver.launch_tasks(
-                std::slice::from_ref(&offer.id),
+            actions.push(Action::Launch {
+                offer_id: offer.id,
                 tasks,
-                Filters {
+                filters: Filters {
                     refuse_seconds: Some(0.05),
                 },
-            );
+            });
         }
         if run.pending.is_empty() && !self.suppressed {
             self.suppressed = true;
-            let _ = driver.suppress_offers();
+            actions.push(Action::Suppress);
         }
+        actions
     }
 
-    fn status_update(&mut self, _d: &SchedulerDriver, status: &TaskStatus) {
+    fn update(&mut self, status: &TaskStatus) {
         let now = Instant::now();
         let mut run = self.shared.run.lock().unwrap_or_else(|e| e.into_inner());
         let Some(at) = run.launched_at.get(&status.task_id).copied() else {
@@ -505,6 +585,20 @@ impl Scheduler for Bench {
             _ => {}
         }
     }
+}
+
+impl Scheduler for Bench {
+    fn registered(&mut self, _d: &SchedulerDriver, _f: &FrameworkId, _m: &MasterInfo) {}
+
+    fn resource_offers(&mut self, driver: &SchedulerDriver, offers: Vec<Offer>) {
+        for action in self.offers(offers) {
+            action.apply_native(driver);
+        }
+    }
+
+    fn status_update(&mut self, _d: &SchedulerDriver, status: &TaskStatus) {
+        self.update(status);
+    }
 
     fn error(&mut self, _d: &SchedulerDriver, message: &str) {
         eprintln!("bench-launch: scheduler error: {message}");
@@ -525,7 +619,7 @@ impl Bench {
             ),
             ExecutorKind::Custom(info) => (
                 None,
-                Some(info.clone()),
+                Some(ExecutorInfo::clone(info)),
                 Some(Bytes::from(b"run /bin/true".to_vec())),
             ),
         };
@@ -548,6 +642,7 @@ async fn grid_point(
     bin_dir: &Path,
     executor: &str,
     slots: usize,
+    api: Api,
 ) -> anyhow::Result<(Figures, tempfile::TempDir)> {
     let dir = tempfile::Builder::new()
         .prefix("agora-bench-launch-")
@@ -596,7 +691,7 @@ async fn grid_point(
         "command" => ExecutorKind::Command,
         _ => {
             let program = bin_dir.join("test-executor").display().to_string();
-            ExecutorKind::Custom(ExecutorInfo {
+            ExecutorKind::Custom(Box::new(ExecutorInfo {
                 executor_id: ExecutorId::new("bench-executor"),
                 framework_id: None,
                 command: CommandInfo {
@@ -604,11 +699,13 @@ async fn grid_point(
                     shell: false,
                     arguments: vec![program],
                     environment: BTreeMap::new(),
+                    uris: Vec::new(),
                 },
                 resources: Resources::parse("cpus:0.5;mem:64")?,
                 name: "bench executor".into(),
                 source: "bench-launch".into(),
-            })
+                api: Default::default(),
+            }))
         }
     };
     let shared = Arc::new(Shared {
@@ -622,17 +719,21 @@ async fn grid_point(
     let agent_base: Vec<u64> = agents.iter().map(Server::rss_kib).collect();
     let mut info = FrameworkInfo::new("bench-launch");
     info.checkpoint = args.checkpoint;
-    let driver = SchedulerDriver::new(
-        Bench {
-            shared: shared.clone(),
-            executor: kind,
-            task_resources: Resources::parse("cpus:1;mem:1")?,
-            suppressed: false,
-        },
+    let bench = Bench {
+        shared: shared.clone(),
+        executor: kind,
+        task_resources: Resources::parse("cpus:1;mem:1")?,
+        suppressed: false,
+    };
+    let framework = Framework::start(
+        bench,
         info,
-        DriverConfig::new(master.addr.to_string()),
-    );
-    driver.start().map_err(|e| anyhow::anyhow!("{e}"))?;
+        master.addr,
+        api,
+        args.codec,
+        args.calls_in_flight,
+    )
+    .await?;
 
     // Sample memory and executors while the tasks run.
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
@@ -654,8 +755,11 @@ async fn grid_point(
         if done >= args.tasks {
             break;
         }
+        if let Some(e) = framework.failed() {
+            bail!("the {api} framework failed: {e:#}");
+        }
         if Instant::now() > deadline {
-            let _ = driver.stop(false);
+            framework.stop().await;
             bail!(
                 "timed out after {} s: {done} of {} tasks ended",
                 args.timeout_secs,
@@ -663,7 +767,7 @@ async fn grid_point(
             );
         }
     }
-    let _ = driver.stop(false);
+    framework.stop().await;
     let run = shared.run.lock().unwrap_or_else(|e| e.into_inner());
     let secs = match (run.first_launch, run.last_finish) {
         (Some(a), Some(b)) => (b - a).as_secs_f64().max(1e-6),
@@ -687,6 +791,7 @@ async fn grid_point(
     drop(agents);
     drop(master);
     let figures = Figures {
+        api,
         executor: executor.to_string(),
         slots,
         tasks: args.tasks,

@@ -18,6 +18,15 @@
 //! executor send → scheduler callback, and executor send → agent
 //! `ACKNOWLEDGED` (the checkpoint hop), as p50/p99.
 //!
+//! With `--api both` (the default) each checkpoint mode runs twice, with
+//! the framework on the native scheduler SDK and on the Mesos v1 HTTP
+//! scheduler API (`--api v1`): SUBSCRIBE as a RecordIO stream in
+//! `--codec` (protobuf, mesos-go's default, or json), and one ACKNOWLEDGE
+//! POST per update carrying the `Mesos-Stream-Id`, up to
+//! `--calls-in-flight` at once on keep-alive connections. The executor
+//! stays native (it speaks Agora's executor API whichever API launched
+//! it). The table then gives v1 ÷ native against the target ratio 0.8.
+//!
 //! ```text
 //! cargo run --release -p agora-examples --bin bench-status-updates -- --tasks 500 --updates-per-task 100
 //! ```
@@ -30,12 +39,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use agora_examples::bench_api::{self, Action, Api, BenchFramework, Framework};
+use agora_examples::mesos_v1_client as v1c;
 use agora_executor::{Executor, ExecutorDriver};
+use agora_mesos_proto::Codec;
 use agora_proto::{
     AgentId, CommandInfo, ExecutorId, ExecutorInfo, Filters, FrameworkId, FrameworkInfo,
     MasterInfo, Offer, Resources, Source, TaskId, TaskInfo, TaskState, TaskStatus,
 };
-use agora_scheduler::{DriverConfig, Scheduler, SchedulerDriver};
+use agora_scheduler::{Scheduler, SchedulerDriver};
 use anyhow::{bail, Context};
 use clap::Parser;
 
@@ -47,6 +59,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const EXECUTOR_ARG: &str = "__bench-executor";
 /// The throughput the issue asks for.
 const TARGET_PER_SEC: f64 = 20_000.0;
+/// The Mesos v1 API's updates/s must be at least this share of the
+/// native API's in the same checkpoint mode.
+const TARGET_V1_RATIO: f64 = 0.8;
 const ENV_FEEDBACK: &str = "BENCH_FEEDBACK";
 const ENV_TASKS: &str = "BENCH_TASKS";
 const ENV_UPDATES: &str = "BENCH_UPDATES";
@@ -78,11 +93,24 @@ struct Args {
     /// Give up after this long.
     #[arg(long, default_value = "300s", value_parser = agora_examples::cli::parse_duration)]
     timeout: Duration,
+    /// The scheduler API the framework uses: native (the SDK over
+    /// WebSocket), v1 (the Mesos v1 HTTP scheduler API) or both (each
+    /// checkpoint mode run with each, side by side, with v1 ÷ native).
+    #[arg(long, default_value = "both", value_parser = bench_api::parse_apis)]
+    api: bench_api::Apis,
+    /// Codec of the v1 API: protobuf (mesos-go's default) or json.
+    #[arg(long, default_value = "protobuf", value_parser = bench_api::parse_codec)]
+    codec: Codec,
+    /// v1 API: most calls (ACKNOWLEDGE…) in flight at once, each on a
+    /// keep-alive connection of its own.
+    #[arg(long, default_value_t = v1c::DEFAULT_CALLS_IN_FLIGHT)]
+    calls_in_flight: usize,
 }
 
 /// One run's figures.
 #[derive(Debug, Clone)]
 struct Figures {
+    api: Api,
     checkpoint: bool,
     total: u64,
     secs: f64,
@@ -121,21 +149,34 @@ fn main() -> ExitCode {
         }
     };
     let mut results = Vec::new();
-    for checkpoint in modes {
-        match runtime.block_on(run(&args, checkpoint)) {
-            Ok(f) => results.push(f),
-            Err(e) => {
-                eprintln!("bench-status-updates: {e:#}");
-                return ExitCode::FAILURE;
+    for &checkpoint in &modes {
+        for &api in &args.api.0 {
+            eprintln!(
+                "running {} updates, checkpoint {}, {api} API",
+                args.tasks * args.updates_per_task,
+                if checkpoint { "on" } else { "off" }
+            );
+            match runtime.block_on(run(&args, checkpoint, api)) {
+                Ok(f) => results.push(f),
+                Err(e) => {
+                    eprintln!("bench-status-updates: {e:#}");
+                    return ExitCode::FAILURE;
+                }
             }
         }
     }
     println!(
-        "\nstatus updates end to end: {} tasks x {} updates, window {}, {} B data",
-        args.tasks, args.updates_per_task, args.window, args.data_bytes
+        "\nstatus updates end to end: {} tasks x {} updates, window {}, {} B data; v1 codec {}, {} calls in flight",
+        args.tasks,
+        args.updates_per_task,
+        args.window,
+        args.data_bytes,
+        args.codec.media_type(),
+        args.calls_in_flight
     );
     println!(
-        "{:<10} {:>9} {:>8} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "{:<6} {:<10} {:>9} {:>8} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "api",
         "checkpoint",
         "updates",
         "secs",
@@ -151,7 +192,8 @@ fn main() -> ExitCode {
     for f in &results {
         let rate = f.total as f64 / f.secs;
         println!(
-            "{:<10} {:>9} {:>8.2} {:>12.0} {:>8.2}x {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>10} {:>12.1}",
+            "{:<6} {:<10} {:>9} {:>8.2} {:>12.0} {:>8.2}x {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>10} {:>12.1}",
+            f.api,
             if f.checkpoint { "on" } else { "off" },
             f.total,
             f.secs,
@@ -171,6 +213,42 @@ fn main() -> ExitCode {
     }
     println!("(e2e = executor send -> scheduler callback; ack = executor send -> agent ACKNOWLEDGED; max e2e {:.1} ms)",
         results.iter().map(|f| ms(f.to_scheduler.max_us)).fold(0.0, f64::max));
+    if args.api.0.contains(&Api::Native) && args.api.0.contains(&Api::V1) {
+        let rate_of = |api: Api, checkpoint: bool| {
+            results
+                .iter()
+                .find(|f| f.api == api && f.checkpoint == checkpoint)
+                .map(|f| f.total as f64 / f.secs)
+        };
+        println!(
+            "\nv1 ÷ native (acked/s), target ≥ {TARGET_V1_RATIO}:\n{:<10} {:>10} {:>10} {:>7} {:>7}",
+            "checkpoint", "native/s", "v1/s", "ratio", "target"
+        );
+        let mut met = true;
+        for &checkpoint in &modes {
+            let (Some(native), Some(v1)) = (
+                rate_of(Api::Native, checkpoint),
+                rate_of(Api::V1, checkpoint),
+            ) else {
+                continue;
+            };
+            let ratio = v1 / native;
+            met &= ratio >= TARGET_V1_RATIO;
+            println!(
+                "{:<10} {native:>10.0} {v1:>10.0} {ratio:>7.2} {:>7}",
+                if checkpoint { "on" } else { "off" },
+                if ratio >= TARGET_V1_RATIO {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            );
+        }
+        println!(
+            "v1 ÷ native ≥ {TARGET_V1_RATIO} in every mode: {}",
+            if met { "met" } else { "NOT met" }
+        );
+    }
     ExitCode::SUCCESS
 }
 
@@ -200,9 +278,9 @@ fn percentiles(mut v: Vec<u64>) -> Percentiles {
 
 // --- the benchmark driver ---
 
-async fn run(args: &Args, checkpoint: bool) -> anyhow::Result<Figures> {
+async fn run(args: &Args, checkpoint: bool, api: Api) -> anyhow::Result<Figures> {
     let work = std::env::temp_dir().join(format!(
-        "agora-bench-status-{}-{}",
+        "agora-bench-status-{}-{}-{api}",
         std::process::id(),
         checkpoint
     ));
@@ -262,14 +340,24 @@ async fn run(args: &Args, checkpoint: bool) -> anyhow::Result<Figures> {
     };
     let mut info = FrameworkInfo::new("bench-status-updates");
     info.checkpoint = checkpoint;
-    let driver = SchedulerDriver::new(scheduler, info, DriverConfig::new(master_addr.to_string()));
-    driver.start().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let framework = Framework::start(
+        scheduler,
+        info,
+        master_addr,
+        api,
+        args.codec,
+        args.calls_in_flight,
+    )
+    .await?;
 
     // Throughput: from the first update at the scheduler until the agent
     // has every acknowledgement.
     let deadline = Instant::now() + args.timeout;
     let mut first: Option<Instant> = None;
     let (acked_at, wal_syncs) = loop {
+        if let Some(e) = framework.failed() {
+            bail!("the {api} framework failed: {e:#}");
+        }
         if Instant::now() > deadline {
             bail!(
                 "timed out: scheduler received {} of {total}",
@@ -311,12 +399,13 @@ async fn run(args: &Args, checkpoint: bool) -> anyhow::Result<Figures> {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let _ = driver.stop(false);
+    framework.stop().await;
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), agent).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), master).await;
     let _ = std::fs::remove_dir_all(&work);
     Ok(Figures {
+        api,
         checkpoint,
         total,
         secs,
@@ -370,13 +459,15 @@ struct BenchScheduler {
     lat_tx: Option<mpsc::Sender<Vec<u64>>>,
 }
 
-impl Scheduler for BenchScheduler {
-    fn registered(&mut self, _d: &SchedulerDriver, _f: &FrameworkId, _m: &MasterInfo) {}
-
-    fn resource_offers(&mut self, driver: &SchedulerDriver, offers: Vec<Offer>) {
+impl BenchFramework for BenchScheduler {
+    fn offers(&mut self, offers: Vec<Offer>) -> Vec<Action> {
+        let mut actions = Vec::new();
         for offer in offers {
             if self.launched {
-                let _ = driver.decline_offer(&offer.id, Filters::default());
+                actions.push(Action::Decline {
+                    offer_id: offer.id,
+                    filters: Filters::default(),
+                });
                 continue;
             }
             self.launched = true;
@@ -398,10 +489,12 @@ impl Scheduler for BenchScheduler {
                     shell: false,
                     arguments: vec![self.exe.clone(), EXECUTOR_ARG.into()],
                     environment,
+                    uris: Vec::new(),
                 },
                 resources: Resources::parse("cpus:0.1;mem:32").unwrap_or_default(),
                 name: "bench executor".into(),
                 source: "bench".into(),
+                api: Default::default(),
             };
             let tasks = (0..self.args.tasks)
                 .map(|i| TaskInfo {
@@ -416,11 +509,16 @@ impl Scheduler for BenchScheduler {
                     labels: Default::default(),
                 })
                 .collect();
-            let _ = driver.launch_tasks(std::slice::from_ref(&offer.id), tasks, Filters::default());
+            actions.push(Action::Launch {
+                offer_id: offer.id,
+                tasks,
+                filters: Filters::default(),
+            });
         }
+        actions
     }
 
-    fn status_update(&mut self, _d: &SchedulerDriver, status: &TaskStatus) {
+    fn update(&mut self, status: &TaskStatus) {
         let now = unix_micros();
         if let Some(sent) = status
             .data
@@ -438,6 +536,20 @@ impl Scheduler for BenchScheduler {
                 let _ = tx.send(std::mem::take(&mut self.latencies));
             }
         }
+    }
+}
+
+impl Scheduler for BenchScheduler {
+    fn registered(&mut self, _d: &SchedulerDriver, _f: &FrameworkId, _m: &MasterInfo) {}
+
+    fn resource_offers(&mut self, driver: &SchedulerDriver, offers: Vec<Offer>) {
+        for action in self.offers(offers) {
+            action.apply_native(driver);
+        }
+    }
+
+    fn status_update(&mut self, _d: &SchedulerDriver, status: &TaskStatus) {
+        self.update(status);
     }
 
     fn agent_lost(&mut self, _d: &SchedulerDriver, agent_id: &AgentId) {

@@ -71,6 +71,7 @@ impl TestScheduler {
             resources: self.args.executor_resources.clone(),
             name: "Test Executor (Rust)".to_string(),
             source: "test-framework".to_string(),
+            api: Default::default(),
         }
     }
 }

@@ -7,7 +7,9 @@ exits 0 when its scenario played out as a Mesos master would play it.
 Usage: pymesos_framework.py MASTER SCENARIO [FRAMEWORK_ID]
 
 Scenarios:
-  job          five command tasks to TASK_FINISHED, explicit and implicit
+  job          five command tasks to TASK_FINISHED, a command task that
+               runs the script its CommandInfo.uris fetched into its
+               sandbox (as Toil's tasks do), explicit and implicit
                reconciliation, kill, teardown
   job-pa       the same as a PARTITION_AWARE framework (unknown tasks
                reconcile as TASK_UNKNOWN instead of TASK_LOST)
@@ -22,8 +24,10 @@ Scenarios:
 
 import json
 import logging
+import os
 import queue
 import sys
+import tempfile
 import threading
 import time
 
@@ -58,9 +62,9 @@ class Framework(Scheduler):
         self.lock = threading.Lock()
         self.to_launch = []
 
-    def launch(self, task_id, command):
+    def launch(self, task_id, command, uris=()):
         with self.lock:
-            self.to_launch.append((task_id, command))
+            self.to_launch.append((task_id, command, list(uris)))
 
     def registered(self, driver, framework_id, master_info):
         say("registered", framework_id=framework_id["value"])
@@ -77,13 +81,16 @@ class Framework(Scheduler):
             tasks = []
             with self.lock:
                 while self.to_launch and cpus >= 0.1 and mem >= 32:
-                    task_id, command = self.to_launch.pop(0)
+                    task_id, command, uris = self.to_launch.pop(0)
+                    command = dict(value=command)
+                    if uris:
+                        command["uris"] = uris
                     tasks.append(dict(
                         task_id=dict(value=task_id),
                         agent_id=offer["agent_id"],
                         name=task_id,
                         resources=resources(0.1, 32),
-                        command=dict(value=command),
+                        command=command,
                     ))
                     cpus -= 0.1
                     mem -= 32
@@ -135,12 +142,12 @@ def update_of(task_id, states):
     return match
 
 
-def start(master, framework_id=None, capabilities=()):
+def start(master, framework_id=None, capabilities=(), framework=None):
     info = dict(user="", name="pymesos test framework", failover_timeout=300,
                 capabilities=[dict(type=c) for c in capabilities])
     if framework_id:
         info["id"] = dict(value=framework_id)
-    framework = Framework()
+    framework = framework or Framework()
     driver = MesosSchedulerDriver(framework, info, master, use_addict=False,
                                   implicit_acknowledgements=False)
     driver.start()
@@ -155,6 +162,19 @@ def run_job(master, capabilities):
         framework.launch(task_id, "echo hello from " + task_id)
     for task_id in ids:
         expect(framework, task_id + " finished", update_of(task_id, ["TASK_FINISHED"]))
+
+    # A command task with a URI: the agent fetches the script into the
+    # task's sandbox (executable, as asked) before the command runs it.
+    script = os.path.join(tempfile.mkdtemp(prefix="pymesos-uris-"), "fetch-me.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\necho fetched > fetched.txt\n")
+    os.chmod(script, 0o644)
+    framework.launch("fetched", "./fetch-me.sh && grep -q fetched fetched.txt",
+                     uris=[dict(value=script, executable=True)])
+    status = expect(framework, "fetched finished",
+                    update_of("fetched", ["TASK_FINISHED", "TASK_FAILED", "TASK_ERROR"]))
+    if status["state"] != "TASK_FINISHED":
+        fail("the task with a URI ended %s: %s" % (status["state"], status.get("message")))
 
     # Explicit reconciliation: a task the master never saw.
     driver.reconcileTasks([dict(task_id=dict(value="no-such-task"))])
@@ -189,7 +209,6 @@ def failover_first(master):
     expect(framework, "survivor running", update_of("survivor", ["TASK_RUNNING"]))
     say("ready", framework_id=framework_id)
     # Die as a crashed scheduler does: no TEARDOWN.
-    import os
     os._exit(0)
 
 

@@ -252,6 +252,11 @@ pub fn go_operator() -> Option<GoProgram> {
     go_build("operator")
 }
 
+/// The mesos-go executor (`tests/mesos-go/executor`), built.
+pub fn go_executor() -> Option<GoProgram> {
+    go_build("executor")
+}
+
 /// Builds the Go program `tests/mesos-go/PACKAGE` into a temp dir with
 /// `go build` in GOPATH mode against Debian's mesos-go, or `None` (skip)
 /// outside CI when Go or mesos-go is not installed. A build that fails

@@ -108,6 +108,7 @@ pub fn subscribed(executor_id: &str) -> Event {
             resources: Default::default(),
             name: String::new(),
             source: String::new(),
+            api: Default::default(),
         },
         framework_info: FrameworkInfo::new("fake-framework"),
         agent_id: AgentId::new("agent-1"),

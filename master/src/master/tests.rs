@@ -224,6 +224,7 @@ fn executor_task(
             resources: r(exec_res),
             name: String::new(),
             source: String::new(),
+            api: Default::default(),
         }),
         command: None,
         ..command_task(id, agent, resources)
@@ -459,6 +460,43 @@ fn launch_moves_resources_and_sends_run_task() {
     let out = h.launch(S1, &[&offers[0]], vec![task]);
     assert!(updates(&out, S1).is_empty(), "{out:?}");
     assert_eq!(h.m.agents[&aid].used, r("cpus:4;mem:4096"));
+}
+
+#[test]
+fn container_usage_is_kept_on_the_tasks_of_the_reporting_agent() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let task = executor_task("t1", &aid, "cpus:1;mem:256", "e1", "cpus:0.5;mem:32");
+    h.launch(S1, &[&offer], vec![task]);
+    let usage = agent::ContainerUsage {
+        framework_id: fid.clone(),
+        tasks: vec![TaskId::new("t1"), TaskId::new("not-here")],
+        cpus_time_secs: 1.5,
+        cpus_limit: 1.5,
+        cpus_nr_throttled: 3,
+        mem_bytes: 100 << 20,
+        mem_max_bytes: 120 << 20,
+        mem_limit_bytes: 288 << 20,
+        processes: 4,
+    };
+    // Another agent cannot speak for the task.
+    h.register(A2, "cpus:1;mem:128");
+    h.agent(
+        A2,
+        agent::Call::Usage {
+            containers: vec![usage.clone()],
+        },
+    );
+    assert_eq!(h.m.frameworks[&fid].tasks[&TaskId::new("t1")].usage, None);
+    h.agent(
+        A1,
+        agent::Call::Usage {
+            containers: vec![usage.clone()],
+        },
+    );
+    let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+    assert_eq!(task.usage.as_ref(), Some(&usage));
+    let view = serde_json::to_value(crate::state::task_view(task)).unwrap();
+    assert_eq!(view["usage"]["mem_limit_bytes"], 288u64 << 20);
 }
 
 #[test]
@@ -1300,6 +1338,49 @@ fn resent_update_of_an_acknowledged_terminal_task_is_acknowledged_not_forwarded(
     assert!(agent_events(&out, A1).iter().any(|e| matches!(
         e,
         agent::Event::Acknowledge { uuid, .. } if uuid == "u1"
+    )));
+}
+
+/// Found by the simulation (seed 430, "the same resources are never in
+/// two outstanding offers"): an agent whose damaged log lost a task's end
+/// reported the task running again when it re-registered; the master
+/// adopted it, counting its resources on top of the later task that had
+/// them (and would have forwarded a second terminal state).
+#[test]
+fn reregistration_does_not_revive_a_completed_task() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let task = command_task("t1", &aid, "cpus:1");
+    h.launch(S1, &[&offer], vec![task.clone()]);
+    h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    h.sched(
+        S1,
+        scheduler::Call::Acknowledge {
+            agent_id: aid.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "u1".into(),
+        },
+    );
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+    h.input(Input::AgentClosed { conn: A1 });
+    let report = TaskReport {
+        framework_id: fid.clone(),
+        task,
+        state: TaskState::Running,
+        latest_status: None,
+    };
+    let out = h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![report]);
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+    assert!(h.m.agents[&aid].used.is_empty());
+    assert!(agent_events(&out, A2).iter().any(|e| matches!(
+        e,
+        agent::Event::KillTask { task_id, .. } if task_id.as_str() == "t1"
+    )));
+    // The agent's own end of it is acknowledged, not forwarded.
+    let out = h.status(A2, &fid, "t1", TaskState::Failed, "u2");
+    assert!(updates(&out, S1).is_empty(), "no second terminal update");
+    assert!(agent_events(&out, A2).iter().any(|e| matches!(
+        e,
+        agent::Event::Acknowledge { uuid, .. } if uuid == "u2"
     )));
 }
 

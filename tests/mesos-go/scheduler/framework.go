@@ -33,15 +33,19 @@ const (
 
 // observed is what the event handlers hand to the scenario.
 type observed struct {
-	kind         string // "subscribed", "update" or "error"
+	kind         string // "subscribed", "update", "message" or "error"
 	frameworkID  string
 	status       *mesos.TaskStatus
 	errorMessage string
+	message      *scheduler.Event_Message
 }
 
-// pendingTask is a command task waiting for an offer.
+// pendingTask is a task waiting for an offer: a command task, or one
+// of a custom executor with its data.
 type pendingTask struct {
 	id, command string
+	executor    *mesos.ExecutorInfo
+	data        []byte
 }
 
 // framework launches queued command tasks on offers and hands every
@@ -188,8 +192,9 @@ func (fw *framework) eventHandler() events.Handler {
 		scheduler.Event_SUBSCRIBED: eventrules.New(
 			controller.TrackSubscription(fw.fidStore, failoverTimeout),
 		).HandleF(fw.subscribed),
-		scheduler.Event_OFFERS: events.HandlerFunc(fw.resourceOffers),
-		scheduler.Event_UPDATE: controller.AckStatusUpdates(fw.cli).AndThen().HandleF(fw.statusUpdate),
+		scheduler.Event_OFFERS:  events.HandlerFunc(fw.resourceOffers),
+		scheduler.Event_UPDATE:  controller.AckStatusUpdates(fw.cli).AndThen().HandleF(fw.statusUpdate),
+		scheduler.Event_MESSAGE: events.HandlerFunc(fw.frameworkMessage),
 	})
 }
 
@@ -227,20 +232,27 @@ func (fw *framework) resourceOffers(ctx context.Context, e *scheduler.Event) err
 		var (
 			remaining = mesos.Resources(offers[i].Resources)
 			tasks     = []mesos.TaskInfo{}
+			launched  = []pendingTask{}
 		)
 		flattened := mesos.Resources(resources.Flatten(remaining))
 		fw.mu.Lock()
 		for len(fw.toLaunch) > 0 && resources.ContainsAll(flattened, fw.wants) {
 			next := fw.toLaunch[0]
 			fw.toLaunch = fw.toLaunch[1:]
-			command := next.command
 			task := mesos.TaskInfo{
 				Name:      next.id,
 				TaskID:    mesos.TaskID{Value: next.id},
 				AgentID:   offers[i].AgentID,
-				Command:   &mesos.CommandInfo{Value: &command},
 				Resources: resources.Find(resources.Flatten(fw.wants), remaining...),
 			}
+			if next.executor != nil {
+				task.Executor = next.executor
+				task.Data = next.data
+			} else {
+				command := next.command
+				task.Command = &mesos.CommandInfo{Value: &command}
+			}
+			launched = append(launched, next)
 			remaining.Subtract(task.Resources...)
 			flattened = resources.Flatten(remaining)
 			tasks = append(tasks, task)
@@ -254,9 +266,7 @@ func (fw *framework) resourceOffers(ctx context.Context, e *scheduler.Event) err
 		if err := calls.CallNoData(ctx, fw.cli, accept); err != nil {
 			log.Printf("failed to launch tasks: %+v", err)
 			fw.mu.Lock()
-			for _, t := range tasks {
-				fw.toLaunch = append(fw.toLaunch, pendingTask{t.TaskID.Value, t.Command.GetValue()})
-			}
+			fw.toLaunch = append(fw.toLaunch, launched...)
 			fw.mu.Unlock()
 		} else if len(tasks) > 0 {
 			log.Printf("launched %d task(s) on offer %s", len(tasks), offers[i].ID.Value)
@@ -289,6 +299,17 @@ func (fw *framework) statusUpdate(_ context.Context, e *scheduler.Event) error {
 	return nil
 }
 
+func (fw *framework) frameworkMessage(_ context.Context, e *scheduler.Event) error {
+	m := e.GetMessage()
+	say("message", map[string]interface{}{
+		"agent_id":    m.AgentID.Value,
+		"executor_id": m.ExecutorID.Value,
+		"data":        string(m.Data),
+	})
+	fw.observed <- observed{kind: "message", message: m}
+	return nil
+}
+
 func reasonOf(s *mesos.TaskStatus) interface{} {
 	if s.Reason == nil {
 		return nil
@@ -298,8 +319,17 @@ func reasonOf(s *mesos.TaskStatus) interface{} {
 
 // launch queues a command task and revives offers for it.
 func (fw *framework) launch(id, command string) {
+	fw.queue(pendingTask{id: id, command: command})
+}
+
+// launchWith queues a task of a custom executor, with its data.
+func (fw *framework) launchWith(id string, executor *mesos.ExecutorInfo, data string) {
+	fw.queue(pendingTask{id: id, executor: executor, data: []byte(data)})
+}
+
+func (fw *framework) queue(task pendingTask) {
 	fw.mu.Lock()
-	fw.toLaunch = append(fw.toLaunch, pendingTask{id, command})
+	fw.toLaunch = append(fw.toLaunch, task)
 	fw.mu.Unlock()
 	fw.call("REVIVE", calls.Revive())
 }
@@ -408,6 +438,8 @@ func (o observed) String() string {
 		return fmt.Sprintf("update %s %s", o.status.TaskID.Value, o.status.GetState())
 	case "subscribed":
 		return "subscribed " + o.frameworkID
+	case "message":
+		return "message " + string(o.message.Data)
 	}
 	return o.kind + " " + o.errorMessage
 }

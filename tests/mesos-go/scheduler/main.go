@@ -12,7 +12,7 @@
 //
 // Usage:
 //
-//	scheduler -url http://HOST:PORT/api/v1/scheduler [-codec protobuf|json] -scenario NAME [-framework-id ID]
+//	scheduler -url http://HOST:PORT/api/v1/scheduler [-codec protobuf|json] -scenario NAME [-framework-id ID] [-executor PATH]
 //
 // Scenarios:
 //
@@ -27,6 +27,11 @@
 //	restart      launch a long task, print "ready"; after the master
 //	             restarts, re-subscribe (the controller does it by itself),
 //	             find the task by reconciliation, kill it, tear down
+//	executor     tasks of a custom executor (-executor, the mesos-go
+//	             executor of tests/mesos-go/executor, fetched through
+//	             CommandInfo.uris as mesos-go's example-scheduler does):
+//	             three to TASK_FINISHED, a framework message answered by
+//	             the executor, a long one killed, teardown
 package main
 
 import (
@@ -50,6 +55,7 @@ type config struct {
 	codec       encoding.Codec
 	scenario    string
 	frameworkID string
+	executor    string
 }
 
 func main() {
@@ -60,8 +66,9 @@ func main() {
 		codecName = flag.String("codec", codecs.NameProtobuf, "codec of the scheduler API: protobuf (mesos-go's default) or json")
 	)
 	flag.StringVar(&cfg.url, "url", "http://127.0.0.1:5050/api/v1/scheduler", "Mesos scheduler API endpoint")
-	flag.StringVar(&cfg.scenario, "scenario", "job", "job, job-pa, failover-1, failover-2 or restart")
+	flag.StringVar(&cfg.scenario, "scenario", "job", "job, job-pa, failover-1, failover-2, restart or executor")
 	flag.StringVar(&cfg.frameworkID, "framework-id", "", "framework id to fail over to (failover-2)")
+	flag.StringVar(&cfg.executor, "executor", "", "path of the executor binary the agent fetches (executor)")
 	flag.Parse()
 	switch *codecName {
 	case codecs.NameProtobuf:
@@ -113,6 +120,11 @@ func run(cfg config) error {
 		return failoverSecond(cfg)
 	case "restart":
 		return restart(cfg)
+	case "executor":
+		if cfg.executor == "" {
+			return fmt.Errorf("the executor scenario needs -executor")
+		}
+		return runExecutor(cfg)
 	}
 	return fmt.Errorf("unknown scenario %q", cfg.scenario)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/mesos/mesos-go/api/v1/lib"
@@ -121,5 +122,46 @@ func restart(cfg config) error {
 		}
 	}
 	fw.killAndTeardown("steady")
+	return nil
+}
+
+// runExecutor runs tasks of a custom executor that the agent fetches
+// from cfg.executor, as mesos-go's example-scheduler serves its
+// executor: CommandInfo.uris with executable set, a shell command
+// starting it from the sandbox.
+func runExecutor(cfg config) error {
+	fw := newFramework(cfg, "")
+	fw.start()
+	fw.expect("SUBSCRIBED", isSubscribed)
+	name := filepath.Base(cfg.executor)
+	command := "./" + name
+	executable := true
+	executorInfo := &mesos.ExecutorInfo{
+		ExecutorID: mesos.ExecutorID{Value: "go-exec"},
+		Name:       &name,
+		Command: &mesos.CommandInfo{
+			Value: &command,
+			URIs:  []mesos.CommandInfo_URI{{Value: cfg.executor, Executable: &executable}},
+		},
+	}
+	ids := []string{"work-0", "work-1", "work-2"}
+	for _, id := range ids {
+		fw.launchWith(id, executorInfo, "finish")
+	}
+	fw.launchWith("long", executorInfo, "wait")
+	running := fw.expect("long running", updateOf("long", mesos.TASK_RUNNING))
+	for _, id := range ids {
+		fw.expect(id+" finished", updateOf(id, mesos.TASK_FINISHED))
+	}
+	agent := running.status.GetAgentID().GetValue()
+	fw.call("MESSAGE", calls.Message(agent, "go-exec", []byte("ping")))
+	answer := fw.expect("the executor's answer", func(o observed) bool { return o.kind == "message" })
+	if got := string(answer.message.Data); got != "pong: ping" {
+		return fmt.Errorf("the executor answered %q", got)
+	}
+	if answer.message.ExecutorID.Value != "go-exec" || answer.message.AgentID.Value != agent {
+		return fmt.Errorf("the answer came from %v on %v", answer.message.ExecutorID, answer.message.AgentID)
+	}
+	fw.killAndTeardown("long")
 	return nil
 }

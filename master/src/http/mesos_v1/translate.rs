@@ -5,7 +5,8 @@
 //! Calls: each Mesos call becomes the native calls that do the same thing
 //! (ACCEPT → LAUNCH, SHUTDOWN → a KILL per task of the executor, …), plus
 //! any task the master must not see because Agora cannot run it as asked
-//! (a custom Mesos executor, URIs to fetch…): those are answered with
+//! (URIs to fetch for a command task, a task group for a custom
+//! executor…): those are answered with
 //! TASK_ERROR updates, asynchronously on the stream as Mesos answers
 //! invalid tasks. Request-level problems are [`CallError`]s, answered
 //! synchronously with Mesos's status codes.
@@ -208,7 +209,7 @@ fn translate_accept(accept: call::Accept) -> Translated {
                     .iter()
                     .map(|t| {
                         if custom {
-                            Err("LAUNCH_GROUP with a CUSTOM executor needs the agent's /api/v1/executor, which this Agora version does not serve".to_string())
+                            Err("LAUNCH_GROUP with a CUSTOM executor is not supported: Agora runs task groups with the default executor; launch the tasks one by one with LAUNCH".to_string())
                         } else {
                             convert::group_task_info(t).map_err(|e| e.to_string())
                         }

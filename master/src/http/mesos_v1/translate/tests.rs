@@ -208,10 +208,24 @@ fn the_masters_unknown_task_answer_is_recognised() {
 }
 
 #[test]
-fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
+fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest_with_their_uris() {
+    // Both a command and an executor: which one to run?
+    let mut both = command_task("both");
+    both.executor = Some(v1::ExecutorInfo {
+        executor_id: v1::ExecutorId { value: "e".into() },
+        ..Default::default()
+    });
+    // A custom executor, fetched: it runs.
     let mut custom = command_task("custom");
+    let mut executor_command = custom.command.take().unwrap();
+    executor_command.uris.push(v1::command_info::Uri {
+        value: "/srv/executor.py".into(),
+        executable: Some(true),
+        ..Default::default()
+    });
     custom.executor = Some(v1::ExecutorInfo {
         executor_id: v1::ExecutorId { value: "e".into() },
+        command: Some(executor_command),
         ..Default::default()
     });
     let mut with_uri = command_task("uri");
@@ -223,12 +237,17 @@ fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
     }
     let out = translate_call(
         &FrameworkId::new("f"),
-        accept(vec![launch(vec![command_task("ok"), custom, with_uri])]),
+        accept(vec![launch(vec![
+            command_task("ok"),
+            both,
+            custom,
+            with_uri,
+        ])]),
         &NoExecutors,
     )
     .unwrap();
     let refused: Vec<&str> = out.refused.iter().map(|s| s.task_id.as_str()).collect();
-    assert_eq!(refused, ["custom", "uri"]);
+    assert_eq!(refused, ["both"]);
     assert!(out
         .refused
         .iter()
@@ -237,8 +256,21 @@ fn accept_refuses_what_agora_cannot_run_and_keeps_the_rest() {
         [Call::Launch {
             tasks, offer_ids, ..
         }] => {
-            assert_eq!(tasks.len(), 1);
+            assert_eq!(tasks.len(), 3);
             assert_eq!(tasks[0].task_id.as_str(), "ok");
+            assert!(tasks[0].command.as_ref().unwrap().uris.is_empty());
+            let executor = tasks[1].executor.as_ref().expect("a custom executor");
+            assert_eq!(executor.api, agora_proto::ExecutorApi::MesosV1);
+            assert!(executor.command.environment.is_empty());
+            let uris = &executor.command.uris;
+            assert_eq!(uris[0].value, "/srv/executor.py");
+            assert!(uris[0].executable && uris[0].extract);
+            // A command task's URIs are fetched into the task's sandbox.
+            let command = tasks[2].command.as_ref().expect("a command task");
+            assert_eq!(tasks[2].task_id.as_str(), "uri");
+            assert_eq!(command.uris.len(), 1);
+            assert_eq!(command.uris[0].value, "http://example.invalid/x");
+            assert!(!command.uris[0].executable && command.uris[0].extract);
             assert_eq!(offer_ids, &[OfferId::new("o1")]);
         }
         other => panic!("{other:?}"),

@@ -1,4 +1,6 @@
-//! The agent's port: the executor WebSocket at `/api/executor`, and HTTP
+//! The agent's port: the executor WebSocket at `/api/executor`, the
+//! Mesos v1 executor API at `/api/v1/executor` ([`mesos_v1`], a second
+//! front door onto the same core machinery), and HTTP
 //! `/health`, `/state`, `/version`, `/metrics` (Prometheus text) and
 //! `/files/FID/EID[/PATH]` (an executor's sandbox, confined by
 //! [`crate::files`]; see `docs/http.md`). HTTP answers carry
@@ -25,10 +27,13 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::Input;
+use crate::core::{ExecKey, Input};
 use crate::files::{self, FileError, Target};
+use crate::isolation::monitor::Monitor;
 use crate::shell::{CoreEvent, Snapshot};
 use crate::{Counters, Shared};
+
+mod mesos_v1;
 
 /// Most queued events written to an executor with one flush.
 const WRITE_BATCH: usize = 256;
@@ -111,6 +116,12 @@ struct AppState {
     /// The core's latest `/state` view, published by the shell.
     snapshots: watch::Receiver<Snapshot>,
     counters: Arc<FileCounters>,
+    /// The connection of each executor subscribed on the Mesos v1
+    /// executor API, to which its calls (made on requests of their own)
+    /// belong.
+    v1_subscriptions: Arc<dashmap::DashMap<ExecKey, u64>>,
+    /// Container statistics (`--isolation cgroups`).
+    monitor: Monitor,
 }
 
 /// What `/files` served and refused, for `/metrics`.
@@ -138,13 +149,22 @@ pub(crate) fn router(
     shared: Shared,
     core: mpsc::Sender<CoreEvent>,
     snapshots: watch::Receiver<Snapshot>,
+    monitor: Monitor,
 ) -> Router {
     Router::new()
         .route("/api/executor", get(executor_ws))
+        .route(
+            "/api/v1/executor",
+            axum::routing::any(mesos_v1::executor).layer(axum::extract::DefaultBodyLimit::max(
+                mesos_v1::MAX_CALL_BYTES,
+            )),
+        )
         .route("/health", get(|| async { "ok" }))
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
         .route("/metrics", get(metrics))
+        .route("/monitor/statistics", get(statistics))
+        .route("/containers", get(statistics))
         .route("/files/{framework_id}/{executor_id}", get(files_root))
         .route(
             "/files/{framework_id}/{executor_id}/{*path}",
@@ -156,6 +176,8 @@ pub(crate) fn router(
             core,
             snapshots,
             counters: Arc::default(),
+            v1_subscriptions: Arc::default(),
+            monitor,
         })
 }
 
@@ -183,7 +205,14 @@ async fn metrics(State(app): State<AppState>) -> Response {
     let Some(state) = core_state(&app).await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     };
-    let body = render_metrics(&state, &app.counters, &app.shared.counters);
+    let mut body = render_metrics(&state, &app.counters, &app.shared.counters);
+    if app.monitor.enabled() {
+        let monitor = app.monitor.clone();
+        let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
+            .await
+            .unwrap_or_default();
+        crate::isolation::monitor::render_metrics(&mut body, &usage);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -425,6 +454,22 @@ async fn serve_file(
     }
 }
 
+/// `/monitor/statistics` (and `/containers`): what each executor's
+/// container uses, with Mesos's `ResourceStatistics` names; an empty list
+/// without `--isolation cgroups`.
+async fn statistics(State(app): State<AppState>) -> Response {
+    let Some(state) = core_state(&app).await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
+    };
+    let monitor = app.monitor.clone();
+    let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
+        .await
+        .unwrap_or_default();
+    let now = agora_proto::now_timestamp();
+    let entries: Vec<serde_json::Value> = usage.iter().map(|u| u.to_json(now)).collect();
+    Json(entries).into_response()
+}
+
 async fn state(State(app): State<AppState>) -> Response {
     match core_state(&app).await {
         Some(v) => Json(&*v).into_response(),
@@ -544,7 +589,7 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
                     link: link.clone(),
                     framework_id,
                     executor_id,
-                    token,
+                    token: Some(token),
                     updates: unacknowledged_updates,
                     tasks: unacknowledged_tasks,
                 }

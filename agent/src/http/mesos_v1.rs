@@ -1,0 +1,398 @@
+//! The Mesos v1 executor API, `POST /api/v1/executor`: the agent's second
+//! front door for executors, beside Agora's WebSocket, onto the same core
+//! machinery (subscription, checkpointed and acknowledged status updates,
+//! messages, launches, kills, shutdown).
+//!
+//! - `SUBSCRIBE` answers `200` with a chunked RecordIO stream whose
+//!   `Content-Type` is the codec the `Accept` header chose (JSON, else
+//!   protobuf): `SUBSCRIBED` first, then the events Mesos sends
+//!   (`LAUNCH`, `KILL`, `ACKNOWLEDGED` once an update is checkpointed,
+//!   `MESSAGE`, `SHUTDOWN`, `ERROR`), translated from the core's native
+//!   events by `agora_mesos_proto::executor`. A subscription's
+//!   `unacknowledged_updates` and `unacknowledged_tasks` go to the core
+//!   as a native re-subscription's do. The stream is the connection: when
+//!   it ends the core hears the executor disconnected.
+//! - `UPDATE`, `MESSAGE` and `HEARTBEAT` come on requests of their own and
+//!   are answered `202 Accepted` with an empty body once handed to the
+//!   core; they belong to the executor's current subscription.
+//!
+//! Refusals use Mesos's codes: `405` for a method other than POST, `400`
+//! for a missing `Content-Type`, a body that does not decode or a call
+//! that fails validation (no uuid, wrong source, …), `415` for another
+//! `Content-Type`, `406` when `Accept` allows neither codec, `413` for a
+//! body over [`MAX_CALL_BYTES`], `400` for a subscription of an executor
+//! the agent does not run (or that is not a Mesos executor), `403` for a
+//! call of an executor that is not subscribed, `503` while the agent
+//! stops. The executor API carries no stream id and no token: only
+//! executors launched as Mesos executors may subscribe here.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agora_mesos_proto::executor::{CallKind, EventTranslator, ExecutorCall};
+use agora_mesos_proto::{recordio, v1, Codec};
+use agora_proto::executor::Event;
+use axum::body::{Body, Bytes};
+use axum::extract::ws::CloseFrame;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::{mpsc, watch};
+
+use super::{AppState, ExecLink, Unwritten, WRITER_LINGER, WRITE_BATCH};
+use crate::core::{ExecKey, Input};
+use crate::shell::CoreEvent;
+
+/// The largest call body accepted (larger ones get `413`).
+pub(crate) const MAX_CALL_BYTES: usize = agora_proto::MAX_FRAME_BYTES;
+/// How long a subscription waits for the core's answer.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Encoded events queued for the response body beyond those being
+/// written.
+const BODY_QUEUE: usize = 4;
+
+/// `POST /api/v1/executor`.
+pub(super) async fn executor(
+    State(app): State<AppState>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if method != Method::POST {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            format!("Expecting POST, got {method}"),
+        )
+            .into_response();
+    }
+    let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "Expecting 'Content-Type' to be present",
+        );
+    };
+    let Some(codec) = content_type
+        .to_str()
+        .ok()
+        .and_then(Codec::from_content_type)
+    else {
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Expecting 'Content-Type' of application/json or application/x-protobuf",
+        );
+    };
+    let call: v1::executor::Call = match codec.decode(&body) {
+        Ok(call) => call,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("Failed to parse body: {e}"),
+            )
+        }
+    };
+    let call = match ExecutorCall::from_mesos(call, agora_proto::now_timestamp()) {
+        Ok(call) => call,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("Failed to validate executor::Call: {e}"),
+            )
+        }
+    };
+    let key: ExecKey = (call.framework_id, call.executor_id);
+    match call.kind {
+        CallKind::Subscribe {
+            unacknowledged_updates,
+            unacknowledged_tasks,
+        } => {
+            let accept = headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok());
+            let Some(codec) = Codec::negotiate(accept) else {
+                return refuse(
+                    StatusCode::NOT_ACCEPTABLE,
+                    "Expecting 'Accept' to allow application/json or application/x-protobuf",
+                );
+            };
+            subscribe(
+                app,
+                key,
+                codec,
+                unacknowledged_updates,
+                unacknowledged_tasks,
+            )
+            .await
+        }
+        CallKind::Call(call) => {
+            let Some(conn) = app.v1_subscriptions.get(&key).map(|c| *c) else {
+                return not_subscribed(&app, &key);
+            };
+            let input = CoreEvent::Input(Input::ExecutorCall { conn, call });
+            match app.core.send(input).await {
+                Ok(()) => StatusCode::ACCEPTED.into_response(),
+                Err(_) => refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping"),
+            }
+        }
+        CallKind::Heartbeat => {
+            if app.v1_subscriptions.contains_key(&key) {
+                StatusCode::ACCEPTED.into_response()
+            } else {
+                not_subscribed(&app, &key)
+            }
+        }
+    }
+}
+
+fn refuse(code: StatusCode, message: impl Into<String>) -> Response {
+    let message = message.into();
+    tracing::debug!(%code, %message, "Mesos executor call refused");
+    (code, message).into_response()
+}
+
+/// `400` for an executor the agent does not know (as its latest `/state`
+/// view says), `403` for one that is not subscribed.
+fn not_subscribed(app: &AppState, key: &ExecKey) -> Response {
+    let snapshot = app.snapshots.borrow().clone();
+    let known = snapshot["frameworks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["id"] == key.0.as_str())
+        .flat_map(|f| f["executors"].as_array().into_iter().flatten())
+        .any(|e| e["id"] == key.1.as_str());
+    if known {
+        refuse(StatusCode::FORBIDDEN, "Executor is not subscribed")
+    } else {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            format!("Executor {} of framework {} cannot be found", key.1, key.0),
+        )
+    }
+}
+
+/// Hands a subscription to the core and answers with its event stream,
+/// or with the core's refusal.
+async fn subscribe(
+    app: AppState,
+    key: ExecKey,
+    codec: Codec,
+    updates: Vec<agora_proto::TaskStatus>,
+    tasks: Vec<agora_proto::TaskInfo>,
+) -> Response {
+    let conn = app.shared.next_conn_id();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (close_tx, close) = watch::channel(None);
+    let link = ExecLink {
+        events: events_tx,
+        unwritten: Arc::default(),
+        close: Arc::new(close_tx),
+        limit: app.shared.config.executor_outbox.max(1),
+        stall: app.shared.config.executor_stall_timeout,
+    };
+    let (unwritten, limit) = (link.unwritten.clone(), link.limit);
+    let subscribe = CoreEvent::ExecutorSubscribe {
+        conn,
+        link,
+        framework_id: key.0.clone(),
+        executor_id: key.1.clone(),
+        token: None,
+        updates,
+        tasks,
+    };
+    if app.core.send(subscribe).await.is_err() {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping");
+    }
+    let disconnect = Disconnect {
+        app: app.clone(),
+        key: key.clone(),
+        conn,
+    };
+    let first = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, events.recv()).await {
+        Ok(Some(event)) => event,
+        Ok(None) => return refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping"),
+        Err(_) => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the agent did not answer the subscription in time",
+            )
+        }
+    };
+    unwritten.count.fetch_sub(1, Ordering::AcqRel);
+    match *first {
+        Event::Subscribed { .. } => {}
+        Event::Error { message, .. } => return refuse(StatusCode::BAD_REQUEST, message),
+        other => {
+            tracing::error!(event = ?other, "the core answered a subscription with neither SUBSCRIBED nor an error");
+            return refuse(StatusCode::INTERNAL_SERVER_ERROR, "subscription failed");
+        }
+    }
+    // Calls from now on belong to this subscription (a newer one
+    // replaces it).
+    app.v1_subscriptions.insert(key.clone(), conn);
+    tracing::info!(framework_id = %key.0, executor_id = %key.1, codec = codec.media_type(), "Mesos executor subscribed");
+    let (body_tx, body_rx) = mpsc::channel::<Bytes>(BODY_QUEUE);
+    let translator = EventTranslator::new(app.shared.listen.port());
+    let writer = EventWriter {
+        events,
+        unwritten,
+        limit,
+        close,
+        codec,
+        translator,
+        body: body_tx,
+        _disconnect: disconnect,
+    };
+    tokio::spawn(writer.run(first));
+    let stream = futures::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, codec.media_type())
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Tells the core the subscription is over when dropped (the writer
+/// ended: the executor went away, or the core closed the stream).
+struct Disconnect {
+    app: AppState,
+    key: ExecKey,
+    conn: u64,
+}
+
+impl Drop for Disconnect {
+    fn drop(&mut self) {
+        self.app
+            .v1_subscriptions
+            .remove_if(&self.key, |_, conn| *conn == self.conn);
+        let core = self.app.core.clone();
+        let conn = self.conn;
+        tokio::spawn(async move {
+            let _ = core
+                .send(CoreEvent::Input(Input::ExecutorDisconnected { conn }))
+                .await;
+        });
+    }
+}
+
+/// What writes one subscription's events into its response body.
+struct EventWriter {
+    /// The core's native events for the executor.
+    events: mpsc::UnboundedReceiver<Box<Event>>,
+    unwritten: Arc<Unwritten>,
+    /// `--executor-outbox`.
+    limit: usize,
+    /// The core asks for the stream to end.
+    close: watch::Receiver<Option<CloseFrame>>,
+    codec: Codec,
+    translator: EventTranslator,
+    /// The response body's queue.
+    body: mpsc::Sender<Bytes>,
+    _disconnect: Disconnect,
+}
+
+impl EventWriter {
+    /// Writes the core's events for one subscription as RecordIO records of
+    /// Mesos events into the response body, until the core closes the
+    /// stream (what was queued before goes first), every sender is gone, or
+    /// the executor stops reading the response.
+    async fn run(self, first: Box<Event>) {
+        let EventWriter {
+            mut events,
+            unwritten,
+            limit,
+            mut close,
+            codec,
+            mut translator,
+            body,
+            _disconnect,
+        } = self;
+        let mut record = |event: Event| -> Option<Bytes> {
+            let mesos = translator.translate(event)?;
+            match codec.encode(&mesos) {
+                Ok(bytes) => Some(Bytes::from(recordio::frame(&bytes))),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode a Mesos executor event");
+                    None
+                }
+            }
+        };
+        if let Some(chunk) = record(*first) {
+            if body.send(chunk).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            if close.borrow_and_update().is_some() {
+                // What was queued before the close goes first (the error
+                // that explains it, say), as far as time allows.
+                let drain = async {
+                    while let Ok(event) = events.try_recv() {
+                        if let Some(chunk) = record(*event) {
+                            if body.send(chunk).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(WRITER_LINGER, drain).await;
+                return;
+            }
+            let event = tokio::select! {
+                biased;
+                changed = close.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                () = body.closed() => return,
+                event = events.recv() => match event {
+                    Some(event) => event,
+                    None => return,
+                },
+            };
+            let mut batch = vec![event];
+            while batch.len() < WRITE_BATCH {
+                let Ok(event) = events.try_recv() else { break };
+                batch.push(event);
+            }
+            let queued = batch.len();
+            let write = async {
+                for event in batch {
+                    if let Some(chunk) = record(*event) {
+                        body.send(chunk).await.map_err(|_| ())?;
+                    }
+                }
+                Ok::<(), ()>(())
+            };
+            // An executor that reads nothing never takes a full body
+            // queue: a close asked for meanwhile gives it a moment, then
+            // ends the stream.
+            let closing = async {
+                let _ = close.changed().await;
+                tokio::time::sleep(WRITER_LINGER).await;
+            };
+            let written = tokio::select! {
+                written = write => written.is_ok(),
+                () = closing => false,
+            };
+            if !written {
+                return;
+            }
+            let left = unwritten.count.fetch_sub(queued, Ordering::AcqRel) - queued;
+            if left < limit {
+                unwritten.full_since_ms.store(0, Ordering::Release);
+            }
+            unwritten.drained.notify_one();
+        }
+    }
+}

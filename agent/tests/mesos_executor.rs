@@ -1,0 +1,632 @@
+//! The Mesos v1 executor API at `/api/v1/executor`, spoken as a Mesos
+//! executor speaks it: a custom executor launched with the Mesos
+//! environment subscribes (JSON or protobuf RecordIO stream), gets its
+//! task, sends updates (acknowledged once checkpointed, delivered to the
+//! master) and messages both ways; refusals carry Mesos's status codes;
+//! an acknowledged update survives an agent restart.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use agora_client::{Http, Method};
+use agora_mesos_proto::{recordio, v1, Codec};
+use agora_proto::agent::{Call as AgentCall, Event as AgentEvent};
+use agora_proto::{
+    CommandInfo, ExecutorApi, ExecutorId, ExecutorInfo, FrameworkId, Resources, TaskId, TaskInfo,
+    TaskState,
+};
+use base64::Engine as _;
+use serde_json::json;
+use support::*;
+
+const JSON: &str = "application/json";
+const PROTOBUF: &str = "application/x-protobuf";
+
+/// A task of custom executor `eid` launched as a Mesos framework's: the
+/// master's Mesos front door marks it with [`ExecutorApi::MesosV1`].
+fn mesos_task(id: &str, eid: &str, script: &Path, mesos: bool) -> TaskInfo {
+    let command = CommandInfo::shell(script.display().to_string());
+    let mut task = command_task(id);
+    task.command = None;
+    task.executor = Some(ExecutorInfo {
+        executor_id: ExecutorId::new(eid),
+        framework_id: None,
+        command,
+        resources: Resources::parse("cpus:0.1;mem:32").unwrap(),
+        name: "mesos executor".into(),
+        source: String::new(),
+        api: if mesos {
+            ExecutorApi::MesosV1
+        } else {
+            ExecutorApi::Agora
+        },
+    });
+    task
+}
+
+/// An executor's subscription stream.
+struct Stream {
+    body: agora_client::Streaming,
+    reader: recordio::Reader,
+    codec: Codec,
+}
+
+impl Stream {
+    /// The next event, as JSON (protobuf events are decoded, then written
+    /// as Mesos's JSON).
+    async fn next(&mut self) -> serde_json::Value {
+        loop {
+            if let Some(record) = self.reader.next_record().unwrap() {
+                let event: v1::executor::Event = self.codec.decode(&record).unwrap();
+                let json = agora_mesos_proto::codec::to_json(&event).unwrap();
+                return serde_json::from_slice(&json).unwrap();
+            }
+            let chunk = tokio::time::timeout(WAIT, self.body.chunk())
+                .await
+                .expect("no event from the agent")
+                .unwrap()
+                .expect("the agent ended the stream");
+            self.reader.feed(&chunk);
+        }
+    }
+
+    /// Whether the agent ends the stream (within a while).
+    async fn ends(&mut self) -> bool {
+        matches!(
+            tokio::time::timeout(WAIT, self.body.chunk()).await,
+            Ok(Ok(None) | Err(_))
+        )
+    }
+}
+
+fn call_body(
+    env: &HashMap<String, String>,
+    kind: &str,
+    inner: serde_json::Value,
+) -> serde_json::Value {
+    let mut call = json!({
+        "type": kind,
+        "framework_id": {"value": env["MESOS_FRAMEWORK_ID"]},
+        "executor_id": {"value": env["MESOS_EXECUTOR_ID"]},
+    });
+    if !inner.is_null() {
+        call[kind.to_ascii_lowercase()] = inner;
+    }
+    call
+}
+
+async fn post(endpoint: &str, headers: &[(&str, &str)], body: Vec<u8>) -> agora_client::Response {
+    Http::new()
+        .request(
+            Method::POST,
+            endpoint,
+            "/api/v1/executor",
+            headers,
+            Some(body),
+        )
+        .await
+        .unwrap()
+}
+
+async fn post_json(endpoint: &str, call: &serde_json::Value) -> agora_client::Response {
+    post(
+        endpoint,
+        &[("content-type", JSON)],
+        call.to_string().into_bytes(),
+    )
+    .await
+}
+
+async fn subscribe_v1(
+    env: &HashMap<String, String>,
+    codec: Codec,
+    unacknowledged: serde_json::Value,
+) -> Stream {
+    let call = call_body(env, "SUBSCRIBE", unacknowledged);
+    let body = match codec {
+        Codec::Json => call.to_string().into_bytes(),
+        Codec::Protobuf => {
+            let call: v1::executor::Call = Codec::Json.decode(call.to_string().as_bytes()).unwrap();
+            Codec::Protobuf.encode(&call).unwrap()
+        }
+    };
+    let media = codec.media_type();
+    let body = Http::new()
+        .stream(
+            Method::POST,
+            &env["MESOS_AGENT_ENDPOINT"],
+            "/api/v1/executor",
+            &[("content-type", media), ("accept", media)],
+            Some(body),
+        )
+        .await
+        .unwrap();
+    assert_eq!(body.status, 200);
+    assert_eq!(body.headers["content-type"], media);
+    assert!(body.headers.get("content-length").is_none());
+    assert_eq!(body.headers["transfer-encoding"], "chunked");
+    Stream {
+        body,
+        reader: recordio::Reader::new(),
+        codec,
+    }
+}
+
+/// The status of a POST with no `Content-Type` (the HTTP client always
+/// sends one).
+async fn status_without_content_type(addr: std::net::SocketAddr, body: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /api/v1/executor HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(WAIT, stream.read_to_string(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    response[9..12].parse().unwrap()
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn update(task: &str, state: &str, uuid: &uuid::Uuid) -> serde_json::Value {
+    json!({"status": {
+        "task_id": {"value": task},
+        "state": state,
+        "source": "SOURCE_EXECUTOR",
+        "uuid": b64(uuid.as_bytes()),
+    }})
+}
+
+/// A registered agent (fake master) running Mesos executor `e1` for task
+/// `t1` of framework `fw` (checkpointing or not): the executor's
+/// environment.
+async fn mesos_executor(
+    checkpoint: bool,
+) -> (
+    tempfile::TempDir,
+    Agent,
+    FakeMaster,
+    MasterConn,
+    HashMap<String, String>,
+) {
+    let started = Started::with_mesos_task(checkpoint).await;
+    let (_sandbox, env) = executor_env(&started.work, "fw", "e1").await;
+    (
+        started.dir,
+        started.agent,
+        started.master,
+        started.conn,
+        env,
+    )
+}
+
+/// A registered agent (fake master) that was sent Mesos executor `e1` for
+/// task `t1` of framework `fw`.
+struct Started {
+    dir: tempfile::TempDir,
+    script: PathBuf,
+    work: PathBuf,
+    agent: Agent,
+    master: FakeMaster,
+    conn: MasterConn,
+}
+
+impl Started {
+    async fn with_mesos_task(checkpoint: bool) -> Started {
+        let dir = tempfile::tempdir().unwrap();
+        let script = sleeper_script(dir.path());
+        let work = dir.path().join("work");
+        let master = FakeMaster::bind().await;
+        let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+        let mut conn = master.accept().await;
+        conn.register("agent-1").await;
+        conn.send(&AgentEvent::RunTask {
+            framework: framework("fw", checkpoint),
+            task: mesos_task("t1", "e1", &script, true),
+        })
+        .await;
+        Started {
+            dir,
+            script,
+            work,
+            agent,
+            master,
+            conn,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mesos_executor_gets_the_mesos_environment() {
+    let (_dir, agent, _master, _conn, env) = mesos_executor(true).await;
+    assert_eq!(env["MESOS_AGENT_ENDPOINT"], agent.addr.to_string());
+    assert_eq!(env["MESOS_FRAMEWORK_ID"], "fw");
+    assert_eq!(env["MESOS_EXECUTOR_ID"], "e1");
+    assert_eq!(env["MESOS_AGENT_ID"], "agent-1");
+    assert_eq!(env["MESOS_SLAVE_ID"], "agent-1");
+    assert_eq!(env["MESOS_SANDBOX"], env["MESOS_DIRECTORY"]);
+    assert!(Path::new(&env["MESOS_SANDBOX"]).is_absolute());
+    assert_eq!(env["MESOS_CHECKPOINT"], "1");
+    assert_eq!(env["MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD"], "500ms");
+    assert_eq!(env["MESOS_RECOVERY_TIMEOUT"], "900secs");
+    assert_eq!(env["MESOS_SUBSCRIPTION_BACKOFF_MAX"], "15secs");
+    assert_eq!(env["MESOS_HTTP_COMMAND_EXECUTOR"], "0");
+    assert!(!env.contains_key("AGORA_EXECUTOR_API"));
+    assert!(!env.contains_key("AGORA_FETCH_URIS"));
+    agent.stop().await;
+
+    // Without checkpointing, no recovery settings (as Mesos).
+    let (_dir, agent, _master, _conn, env) = mesos_executor(false).await;
+    assert_eq!(env["MESOS_CHECKPOINT"], "0");
+    assert!(!env.contains_key("MESOS_RECOVERY_TIMEOUT"));
+    assert!(!env.contains_key("MESOS_SUBSCRIPTION_BACKOFF_MAX"));
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mesos_executor_runs_its_task_with_acknowledged_updates_and_messages() {
+    let (_dir, agent, _master, mut conn, env) = mesos_executor(true).await;
+    let endpoint = env["MESOS_AGENT_ENDPOINT"].clone();
+    let mut stream = subscribe_v1(&env, Codec::Json, json!({})).await;
+    let subscribed = stream.next().await;
+    assert_eq!(subscribed["type"], "SUBSCRIBED", "{subscribed}");
+    let s = &subscribed["subscribed"];
+    // pymesos compares these as whole dicts.
+    assert_eq!(s["executor_info"]["executor_id"], json!({"value": "e1"}));
+    assert_eq!(s["framework_info"]["id"], json!({"value": "fw"}));
+    assert_eq!(s["agent_info"]["id"], json!({"value": "agent-1"}));
+    assert_eq!(s["agent_info"]["hostname"], "test-host");
+    assert_eq!(s["agent_info"]["port"], agent.addr.port());
+    let launch = stream.next().await;
+    assert_eq!(launch["type"], "LAUNCH", "{launch}");
+    assert_eq!(launch["launch"]["task"]["task_id"]["value"], "t1");
+    assert_eq!(
+        launch["launch"]["task"]["executor"]["executor_id"]["value"],
+        "e1"
+    );
+
+    // UPDATE: 202, then ACKNOWLEDGED with the uuid once checkpointed, and
+    // the update reaches the master.
+    let running = uuid::Uuid::new_v4();
+    let answer = post_json(
+        &endpoint,
+        &call_body(&env, "UPDATE", update("t1", "TASK_RUNNING", &running)),
+    )
+    .await;
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    assert!(answer.body.is_empty());
+    let ack = stream.next().await;
+    assert_eq!(ack["type"], "ACKNOWLEDGED", "{ack}");
+    assert_eq!(ack["acknowledged"]["task_id"]["value"], "t1");
+    assert_eq!(ack["acknowledged"]["uuid"], b64(running.as_bytes()));
+    let (fid, status) = conn.recv_update(true).await;
+    assert_eq!(fid.as_str(), "fw");
+    assert_eq!(status.state, TaskState::Running);
+    assert_eq!(status.uuid, Some(running.to_string()));
+    assert_eq!(status.executor_id, Some(ExecutorId::new("e1")));
+    assert_eq!(
+        status.agent_id.as_ref().map(|a| a.as_str()),
+        Some("agent-1")
+    );
+
+    // MESSAGE both ways.
+    let answer = post_json(
+        &endpoint,
+        &call_body(&env, "MESSAGE", json!({"data": b64(b"to the scheduler")})),
+    )
+    .await;
+    assert_eq!(answer.status, 202);
+    match conn.recv().await {
+        AgentCall::Message {
+            framework_id,
+            executor_id,
+            data,
+        } => {
+            assert_eq!((framework_id.as_str(), executor_id.as_str()), ("fw", "e1"));
+            assert_eq!(data.0, b"to the scheduler");
+        }
+        other => panic!("{other:?}"),
+    }
+    conn.send(&AgentEvent::Message {
+        framework_id: FrameworkId::new("fw"),
+        executor_id: ExecutorId::new("e1"),
+        data: "to the executor".into(),
+    })
+    .await;
+    let message = stream.next().await;
+    assert_eq!(message["type"], "MESSAGE", "{message}");
+    assert_eq!(message["message"]["data"], b64(b"to the executor"));
+
+    // KILL, with the task's kill policy.
+    conn.send(&AgentEvent::KillTask {
+        framework_id: FrameworkId::new("fw"),
+        task_id: TaskId::new("t1"),
+    })
+    .await;
+    let kill = stream.next().await;
+    assert_eq!(kill["type"], "KILL", "{kill}");
+    assert_eq!(kill["kill"]["task_id"]["value"], "t1");
+    let killed = uuid::Uuid::new_v4();
+    let answer = post_json(
+        &endpoint,
+        &call_body(&env, "UPDATE", update("t1", "TASK_KILLED", &killed)),
+    )
+    .await;
+    assert_eq!(answer.status, 202);
+    assert_eq!(stream.next().await["type"], "ACKNOWLEDGED");
+    let (_, status) = conn.recv_update(true).await;
+    assert_eq!(status.state, TaskState::Killed);
+    // The framework goes away: the executor is shut down.
+    conn.send(&AgentEvent::ShutdownFramework {
+        framework_id: FrameworkId::new("fw"),
+    })
+    .await;
+    let shutdown = stream.next().await;
+    assert_eq!(shutdown, json!({"type": "SHUTDOWN"}));
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protobuf_subscription_streams_protobuf_events() {
+    let (_dir, agent, _master, _conn, env) = mesos_executor(false).await;
+    let mut stream = subscribe_v1(&env, Codec::Protobuf, json!({})).await;
+    assert_eq!(stream.next().await["type"], "SUBSCRIBED");
+    assert_eq!(stream.next().await["type"], "LAUNCH");
+    // A second subscription replaces the first, whose stream ends.
+    let mut again = subscribe_v1(&env, Codec::Json, json!({})).await;
+    assert_eq!(again.next().await["type"], "SUBSCRIBED");
+    assert!(stream.ends().await, "the replaced stream goes on");
+    let connected = |s: &serde_json::Value| s["frameworks"][0]["executors"][0]["connected"].clone();
+    let state = agent.state_when(|s| connected(s) == true).await;
+    assert_eq!(connected(&state), true);
+    // The executor goes away: the agent sees it disconnected.
+    drop(again);
+    agent.state_when(|s| connected(s) == false).await;
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_are_refused_with_mesos_status_codes() {
+    let Started {
+        dir: _dir,
+        script,
+        work,
+        agent,
+        master: _master,
+        mut conn,
+    } = Started::with_mesos_task(false).await;
+    // And a native custom executor, which has a token to present.
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: mesos_task("t2", "native", &script, false),
+    })
+    .await;
+    let (_, env) = executor_env(&work, "fw", "e1").await;
+    let (_, native_env) = executor_env(&work, "fw", "native").await;
+    let endpoint = agent.addr.to_string();
+    let code = |r: agora_client::Response| r.status;
+    let running = update("t1", "TASK_RUNNING", &uuid::Uuid::new_v4());
+
+    let get = Http::new()
+        .get(&endpoint, "/api/v1/executor")
+        .await
+        .unwrap();
+    assert_eq!(get.status, 405);
+    let subscribe = call_body(&env, "SUBSCRIBE", json!({})).to_string();
+    assert_eq!(
+        status_without_content_type(agent.addr, &subscribe).await,
+        400,
+        "no Content-Type"
+    );
+    assert_eq!(
+        code(
+            post(
+                &endpoint,
+                &[("content-type", "text/plain")],
+                subscribe.clone().into_bytes()
+            )
+            .await
+        ),
+        415
+    );
+    assert_eq!(
+        code(post(&endpoint, &[("content-type", JSON)], b"{not json".to_vec()).await),
+        400
+    );
+    assert_eq!(
+        code(
+            post(
+                &endpoint,
+                &[("content-type", PROTOBUF)],
+                b"\xff\xff\xff".to_vec()
+            )
+            .await
+        ),
+        400
+    );
+    assert_eq!(
+        code(
+            post(
+                &endpoint,
+                &[("content-type", JSON), ("accept", "text/html")],
+                subscribe.clone().into_bytes()
+            )
+            .await
+        ),
+        406
+    );
+    // Required fields: the executor id.
+    let anonymous = json!({"type": "SUBSCRIBE", "framework_id": {"value": "fw"}, "subscribe": {}});
+    assert_eq!(code(post_json(&endpoint, &anonymous).await), 400);
+    let huge = vec![b' '; agora_proto::MAX_FRAME_BYTES + 1];
+    assert_eq!(
+        code(post(&endpoint, &[("content-type", JSON)], huge).await),
+        413
+    );
+    // An UPDATE without a uuid, or not from the executor.
+    let mut no_uuid = running.clone();
+    no_uuid["status"].as_object_mut().unwrap().remove("uuid");
+    let answer = post_json(&endpoint, &call_body(&env, "UPDATE", no_uuid)).await;
+    assert_eq!(answer.status, 400);
+    assert!(answer.text().contains("uuid"), "{}", answer.text());
+    let mut from_agent = running.clone();
+    from_agent["status"]["source"] = "SOURCE_AGENT".into();
+    assert_eq!(
+        code(post_json(&endpoint, &call_body(&env, "UPDATE", from_agent)).await),
+        400
+    );
+    // A known executor that has not subscribed: 403 (mesos-go
+    // re-subscribes on it); an unknown one: 400.
+    let answer = post_json(&endpoint, &call_body(&env, "UPDATE", running.clone())).await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    let mut stranger = env.clone();
+    stranger.insert("MESOS_EXECUTOR_ID".into(), "nobody".into());
+    assert_eq!(
+        code(post_json(&endpoint, &call_body(&stranger, "UPDATE", running.clone())).await),
+        400
+    );
+    let answer = post_json(&endpoint, &call_body(&stranger, "SUBSCRIBE", json!({}))).await;
+    assert_eq!(answer.status, 400);
+    assert!(
+        answer.text().contains("unknown executor"),
+        "{}",
+        answer.text()
+    );
+    // An executor of Agora's API has a token: it cannot subscribe here.
+    let mut native = env.clone();
+    native.insert(
+        "MESOS_EXECUTOR_ID".into(),
+        native_env["AGORA_EXECUTOR_ID"].clone(),
+    );
+    let answer = post_json(&endpoint, &call_body(&native, "SUBSCRIBE", json!({}))).await;
+    assert_eq!(answer.status, 400);
+    assert!(answer.text().contains("not launched as a Mesos executor"));
+    // Nothing of that disturbed the real executor.
+    let mut stream = subscribe_v1(&env, Codec::Json, json!({})).await;
+    assert_eq!(stream.next().await["type"], "SUBSCRIBED");
+    assert_eq!(stream.next().await["type"], "LAUNCH");
+    let answer = post_json(&endpoint, &call_body(&env, "HEARTBEAT", json!(null))).await;
+    assert_eq!(answer.status, 202);
+    let answer = post_json(&endpoint, &call_body(&env, "UPDATE", running)).await;
+    assert_eq!(answer.status, 202);
+    assert_eq!(stream.next().await["type"], "ACKNOWLEDGED");
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_update_of_a_mesos_executor_survives_an_agent_restart() {
+    let (dir, agent, master, mut conn, env) = mesos_executor(true).await;
+    let mut stream = subscribe_v1(&env, Codec::Json, json!({})).await;
+    assert_eq!(stream.next().await["type"], "SUBSCRIBED");
+    assert_eq!(stream.next().await["type"], "LAUNCH");
+    let running = uuid::Uuid::new_v4();
+    let answer = post_json(
+        &env["MESOS_AGENT_ENDPOINT"],
+        &call_body(&env, "UPDATE", update("t1", "TASK_RUNNING", &running)),
+    )
+    .await;
+    assert_eq!(answer.status, 202);
+    assert_eq!(stream.next().await["type"], "ACKNOWLEDGED");
+    // The master never acknowledges it; the agent restarts.
+    let (_, status) = conn.recv_update(false).await;
+    assert_eq!(status.uuid, Some(running.to_string()));
+    agent.stop().await;
+    drop(conn);
+    assert!(stream.ends().await);
+
+    let script = dir.path().join("fake-executor.sh");
+    let work = dir.path().join("work");
+    let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-1").await;
+    let (_, status) = conn.recv_update(false).await;
+    assert_eq!(status.uuid, Some(running.to_string()), "delivered again");
+    assert_eq!(status.state, TaskState::Running);
+    // The executor re-subscribes on the new port with its task: no LAUNCH.
+    let mut env = env;
+    env.insert("MESOS_AGENT_ENDPOINT".into(), agent.addr.to_string());
+    let task = json!({
+        "name": "task t1", "task_id": {"value": "t1"}, "agent_id": {"value": "agent-1"},
+        "executor": {"executor_id": {"value": "e1"}, "command": {"value": "x"}},
+    });
+    let finished = uuid::Uuid::new_v4();
+    let mut stream = subscribe_v1(
+        &env,
+        Codec::Json,
+        json!({
+            "unacknowledged_tasks": [task],
+            "unacknowledged_updates": [update("t1", "TASK_FINISHED", &finished)],
+        }),
+    )
+    .await;
+    assert_eq!(stream.next().await["type"], "SUBSCRIBED");
+    let ack = stream.next().await;
+    assert_eq!(ack["type"], "ACKNOWLEDGED", "{ack}");
+    assert_eq!(ack["acknowledged"]["uuid"], b64(finished.as_bytes()));
+    agent.stop().await;
+}
+
+/// A Mesos executor that stops reading its stream is disconnected once it
+/// has left `--executor-outbox` events unread for
+/// `--executor-stall-timeout`, as one on Agora's WebSocket is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mesos_executor_that_does_not_read_is_disconnected() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let mut config = config(&master.addr(), &work, &script);
+    config.executor_outbox = 4;
+    config.executor_stall_timeout = std::time::Duration::from_millis(300);
+    let agent = Agent::start(config).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-1").await;
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: mesos_task("t1", "e1", &script, true),
+    })
+    .await;
+    let (_, env) = executor_env(&work, "fw", "e1").await;
+    let mut stream = subscribe_v1(&env, Codec::Json, json!({})).await;
+    assert_eq!(stream.next().await["type"], "SUBSCRIBED");
+    // From now on the executor reads nothing. Framework messages of 1 MiB
+    // fill the socket's buffers, then the queues.
+    let data = vec![b'x'; 1 << 20];
+    let connected =
+        |s: &serde_json::Value| s["frameworks"][0]["executors"][0]["connected"].as_bool();
+    let started = std::time::Instant::now();
+    let mut disconnected = false;
+    for _ in 0..200 {
+        conn.send(&AgentEvent::Message {
+            framework_id: FrameworkId::new("fw"),
+            executor_id: ExecutorId::new("e1"),
+            data: data.clone().into(),
+        })
+        .await;
+        let (_, body) = agent.get("/state").await;
+        let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if connected(&state) == Some(false) {
+            disconnected = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        disconnected,
+        "the executor that reads nothing kept its stream"
+    );
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "disconnected before the stall timeout"
+    );
+    drop(stream);
+    agent.stop().await;
+}
