@@ -284,10 +284,14 @@ impl Checker {
                     .collect::<Vec<_>>()
             )
         };
-        if launch < current
-            && status.uuid.is_some()
-            && !self.forgotten.contains(&(status.task_id.clone(), current))
-        {
+        // (An agent whose damaged log lost the end of the earlier launch,
+        // or the later launch itself, reports what its log kept.)
+        let damaged = self.forgotten.contains(&(status.task_id.clone(), current))
+            || h
+                .terminal_uuid
+                .as_ref()
+                .is_some_and(|u| self.lost_on_disk.contains(u));
+        if launch < current && status.uuid.is_some() && !damaged {
             // A new reliable update of an earlier launch, once the
             // scheduler has launched the id again: it takes it for the
             // new task's. (An answer the master made without a uuid may
