@@ -538,6 +538,7 @@ mod tests {
     /// A command-less task named `id`.
     fn task_info(id: &str) -> TaskInfo {
         TaskInfo {
+            launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),
             agent_id: agora_proto::AgentId::new("a"),

@@ -917,6 +917,7 @@ mod tests {
     #[test]
     fn tasks_translate_both_ways() {
         let task = agora_proto::TaskInfo {
+            launch_stamp: None,
             name: "t".into(),
             task_id: agora_proto::TaskId::new("t1"),
             agent_id: agora_proto::AgentId::new("a1"),

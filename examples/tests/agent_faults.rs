@@ -103,6 +103,7 @@ impl Job {
     fn task(&self, i: usize, offer: &agora_proto::Offer) -> TaskInfo {
         let program = bin("ledger-executor").display().to_string();
         TaskInfo {
+            launch_stamp: None,
             name: self.task_name(i),
             task_id: TaskId::new(self.task_name(i)),
             agent_id: offer.agent_id.clone(),

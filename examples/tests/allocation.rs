@@ -49,6 +49,7 @@ impl Scheduler for Greedy {
             }
             self.next += 1;
             let task = TaskInfo {
+                launch_stamp: None,
                 name: format!("{}-{}", self.name, self.next),
                 task_id: TaskId::new(format!("{}-{}", self.name, self.next)),
                 agent_id: offer.agent_id.clone(),

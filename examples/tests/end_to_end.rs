@@ -16,6 +16,7 @@ const AGENT: &str = "cpus:4;mem:4096;disk:4096;ports:[31000-32000]";
 
 fn command_task(id: &str, offer: &agora_proto::Offer, command: &str, resources: &str) -> TaskInfo {
     TaskInfo {
+        launch_stamp: None,
         name: id.to_string(),
         task_id: TaskId::new(id),
         agent_id: offer.agent_id.clone(),

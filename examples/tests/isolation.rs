@@ -160,6 +160,7 @@ fn running(rx: &Receiver<SchedEvent>, task: &str) -> TaskStatus {
 
 fn command_task(id: &str, offer: &Offer, command: &str, resources: &str) -> TaskInfo {
     TaskInfo {
+        launch_stamp: None,
         name: id.to_string(),
         task_id: TaskId::new(id),
         agent_id: offer.agent_id.clone(),
@@ -319,6 +320,7 @@ fn cpu_is_capped_by_the_cfs_quota() {
     let offer = next_offer(&rx);
     let program = bin("test-executor").display().to_string();
     let task = TaskInfo {
+        launch_stamp: None,
         name: "spin".into(),
         task_id: TaskId::new("spin"),
         agent_id: offer.agent_id.clone(),

@@ -783,6 +783,7 @@ mod tests {
 
     fn task(id: &str) -> TaskInfo {
         TaskInfo {
+            launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),
             agent_id: AgentId::new("agent-1"),

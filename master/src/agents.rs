@@ -238,25 +238,63 @@ impl Master {
                 continue;
             };
             let key = (fid.clone(), report.task.task_id.clone());
-            let ended_elsewhere = fw.tasks.get(&report.task.task_id).is_some_and(|task| {
-                task.agent_id != aid && task.state.is_terminal() && !report.state.is_terminal()
+            let reported_stamp = report.task.launch_stamp;
+            // Whether the record of the id, on another agent, is of an
+            // earlier launch than the reported task. Told by the launch
+            // stamps when both have one; without, a running report is later
+            // than an ended record (the id is launched again only once
+            // its task ended).
+            let superseded = fw.tasks.get(&report.task.task_id).is_some_and(|task| {
+                task.agent_id != aid
+                    && match (task.info.launch_stamp, reported_stamp) {
+                        (Some(held), Some(reported)) => reported > held,
+                        _ => task.state.is_terminal() && !report.state.is_terminal(),
+                    }
             });
-            if ended_elsewhere {
-                // The record is of an earlier task with this id that ended
-                // on another agent (a master that failed over learnt it from
-                // that agent's report of the end it still holds); this
-                // agent runs the task that has the id now. The ended one is
-                // completed, so that its agent's re-send of the end is
-                // refused, and this one adopted below.
+            if superseded {
+                // The record is of an earlier task with this id, on another
+                // agent (a master that failed over learnt it from that
+                // agent's report of what its log still holds); this agent
+                // has the task that has the id now. The earlier one is
+                // completed (so that its agent's re-sends are refused, and
+                // a copy still running there is killed) and this one
+                // adopted below.
                 if let Some(old) = fw.tasks.remove(&report.task.task_id) {
-                    tracing::info!(agent_id = %aid, old_agent_id = %old.agent_id, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports a running task whose id ended on another agent; the running one is adopted");
+                    tracing::info!(agent_id = %aid, old_agent_id = %old.agent_id, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports a later launch of a task id held on another agent; the later one is adopted");
+                    let live = !old.state.is_terminal();
                     if let Some(other) = self.agents.get_mut(&old.agent_id) {
-                        other.tasks.remove(&(fid.clone(), report.task.task_id.clone()));
+                        other
+                            .tasks
+                            .remove(&(fid.clone(), report.task.task_id.clone()));
+                        if live {
+                            other.used = other.used.saturating_sub(&old.resources);
+                        }
+                    }
+                    if live {
+                        self.allocator
+                            .recover(&fid, &old.agent_id, &old.resources, None, now);
+                        self.send_agent(
+                            &old.agent_id,
+                            Event::KillTask {
+                                framework_id: fid.clone(),
+                                task_id: report.task.task_id.clone(),
+                            },
+                        );
                     }
                     let state = old.state;
                     self.complete_task(old, state);
                 }
             }
+            // An ended launch of the id that is not later than one that
+            // completed (on any agent): reported by an agent whose log lost
+            // the record of that end, or whose acknowledgement was lost.
+            let completed_later = reported_stamp.is_some_and(|reported| {
+                self.completed.iter().any(|c| {
+                    c.framework_id == fid
+                        && c.task_id == report.task.task_id
+                        && c.launch_stamp.is_some_and(|done| done >= reported)
+                })
+            });
             let Some(fw) = self.frameworks.get_mut(&fid) else {
                 continue;
             };
@@ -276,9 +314,13 @@ impl Master {
                     self.metrics.reports_refused_reregistration.inc();
                     continue;
                 }
-                None if self.completed.iter().any(|c| {
-                    c.framework_id == fid && c.task_id == report.task.task_id && c.agent_id == aid
-                }) =>
+                None if completed_later
+                    || self.completed.iter().any(|c| {
+                        c.framework_id == fid
+                            && c.task_id == report.task.task_id
+                            && c.agent_id == aid
+                            && (c.launch_stamp.is_none() || c.launch_stamp == reported_stamp)
+                    }) =>
                 {
                     // It ended here and its scheduler was told how: an
                     // agent that reports it again lost the record of that

@@ -161,6 +161,7 @@ pub(crate) fn build(agents: usize, tasks: usize, frameworks: usize) -> Master {
                 .map(|k| {
                     let id = format!("task-{launched}-{k}-r{round}");
                     agora_proto::TaskInfo {
+                        launch_stamp: None,
                         name: format!("bench task {id}"),
                         task_id: id.as_str().into(),
                         agent_id: offer.agent_id.clone(),

@@ -36,6 +36,10 @@ pub(crate) struct Framework {
     /// Learnt from an agent's report, never subscribed to this master.
     pub(crate) recovered: bool,
     pub(crate) registered_at: f64,
+    /// The epoch of its launches' stamps, durable in its record.
+    pub(crate) launch_epoch: u64,
+    /// Launches stamped in this epoch.
+    pub(crate) launch_seq: u64,
 }
 
 /// A removed framework, kept (the last `--max-completed-frameworks`) for
@@ -65,6 +69,8 @@ impl Framework {
             suppressed: false,
             recovered: false,
             registered_at: agora_proto::now_timestamp(),
+            launch_epoch: 0,
+            launch_seq: 0,
         }
     }
 
@@ -77,7 +83,18 @@ impl Framework {
             id: self.id.clone(),
             info: self.info.clone(),
             disconnected_at,
+            launch_epoch: self.launch_epoch,
         })
+    }
+
+    /// The stamp of its next launch.
+    pub(crate) fn next_launch_stamp(&mut self) -> agora_proto::LaunchStamp {
+        let stamp = agora_proto::LaunchStamp {
+            epoch: self.launch_epoch,
+            seq: self.launch_seq,
+        };
+        self.launch_seq += 1;
+        stamp
     }
 }
 
@@ -195,6 +212,13 @@ impl Master {
         };
         fw.conn = Some(conn);
         fw.failover_deadline = None;
+        // A new epoch, durable before the scheduler hears SUBSCRIBED (and
+        // so before it can launch): every launch of this subscription is
+        // stamped later than any of an earlier one, on any master. (The
+        // clock only helps a master without a registry.)
+        let wall = agora_proto::now_timestamp().max(0.0) as u64;
+        fw.launch_epoch = (fw.launch_epoch + 1).max(wall);
+        fw.launch_seq = 0;
         let record = fw.record(None);
         let pending: Vec<_> = fw
             .tasks

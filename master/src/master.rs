@@ -211,6 +211,7 @@ impl Master {
             let timeout = peer_seconds(record.info.failover_timeout);
             let mut fw = Framework::new(fid.clone(), record.info.clone());
             fw.recovered = true;
+            fw.launch_epoch = record.launch_epoch;
             fw.failover_deadline = match record.disconnected_at {
                 None => now.checked_add(
                     timeout

@@ -338,6 +338,10 @@ impl Master {
             }
             remaining = remaining.saturating_sub(&needed);
             in_this_launch.insert(task.task_id.clone());
+            task.launch_stamp = self
+                .frameworks
+                .get_mut(fid)
+                .map(|fw| fw.next_launch_stamp());
             let Some(agent) = self.agents.get_mut(&agent_id) else {
                 continue;
             };

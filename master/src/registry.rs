@@ -99,6 +99,10 @@ pub struct FrameworkRecord {
     /// was connected.
     #[serde(default)]
     pub(crate) disconnected_at: Option<f64>,
+    /// The epoch of its launch stamps (see [`agora_proto::LaunchStamp`]):
+    /// raised each time its scheduler subscribes.
+    #[serde(default)]
+    pub(crate) launch_epoch: u64,
 }
 
 /// One change to the registered state.
@@ -463,6 +467,7 @@ mod tests {
         info.id = Some(FrameworkId::new(id));
         info.failover_timeout = 30.0;
         FrameworkRecord {
+            launch_epoch: 0,
             id: FrameworkId::new(id),
             info,
             disconnected_at,

@@ -50,6 +50,8 @@ pub(crate) struct CompletedTask {
     /// agent was lost) is about this task, not about a later task with
     /// the same id.
     pub(crate) last_uuid: Option<String>,
+    /// Its launch's stamp, when it had one.
+    pub(crate) launch_stamp: Option<agora_proto::LaunchStamp>,
 }
 
 // === impl Task ===
@@ -156,6 +158,7 @@ impl Master {
                 resources: task.resources.clone(),
                 finished_at: agora_proto::now_timestamp(),
                 last_uuid: None,
+                launch_stamp: None,
             });
         }
     }
@@ -198,6 +201,7 @@ impl Master {
             .as_ref()
             .and_then(|s| s.uuid.clone())
             .or_else(|| task.pending_update.as_ref().and_then(|s| s.uuid.clone()));
+        let launch_stamp = task.info.launch_stamp;
         self.push_completed(CompletedTask {
             framework_id: task.framework_id,
             task_id: task.info.task_id,
@@ -208,6 +212,7 @@ impl Master {
             resources: task.resources,
             finished_at: agora_proto::now_timestamp(),
             last_uuid,
+            launch_stamp,
         });
     }
 

@@ -775,6 +775,7 @@ fn task_fields(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
         .and_then(|k| k.grace_period.as_ref())
         .map(|d| (d.nanoseconds.max(0) as f64) / 1e9);
     Ok(agora::TaskInfo {
+        launch_stamp: None,
         name: task.name.clone(),
         task_id: task_id(&task.task_id)?,
         agent_id: agent_id(&task.agent_id)?,

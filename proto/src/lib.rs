@@ -39,8 +39,8 @@ pub use resources::{
 };
 pub use types::{
     now_timestamp, AgentInfo, Bytes, CommandInfo, ExecutorApi, ExecutorInfo, Filters,
-    FrameworkInfo, LeaderInfo, MasterInfo, Offer, Reason, Source, TaskInfo, TaskState, TaskStatus,
-    DEFAULT_REFUSE_SECONDS,
+    FrameworkInfo, LaunchStamp, LeaderInfo, MasterInfo, Offer, Reason, Source, TaskInfo, TaskState,
+    TaskStatus, DEFAULT_REFUSE_SECONDS,
 };
 
 /// Version carried in every subscribe/register call.

@@ -211,6 +211,24 @@ pub struct TaskInfo {
     /// Free-form labels.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Set by the master when it accepts the launch (whatever a scheduler
+    /// sends here is replaced); agents keep it with the task and report it
+    /// back. It orders the launches of one task id, across master
+    /// failovers: of two agents that report the id, the later launch is
+    /// the task that has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_stamp: Option<LaunchStamp>,
+}
+
+/// When the master accepted a launch: the framework's launch epoch (raised
+/// and made durable each time its scheduler subscribes) and the launch's
+/// number within it. Ordered by epoch, then number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LaunchStamp {
+    /// The framework's epoch when the master accepted the launch.
+    pub epoch: u64,
+    /// The launch's number within the epoch, from 0.
+    pub seq: u64,
 }
 
 /// The states of a task. `TASK_` on the wire, as in Mesos.

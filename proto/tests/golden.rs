@@ -11,6 +11,7 @@ use agora_proto::{
 
 fn task() -> TaskInfo {
     TaskInfo {
+        launch_stamp: None,
         name: "t".into(),
         task_id: TaskId::new("t1"),
         agent_id: AgentId::new("a1"),

@@ -77,6 +77,7 @@ pub use driver::SchedulerDriver;
 ///                 continue;
 ///             }
 ///             let task = TaskInfo {
+///                 launch_stamp: None,
 ///                 name: "hello".into(),
 ///                 task_id: TaskId::new("hello-1"),
 ///                 agent_id: offer.agent_id.clone(),

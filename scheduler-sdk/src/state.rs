@@ -504,6 +504,7 @@ mod tests {
 
     fn task(id: &str) -> TaskInfo {
         TaskInfo {
+            launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),
             agent_id: AgentId::new("a1"),

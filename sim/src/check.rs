@@ -287,8 +287,7 @@ impl Checker {
         // (An agent whose damaged log lost the end of the earlier launch,
         // or the later launch itself, reports what its log kept.)
         let damaged = self.forgotten.contains(&(status.task_id.clone(), current))
-            || h
-                .terminal_uuid
+            || h.terminal_uuid
                 .as_ref()
                 .is_some_and(|u| self.lost_on_disk.contains(u));
         if launch < current && status.uuid.is_some() && !damaged {
@@ -409,6 +408,16 @@ impl Checker {
             match h.terminal {
                 None if late => {}
                 None if last == Some(TaskState::Unknown) && !h.probe => {}
+                // A launch that never reached an agent (its RUN_TASK was
+                // lost with a master that failed over), which its framework
+                // has since launched again: it took an end of the id (an
+                // earlier launch's, reported late) for this one's, as a
+                // Mesos framework must; nothing ran.
+                None if *launch < self.current_launch(*f, task)
+                    && !self
+                        .run_tasks
+                        .keys()
+                        .any(|(_, t, l)| t == task && l == launch) => {}
                 None => {
                     return Err((
                         PROGRESS,

@@ -571,6 +571,7 @@ impl World {
             _ => None,
         };
         Some(TaskInfo {
+            launch_stamp: None,
             name: format!("task {}", want.id),
             task_id: want.id.clone(),
             agent_id: offer.agent_id.clone(),

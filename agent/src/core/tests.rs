@@ -650,6 +650,7 @@ mod recording {
 
     fn executor_task(id: &str, executor: &str) -> TaskInfo {
         TaskInfo {
+            launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),
             agent_id: AgentId::new("a1"),

@@ -258,6 +258,7 @@ pub fn framework(id: &str, checkpoint: bool) -> FrameworkInfo {
 
 pub fn command_task(id: &str) -> TaskInfo {
     TaskInfo {
+        launch_stamp: None,
         name: format!("task {id}"),
         task_id: TaskId::new(id),
         agent_id: AgentId::new("agent-1"),

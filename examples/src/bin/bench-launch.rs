@@ -624,6 +624,7 @@ impl Bench {
             ),
         };
         TaskInfo {
+            launch_stamp: None,
             name: format!("bench {i}"),
             task_id: TaskId::new(format!("b{i}")),
             agent_id: agent_id.clone(),

@@ -498,6 +498,7 @@ impl BenchFramework for BenchScheduler {
             };
             let tasks = (0..self.args.tasks)
                 .map(|i| TaskInfo {
+                    launch_stamp: None,
                     name: format!("t{i}"),
                     task_id: TaskId::new(format!("t{i:05}")),
                     agent_id: offer.agent_id.clone(),

@@ -114,6 +114,7 @@ impl Scheduler for TestScheduler {
                 progress.next += 1;
                 println!("launching task {id} on agent {}", offer.agent_id);
                 tasks.push(TaskInfo {
+                    launch_stamp: None,
                     name: format!("task {id}"),
                     task_id: TaskId::new(format!("task-{id}")),
                     agent_id: offer.agent_id.clone(),

@@ -129,6 +129,7 @@ pub async fn ack(ws: &mut Conn, status: &TaskStatus) {
 
 pub fn command_task(id: &str, command: Option<CommandInfo>) -> TaskInfo {
     TaskInfo {
+        launch_stamp: None,
         name: id.into(),
         task_id: TaskId::new(id),
         agent_id: AgentId::new("agent-1"),

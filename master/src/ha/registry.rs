@@ -161,6 +161,7 @@ mod tests {
         info.id = Some(FrameworkId::new(id));
         info.failover_timeout = 30.0;
         RegistryOp::PutFramework(FrameworkRecord {
+            launch_epoch: 0,
             id: FrameworkId::new(id),
             info,
             disconnected_at,

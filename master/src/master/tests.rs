@@ -191,6 +191,7 @@ fn agent_info(id: Option<&AgentId>, resources: &str) -> AgentInfo {
 
 fn command_task(id: &str, agent: &AgentId, resources: &str) -> TaskInfo {
     TaskInfo {
+        launch_stamp: None,
         name: id.into(),
         task_id: TaskId::new(id),
         agent_id: agent.clone(),
@@ -214,6 +215,7 @@ fn executor_task(
     exec_res: &str,
 ) -> TaskInfo {
     TaskInfo {
+        launch_stamp: None,
         executor: Some(ExecutorInfo {
             executor_id: ExecutorId::new(exec),
             framework_id: None,
@@ -1430,6 +1432,7 @@ fn kill_of_a_task_on_an_agent_still_to_reregister_waits_for_it() {
     state.frameworks.insert(
         fid.clone(),
         FrameworkRecord {
+            launch_epoch: 0,
             id: fid.clone(),
             info: info.clone(),
             disconnected_at: None,
@@ -1648,6 +1651,7 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
         info.id = Some(FrameworkId::new(id));
         info.failover_timeout = failover;
         FrameworkRecord {
+            launch_epoch: 0,
             id: FrameworkId::new(id),
             info,
             disconnected_at,

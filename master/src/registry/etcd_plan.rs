@@ -350,6 +350,7 @@ mod tests {
         let mut info = FrameworkInfo::new("fw");
         info.id = Some(FrameworkId::new(id));
         RegistryOp::PutFramework(FrameworkRecord {
+            launch_epoch: 0,
             id: FrameworkId::new(id),
             info,
             disconnected_at,
