@@ -572,6 +572,72 @@ mod tests {
         ));
     }
 
+    /// Ends the stream of task `task` with one terminal update, `uuid`,
+    /// acknowledged by the master.
+    fn end_with(m: &mut StatusUpdateManager, f: &FrameworkId, task: &str, uuid: &str) {
+        let t0 = Instant::now();
+        m.update(f, st(task, TaskState::Finished, uuid), t0);
+        match m.acknowledge(f, &TaskId::new(task), uuid, false, t0) {
+            AckOutcome::Acknowledged { ended, .. } => assert!(ended),
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn the_uuids_of_an_ended_stream_stay_known_to_a_new_stream_of_its_task_id() {
+        let f = FrameworkId::new("f");
+        let t = TaskId::new("t");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        m.connected(t0);
+        m.update(&f, st("t", TaskState::Running, "u1"), t0);
+        m.acknowledge(&f, &t, "u1", false, t0);
+        end_with(&mut m, &f, "t", "u2");
+        assert!(!m.has_stream(&f, &t));
+        assert!(m.has_uuid(&f, &t, "u1") && m.has_uuid(&f, &t, "u2"));
+        // A new task with the id: its own uuids and the ended ones are
+        // known, for that task id only.
+        m.update(&f, st("t", TaskState::Running, "v1"), t0);
+        assert!(m.has_uuid(&f, &t, "v1"));
+        assert!(m.has_uuid(&f, &t, "u2"));
+        assert!(!m.has_uuid(&f, &TaskId::new("other"), "u2"));
+        assert!(!m.has_uuid(&FrameworkId::new("g"), &t, "u2"));
+        // A stream dropped unfinished (its task id was reused) keeps its
+        // uuids too, pending ones included.
+        m.update(&f, st("s", TaskState::Running, "s1"), t0);
+        m.end_stream(&f, &TaskId::new("s"));
+        assert!(!m.has_stream(&f, &TaskId::new("s")));
+        assert!(m.has_uuid(&f, &TaskId::new("s"), "s1"));
+        // A framework that is gone takes its ended streams along.
+        m.forget(Some(&f));
+        assert!(!m.has_uuid(&f, &t, "u2"));
+        assert!(!m.has_uuid(&f, &TaskId::new("s"), "s1"));
+    }
+
+    #[test]
+    fn only_the_latest_ended_streams_keep_their_uuids() {
+        let f = FrameworkId::new("f");
+        let t0 = Instant::now();
+        let mut m = mgr();
+        m.connected(t0);
+        for i in 0..ENDED_STREAMS_KEPT + 10 {
+            end_with(&mut m, &f, &format!("t{i}"), &format!("u{i}"));
+        }
+        assert_eq!(m.len(), 0);
+        assert_eq!(m.ended.len(), ENDED_STREAMS_KEPT);
+        assert_eq!(m.ended_order.len(), ENDED_STREAMS_KEPT);
+        // The ten oldest are forgotten, the rest are known.
+        for i in 0..ENDED_STREAMS_KEPT + 10 {
+            let known = m.has_uuid(&f, &TaskId::new(format!("t{i}")), &format!("u{i}"));
+            assert_eq!(known, i >= 10, "stream t{i}");
+        }
+        // A task id that ends again counts once.
+        end_with(&mut m, &f, "t100", "again");
+        assert_eq!(m.ended.len(), ENDED_STREAMS_KEPT);
+        assert_eq!(m.ended_order.len(), ENDED_STREAMS_KEPT);
+        assert!(m.has_uuid(&f, &TaskId::new("t100"), "again"));
+    }
+
     #[test]
     fn retry_backoff_doubles_to_cap() {
         let f = FrameworkId::new("f");

@@ -309,7 +309,16 @@ impl Master {
                 }
                 Some(task) => {
                     // An earlier task with this id, whose stream this agent
-                    // still holds; the task of that id lives elsewhere.
+                    // still holds; the task of that id lives elsewhere. A
+                    // copy still running here, known by its stamp to be of
+                    // an earlier launch, is killed.
+                    let earlier = matches!(
+                        (report.task.launch_stamp, task.info.launch_stamp),
+                        (Some(reported), Some(held)) if reported < held
+                    );
+                    if earlier && !report.state.is_terminal() {
+                        kill.push(key.clone());
+                    }
                     tracing::warn!(agent_id = %aid, owner = %task.agent_id, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports a task that lives on another agent; not adopted");
                     self.metrics.reports_refused_reregistration.inc();
                     continue;
@@ -319,7 +328,9 @@ impl Master {
                         c.framework_id == fid
                             && c.task_id == report.task.task_id
                             && c.agent_id == aid
-                            && (c.launch_stamp.is_none() || c.launch_stamp == reported_stamp)
+                            && (c.launch_stamp.is_none()
+                                || reported_stamp.is_none()
+                                || c.launch_stamp == reported_stamp)
                     }) =>
                 {
                     // It ended here and its scheduler was told how: an

@@ -275,6 +275,22 @@ impl Master {
             self.metrics.reports_refused_update.inc();
             return self.acknowledge_unforwarded(conn, fid, status.task_id, uuid);
         }
+        let earlier = fw.tasks.get(&status.task_id).is_some_and(|task| {
+            matches!(
+                (status.launch_stamp, task.info.launch_stamp),
+                (Some(of), Some(held)) if of < held
+            )
+        });
+        if earlier {
+            // An update of an earlier launch of this id, from the agent the
+            // id runs on again (re-sent from a log that lost its
+            // acknowledgement): that launch's end is settled (the id is
+            // launched again only after it), and applying it would speak
+            // for the new one. Acknowledged so the stream drains.
+            tracing::warn!(agent_id = %aid, framework_id = %fid, task_id = %status.task_id, state = %status.state, "status update of an earlier launch of this task id; refused");
+            self.metrics.reports_refused_update.inc();
+            return self.acknowledge_unforwarded(conn, fid, status.task_id, uuid);
+        }
         let completed = !fw.tasks.contains_key(&status.task_id)
             && self
                 .completed

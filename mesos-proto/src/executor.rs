@@ -143,6 +143,7 @@ fn status(
         }
     }
     Ok(agora::TaskStatus {
+        launch_stamp: None,
         task_id: convert::task_id(&status.task_id)?,
         state: convert::task_state(status.state()),
         message: status.message.clone(),

@@ -16,6 +16,7 @@ fn json(message: &impl prost_reflect::ReflectMessage) -> String {
 
 fn update() -> v1::scheduler::Event {
     let status = convert::mesos_status(&agora_proto::TaskStatus {
+        launch_stamp: None,
         task_id: agora_proto::TaskId::new("t-1"),
         state: agora_proto::TaskState::Running,
         message: Some("café ☕".into()),

@@ -371,6 +371,11 @@ pub struct TaskStatus {
     /// unchanged (Mesos's `TaskStatus.labels`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The launch stamp of the task the agent took this update for (set
+    /// by the agent from its record of the task, whatever an executor
+    /// sends): which launch of a reused task id it is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_stamp: Option<LaunchStamp>,
 }
 
 /// Options attached to declining or accepting an offer.
@@ -562,6 +567,7 @@ impl TaskStatus {
     /// no uuid (set one with [`TaskStatus::with_new_uuid`] for reliable updates).
     pub fn new(task_id: TaskId, state: TaskState, source: Source) -> Self {
         TaskStatus {
+            launch_stamp: None,
             task_id,
             state,
             message: None,

@@ -33,6 +33,15 @@ impl H {
 
     /// An agent whose configuration `adjust` changed.
     fn with(adjust: impl FnOnce(&mut Config)) -> H {
+        H::start(adjust, None)
+    }
+
+    /// An agent that restarted and found `recovered` on disk.
+    fn restarted(recovered: Recovered) -> H {
+        H::start(|_| {}, Some(recovered))
+    }
+
+    fn start(adjust: impl FnOnce(&mut Config), recovered: Option<Recovered>) -> H {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = Config::new("master:5050", dir.path().to_path_buf());
         config.resources = Resources::parse("cpus:8;mem:8192").expect("resources");
@@ -48,8 +57,12 @@ impl H {
             counters: Arc::default(),
         };
         let now = Instant::now();
+        let mut core = Core::new(shared, 7, now, 1_000.0);
+        if let Some(recovered) = recovered {
+            core.recover(recovered, now, 1_000.0);
+        }
         let mut h = H {
-            core: Core::new(shared, 7, now, 1_000.0),
+            core,
             now,
             _dir: dir,
         };
@@ -129,6 +142,70 @@ impl H {
             updates: Vec::new(),
             tasks,
         })
+    }
+
+    /// The executor on connection `conn` sends an update of task `task`;
+    /// the checkpoints asked for are completed.
+    fn executor_sends(
+        &mut self,
+        conn: u64,
+        task: &str,
+        state: TaskState,
+        uuid: &str,
+    ) -> Vec<Action> {
+        let actions = self.input(Input::ExecutorCall {
+            conn,
+            call: exec_api::Call::Update {
+                status: executor_status(task, state, uuid),
+            },
+        });
+        self.complete(actions)
+    }
+
+    /// The master acknowledges update `uuid` of task `task`; the
+    /// checkpoints asked for are completed.
+    fn master_acks(&mut self, task: &str, uuid: &str) -> Vec<Action> {
+        let actions = self.master(agent_api::Event::Acknowledge {
+            framework_id: fid(),
+            task_id: TaskId::new(task),
+            uuid: uuid.into(),
+        });
+        self.complete(actions)
+    }
+
+    /// The tasks the agent reports (id and state) when it registers again
+    /// after its master connection broke (left waiting for the answer).
+    fn reregistration(&mut self) -> Vec<(String, TaskState)> {
+        self.input(Input::MasterDisconnected { conn: MASTER });
+        let actions = self.input(Input::MasterConnected {
+            conn: MASTER,
+            local_ip: None,
+        });
+        let mut tasks: Vec<(String, TaskState)> = actions
+            .into_iter()
+            .find_map(|a| match a {
+                Action::ToMaster {
+                    call: agent_api::Call::Register { tasks, .. },
+                    ..
+                } => Some(tasks),
+                _ => None,
+            })
+            .expect("a registration")
+            .into_iter()
+            .map(|t| (t.task.task_id.to_string(), t.state))
+            .collect();
+        tasks.sort_by(|a, b| a.0.cmp(&b.0));
+        tasks
+    }
+
+    /// The tasks the agent holds: id, executor, state and updates not
+    /// acknowledged by the master.
+    fn tasks(&self) -> Vec<(String, String, TaskState, usize)> {
+        self.core
+            .task_views()
+            .into_iter()
+            .map(|(_, tid, eid, state, pending)| (tid.to_string(), eid.to_string(), state, pending))
+            .collect()
     }
 
     fn launched_ok(&mut self, id: &str) -> Vec<Action> {
@@ -249,6 +326,41 @@ fn to_master_updates(actions: &[Action]) -> Vec<(String, TaskState)> {
                 call: agent_api::Call::StatusUpdate { status, .. },
                 ..
             } => Some((status.task_id.to_string(), status.state)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn executor_status(task: &str, state: TaskState, uuid: &str) -> TaskStatus {
+    let mut status = TaskStatus::new(TaskId::new(task), state, Source::SourceExecutor);
+    status.uuid = Some(uuid.into());
+    status
+}
+
+/// The acknowledgements executor connection `conn` was sent: task, uuid.
+fn acks_to(actions: &[Action], conn: u64) -> Vec<(String, String)> {
+    to_executor(actions, conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            exec_api::Event::Acknowledged { task_id, uuid } => {
+                Some((task_id.to_string(), uuid.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The tasks whose record the core asked to write.
+fn task_records(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Checkpoint { ops, .. } => Some(ops),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|op| match op {
+            Op::Wal(WalRecord::Task { task, .. }) => Some(task.task_id.to_string()),
             _ => None,
         })
         .collect()
@@ -620,6 +732,213 @@ fn updates_of_an_agent_the_master_removed_are_dropped() {
     });
     let actions = h.input(Input::Durable(durable, Ok(())));
     assert!(to_master_updates(&actions).is_empty(), "{actions:?}");
+}
+
+/// Runs task `t1` on executor `e-t1` (connection 10) to `TASK_FINISHED`:
+/// the executor reports `old-1` (running) and `old-2` (finished), the
+/// master acknowledges both and the agent forgets the task.
+fn run_t1_to_its_end() -> H {
+    let mut h = H::new();
+    h.run("t1");
+    h.launched_ok("t1");
+    let actions = h.subscribe(10, "t1", Vec::new());
+    assert_eq!(launched_to(&actions, 10), ["t1"]);
+    for (state, uuid) in [
+        (TaskState::Running, "old-1"),
+        (TaskState::Finished, "old-2"),
+    ] {
+        let actions = h.executor_sends(10, "t1", state, uuid);
+        assert_eq!(to_master_updates(&actions), [("t1".to_string(), state)]);
+        assert_eq!(
+            acks_to(&actions, 10),
+            [("t1".to_string(), uuid.to_string())]
+        );
+        h.master_acks("t1", uuid);
+    }
+    assert!(h.tasks().is_empty(), "t1 is forgotten: {:?}", h.tasks());
+    h
+}
+
+#[test]
+fn a_resent_update_of_an_ended_task_does_not_touch_a_new_task_with_its_id() {
+    // Found by the simulation: the executor re-sent an update of the
+    // earlier t1 (its acknowledgement was lost) once the master had
+    // launched a new t1 on it; the agent applied it to the new t1, which
+    // it ended, and dropped the new t1's own updates.
+    let mut h = run_t1_to_its_end();
+    let actions = h.run("t1");
+    assert_eq!(launched_to(&actions, 10), ["t1"], "{actions:?}");
+
+    for (state, uuid) in [
+        (TaskState::Running, "old-1"),
+        (TaskState::Finished, "old-2"),
+    ] {
+        let actions = h.executor_sends(10, "t1", state, uuid);
+        assert_eq!(
+            acks_to(&actions, 10),
+            [("t1".to_string(), uuid.to_string())],
+            "the executor may drop it"
+        );
+        assert!(to_master_updates(&actions).is_empty(), "{actions:?}");
+        assert!(checkpointed_updates(&actions).is_empty(), "{actions:?}");
+    }
+    // The same through a re-subscription that re-sends it.
+    h.input(Input::ExecutorDisconnected { conn: 10 });
+    let actions = h.input(Input::ExecutorSubscribe {
+        conn: 11,
+        framework_id: fid(),
+        executor_id: ekey("t1").1,
+        token: Some(h.core.executors[&ekey("t1")].token.clone()),
+        updates: vec![executor_status("t1", TaskState::Finished, "old-2")],
+        tasks: vec![custom_task("t1")],
+    });
+    let actions = h.complete(actions);
+    assert_eq!(
+        acks_to(&actions, 11),
+        [("t1".to_string(), "old-2".to_string())]
+    );
+    assert!(to_master_updates(&actions).is_empty(), "{actions:?}");
+    assert!(checkpointed_updates(&actions).is_empty(), "{actions:?}");
+    assert!(launched_to(&actions, 11).is_empty(), "the executor has it");
+
+    // The new t1 is untouched, still live, and its own updates go on.
+    assert_eq!(
+        h.tasks(),
+        [("t1".into(), "e-t1".into(), TaskState::Staging, 0)]
+    );
+    assert_eq!(h.core.live_tasks(&ekey("t1")), 1);
+    let actions = h.executor_sends(11, "t1", TaskState::Running, "new-1");
+    assert_eq!(
+        to_master_updates(&actions),
+        [("t1".to_string(), TaskState::Running)]
+    );
+    assert_eq!(
+        acks_to(&actions, 11),
+        [("t1".to_string(), "new-1".to_string())]
+    );
+    // Its executor dies: the new t1 fails (it is not taken for ended).
+    let run_id = h.core.executors[&ekey("t1")].run_id.clone();
+    h.input(Input::ExecutorExited {
+        key: ekey("t1"),
+        run_id,
+        code: Some(1),
+        message: "exited with status 1".into(),
+    });
+    let actions = h.input(Input::ExecutorDisconnected { conn: 11 });
+    assert_eq!(
+        checkpointed_updates(&actions),
+        [("t1".to_string(), TaskState::Failed)]
+    );
+}
+
+#[test]
+fn an_executor_resubscribing_with_a_task_that_ended_here_does_not_get_it_back() {
+    // The agent's acknowledgements of t1's updates to its executor were
+    // lost with the connection; meanwhile the master acknowledged t1's
+    // end and the agent forgot t1. The executor lists t1 again and
+    // re-sends its update: t1 ended here, it is not adopted as STAGING.
+    let mut h = run_t1_to_its_end();
+    h.input(Input::ExecutorDisconnected { conn: 10 });
+    let actions = h.input(Input::ExecutorSubscribe {
+        conn: 11,
+        framework_id: fid(),
+        executor_id: ekey("t1").1,
+        token: Some(h.core.executors[&ekey("t1")].token.clone()),
+        updates: vec![
+            executor_status("t1", TaskState::Running, "old-1"),
+            executor_status("t1", TaskState::Finished, "old-2"),
+        ],
+        tasks: vec![custom_task("t1")],
+    });
+    let actions = h.complete(actions);
+    assert_eq!(
+        acks_to(&actions, 11),
+        [
+            ("t1".to_string(), "old-1".to_string()),
+            ("t1".to_string(), "old-2".to_string())
+        ],
+        "{actions:?}"
+    );
+    assert!(to_master_updates(&actions).is_empty(), "{actions:?}");
+    assert!(checkpointed_updates(&actions).is_empty(), "{actions:?}");
+    assert!(task_records(&actions).is_empty(), "{actions:?}");
+    assert!(launched_to(&actions, 11).is_empty(), "{actions:?}");
+    assert!(h.tasks().is_empty(), "{:?}", h.tasks());
+    assert!(h.reregistration().is_empty());
+}
+
+#[test]
+fn an_executor_resubscribing_with_tasks_the_agent_lost_in_a_restart_gets_them_adopted() {
+    // The agent restarted without the record of t1 and t2 (it never
+    // reached the disk); their executor survived and lists them. Neither
+    // has an update the agent knows (t2's RUNNING, re-sent, went down
+    // with the agent): both are adopted, recorded again, and t2's update
+    // goes on to the master.
+    let mut info = custom_task("t1").executor.expect("an executor");
+    info.framework_id = Some(fid());
+    let recovered = Recovered {
+        agent_id: Some(AgentId::new("a1")),
+        frameworks: vec![checkpoint::RecoveredFramework {
+            info: framework(),
+            executors: vec![checkpoint::RecoveredExecutor {
+                executor_id: "e-t1".into(),
+                record: Some(ExecutorRecord {
+                    framework_id: fid(),
+                    info,
+                    run_id: "run-1".into(),
+                    token: "token-1".into(),
+                    pid: Some(4242),
+                    start_time: None,
+                    sandbox: PathBuf::from("/sandboxes/e-t1"),
+                    is_command: false,
+                }),
+                tasks: Vec::new(),
+            }],
+        }],
+        orphans: Vec::new(),
+        alive: ["run-1".to_string()].into_iter().collect(),
+    };
+    let mut h = H::restarted(recovered);
+    let mut t2 = custom_task("t2");
+    t2.executor = custom_task("t1").executor;
+    let actions = h.input(Input::ExecutorSubscribe {
+        conn: 10,
+        framework_id: fid(),
+        executor_id: ekey("t1").1,
+        token: Some("token-1".into()),
+        updates: vec![executor_status("t2", TaskState::Running, "lost-1")],
+        tasks: vec![custom_task("t1"), t2],
+    });
+    let actions = h.complete(actions);
+    let mut recorded = task_records(&actions);
+    recorded.sort();
+    assert_eq!(recorded, ["t1", "t2"], "{actions:?}");
+    assert!(
+        launched_to(&actions, 10).is_empty(),
+        "the executor has them"
+    );
+    assert_eq!(
+        to_master_updates(&actions),
+        [("t2".to_string(), TaskState::Running)]
+    );
+    assert_eq!(
+        acks_to(&actions, 10),
+        [("t2".to_string(), "lost-1".to_string())]
+    );
+    assert_eq!(
+        h.tasks(),
+        [
+            ("t1".into(), "e-t1".into(), TaskState::Staging, 0),
+            ("t2".into(), "e-t1".into(), TaskState::Running, 1)
+        ]
+    );
+    assert_eq!(
+        h.reregistration(),
+        [
+            ("t1".to_string(), TaskState::Staging),
+            ("t2".to_string(), TaskState::Running)
+        ]
+    );
 }
 
 /// What the simulation's seeds 589 and 1911 found: tasks whose record is

@@ -28,12 +28,17 @@ impl Core {
     pub(super) fn enqueue_update(
         &mut self,
         fid: FrameworkId,
-        status: TaskStatus,
+        mut status: TaskStatus,
         ack_to: Option<ExecKey>,
     ) {
         let Some(uuid) = status.uuid.clone() else {
             return;
         };
+        // Which launch of the id it is about: the one this agent holds.
+        status.launch_stamp = self
+            .tasks
+            .get(&(fid.clone(), status.task_id.clone()))
+            .and_then(|t| t.info.launch_stamp);
         let pkey = (fid.clone(), status.task_id.clone(), uuid.clone());
         if self.pending_durable.contains(&pkey) {
             // The acknowledgement follows once the first copy is durable.

@@ -7,8 +7,8 @@ use agora_proto::agent::{self, ExecutorReport, TaskReport};
 use agora_proto::scheduler::{self, Event, ReconcileTask};
 use agora_proto::{
     AgentId, AgentInfo, CommandInfo, ExecutorId, ExecutorInfo, Filters, FrameworkId, FrameworkInfo,
-    MasterInfo, Offer, OfferId, Reason, Resources, Source, TaskId, TaskInfo, TaskState, TaskStatus,
-    PROTOCOL_VERSION,
+    LaunchStamp, MasterInfo, Offer, OfferId, Reason, Resources, Source, TaskId, TaskInfo,
+    TaskState, TaskStatus, PROTOCOL_VERSION,
 };
 use tokio::time::Instant;
 
@@ -1859,4 +1859,624 @@ fn reports_about_a_task_on_another_agent_are_refused() {
         TaskState::Running
     );
     assert_eq!(h.m.metrics.reports_refused_update.get(), 2);
+}
+
+// --- a task id used again: earlier launches' reports and updates ---
+
+fn acknowledge(h: &mut H, aid: &AgentId, task: &str, uuid: &str) -> Vec<Output> {
+    h.sched(
+        S1,
+        scheduler::Call::Acknowledge {
+            agent_id: aid.clone(),
+            task_id: TaskId::new(task),
+            uuid: uuid.into(),
+        },
+    )
+}
+
+fn reconcile(h: &mut H, ids: &[&str]) -> Vec<TaskStatus> {
+    let call = scheduler::Call::Reconcile {
+        tasks: ids
+            .iter()
+            .map(|id| ReconcileTask {
+                task_id: TaskId::new(*id),
+                agent_id: None,
+            })
+            .collect(),
+    };
+    let out = h.sched(S1, call);
+    updates(&out, S1)
+}
+
+/// The tasks of the RUN_TASKs sent to `conn`.
+fn run_tasks(out: &[Output], conn: ConnId) -> Vec<TaskInfo> {
+    agent_events(out, conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            agent::Event::RunTask { task, .. } => Some(task),
+            _ => None,
+        })
+        .collect()
+}
+
+fn acknowledged(out: &[Output], conn: ConnId, uuid: &str) -> bool {
+    agent_events(out, conn)
+        .iter()
+        .any(|e| matches!(e, agent::Event::Acknowledge { uuid: u, .. } if u == uuid))
+}
+
+fn report(fid: &FrameworkId, task: &TaskInfo, state: TaskState) -> TaskReport {
+    TaskReport {
+        framework_id: fid.clone(),
+        task: task.clone(),
+        state,
+        latest_status: None,
+    }
+}
+
+fn stamped(id: &str, agent: &AgentId, stamp: Option<LaunchStamp>) -> TaskInfo {
+    TaskInfo {
+        launch_stamp: stamp,
+        ..command_task(id, agent, "cpus:1;mem:128")
+    }
+}
+
+/// A master just started (no registry) with the scheduler of `fw`
+/// subscribed again on S1, waiting for its agents to re-register.
+fn restarted_with_framework() -> (H, FrameworkId) {
+    let mut h = H::new();
+    let fid = FrameworkId::new("fw");
+    let mut info = FrameworkInfo::new("fw");
+    info.id = Some(fid.clone());
+    info.failover_timeout = 3600.0;
+    let out = h.subscribe_info(S1, info, false);
+    assert!(matches!(
+        &sched_events(&out, S1)[0],
+        Event::Subscribed {
+            reregistered: true,
+            ..
+        }
+    ));
+    (h, fid)
+}
+
+/// Found by the simulation (bce9b07): an agent whose acknowledgement of a
+/// task's terminal update was lost re-sent it after the framework had
+/// launched the id again on the same agent; the master took it for the
+/// new task, ended it and freed its resources while it ran.
+#[test]
+fn a_late_resend_of_a_completed_tasks_last_update_leaves_the_new_task_of_its_id_alone() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    acknowledge(&mut h, &aid, "t1", "u1");
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+
+    let offer = offers_in(&h.advance(Duration::from_secs(6)), S1).remove(0);
+    let out = h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    assert_eq!(run_tasks(&out, A1).len(), 1, "t1 launched again");
+
+    // The acknowledgement of u1 was lost: the agent re-sends it.
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    assert!(updates(&out, S1).is_empty(), "not forwarded: {out:?}");
+    assert!(
+        acknowledged(&out, A1, "u1"),
+        "acknowledged so the stream drains"
+    );
+    assert_eq!(h.m.metrics.reports_refused_update.get(), 1);
+    let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+    assert_eq!((task.state, &task.agent_id), (TaskState::Staging, &aid));
+    assert_eq!(h.m.agents[&aid].used, r("cpus:1"), "still charged");
+    let offers = offers_in(&h.advance(Duration::from_secs(6)), S1);
+    assert_eq!(offers.len(), 1);
+    assert_eq!(
+        offers[0].resources,
+        r("cpus:3;mem:4096"),
+        "not offered again"
+    );
+
+    // The new task's own updates go through.
+    let out = h.status(A1, &fid, "t1", TaskState::Running, "u2");
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Running);
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "u3");
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Finished);
+    assert!(h.m.agents[&aid].used.is_empty());
+}
+
+/// Found by the simulation (5e0c9b4): `t1` ends on agent A, its
+/// framework launches it again on agent B, and A comes back still
+/// holding its ended copy. A's re-registration must not take B's task for
+/// its own (TASK_LOST, removed) nor charge A for it.
+#[test]
+fn an_agent_reporting_an_ended_copy_of_a_task_id_relaunched_elsewhere_leaves_it_alone() {
+    const B1: ConnId = 103;
+    const A3: ConnId = 104;
+    let mut h = H::new();
+    let fid = h.subscribe(S1, "fw");
+    let a = h.register(A1, "cpus:2;mem:1024");
+    let offer_a = h.offers(S1).remove(0);
+    let out = h.launch(
+        S1,
+        &[&offer_a],
+        vec![command_task("t1", &a, "cpus:1;mem:256")],
+    );
+    // As A received it, with the master's stamp.
+    let t1_on_a = run_tasks(&out, A1).remove(0);
+    h.status(A1, &fid, "t1", TaskState::Finished, "a-finished");
+    h.input(Input::AgentClosed { conn: A1 });
+    acknowledge(&mut h, &a, "t1", "a-finished");
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+
+    let b = h.register(B1, "cpus:2;mem:1024");
+    let offer_b = h
+        .offers(S1)
+        .into_iter()
+        .find(|o| o.agent_id == b)
+        .expect("an offer from B");
+    h.launch(
+        S1,
+        &[&offer_b],
+        vec![command_task("t1", &b, "cpus:1;mem:256")],
+    );
+    h.status(B1, &fid, "t1", TaskState::Running, "b-running");
+
+    // A comes back reporting its ended t1 (no latest update: not told
+    // apart by its uuid, only by where the id lives now).
+    let out = h.register_info(
+        A3,
+        agent_info(Some(&a), "cpus:2;mem:1024"),
+        vec![report(&fid, &t1_on_a, TaskState::Finished)],
+    );
+    assert!(updates(&out, S1).is_empty(), "no TASK_LOST: {out:?}");
+    assert_eq!(h.m.metrics.reports_refused_reregistration.get(), 1);
+    let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+    assert_eq!((task.state, &task.agent_id), (TaskState::Running, &b));
+    assert!(!h.m.agents[&a]
+        .tasks
+        .contains(&(fid.clone(), TaskId::new("t1"))));
+    assert!(h.m.agents[&a].used.is_empty(), "nothing charged to A");
+    assert_eq!(h.m.agents[&b].used, r("cpus:1;mem:256"));
+
+    // A's re-sent end is acknowledged to A, not forwarded.
+    let out = h.status(A3, &fid, "t1", TaskState::Finished, "a-finished");
+    assert!(updates(&out, S1).is_empty());
+    assert!(acknowledged(&out, A3, "a-finished"));
+    assert_eq!(
+        h.m.frameworks[&fid].tasks[&TaskId::new("t1")].state,
+        TaskState::Running
+    );
+    let ups = reconcile(&mut h, &["t1"]);
+    assert_eq!(
+        (ups[0].state, ups[0].agent_id.as_ref()),
+        (TaskState::Running, Some(&b))
+    );
+}
+
+/// The other half of 5e0c9b4: the id is launched again on B before the
+/// scheduler acknowledged its end on A. The ended task leaves A's books,
+/// so A's re-registration without it neither declares B's task
+/// TASK_LOST nor sends it to A again.
+#[test]
+fn reusing_an_ended_task_id_on_another_agent_takes_it_off_the_old_agents_books() {
+    const B1: ConnId = 103;
+    const A3: ConnId = 104;
+    let mut h = H::new();
+    let fid = h.subscribe(S1, "fw");
+    let a = h.register(A1, "cpus:2;mem:1024");
+    let offer_a = h.offers(S1).remove(0);
+    h.launch(
+        S1,
+        &[&offer_a],
+        vec![command_task("t1", &a, "cpus:1;mem:256")],
+    );
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "a-finished");
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Finished);
+    h.input(Input::AgentClosed { conn: A1 });
+
+    let b = h.register(B1, "cpus:2;mem:1024");
+    let offer_b = h
+        .offers(S1)
+        .into_iter()
+        .find(|o| o.agent_id == b)
+        .expect("an offer from B");
+    h.launch(
+        S1,
+        &[&offer_b],
+        vec![command_task("t1", &b, "cpus:1;mem:256")],
+    );
+    let key = (fid.clone(), TaskId::new("t1"));
+    assert!(!h.m.agents[&a].tasks.contains(&key));
+    assert!(h.m.agents[&b].tasks.contains(&key));
+    h.status(B1, &fid, "t1", TaskState::Running, "b-running");
+
+    // A's stream drained elsewhere; it comes back without t1.
+    let out = h.register_info(A3, agent_info(Some(&a), "cpus:2;mem:1024"), vec![]);
+    assert!(updates(&out, S1).is_empty(), "no TASK_LOST: {out:?}");
+    assert!(run_tasks(&out, A3).is_empty(), "B's t1 is not A's to run");
+    let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+    assert_eq!((task.state, &task.agent_id), (TaskState::Running, &b));
+    assert!(h.m.agents[&a].used.is_empty());
+    assert_eq!(h.m.agents[&b].used, r("cpus:1;mem:256"));
+
+    // The scheduler's late acknowledgement of A's end goes to A and
+    // leaves B's task alone.
+    let out = acknowledge(&mut h, &a, "t1", "a-finished");
+    assert!(acknowledged(&out, A3, "a-finished"));
+    let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+    assert_eq!((task.state, &task.agent_id), (TaskState::Running, &b));
+}
+
+/// Found by the simulation (d91c7e0, seed 72): launch 2 of an id whose
+/// task had ended was TASK_DROPPED, then reconciliation answered the
+/// first task's TASK_FINISHED.
+#[test]
+fn a_refused_launch_of_an_ended_tasks_id_is_what_reconciliation_answers() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    h.launch(
+        S1,
+        &[&offer],
+        vec![
+            command_task("t1", &aid, "cpus:1"),
+            command_task("t2", &aid, "cpus:1"),
+        ],
+    );
+    // Both end; the scheduler has not acknowledged either yet.
+    h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    h.status(A1, &fid, "t2", TaskState::Finished, "u2");
+
+    // t1 again on an offer that is no more: TASK_DROPPED.
+    let out = h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    let ups = updates(&out, S1);
+    assert_eq!(
+        (ups[0].state, ups[0].reason),
+        (TaskState::Dropped, Some(Reason::ReasonInvalidOffers))
+    );
+    // t2 again, too big for the offer: TASK_ERROR.
+    let offer = offers_in(&h.advance(Duration::from_secs(6)), S1).remove(0);
+    let out = h.launch(S1, &[&offer], vec![command_task("t2", &aid, "cpus:100")]);
+    let ups = updates(&out, S1);
+    assert_eq!(
+        (ups[0].state, ups[0].reason),
+        (TaskState::Error, Some(Reason::ReasonInsufficientResources))
+    );
+
+    let ups = reconcile(&mut h, &["t1", "t2"]);
+    let answers: Vec<_> = ups.iter().map(|u| (u.state, u.reason)).collect();
+    assert_eq!(
+        answers,
+        [
+            (TaskState::Dropped, Some(Reason::ReasonReconciliation)),
+            (TaskState::Error, Some(Reason::ReasonReconciliation)),
+        ],
+        "the refusals, not the earlier tasks' ends"
+    );
+    assert!(reconcile(&mut h, &[]).is_empty(), "no live task");
+    assert!(h.m.agents[&aid].tasks.is_empty());
+
+    // The earlier t1's end, re-sent, is acknowledged and not forwarded;
+    // its late acknowledgement changes nothing.
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "u1");
+    assert!(updates(&out, S1).is_empty());
+    assert!(acknowledged(&out, A1, "u1"));
+    acknowledge(&mut h, &aid, "t1", "u1");
+    assert_eq!(reconcile(&mut h, &["t1"])[0].state, TaskState::Dropped);
+}
+
+/// The master stamps every launch it accepts, replacing what the
+/// scheduler sent, and the stamps of one framework strictly increase:
+/// within a subscription, across a re-subscription, and across a master
+/// restart from the registry (whose framework record keeps the epoch).
+#[test]
+fn every_accepted_launch_is_stamped_later_than_the_ones_before() {
+    let mut h = H::new();
+    h.m.recover(&RegistryState::default(), h.now, 1000.0);
+    let mut info = FrameworkInfo::new("fw");
+    info.failover_timeout = 60.0;
+    let out = h.subscribe_info(S1, info.clone(), false);
+    let fid = match &sched_events(&out, S1)[0] {
+        Event::Subscribed { framework_id, .. } => framework_id.clone(),
+        e => panic!("{e:?}"),
+    };
+    let last_record = |ops: Vec<RegistryOp>| {
+        ops.into_iter()
+            .rev()
+            .find_map(|op| match op {
+                RegistryOp::PutFramework(f) => Some(f),
+                _ => None,
+            })
+            .expect("the framework's record is written")
+    };
+    let record = last_record(ops(&mut h));
+    let epoch1 = record.launch_epoch;
+    assert_eq!(h.m.frameworks[&fid].launch_epoch, epoch1);
+
+    let aid = h.register(A1, "cpus:4;mem:4096");
+    let offer = h.offers(S1).remove(0);
+    let scheduler_stamp = LaunchStamp {
+        epoch: u64::MAX,
+        seq: u64::MAX,
+    };
+    let t1 = stamped("t1", &aid, Some(scheduler_stamp));
+    let out = h.launch(S1, &[&offer], vec![t1, stamped("t2", &aid, None)]);
+    let sent = run_tasks(&out, A1);
+    assert_eq!(sent.len(), 2);
+    let s1 = sent[0].launch_stamp.expect("t1 stamped");
+    let s2 = sent[1].launch_stamp.expect("t2 stamped");
+    assert_ne!(s1, scheduler_stamp, "the scheduler's stamp is replaced");
+    assert_eq!(s1.epoch, epoch1);
+    assert!(s1 < s2, "{s1:?} {s2:?}");
+    let held = |h: &H, id: &str| {
+        h.m.frameworks[&fid].tasks[&TaskId::new(id)]
+            .info
+            .launch_stamp
+    };
+    assert_eq!(held(&h, "t1"), Some(s1), "the master keeps what it sent");
+
+    let offer = offers_in(&h.advance(Duration::from_secs(6)), S1).remove(0);
+    let out = h.launch(S1, &[&offer], vec![stamped("t3", &aid, None)]);
+    let s3 = run_tasks(&out, A1)[0].launch_stamp.expect("t3 stamped");
+    assert!(s2 < s3, "{s2:?} {s3:?}");
+
+    // The scheduler fails over: a new epoch, recorded before SUBSCRIBED.
+    h.input(Input::SchedulerClosed { conn: S1 });
+    ops(&mut h);
+    let info = FrameworkInfo {
+        id: Some(fid.clone()),
+        ..info
+    };
+    let out = h.subscribe_info(S2, info.clone(), false);
+    assert!(matches!(
+        &sched_events(&out, S2)[0],
+        Event::Subscribed {
+            reregistered: true,
+            ..
+        }
+    ));
+    let record = last_record(ops(&mut h));
+    let epoch2 = record.launch_epoch;
+    assert!(epoch2 > epoch1);
+    let offer = h.offers(S2).remove(0);
+    let out = h.launch(S2, &[&offer], vec![stamped("t4", &aid, None)]);
+    let s4 = run_tasks(&out, A1)[0].launch_stamp.expect("t4 stamped");
+    assert_eq!(s4.epoch, epoch2);
+    assert!(s3 < s4, "{s3:?} {s4:?}");
+
+    // A new master recovers the record and the scheduler subscribes to
+    // it; once with the record as written, once with an epoch far ahead
+    // of this machine's clock (written by a master whose clock was).
+    let ahead = crate::registry::FrameworkRecord {
+        launch_epoch: agora_proto::now_timestamp() as u64 + 1_000_000,
+        ..record.clone()
+    };
+    for record in [record, ahead] {
+        let mut state = RegistryState::default();
+        state.frameworks.insert(fid.clone(), record.clone());
+        let mut h = H::new();
+        h.m.recover(&state, h.now, 1000.0);
+        h.subscribe_info(S1, info.clone(), false);
+        let epoch = last_record(ops(&mut h)).launch_epoch;
+        assert!(epoch > record.launch_epoch);
+        let aid = h.register(A1, "cpus:4;mem:4096");
+        let offer = h.offers(S1).remove(0);
+        let out = h.launch(S1, &[&offer], vec![stamped("t5", &aid, None)]);
+        let s5 = run_tasks(&out, A1)[0].launch_stamp.expect("t5 stamped");
+        assert_eq!(s5.epoch, epoch);
+        assert!(s4 < s5, "{s4:?} {s5:?}");
+        assert!(
+            s5.epoch > record.launch_epoch,
+            "later than any launch of the recorded epoch"
+        );
+    }
+}
+
+/// After a master restart two agents report the same task id, launched
+/// twice. Whichever re-registers first, the launch with the later stamp
+/// is the task: its updates reach the scheduler; the earlier launch is
+/// neither adopted nor charged, and its updates are acknowledged to its
+/// agent without being forwarded.
+#[test]
+fn reregistration_keeps_the_later_launch_of_an_id_two_agents_report() {
+    let early = LaunchStamp { epoch: 7, seq: 9 };
+    let later = LaunchStamp { epoch: 8, seq: 0 };
+    for early_first in [true, false] {
+        for early_state in [TaskState::Running, TaskState::Finished] {
+            let case = format!("early first: {early_first}, early {early_state}");
+            let (mut h, fid) = restarted_with_framework();
+            let a = AgentId::new("a");
+            let b = AgentId::new("b");
+            let early_report = report(&fid, &stamped("t1", &a, Some(early)), early_state);
+            let later_report = report(&fid, &stamped("t1", &b, Some(later)), TaskState::Running);
+            let mut outs = Vec::new();
+            let mut reregister = |h: &mut H, conn, aid: &AgentId, rep: &TaskReport| {
+                let out = h.register_info(
+                    conn,
+                    agent_info(Some(aid), "cpus:4;mem:4096"),
+                    vec![rep.clone()],
+                );
+                outs.extend(out);
+            };
+            if early_first {
+                reregister(&mut h, A1, &a, &early_report);
+                reregister(&mut h, A2, &b, &later_report);
+            } else {
+                reregister(&mut h, A2, &b, &later_report);
+                reregister(&mut h, A1, &a, &early_report);
+            }
+            assert!(updates(&outs, S1).is_empty(), "{case}: {outs:?}");
+            let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+            assert_eq!(
+                (task.state, &task.agent_id, task.info.launch_stamp),
+                (TaskState::Running, &b, Some(later)),
+                "{case}"
+            );
+            let key = (fid.clone(), TaskId::new("t1"));
+            assert!(!h.m.agents[&a].tasks.contains(&key), "{case}");
+            assert!(h.m.agents[&a].used.is_empty(), "{case}");
+            assert_eq!(h.m.agents[&b].used, r("cpus:1;mem:128"), "{case}");
+            if early_first && early_state == TaskState::Running {
+                assert!(
+                    agent_events(&outs, A1).iter().any(|e| matches!(
+                        e,
+                        agent::Event::KillTask { task_id, .. } if task_id.as_str() == "t1"
+                    )),
+                    "{case}: the earlier copy, adopted first, is killed"
+                );
+            }
+
+            let out = h.status(A1, &fid, "t1", TaskState::Killed, "a-end");
+            assert!(updates(&out, S1).is_empty(), "{case}");
+            assert!(acknowledged(&out, A1, "a-end"), "{case}");
+            let out = h.status(A2, &fid, "t1", TaskState::Finished, "b-end");
+            let ups = updates(&out, S1);
+            assert_eq!(ups.len(), 1, "{case}");
+            assert_eq!(
+                (ups[0].state, ups[0].agent_id.as_ref()),
+                (TaskState::Finished, Some(&b)),
+                "{case}"
+            );
+            assert!(h.m.agents[&b].used.is_empty(), "{case}");
+        }
+    }
+}
+
+/// After a master restart: a launch of `t1` completed on agent B; agent
+/// A then reports an ended launch of `t1` stamped earlier. It is not
+/// adopted (its end was settled: the later launch exists), and its
+/// update is acknowledged without being forwarded. An ended launch
+/// stamped later than the completed one is adopted, and its end reaches
+/// the scheduler.
+#[test]
+fn reregistration_refuses_an_ended_launch_no_later_than_a_completed_one() {
+    const C1: ConnId = 103;
+    let (mut h, fid) = restarted_with_framework();
+    let a = AgentId::new("a");
+    let b = AgentId::new("b");
+    let c = AgentId::new("c");
+    let stamp = |epoch, seq| Some(LaunchStamp { epoch, seq });
+    let t1_on_b = stamped("t1", &b, stamp(8, 0));
+    h.register_info(
+        A2,
+        agent_info(Some(&b), "cpus:4;mem:4096"),
+        vec![report(&fid, &t1_on_b, TaskState::Running)],
+    );
+    let out = h.status(A2, &fid, "t1", TaskState::Finished, "b-end");
+    assert_eq!(updates(&out, S1)[0].state, TaskState::Finished);
+    acknowledge(&mut h, &b, "t1", "b-end");
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
+
+    for (conn, aid, epoch, seq) in [(A1, &a, 7, 9), (A1, &a, 8, 0)] {
+        let case = format!("stamp ({epoch}, {seq})");
+        let refused = h.m.metrics.reports_refused_reregistration.get();
+        let t1 = stamped("t1", aid, stamp(epoch, seq));
+        let out = h.register_info(
+            conn,
+            agent_info(Some(aid), "cpus:4;mem:4096"),
+            vec![report(&fid, &t1, TaskState::Finished)],
+        );
+        assert!(updates(&out, S1).is_empty(), "{case}");
+        assert_eq!(
+            h.m.metrics.reports_refused_reregistration.get(),
+            refused + 1,
+            "{case}"
+        );
+        assert!(
+            !h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")),
+            "{case}: not adopted"
+        );
+        assert!(h.m.agents[aid].tasks.is_empty(), "{case}");
+        assert!(h.m.agents[aid].used.is_empty(), "{case}");
+        let out = h.status(conn, &fid, "t1", TaskState::Finished, "a-end");
+        assert!(updates(&out, S1).is_empty(), "{case}");
+        assert!(acknowledged(&out, conn, "a-end"), "{case}");
+        let ups = reconcile(&mut h, &["t1"]);
+        assert_eq!(
+            (ups[0].state, ups[0].agent_id.as_ref()),
+            (TaskState::Finished, Some(&b)),
+            "{case}: B's end stands"
+        );
+        h.input(Input::AgentClosed { conn });
+    }
+
+    // Stamped later than the completed launch: adopted.
+    let t1_on_c = stamped("t1", &c, stamp(9, 0));
+    h.register_info(
+        C1,
+        agent_info(Some(&c), "cpus:4;mem:4096"),
+        vec![report(&fid, &t1_on_c, TaskState::Finished)],
+    );
+    let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+    assert_eq!((task.state, &task.agent_id), (TaskState::Finished, &c));
+    let out = h.status(C1, &fid, "t1", TaskState::Finished, "c-end");
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 1);
+    assert_eq!(
+        (ups[0].state, ups[0].agent_id.as_ref()),
+        (TaskState::Finished, Some(&c))
+    );
+}
+
+/// Without launch stamps (agents of before them), a report of the id
+/// running is later than the master's record of it ended on another
+/// agent (an id is launched again only once its task ended): whichever
+/// agent re-registers first, the running one is the task.
+#[test]
+fn without_stamps_a_running_report_supersedes_an_ended_record_elsewhere() {
+    for ended_first in [true, false] {
+        let case = format!("ended first: {ended_first}");
+        let (mut h, fid) = restarted_with_framework();
+        let a = AgentId::new("a");
+        let b = AgentId::new("b");
+        let mut ended = report(&fid, &stamped("t1", &a, None), TaskState::Finished);
+        let mut finished = TaskStatus::new(
+            TaskId::new("t1"),
+            TaskState::Finished,
+            Source::SourceExecutor,
+        );
+        finished.uuid = Some("a-end".into());
+        ended.latest_status = Some(finished);
+        let running = report(&fid, &stamped("t1", &b, None), TaskState::Running);
+        let mut outs = Vec::new();
+        let order = if ended_first {
+            [(A1, &a, &ended), (A2, &b, &running)]
+        } else {
+            [(A2, &b, &running), (A1, &a, &ended)]
+        };
+        for (conn, aid, rep) in order {
+            outs.extend(h.register_info(
+                conn,
+                agent_info(Some(aid), "cpus:4;mem:4096"),
+                vec![rep.clone()],
+            ));
+        }
+        assert!(updates(&outs, S1).is_empty(), "{case}: {outs:?}");
+        let task = &h.m.frameworks[&fid].tasks[&TaskId::new("t1")];
+        assert_eq!(
+            (task.state, &task.agent_id),
+            (TaskState::Running, &b),
+            "{case}"
+        );
+        let key = (fid.clone(), TaskId::new("t1"));
+        assert!(!h.m.agents[&a].tasks.contains(&key), "{case}");
+        assert!(h.m.agents[&b].tasks.contains(&key), "{case}");
+        assert!(h.m.agents[&a].used.is_empty(), "{case}");
+        assert_eq!(h.m.agents[&b].used, r("cpus:1;mem:128"), "{case}");
+        let ups = reconcile(&mut h, &["t1"]);
+        assert_eq!(
+            (ups[0].state, ups[0].agent_id.as_ref()),
+            (TaskState::Running, Some(&b)),
+            "{case}"
+        );
+
+        let out = h.status(A1, &fid, "t1", TaskState::Finished, "a-end");
+        assert!(updates(&out, S1).is_empty(), "{case}");
+        assert!(acknowledged(&out, A1, "a-end"), "{case}");
+        let out = h.status(A2, &fid, "t1", TaskState::Finished, "b-end");
+        let ups = updates(&out, S1);
+        assert_eq!(ups.len(), 1, "{case}");
+        assert_eq!(
+            (ups[0].state, ups[0].agent_id.as_ref()),
+            (TaskState::Finished, Some(&b)),
+            "{case}"
+        );
+    }
 }
