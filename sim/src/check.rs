@@ -408,16 +408,23 @@ impl Checker {
             match h.terminal {
                 None if late => {}
                 None if last == Some(TaskState::Unknown) && !h.probe => {}
-                // A launch that never reached an agent (its RUN_TASK was
-                // lost with a master that failed over), which its framework
-                // has since launched again: it took an end of the id (an
-                // earlier launch's, reported late) for this one's, as a
-                // Mesos framework must; nothing ran.
-                None if *launch < self.current_launch(*f, task)
-                    && !self
-                        .run_tasks
-                        .keys()
-                        .any(|(_, t, l)| t == task && l == launch) => {}
+                // A launch that never reached an agent (its RUN_TASK, or
+                // the LAUNCH itself, was lost with a connection or a master
+                // that failed over) after which the scheduler heard an end
+                // of the id (an earlier launch's, reported late by an agent
+                // whose log lost it): the scheduler took that end for this
+                // launch's, as a Mesos framework must; nothing ran.
+                None if !self
+                    .run_tasks
+                    .keys()
+                    .any(|(_, t, l)| t == task && l == launch)
+                    && self.heard.iter().any(|((g, t, _), other)| {
+                        g == f
+                            && t == task
+                            && other.updates.iter().any(|(state, _, _, at)| {
+                                state.is_terminal() && *at >= launched_at
+                            })
+                    }) => {}
                 None => {
                     return Err((
                         PROGRESS,
