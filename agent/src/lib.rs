@@ -158,7 +158,7 @@ pub async fn run(
         }
         Isolation::Cgroups => {
             let cgroups = isolation::cgroups::Cgroups::discover(&config.cgroups)?;
-            tracing::info!(memory = %cgroups.base("memory").map(|p| p.display().to_string()).unwrap_or_default(), cfs = config.cgroups.enable_cfs, pids_max = config.cgroups.pids_max, "--isolation cgroups: each executor run gets a cgroup of its own");
+            tracing::info!(cgroups = cgroups.version(), memory = %cgroups.base("memory").map(|p| p.display().to_string()).unwrap_or_default(), cfs = config.cgroups.enable_cfs, pids_max = config.cgroups.pids_max, "--isolation cgroups: each executor run gets a cgroup of its own");
             Some(Arc::new(cgroups))
         }
     };

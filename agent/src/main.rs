@@ -101,13 +101,15 @@ struct Flags {
     #[arg(long, default_value = "10s", value_parser = duration)]
     command_executor_idle: Duration,
     /// How executors are isolated: posix (nothing is enforced; resources
-    /// are bookkeeping only) or cgroups (a cgroup v1 container per
-    /// executor run with CPU, memory and pids limits; needs root and the
-    /// cpu, cpuacct, memory, pids and freezer controllers).
+    /// are bookkeeping only) or cgroups (a cgroup container per executor
+    /// run with CPU, memory and pids limits; needs root and the cgroup v1
+    /// cpu, cpuacct, memory, pids and freezer controllers, else a cgroup
+    /// v2 hierarchy offering cpu, memory and pids).
     #[arg(long, default_value = "posix")]
     isolation: Isolation,
-    /// With --isolation cgroups: the cgroup, under the agent's own in each
-    /// hierarchy, that holds the containers.
+    /// With --isolation cgroups: the cgroup that holds the containers,
+    /// under the agent's own in each v1 hierarchy, or under the cgroup2
+    /// mount point on v2.
     #[arg(long, default_value = agora_agent::isolation::DEFAULT_CGROUPS_ROOT)]
     cgroups_root: String,
     /// With --isolation cgroups: enforce a hard CFS quota of the cpus a

@@ -14,7 +14,7 @@
 //! Under `--isolation cgroups` each run also has a container
 //! ([`crate::isolation::cgroups`]): created before the spawn, which
 //! happens inside it; watched for out-of-memory kills
-//! ([`Input::ContainerLimited`]); frozen and killed whole when the run is
+//! ([`Input::ContainerLimited`]); killed whole when the run is
 //! released or killed; removed once empty.
 
 use agora_proto::hash::{HashMap, HashSet};
@@ -26,7 +26,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::core::{ExecKey, Input};
-use crate::isolation::cgroups::{Cgroups, Container};
+use crate::isolation::cgroups::{Cgroups, Container, OomEvent};
 use crate::isolation::{Limitation, Limits};
 use crate::launcher::{self, LaunchSpec, Process};
 use crate::shell::CoreEvent;
@@ -525,8 +525,8 @@ impl Keeper {
             None => (None, None),
         };
         let oom = container.as_ref().and_then(|c| {
-            c.oom_eventfd()
-                .and_then(crate::sys::register_eventfd)
+            c.oom_fd()
+                .and_then(crate::sys::register_readable)
                 .map_err(|e| {
                     tracing::warn!(framework_id = %key.0, executor_id = %key.1, error = %e, "cannot listen for the container's out-of-memory events; checked at exit only");
                 })
@@ -654,26 +654,27 @@ impl Keeper {
     }
 }
 
-/// Completes once the container ran out of memory. The kernel signals
-/// the eventfd as its out-of-memory handling starts (before it kills a
-/// process, so before the executor can see one die), and also when the
-/// cgroup is removed, which is not an out-of-memory event.
+/// Completes once the container ran out of memory. On cgroup v1 the
+/// kernel signals the eventfd as its out-of-memory handling starts
+/// (before it kills a process, so before the executor can see one die);
+/// on v2 `memory.events` changes, and the container tells whether it
+/// counts an out-of-memory kill. Both also fire when the cgroup is
+/// removed, which is not an out-of-memory event.
 async fn out_of_memory(
     oom: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
     container: &Container,
 ) {
+    use std::os::fd::AsFd;
     loop {
         let Ok(mut guard) = oom.readable().await else {
             return std::future::pending().await;
         };
-        let mut counter = [0u8; 8];
-        let signalled = nix::unistd::read(oom.get_ref(), &mut counter).is_ok_and(|n| n == 8);
+        let event = container.oom_event(oom.get_ref().as_fd());
         guard.clear_ready();
-        if container.dir("memory").is_none_or(|d| !d.exists()) {
-            return std::future::pending().await;
-        }
-        if signalled {
-            return;
+        match event {
+            OomEvent::OutOfMemory => return,
+            OomEvent::Nothing => {}
+            OomEvent::Removed => return std::future::pending().await,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The one place the agent needs `unsafe`: starting an executor with
-//! `posix_spawn` in a session of its own, and the Linux pidfd calls that
-//! let the agent wait for and signal exactly the process it started.
+//! `posix_spawn` in a session of its own (or, into a cgroup v2
+//! container, `clone3` with `CLONE_INTO_CGROUP`), and the Linux pidfd
+//! calls that let the agent wait for and signal exactly the process it
+//! started.
 //!
 //! `posix_spawn` (glibc's is built on `clone(CLONE_VM | CLONE_VFORK)`)
 //! costs the same whatever the agent's size, where `fork` copies the
@@ -10,9 +12,10 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::{CString, OsStr};
+use std::cell::Cell;
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -31,6 +34,45 @@ pub(crate) struct SpawnArgs<'a> {
     /// Files opened (append, created 0644) as stdout and stderr.
     pub(crate) stdout: &'a Path,
     pub(crate) stderr: &'a Path,
+}
+
+/// `CLONE_INTO_CGROUP` (bit 33, which libc's `c_int` constant overflows).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+thread_local! {
+    /// The cgroup v2 directory that processes this thread spawns are
+    /// born in, while [`spawn_into_cgroup`] runs.
+    static SPAWN_CGROUP: Cell<Option<RawFd>> = const { Cell::new(None) };
+}
+
+/// `struct clone_args` of `clone3` (Linux 5.7's layout, which has
+/// `cgroup`).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// What the child of [`clone_into_cgroup`] does before `exec`: the steps
+/// `spawn_session` asks of `posix_spawn`, prepared beforehand (the child
+/// may not allocate).
+struct ChildSteps<'a> {
+    program: &'a CStr,
+    argv: &'a [*mut libc::c_char],
+    envp: &'a [*mut libc::c_char],
+    cwd: &'a CStr,
+    stdout: &'a CStr,
+    stderr: &'a CStr,
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
@@ -92,6 +134,17 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
     argv_ptrs.push(std::ptr::null_mut());
     let mut envp_ptrs: Vec<*mut libc::c_char> = envp.iter().map(|e| e.as_ptr() as *mut _).collect();
     envp_ptrs.push(std::ptr::null_mut());
+    if let Some(cgroup) = SPAWN_CGROUP.with(Cell::get) {
+        let steps = ChildSteps {
+            program: &program,
+            argv: &argv_ptrs,
+            envp: &envp_ptrs,
+            cwd: &cwd,
+            stdout: &stdout,
+            stderr: &stderr,
+        };
+        return clone_into_cgroup(&steps, cgroup);
+    }
 
     // SAFETY: every pointer handed to libc below points into a CString or
     // vector that outlives the call; the attribute and file-action objects
@@ -156,6 +209,178 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
     }
 }
 
+/// Runs `spawn` with every [`spawn_session`] it makes on this thread
+/// starting its process in the cgroup v2 directory `cgroup`: the cgroup
+/// v2 counterpart of a thread entering a container's v1 cgroups around a
+/// spawn, which v2 cannot do (a process's threads share one cgroup, so
+/// moving the thread would move the whole agent).
+pub(crate) fn spawn_into_cgroup<T>(cgroup: BorrowedFd<'_>, spawn: impl FnOnce() -> T) -> T {
+    struct Restore(Option<RawFd>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SPAWN_CGROUP.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(SPAWN_CGROUP.with(|c| c.replace(Some(cgroup.as_raw_fd()))));
+    spawn()
+}
+
+/// [`spawn_session`] into the cgroup v2 directory `cgroup`: `clone3`
+/// with `CLONE_INTO_CGROUP` (Linux 5.7), so the child is in the cgroup
+/// from its first instruction, then in the child the steps `posix_spawn`
+/// would take, and `execve`. The child is a copy of the agent (a fork:
+/// sharing the agent's memory, as `posix_spawn`'s vfork-like clone does,
+/// needs the child to start on a stack of its own, which a raw `clone3`
+/// from Rust cannot give it), so this costs a copy of the agent's page
+/// tables (`spawn_cost_v2` measures it). A step that
+/// fails in the child is reported (its errno) through a close-on-exec
+/// pipe, and the child reaped, as `posix_spawn` does.
+fn clone_into_cgroup(steps: &ChildSteps<'_>, cgroup: RawFd) -> io::Result<u32> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`, owned below.
+    check_errno(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both are fresh descriptors nobody else owns.
+    let (report_read, report_write) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let mut args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: the signal sets are initialised by sigfillset before use.
+    // Every signal is blocked across the clone so that no handler of the
+    // agent runs in the child (glibc's posix_spawn does the same); the
+    // child resets the handlers before it unblocks them.
+    let (pid, clone_error) = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        );
+        if pid == 0 {
+            exec_child(steps, report_write.as_raw_fd());
+        }
+        let clone_error = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        (pid, clone_error)
+    };
+    drop(report_write);
+    if pid < 0 {
+        let hint = match clone_error.raw_os_error() {
+            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL) => {
+                " (starting a process in a cgroup v2 container needs Linux 5.7 or later)"
+            }
+            _ => "",
+        };
+        return Err(io::Error::new(
+            clone_error.kind(),
+            format!("clone3 into the container's cgroup: {clone_error}{hint}"),
+        ));
+    }
+    let pid = pid as libc::pid_t;
+    let mut errno = [0u8; 4];
+    let read = loop {
+        match nix::unistd::read(&report_read, &mut errno) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other,
+        }
+    };
+    if read == Ok(0) {
+        return Ok(pid as u32);
+    }
+    // The child failed before exec (and exited) or cannot be heard from.
+    if read.is_err() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    Err(match read {
+        Ok(4) => io::Error::from_raw_os_error(i32::from_ne_bytes(errno)),
+        Ok(_) => io::Error::other("the child reported a partial error"),
+        Err(e) => e.into(),
+    })
+}
+
+/// The child of [`clone_into_cgroup`]: it is a copy of a multithreaded
+/// process, so only async-signal-safe calls (no allocation, no locks).
+/// Never returns: `execve`, or `_exit` after reporting errno on
+/// `report`.
+///
+/// # Safety
+/// Call only in the child of a fork-like `clone`.
+unsafe fn exec_child(steps: &ChildSteps<'_>, report: RawFd) -> ! {
+    unsafe fn fail(report: RawFd) -> ! {
+        // SAFETY: errno is this thread's; write and _exit are
+        // async-signal-safe.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::write(report, (&errno as *const libc::c_int).cast(), 4);
+            libc::_exit(127)
+        }
+    }
+    /// Opens `path` as descriptor `target`.
+    unsafe fn redirect(target: libc::c_int, path: &CStr, flags: libc::c_int) -> bool {
+        // SAFETY: open, dup2 and close are async-signal-safe; `path` is
+        // a valid C string.
+        unsafe {
+            let fd = libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint);
+            if fd < 0 {
+                return false;
+            }
+            if fd != target {
+                if libc::dup2(fd, target) < 0 {
+                    return false;
+                }
+                libc::close(fd);
+            }
+            true
+        }
+    }
+    // SAFETY: the calls are async-signal-safe, and the pointers point
+    // into the parent's prepared strings, copied into this process.
+    unsafe {
+        if libc::setsid() < 0 {
+            fail(report);
+        }
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        for signal in 1..65 {
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        let append = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND;
+        if !redirect(0, c"/dev/null", libc::O_RDONLY)
+            || !redirect(1, steps.stdout, append)
+            || !redirect(2, steps.stderr, append)
+            || libc::chdir(steps.cwd.as_ptr()) < 0
+        {
+            fail(report);
+        }
+        libc::execve(
+            steps.program.as_ptr(),
+            steps.argv.as_ptr() as *const *const libc::c_char,
+            steps.envp.as_ptr() as *const *const libc::c_char,
+        );
+        fail(report)
+    }
+}
+
+fn check_errno(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// A pidfd for process `pid` (Linux 5.3 and later).
 pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new file
@@ -214,8 +439,9 @@ pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Registers an eventfd with tokio's reactor, to await its events.
-pub(crate) fn register_eventfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+/// Registers a descriptor that becomes readable on events (an eventfd, an
+/// inotify descriptor) with tokio's reactor, to await them.
+pub(crate) fn register_readable(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     // SAFETY: as for `register_pidfd`: the `AsyncFd` owns the descriptor.
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
         .map_err(|e| e.into_parts().1)

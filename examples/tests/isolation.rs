@@ -4,10 +4,13 @@
 //! limit, a kill leaves no process and no cgroup behind, and a restarted
 //! agent keeps live containers and destroys orphans.
 //!
-//! Each test needs root and the cgroup v1 controllers (cpu, cpuacct,
-//! memory, pids, freezer) present and writable; elsewhere it prints why
-//! it skips (and fails under `CI=true`, where they must run). Each uses a `--cgroups-root` of its own
-//! (`agora-test-PID-NAME`), destroyed at the end whatever happens.
+//! Each test needs root and either the cgroup v1 controllers (cpu,
+//! cpuacct, memory, pids, freezer) or, where v1 does not have them all, a
+//! cgroup v2 hierarchy that offers cpu, memory and pids, present and
+//! writable (the agent's own choice: v1 first); elsewhere it prints why
+//! it skips (and fails under `CI=true`, where they must run). Each uses a
+//! `--cgroups-root` of its own (`agora-test-PID-NAME`), destroyed at the
+//! end whatever happens.
 
 #![cfg(feature = "local")]
 
@@ -111,8 +114,14 @@ impl Drop for Isolated {
     }
 }
 
-/// `<controller mount>/<this process's cgroup there>/<root>`.
+/// Where the agent keeps `controller`'s containers under `--cgroups-root
+/// root`: on cgroup v1 `<controller mount>/<this process's cgroup
+/// there>/<root>`; on a host the agent drives as v2, `<cgroup2
+/// mount>/<root>`, the same directory for every controller.
 fn controller_base(controller: &str, root: &str) -> Option<PathBuf> {
+    if driven_as_v2() {
+        return Some(unified_mount()?.join(root));
+    }
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let path = own.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');
@@ -133,6 +142,61 @@ fn controller_base(controller: &str, root: &str) -> Option<PathBuf> {
         .then(|| PathBuf::from(fields[4]))
     })?;
     Some(mount.join(path.trim_start_matches('/')).join(root))
+}
+
+/// The fstype, super options and mount point of each cgroup mount.
+fn cgroup_mounts() -> Vec<(String, String, PathBuf)> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mut right = right.split(' ');
+            let fstype = right.next()?;
+            let options = right.nth(1).unwrap_or_default();
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| {
+                let point = PathBuf::from(left.split(' ').nth(4).unwrap_or_default());
+                (fstype.to_string(), options.to_string(), point)
+            })
+        })
+        .collect()
+}
+
+/// Where the cgroup2 hierarchy is mounted, if it is.
+fn unified_mount() -> Option<PathBuf> {
+    cgroup_mounts()
+        .into_iter()
+        .find(|(fstype, _, _)| fstype == "cgroup2")
+        .map(|(_, _, point)| point)
+}
+
+/// Whether the agent drives this host's cgroups as v2: it prefers v1,
+/// when a v1 hierarchy has each controller it needs.
+fn driven_as_v2() -> bool {
+    let mounts = cgroup_mounts();
+    !["cpu", "cpuacct", "memory", "pids", "freezer"]
+        .iter()
+        .all(|controller| {
+            mounts.iter().any(|(fstype, options, _)| {
+                fstype == "cgroup" && options.split(',').any(|o| o == *controller)
+            })
+        })
+}
+
+/// CPU time container `name` under `--cgroups-root root` used, seconds.
+fn cpu_usage_secs(root: &str, name: &std::ffi::OsStr) -> f64 {
+    if driven_as_v2() {
+        let stat = controller_base("cpu", root)
+            .unwrap()
+            .join(name)
+            .join("cpu.stat");
+        return read_number(&stat, Some("usage_usec ")) as f64 / 1e6;
+    }
+    let usage = controller_base("cpuacct", root)
+        .unwrap()
+        .join(name)
+        .join("cpuacct.usage");
+    read_number(&usage, None) as f64 / 1e9
 }
 
 fn next_offer(rx: &Receiver<SchedEvent>) -> Offer {
@@ -366,11 +430,7 @@ fn cpu_is_capped_by_the_cfs_quota() {
         .containers()
         .pop()
         .expect("the spinner's container");
-    let name = container.file_name().unwrap().to_owned();
-    let cpuacct = controller_base("cpuacct", &isolated.root)
-        .unwrap()
-        .join(name);
-    let capped = read_number(&cpuacct.join("cpuacct.usage"), None) as f64 / 1e9;
+    let capped = cpu_usage_secs(&isolated.root, container.file_name().unwrap());
     let throttled = read_number(
         &controller_base("cpu", &isolated.root)
             .unwrap()
@@ -676,31 +736,50 @@ fn the_agent_refuses_cgroups_it_cannot_use() {
     assert!(stderr.contains("invalid --cgroups-root"), "{stderr}");
 }
 
-/// The unified hierarchy: on a host whose cgroup v2 has the controllers
-/// the suite would run against it; this agent drives v1 only, so it says
-/// why not.
+/// The cgroup v2 run: on a host the agent drives as v2 the tests above
+/// ran against it; elsewhere this says why they did not.
 #[test]
 fn cgroup_v2_is_tested_where_the_host_offers_it() {
-    let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
-        .or_else(|_| std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers"))
-        .unwrap_or_default();
-    let needed = ["cpu", "memory", "pids"];
-    let missing: Vec<&str> = needed
-        .iter()
-        .filter(|c| !controllers.split_whitespace().any(|x| x == **c))
-        .copied()
+    let Some(unified) = unified_mount() else {
+        eprintln!("skipping the cgroup v2 run: no cgroup2 hierarchy is mounted here");
+        return;
+    };
+    let controllers =
+        std::fs::read_to_string(unified.join("cgroup.controllers")).unwrap_or_default();
+    let missing: Vec<&str> = ["cpu", "memory", "pids"]
+        .into_iter()
+        .filter(|c| !controllers.split_whitespace().any(|x| x == *c))
         .collect();
+    if !driven_as_v2() {
+        let why = if missing.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", not {missing:?}: they are bound to the v1 hierarchies (a controller is in one \
+                 hierarchy at a time, and a private mount namespace mounts the same unified \
+                 hierarchy, so it cannot offer them either)"
+            )
+        };
+        eprintln!(
+            "skipping the cgroup v2 run: this host mounts the cgroup v1 controllers, which the \
+             agent prefers, so the tests above ran against v1; the unified hierarchy at {} \
+             offers {:?}{why}",
+            unified.display(),
+            controllers.trim()
+        );
+        return;
+    }
     if !missing.is_empty() {
         eprintln!(
-            "skipping the cgroup v2 suite: the unified hierarchy here offers {:?}, not {missing:?} \
-             (they are bound to v1 hierarchies, and a private mount namespace mounts the same \
-             unified hierarchy, so it cannot offer them either)",
+            "skipping the cgroup v2 run: the unified hierarchy at {} offers {:?}, not {missing:?}",
+            unified.display(),
             controllers.trim()
         );
         return;
     }
     eprintln!(
-        "skipping the cgroup v2 suite: this host's unified hierarchy has the controllers, \
-         but the agent drives cgroup v1 only (it refuses --isolation cgroups on a v2-only host)"
+        "the tests above ran against cgroup v2 at {} (controllers {:?})",
+        unified.display(),
+        controllers.trim()
     );
 }

@@ -3,15 +3,17 @@
 //!
 //! With [`Isolation::Posix`] (the default, as in Mesos) nothing is
 //! enforced: `cpus` and `mem` are bookkeeping only. With
-//! [`Isolation::Cgroups`] each executor run gets a container of its own,
-//! a cgroup under each needed controller ([`cgroups`]), which the
-//! executor is born in, whose limits follow the resources of the executor
-//! and its tasks, and which is killed and removed as a whole when the run
-//! ends.
+//! [`Isolation::Cgroups`] each executor run gets a container of its own
+//! ([`cgroups`]: a cgroup under each needed controller on cgroup v1, one
+//! directory on cgroup v2), which the executor is born in, whose limits
+//! follow the resources of the executor and its tasks, and which is
+//! killed and removed as a whole when the run ends.
 
 use agora_proto::Resources;
 
 pub(crate) mod cgroups;
+mod cgroups_v1;
+mod cgroups_v2;
 pub(crate) mod monitor;
 mod mountinfo;
 
@@ -24,7 +26,8 @@ pub enum Isolation {
     /// and Mesos's default `posix/cpu,posix/mem`).
     #[default]
     Posix,
-    /// A cgroup per executor run: CPU shares and a CFS quota, a memory
+    /// A cgroup per executor run (cgroup v1 or v2, whichever the host
+    /// offers): CPU shares (a weight on v2) and a CFS quota, a memory
     /// limit with out-of-memory detection, a pids limit, and a kill that
     /// reaches every process of the container.
     Cgroups,
@@ -33,8 +36,9 @@ pub enum Isolation {
 /// Settings of the cgroups isolation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupsConfig {
-    /// Name of the cgroup, under the agent's own in each hierarchy, that
-    /// holds the containers (`--cgroups-root`).
+    /// Name of the cgroup that holds the containers (`--cgroups-root`):
+    /// under the agent's own in each v1 hierarchy, under the cgroup2 mount
+    /// point on v2.
     pub root: String,
     /// Enforce a hard CFS quota of `cpus` (`--cgroups-enable-cfs`).
     pub enable_cfs: bool,

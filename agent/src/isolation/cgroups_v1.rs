@@ -1,0 +1,699 @@
+//! The cgroup v1 driver behind [`super::cgroups`]: containers as cgroup
+//! v1 directories, written directly through the cgroup file system.
+//!
+//! Each container is a directory named after its executor run under
+//! `<hierarchy>/<agent's own cgroup>/<--cgroups-root>/` of each controller
+//! the agent needs: `cpu` (shares, CFS quota), `cpuacct` (CPU time),
+//! `memory` (hard limit, out-of-memory events), `pids` (`pids.max`) and
+//! `freezer` (a kill that reaches every process). The hierarchies are
+//! found in `/proc/self/mountinfo`, so controllers mounted separately (as
+//! `cpu` and `cpuacct` are on some hosts) or together both work.
+//!
+//! An executor is born inside its container: the process thread moves
+//! itself (its own thread id, through each `tasks` file) into the
+//! container, spawns the executor, which inherits the thread's cgroups at
+//! `clone`, and moves itself back. So no instruction of the executor ever
+//! runs outside the container, and the spawn stays a `posix_spawn`.
+//!
+//! Files are written directly rather than through `cgroups-rs`: about a
+//! dozen files are used, the hierarchies must be found from mountinfo
+//! with controllers mounted separately (`cgroups-rs` 0.5 assumes its own
+//! layout under `/sys/fs/cgroup`), and the launch path must stay a few
+//! writes long.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::cgroups::{
+    read_i64, read_keyed, read_u64, write, CgroupsError, ContainerStats, OomEvent, CFS_PERIOD_US,
+    FREEZE_TIMEOUT, MIN_CFS_QUOTA_US, MIN_MEMORY_BYTES, MIN_SHARES,
+};
+use super::mountinfo::{self, CgroupMount};
+use super::{CgroupsConfig, Limits};
+use crate::sys;
+
+/// The controllers a container is made of, in this order.
+pub(crate) const CONTROLLERS: [&str; 5] = ["cpu", "cpuacct", "memory", "pids", "freezer"];
+const CPU: usize = 0;
+const CPUACCT: usize = 1;
+const MEMORY: usize = 2;
+const PIDS: usize = 3;
+const FREEZER: usize = 4;
+
+/// The cgroup hierarchies the agent puts containers in.
+#[derive(Debug)]
+pub(crate) struct Cgroups {
+    /// Per controller, the directory holding the containers.
+    base: [PathBuf; 5],
+    /// Per controller, the agent's own cgroup (where the process thread
+    /// returns after a spawn).
+    own: [PathBuf; 5],
+    config: CgroupsConfig,
+}
+
+/// One container: a cgroup per controller.
+#[derive(Debug)]
+pub(crate) struct Container {
+    name: String,
+    dirs: [PathBuf; 5],
+}
+
+// === impl Cgroups ===
+
+impl Cgroups {
+    /// Finds the hierarchies of the needed controllers from
+    /// `/proc/self/mountinfo` and creates `--cgroups-root` under the
+    /// agent's own cgroup in each: an error names the first controller
+    /// that is missing or not writable. `mounts` and `own` are the cgroup
+    /// mounts of `/proc/self/mountinfo` and the lines of
+    /// `/proc/self/cgroup`.
+    pub(crate) fn discover_in(
+        config: &CgroupsConfig,
+        mounts: &[CgroupMount],
+        own: &[(u32, Vec<String>, String)],
+    ) -> Result<Cgroups, CgroupsError> {
+        // Every controller is looked for before anything is created.
+        let mut own_dirs: [PathBuf; 5] = Default::default();
+        for (i, controller) in CONTROLLERS.iter().enumerate() {
+            let Some(mount) = mounts
+                .iter()
+                .find(|m| !m.unified && m.controllers.iter().any(|c| c == controller))
+            else {
+                return Err(CgroupsError::MissingController {
+                    controller,
+                    hint: String::new(),
+                });
+            };
+            // The agent's own cgroup in that hierarchy, seen through the
+            // mount (or the mount's root when it is not visible there).
+            own_dirs[i] = own
+                .iter()
+                .find(|(_, cs, _)| cs.iter().any(|c| c == controller))
+                .and_then(|(_, _, path)| {
+                    mountinfo::cgroup_dir(&mount.mount_point, &mount.root, path)
+                })
+                .unwrap_or_else(|| mount.mount_point.clone());
+        }
+        let mut base: [PathBuf; 5] = Default::default();
+        for (i, controller) in CONTROLLERS.iter().enumerate() {
+            let dir = &own_dirs[i];
+            let root = dir.join(&config.root);
+            if let Err(source) = std::fs::create_dir_all(&root) {
+                return Err(CgroupsError::NotWritable {
+                    controller,
+                    path: root,
+                    source,
+                });
+            }
+            let tasks = dir.join("tasks");
+            if let Err(source) = std::fs::OpenOptions::new().write(true).open(&tasks) {
+                return Err(CgroupsError::NotWritable {
+                    controller,
+                    path: tasks,
+                    source,
+                });
+            }
+            base[i] = root;
+        }
+        if config.enable_cfs && !base[CPU].join("cpu.cfs_quota_us").exists() {
+            return Err(CgroupsError::MissingFile {
+                path: base[CPU].join("cpu.cfs_quota_us"),
+                hint:
+                    " (a kernel without CFS bandwidth control); run with --cgroups-enable-cfs=false",
+            });
+        }
+        Ok(Cgroups {
+            base,
+            own: own_dirs,
+            config: config.clone(),
+        })
+    }
+
+    /// The directory holding the containers of `controller`.
+    pub(crate) fn base(&self, controller: &str) -> Option<&Path> {
+        let i = CONTROLLERS.iter().position(|c| *c == controller)?;
+        Some(&self.base[i])
+    }
+
+    /// Creates the container `name` (an executor's run id) with `limits`.
+    pub(crate) fn create(&self, name: &str, limits: &Limits) -> io::Result<(Container, Limits)> {
+        let container = self.container(name);
+        for dir in container.unique_dirs() {
+            match std::fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    let _ = container.remove();
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot create cgroup {}: {e}", dir.display()),
+                    ));
+                }
+            }
+        }
+        match self.set_limits(&container, None, limits) {
+            Ok(written) => Ok((container, written)),
+            Err(e) => {
+                let _ = container.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// The container `name` if it exists (after an agent restart).
+    pub(crate) fn open(&self, name: &str) -> Option<Container> {
+        let container = self.container(name);
+        container
+            .dirs
+            .iter()
+            .any(|d| d.is_dir())
+            .then_some(container)
+    }
+
+    /// The names of every container under `--cgroups-root`, in any
+    /// controller.
+    pub(crate) fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .base
+            .iter()
+            .filter_map(|base| std::fs::read_dir(base).ok())
+            .flat_map(|entries| {
+                entries.filter_map(|e| {
+                    let e = e.ok()?;
+                    e.file_type().ok()?.is_dir().then_some(())?;
+                    e.file_name().into_string().ok()
+                })
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Runs `spawn` on this thread while the thread is in `container`,
+    /// so a process it starts is born there; the thread returns to the
+    /// agent's own cgroups afterwards.
+    pub(crate) fn spawn_inside<T>(
+        &self,
+        container: &Container,
+        spawn: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        let tid = sys::gettid().to_string();
+        let mut entered = Vec::new();
+        for (i, dir) in container.dirs.iter().enumerate() {
+            if entered.iter().any(|j: &usize| container.dirs[*j] == *dir) {
+                continue;
+            }
+            if let Err(e) = std::fs::write(dir.join("tasks"), &tid) {
+                self.leave(&tid, &entered);
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot enter cgroup {}: {e}", dir.display()),
+                ));
+            }
+            entered.push(i);
+        }
+        let result = spawn();
+        self.leave(&tid, &entered);
+        result
+    }
+
+    fn leave(&self, tid: &str, entered: &[usize]) {
+        for i in entered {
+            if let Err(e) = std::fs::write(self.own[*i].join("tasks"), tid) {
+                tracing::error!(cgroup = %self.own[*i].display(), error = %e, "the process thread cannot return to the agent's cgroup");
+            }
+        }
+    }
+
+    /// Writes `limits`, grown to at least `written` (the ones written
+    /// before, if any), and returns what is now written.
+    pub(crate) fn set_limits(
+        &self,
+        container: &Container,
+        written: Option<Limits>,
+        limits: &Limits,
+    ) -> io::Result<Limits> {
+        let limits = match &written {
+            Some(old) => old.max(limits),
+            None => *limits,
+        };
+        if written == Some(limits) {
+            return Ok(limits);
+        }
+        let first = written.is_none();
+        let shares = ((1024.0 * limits.cpus).floor() as u64).max(MIN_SHARES);
+        write(&container.dirs[CPU], "cpu.shares", shares)?;
+        if self.config.enable_cfs {
+            let quota = ((CFS_PERIOD_US as f64 * limits.cpus).round() as u64).max(MIN_CFS_QUOTA_US);
+            if first {
+                write(&container.dirs[CPU], "cpu.cfs_period_us", CFS_PERIOD_US)?;
+            }
+            write(&container.dirs[CPU], "cpu.cfs_quota_us", quota)?;
+        }
+        let bytes = ((limits.mem_mib * 1024.0 * 1024.0) as u64).max(MIN_MEMORY_BYTES);
+        let memory = &container.dirs[MEMORY];
+        // memory.memsw (with swap) must never be below memory.limit: lower
+        // the limit first, raise memsw first.
+        let memsw = memory.join("memory.memsw.limit_in_bytes").exists();
+        if memsw && !first {
+            write(memory, "memory.memsw.limit_in_bytes", bytes)?;
+        }
+        write(memory, "memory.limit_in_bytes", bytes)?;
+        write(memory, "memory.soft_limit_in_bytes", bytes)?;
+        if memsw && first {
+            write(memory, "memory.memsw.limit_in_bytes", bytes)?;
+        }
+        let pids = limits.pids.unwrap_or(self.config.pids_max);
+        write(&container.dirs[PIDS], "pids.max", pids)?;
+        Ok(limits)
+    }
+
+    /// Kills and removes every container under `--cgroups-root`, then
+    /// the root itself: `Err` names what could not be removed.
+    pub(crate) fn destroy_all(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for name in self.names() {
+            let Some(container) = self.open(&name) else {
+                continue;
+            };
+            loop {
+                container.kill_all();
+                match container.remove() {
+                    Ok(true) => break,
+                    Ok(false) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Ok(false) => return Err(format!("container {name} still holds processes")),
+                    Err(e) => return Err(format!("container {name}: {e}")),
+                }
+            }
+        }
+        let mut dirs: Vec<&PathBuf> = self.base.iter().collect();
+        dirs.dedup();
+        for dir in dirs {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("{}: {e}", dir.display())),
+            }
+        }
+        Ok(())
+    }
+
+    fn container(&self, name: &str) -> Container {
+        Container {
+            name: name.to_string(),
+            dirs: std::array::from_fn(|i| self.base[i].join(name)),
+        }
+    }
+}
+
+// === impl Container ===
+
+impl Container {
+    /// Its name (the executor's run id).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its directory in `controller`'s hierarchy.
+    #[cfg(test)]
+    pub(crate) fn dir(&self, controller: &str) -> Option<&Path> {
+        let i = CONTROLLERS.iter().position(|c| *c == controller)?;
+        Some(&self.dirs[i])
+    }
+
+    fn unique_dirs(&self) -> Vec<&PathBuf> {
+        let mut dirs: Vec<&PathBuf> = Vec::with_capacity(5);
+        for dir in &self.dirs {
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        dirs
+    }
+
+    /// An eventfd that becomes readable when the container's memory
+    /// cgroup has an out-of-memory event (or is removed).
+    pub(crate) fn oom_eventfd(&self) -> io::Result<OwnedFd> {
+        let efd = sys::eventfd()?;
+        let control = std::fs::File::open(self.dirs[MEMORY].join("memory.oom_control"))?;
+        std::fs::write(
+            self.dirs[MEMORY].join("cgroup.event_control"),
+            format!("{} {}", efd.as_raw_fd(), control.as_raw_fd()),
+        )?;
+        Ok(efd)
+    }
+
+    /// What a readable [`Container::oom_eventfd`] means. Reads its
+    /// counter, so it is not readable again until the next event; the
+    /// kernel also signals it when the cgroup is removed, which is no
+    /// out-of-memory event.
+    pub(crate) fn oom_event(&self, eventfd: BorrowedFd<'_>) -> OomEvent {
+        let mut counter = [0u8; 8];
+        let signalled = nix::unistd::read(eventfd, &mut counter).is_ok_and(|n| n == 8);
+        if !self.dirs[MEMORY].exists() {
+            OomEvent::Removed
+        } else if signalled {
+            OomEvent::OutOfMemory
+        } else {
+            OomEvent::Nothing
+        }
+    }
+
+    /// Out-of-memory kills in the container so far.
+    pub(crate) fn oom_kills(&self) -> u64 {
+        read_keyed(&self.dirs[MEMORY].join("memory.oom_control"), "oom_kill").unwrap_or(0)
+    }
+
+    /// The hard memory limit and the most memory used at once, in bytes.
+    pub(crate) fn memory_limit_and_peak(&self) -> (u64, u64) {
+        let dir = &self.dirs[MEMORY];
+        (
+            read_u64(&dir.join("memory.limit_in_bytes")).unwrap_or(0),
+            read_u64(&dir.join("memory.max_usage_in_bytes")).unwrap_or(0),
+        )
+    }
+
+    /// The pids in the container (its freezer cgroup).
+    pub(crate) fn pids(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.dirs[FREEZER].join("cgroup.procs"))
+            .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Kills every process of the container, including those that left
+    /// its session or double-forked: freeze (so none can fork or be
+    /// missed), SIGKILL each, thaw (so the signals are delivered).
+    /// Returns how many were signalled.
+    pub(crate) fn kill_all(&self) -> usize {
+        let freezer = &self.dirs[FREEZER];
+        if !freezer.is_dir() {
+            return 0;
+        }
+        let mut signalled = 0;
+        for _ in 0..3 {
+            let frozen = freeze(freezer);
+            let pids = self.pids();
+            if pids.is_empty() {
+                let _ = write(freezer, "freezer.state", "THAWED");
+                break;
+            }
+            for pid in &pids {
+                if *pid > 1 && kill(Pid::from_raw(*pid), Signal::SIGKILL).is_ok() {
+                    signalled += 1;
+                }
+            }
+            let _ = write(freezer, "freezer.state", "THAWED");
+            if frozen {
+                break;
+            }
+        }
+        signalled
+    }
+
+    /// Removes the container's cgroups: `Ok(false)` while some still hold
+    /// processes (retry once they are gone).
+    pub(crate) fn remove(&self) -> io::Result<bool> {
+        let mut busy = false;
+        for dir in self.unique_dirs() {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => busy = true,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(!busy)
+    }
+
+    /// What the container used so far.
+    pub(crate) fn stats(&self) -> ContainerStats {
+        let cpu = &self.dirs[CPU];
+        let cpuacct = &self.dirs[CPUACCT];
+        let memory = &self.dirs[MEMORY];
+        let pids = &self.dirs[PIDS];
+        let ticks = clock_ticks();
+        let quota = read_i64(&cpu.join("cpu.cfs_quota_us")).unwrap_or(-1);
+        let period = read_u64(&cpu.join("cpu.cfs_period_us")).unwrap_or(CFS_PERIOD_US);
+        let cpus_limit = if quota > 0 && period > 0 {
+            quota as f64 / period as f64
+        } else {
+            read_u64(&cpu.join("cpu.shares")).unwrap_or(0) as f64 / 1024.0
+        };
+        let cpu_stat = cpu.join("cpu.stat");
+        ContainerStats {
+            cpus_user_time_secs: read_keyed(&cpuacct.join("cpuacct.stat"), "user").unwrap_or(0)
+                as f64
+                / ticks,
+            cpus_system_time_secs: read_keyed(&cpuacct.join("cpuacct.stat"), "system").unwrap_or(0)
+                as f64
+                / ticks,
+            cpus_limit,
+            cpus_nr_periods: read_keyed(&cpu_stat, "nr_periods").unwrap_or(0),
+            cpus_nr_throttled: read_keyed(&cpu_stat, "nr_throttled").unwrap_or(0),
+            cpus_throttled_time_secs: read_keyed(&cpu_stat, "throttled_time").unwrap_or(0) as f64
+                / 1e9,
+            mem_total_bytes: read_u64(&memory.join("memory.usage_in_bytes")).unwrap_or(0),
+            mem_max_bytes: read_u64(&memory.join("memory.max_usage_in_bytes")).unwrap_or(0),
+            mem_limit_bytes: read_u64(&memory.join("memory.limit_in_bytes")).unwrap_or(0),
+            mem_oom_kills: self.oom_kills(),
+            processes: read_u64(&pids.join("pids.current")).unwrap_or(0),
+            processes_limit: read_u64(&pids.join("pids.max")).unwrap_or(0),
+            processes_limit_hits: read_keyed(&pids.join("pids.events"), "max").unwrap_or(0),
+        }
+    }
+}
+
+/// Freezes a freezer cgroup: `true` once it reports FROZEN, `false` if it
+/// did not within [`FREEZE_TIMEOUT`] (retrying with a thaw in between, as
+/// Mesos does for kernels that leave a freeze stuck).
+fn freeze(dir: &Path) -> bool {
+    let deadline = Instant::now() + FREEZE_TIMEOUT;
+    let mut pause = Duration::from_micros(100);
+    while Instant::now() < deadline {
+        if write(dir, "freezer.state", "FROZEN").is_err() {
+            return false;
+        }
+        let settle = Instant::now() + Duration::from_millis(50);
+        while Instant::now() < settle {
+            match std::fs::read_to_string(dir.join("freezer.state")) {
+                Ok(state) if state.trim() == "FROZEN" => return true,
+                Ok(_) => std::thread::sleep(pause),
+                Err(_) => return false,
+            }
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+        let _ = write(dir, "freezer.state", "THAWED");
+    }
+    false
+}
+
+/// `USER_HZ`, the unit of `cpuacct.stat`.
+fn clock_ticks() -> f64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(n)) if n > 0 => n as f64,
+        _ => 100.0,
+    }
+}
+
+/// The first of [`CONTROLLERS`] that no v1 hierarchy in `mounts` has.
+pub(crate) fn missing_controller(mounts: &[CgroupMount]) -> Option<&'static str> {
+    CONTROLLERS.iter().copied().find(|controller| {
+        !mounts
+            .iter()
+            .any(|m| !m.unified && m.controllers.iter().any(|c| c == controller))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolation::cgroups::tests::{spec, TestCgroups};
+    use crate::launcher::{LaunchSpec, Process};
+
+    /// The v1 driver of `cgroups`; `None` (with the reason printed) on a
+    /// host whose containers are cgroup v2 ones.
+    fn v1<'a>(cgroups: &'a TestCgroups, test: &str) -> Option<&'a Cgroups> {
+        match &cgroups.0 {
+            crate::isolation::cgroups::Cgroups::V1(v1) => Some(v1),
+            crate::isolation::cgroups::Cgroups::V2(_) => {
+                eprintln!("skipping {test}: the agent drives cgroup v2 on this host");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn executors_are_born_in_their_container_and_killed_whole() {
+        let Some(cg) = TestCgroups::new("born") else {
+            return;
+        };
+        let Some(cg) = v1(&cg, "born") else {
+            return;
+        };
+        let limits = Limits {
+            cpus: 0.5,
+            mem_mib: 64.0,
+            pids: Some(64),
+        };
+        let (container, written) = cg.create("run-1", &limits).unwrap();
+        assert_eq!(written, limits);
+        let dir = container.dir("cpu").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.shares"))
+                .unwrap()
+                .trim(),
+            "512"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+                .unwrap()
+                .trim(),
+            "50000"
+        );
+        let mem = container.dir("memory").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(mem.join("memory.limit_in_bytes"))
+                .unwrap()
+                .trim(),
+            (64u64 << 20).to_string()
+        );
+        // Limits only grow.
+        let grown = cg
+            .set_limits(
+                &container,
+                Some(written),
+                &Limits {
+                    cpus: 1.0,
+                    mem_mib: 32.0,
+                    pids: None,
+                },
+            )
+            .unwrap();
+        assert_eq!(grown.cpus, 1.0);
+        assert_eq!(grown.mem_mib, 64.0);
+
+        let sandbox = tempfile::tempdir().unwrap();
+        // A process that leaves the session, and one that stays.
+        let mut process = cg
+            .spawn_inside(&container, || {
+                Process::spawn(&spec("setsid sleep 1000 & sleep 1000", sandbox.path()))
+            })
+            .unwrap();
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", process.pid())).unwrap();
+        assert!(own.contains("/run-1"), "{own}");
+        // The spawning thread went back.
+        let thread = std::fs::read_to_string("/proc/thread-self/cgroup").unwrap();
+        assert!(!thread.contains("/run-1"), "{thread}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while container.pids().len() < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pids = container.pids();
+        assert_eq!(pids.len(), 3, "sh and two sleeps: {pids:?}");
+        assert!(container.kill_all() >= 3);
+        while process.reap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        while !container.remove().unwrap() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!container.dir("freezer").unwrap().exists());
+        for pid in pids {
+            assert!(
+                !crate::launcher::is_alive(pid as u32, None),
+                "{pid} survived"
+            );
+        }
+    }
+
+    /// `cargo test -p agora-agent spawn_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    #[allow(unsafe_code)]
+    fn spawn_cost() {
+        use std::os::unix::process::CommandExt;
+        let Some(cg) = TestCgroups::new("cost") else {
+            return;
+        };
+        let Some(cg) = v1(&cg, "cost") else {
+            return;
+        };
+        let sandbox = tempfile::tempdir().unwrap();
+        let n = 200;
+        let limits = Limits {
+            cpus: 1.0,
+            mem_mib: 64.0,
+            pids: None,
+        };
+        let reap = |mut p: Process| {
+            while p.reap().is_none() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        };
+        let plain_spec = LaunchSpec {
+            program: "/bin/true".into(),
+            args: vec![],
+            ..spec("", sandbox.path())
+        };
+        let started = Instant::now();
+        for _ in 0..n {
+            reap(Process::spawn(&plain_spec).unwrap());
+        }
+        let plain = started.elapsed() / n;
+        let started = Instant::now();
+        let mut inside_only = Duration::ZERO;
+        for i in 0..n {
+            let (c, _) = cg.create(&format!("c{i}"), &limits).unwrap();
+            let t = Instant::now();
+            let p = cg.spawn_inside(&c, || Process::spawn(&plain_spec)).unwrap();
+            inside_only += t.elapsed();
+            reap(p);
+            c.kill_all();
+            while !c.remove().unwrap() {}
+        }
+        let whole = started.elapsed() / n;
+        let inside_only = inside_only / n;
+        let fork_spawn = |tag: &str| {
+            let started = Instant::now();
+            let mut spawn_only = Duration::ZERO;
+            for i in 0..n {
+                let (c, _) = cg.create(&format!("{tag}{i}"), &limits).unwrap();
+                let dirs: Vec<PathBuf> = c.unique_dirs().into_iter().cloned().collect();
+                let t = Instant::now();
+                // SAFETY: the pre-exec step only writes files (open,
+                // write, close), all async-signal-safe system calls.
+                let mut child = unsafe {
+                    std::process::Command::new("/bin/true")
+                        .pre_exec(move || {
+                            for d in &dirs {
+                                std::fs::write(d.join("cgroup.procs"), "0")?;
+                            }
+                            Ok(())
+                        })
+                        .spawn()
+                        .unwrap()
+                };
+                spawn_only += t.elapsed();
+                child.wait().unwrap();
+                while !c.remove().unwrap() {}
+            }
+            (started.elapsed() / n, spawn_only / n)
+        };
+        let (forked_small, forked_small_only) = fork_spawn("s");
+        // A big heap makes fork dearer, as in a busy agent.
+        let ballast: Vec<u8> = vec![1; 256 << 20];
+        let (forked, forked_only) = fork_spawn("f");
+        drop(ballast);
+        eprintln!(
+            "per launch of /bin/true: posix_spawn {plain:?}; in a container: create+spawn+kill+remove {whole:?} (spawn inside {inside_only:?}); fork+pre_exec: whole {forked_small:?} (spawn {forked_small_only:?}), with a 256 MiB heap: whole {forked:?} (spawn {forked_only:?})"
+        );
+    }
+}
