@@ -513,10 +513,25 @@ impl Master {
             tasks
                 .into_iter()
                 .filter_map(|t| {
+                    // What the master holds of the id is on another agent
+                    // than the framework names, one that may still
+                    // re-register: the framework may know a later launch of
+                    // the id there (this master learnt the earlier one from
+                    // an agent that re-registered first). No answer yet.
+                    let elsewhere = |on: &AgentId| {
+                        t.agent_id.as_ref().is_some_and(|asked| asked != on)
+                            && self.may_still_appear(now, t.agent_id.as_ref())
+                    };
                     if let Some(task) = fw.tasks.get(&t.task_id) {
+                        if elsewhere(&task.agent_id) {
+                            return None;
+                        }
                         return task.reconciliation_status();
                     }
                     if let Some(status) = self.completed_status(fid, &t.task_id) {
+                        if status.agent_id.as_ref().is_some_and(|on| elsewhere(on)) {
+                            return None;
+                        }
                         return Some(status);
                     }
                     if self.may_still_appear(now, t.agent_id.as_ref()) {

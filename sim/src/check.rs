@@ -250,6 +250,7 @@ impl Checker {
         f: usize,
         status: &TaskStatus,
         tag: Option<u32>,
+        stale_by_stamp: bool,
         t: Time,
     ) -> Result<(), (&'static str, String)> {
         let current = self.current_launch(f, &status.task_id);
@@ -290,7 +291,9 @@ impl Checker {
             || h.terminal_uuid
                 .as_ref()
                 .is_some_and(|u| self.lost_on_disk.contains(u));
-        if launch < current && status.uuid.is_some() && !damaged {
+        // (A framework that tells the update's launch stamp for an
+        // earlier launch's is not misled either.)
+        if launch < current && status.uuid.is_some() && !damaged && !stale_by_stamp {
             // A new reliable update of an earlier launch, once the
             // scheduler has launched the id again: it takes it for the
             // new task's. (An answer the master made without a uuid may
@@ -421,9 +424,10 @@ impl Checker {
                     && self.heard.iter().any(|((g, t, _), other)| {
                         g == f
                             && t == task
-                            && other.updates.iter().any(|(state, _, _, at)| {
-                                state.is_terminal() && *at >= launched_at
-                            })
+                            && other
+                                .updates
+                                .iter()
+                                .any(|(state, _, _, at)| state.is_terminal() && *at >= launched_at)
                     }) => {}
                 None => {
                     return Err((

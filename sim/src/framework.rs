@@ -73,6 +73,12 @@ pub(crate) struct FwTask {
     pub state: Option<TaskState>,
     pub kill_at: Option<Time>,
     pub killed_at: Option<Time>,
+    /// The latest launch stamp heard in an update of the id, any launch.
+    pub seen_stamp: Option<agora_proto::LaunchStamp>,
+    /// The latest stamp heard before this launch: an update stamped no
+    /// later is of an earlier launch of the id (the framework tells
+    /// launches apart by their stamps, as Agora lets it).
+    pub before: Option<agora_proto::LaunchStamp>,
 }
 
 /// A framework: its scheduler process (driver and logic) and what it
@@ -397,10 +403,17 @@ impl World {
                     .uuid
                     .as_ref()
                     .is_some_and(|u| !fw.heard.insert(u.clone()));
+                let mut stale_by_stamp = false;
+                if let (Some(task), Some(stamp)) =
+                    (fw.tasks.get_mut(&status.task_id), status.launch_stamp)
+                {
+                    stale_by_stamp = task.before.is_some_and(|before| stamp <= before);
+                    task.seen_stamp = task.seen_stamp.max(Some(stamp));
+                }
                 if let Some(task) = fw
                     .tasks
                     .get_mut(&status.task_id)
-                    .filter(|task| !repeat && !earlier(task.launch))
+                    .filter(|task| !repeat && !earlier(task.launch) && !stale_by_stamp)
                 {
                     task.last_heard = t;
                     if task.state.is_none_or(|s| !s.is_terminal()) {
@@ -410,7 +423,9 @@ impl World {
                         }
                     }
                 }
-                if let Err((invariant, detail)) = self.check.sched_update(f, &status, tag, t) {
+                if let Err((invariant, detail)) =
+                    self.check.sched_update(f, &status, tag, stale_by_stamp, t)
+                {
                     self.violated(invariant, detail);
                 }
                 let mut commands = Vec::new();
@@ -590,6 +605,10 @@ impl World {
         let t = self.t;
         self.check
             .launched(f, &task.task_id, want.launch, &task.agent_id, want.probe, t);
+        let seen = self.fws[f]
+            .tasks
+            .get(&task.task_id)
+            .and_then(|old| old.seen_stamp);
         self.fws[f].tasks.insert(
             task.task_id.clone(),
             FwTask {
@@ -601,6 +620,8 @@ impl World {
                 state: None,
                 kill_at: want.kill_after.map(|k| t + k),
                 killed_at: None,
+                seen_stamp: seen,
+                before: seen,
             },
         );
     }

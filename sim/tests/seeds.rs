@@ -203,25 +203,50 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
     // A single 2-cpu agent shared by three frameworks that held offers
     // for the whole offer timeout: one framework starved (PROGRESS). The
     // simulated frameworks now give a held offer back after 5 s (e0c0780).
-    (985, "offers held until the offer timeout starve a framework"),
+    (
+        985,
+        "offers held until the offer timeout starve a framework",
+    ),
     // After a master failover the agent of an ended launch re-registered
     // first; the running later launch on another agent was refused and
     // its updates dropped. NOTHING_LOST; fixed by e0c0780 (a running
     // report supersedes an ended record elsewhere).
-    (466, "a running launch refused for an ended one after a failover"),
+    (
+        466,
+        "a running launch refused for an ended one after a failover",
+    ),
     // An executor re-subscribed after an outage listing a task whose
     // stream had ended (the acknowledgements to it were lost): the agent
     // adopted it again as STAGING and reported it so after a failover.
     // NO_RETURN; fixed by e0c0780 (`ended_here`).
-    (3396, "an ended task adopted again from an executor's re-subscription"),
+    (
+        3396,
+        "an ended task adopted again from an executor's re-subscription",
+    ),
     // Two agents reported ended launches of one id to a failed-over
     // master; it kept the earlier and refused the later's updates.
     // NOTHING_LOST; fixed by 7721853 (launch stamps).
-    (16771, "two ended launches of an id reported after a failover"),
+    (
+        16771,
+        "two ended launches of an id reported after a failover",
+    ),
     // A damaged log re-sent launch 1's RUNNING from the agent where the id
     // had just been launched again. STALE_REPORT; fixed by afffd99
     // (updates carry their launch's stamp).
-    (5016, "an earlier launch's update re-sent where the id runs again"),
+    (
+        5016,
+        "an earlier launch's update re-sent where the id runs again",
+    ),
+    // After a failover the agent of launch 1 (a damaged log) re-registered
+    // before that of launch 2, which still ran: the master answered the
+    // framework's reconciliation of the id on launch 2's agent with launch
+    // 1's end. NO_RETURN; fixed by not answering for an id held on another
+    // agent while the one the framework names may still re-register (and
+    // the simulated frameworks tell launches apart by their stamps).
+    (
+        18765,
+        "a reconciliation answered from an earlier launch on another agent",
+    ),
 ];
 
 #[test]
