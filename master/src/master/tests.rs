@@ -1431,7 +1431,7 @@ fn kill_of_a_task_on_an_agent_still_to_reregister_waits_for_it() {
     info.failover_timeout = 60.0;
     state.frameworks.insert(
         fid.clone(),
-        FrameworkRecord {
+        crate::registry::FrameworkRecord {
             launch_epoch: 0,
             id: fid.clone(),
             info: info.clone(),
@@ -1638,7 +1638,7 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
     for aid in [&back, &gone] {
         state.agents.insert(
             aid.clone(),
-            AgentRecord {
+            crate::registry::AgentRecord {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
             },
@@ -1650,7 +1650,7 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
         let mut info = FrameworkInfo::new(id);
         info.id = Some(FrameworkId::new(id));
         info.failover_timeout = failover;
-        FrameworkRecord {
+        crate::registry::FrameworkRecord {
             launch_epoch: 0,
             id: FrameworkId::new(id),
             info,
@@ -2479,4 +2479,87 @@ fn without_stamps_a_running_report_supersedes_an_ended_record_elsewhere() {
             "{case}"
         );
     }
+}
+
+/// After a restart, the agent of an earlier launch of `t1` re-registers
+/// first (its ended copy); the framework asks about `t1` on the agent of
+/// the later launch, which has not re-registered yet. The master does not
+/// answer from the earlier launch's record: the framework's copy may be
+/// newer. Once the later launch's agent is back, it answers from that.
+#[test]
+fn reconciliation_of_an_id_held_on_another_agent_waits_for_the_named_agent() {
+    let old = AgentId::new("old");
+    let new = AgentId::new("new");
+    let fid = FrameworkId::new("fw");
+    let mut state = RegistryState::default();
+    for aid in [&old, &new] {
+        state.agents.insert(
+            aid.clone(),
+            crate::registry::AgentRecord {
+                id: aid.clone(),
+                info: agent_info(Some(aid), "cpus:4;mem:4096"),
+            },
+        );
+    }
+    let mut info = FrameworkInfo::new("fw");
+    info.id = Some(fid.clone());
+    info.failover_timeout = 3600.0;
+    state.frameworks.insert(
+        fid.clone(),
+        crate::registry::FrameworkRecord {
+            id: fid.clone(),
+            info: info.clone(),
+            disconnected_at: None,
+            launch_epoch: 7,
+        },
+    );
+    let config = Config {
+        agent_reregister_timeout: Duration::from_secs(60),
+        ..Config::default()
+    };
+    let mut h = H::with(config);
+    h.m.recover(&state, h.now, 1000.0);
+    h.subscribe_info(S1, info, false);
+
+    // The earlier launch, ended on `old`, re-registers first.
+    let earlier = stamped("t1", &old, Some(LaunchStamp { epoch: 7, seq: 0 }));
+    h.register_info(
+        A1,
+        agent_info(Some(&old), "cpus:4;mem:4096"),
+        vec![report(&fid, &earlier, TaskState::Failed)],
+    );
+    h.status(A1, &fid, "t1", TaskState::Failed, "u-old");
+    let ask = |h: &mut H, on: &AgentId| {
+        let out = h.sched(
+            S1,
+            scheduler::Call::Reconcile {
+                tasks: vec![ReconcileTask {
+                    task_id: TaskId::new("t1"),
+                    agent_id: Some(on.clone()),
+                }],
+            },
+        );
+        updates(&out, S1)
+    };
+    assert!(
+        ask(&mut h, &new).is_empty(),
+        "no answer from the record on `old` while `new` may still re-register"
+    );
+    // Asked about the agent the master holds it on, it answers.
+    let answers = ask(&mut h, &old);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].state, TaskState::Failed);
+
+    // The later launch's agent comes back with it running: that is the
+    // answer now.
+    let later = stamped("t1", &new, Some(LaunchStamp { epoch: 8, seq: 0 }));
+    h.register_info(
+        A2,
+        agent_info(Some(&new), "cpus:4;mem:4096"),
+        vec![report(&fid, &later, TaskState::Running)],
+    );
+    let answers = ask(&mut h, &new);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].state, TaskState::Running);
+    assert_eq!(answers[0].agent_id.as_ref(), Some(&new));
 }
