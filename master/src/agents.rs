@@ -298,6 +298,27 @@ impl Master {
             let Some(fw) = self.frameworks.get_mut(&fid) else {
                 continue;
             };
+            let forgotten_later = fw.tasks.get(&report.task.task_id).is_some_and(|task| {
+                task.agent_id == aid
+                    && matches!(
+                        (report.task.launch_stamp, task.info.launch_stamp),
+                        (Some(reported), Some(held)) if reported < held
+                    )
+            });
+            if forgotten_later {
+                // The agent reports an earlier launch of the id than the one
+                // the master sent it: it lost the later one's records (a
+                // damaged log). The later launch counts as not reported (sent
+                // again if it never started, else lost, below); the earlier
+                // one's end is settled, and its re-sent updates are refused
+                // by their stamps.
+                tracing::warn!(agent_id = %aid, framework_id = %fid, task_id = %report.task.task_id, "re-registration reports an earlier launch of a task id than the one sent to the agent; not adopted");
+                self.metrics.reports_refused_reregistration.inc();
+                continue;
+            }
+            let Some(fw) = self.frameworks.get_mut(&fid) else {
+                continue;
+            };
             match fw.tasks.get_mut(&report.task.task_id) {
                 Some(task) if task.agent_id == aid => {
                     if !task.state.is_terminal() {

@@ -473,7 +473,6 @@ impl World {
                 Some((f, t, launch)) if f == fid && t == task => Some(*launch),
                 _ => None,
             }
-            .or_else(|| a.forgotten.get(&(fid.clone(), task.clone())).copied())
             .or_else(|| {
                 a.core
                     .as_ref()

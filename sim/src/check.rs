@@ -293,7 +293,7 @@ impl Checker {
                 .is_some_and(|u| self.lost_on_disk.contains(u));
         // (A framework that tells the update's launch stamp for an
         // earlier launch's is not misled either.)
-        if launch < current && status.uuid.is_some() && !damaged && !stale_by_stamp {
+        if launch < current && status.uuid.is_some() && !stale_by_stamp {
             // A new reliable update of an earlier launch, once the
             // scheduler has launched the id again: it takes it for the
             // new task's. (An answer the master made without a uuid may
@@ -357,7 +357,7 @@ impl Checker {
             // it made of a launch it forgot, pairs launches it mixed up.)
             let mixed_up = self.forgotten.contains(&(t.task_id.clone(), launch))
                 || self.forgotten.contains(&(t.task_id.clone(), *from));
-            if (*from != launch || *task != t.task_id) && !mixed_up {
+            if *from != launch || *task != t.task_id {
                 return Err((
                     STALE_REPORT,
                     format!(
