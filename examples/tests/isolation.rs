@@ -174,6 +174,7 @@ fn command_task(id: &str, offer: &Offer, command: &str, resources: &str) -> Task
         data: None,
         kill_grace_period: Some(1.0),
         labels: BTreeMap::new(),
+        task_group: None,
     }
 }
 
@@ -339,6 +340,9 @@ fn cpu_is_capped_by_the_cfs_quota() {
             name: "spinner".into(),
             source: "isolation".into(),
             api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
         }),
         command: None,
         data: Some(
@@ -348,6 +352,7 @@ fn cpu_is_capped_by_the_cfs_quota() {
         ),
         kill_grace_period: None,
         labels: BTreeMap::new(),
+        task_group: None,
     };
     launch(&driver, &offer, vec![task]);
     // The same spin unconfined, at the same time: how much CPU this
