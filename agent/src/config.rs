@@ -22,6 +22,8 @@ pub const DEFAULT_CORE_QUEUE: usize = 4096;
 pub const DEFAULT_EXECUTOR_OUTBOX: usize = 1024;
 /// Default of [`Config::master_outbox`].
 pub const DEFAULT_MASTER_OUTBOX: usize = 10_000;
+/// Default of [`Config::executor_heartbeat_interval`]: Mesos's.
+pub const DEFAULT_EXECUTOR_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30 * 60);
 /// Default of [`Config::command_executor_tasks`].
 pub const DEFAULT_COMMAND_EXECUTOR_TASKS: usize = 128;
 /// Ports offered by default, as in Mesos.
@@ -65,8 +67,13 @@ pub struct Config {
     /// How long a forked executor has to subscribe (and a recovered one to
     /// re-subscribe) before it is killed.
     pub executor_registration_timeout: Duration,
-    /// Time between asking an executor to stop (SIGTERM) and SIGKILL.
+    /// Time between asking an executor to stop (SIGTERM) and SIGKILL,
+    /// unless its `ExecutorInfo.shutdown_grace_period` says otherwise.
     pub executor_shutdown_grace_period: Duration,
+    /// Time between the `HEARTBEAT` events on a Mesos v1 executor's
+    /// subscription stream, the first one this long after `SUBSCRIBED`
+    /// (Mesos's `DEFAULT_EXECUTOR_HEARTBEAT_INTERVAL`, 30 minutes).
+    pub executor_heartbeat_interval: Duration,
     /// First retry interval of an unacknowledged status update.
     pub status_update_retry_min: Duration,
     /// Cap of the status update retry interval.
@@ -123,6 +130,7 @@ impl Config {
             command_executor: vec![default_command_executor()],
             executor_registration_timeout: Duration::from_secs(60),
             executor_shutdown_grace_period: Duration::from_secs(5),
+            executor_heartbeat_interval: DEFAULT_EXECUTOR_HEARTBEAT_INTERVAL,
             status_update_retry_min: Duration::from_secs(10),
             status_update_retry_max: Duration::from_secs(600),
             reconnect_backoff_min: Duration::from_millis(100),

@@ -53,7 +53,7 @@ mod wal;
 pub use agora_proto::{parse_duration, DurationError};
 pub use config::{
     Config, RecoverMode, DEFAULT_COMMAND_EXECUTOR_TASKS, DEFAULT_CORE_QUEUE,
-    DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
+    DEFAULT_EXECUTOR_HEARTBEAT_INTERVAL, DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
 };
 pub use isolation::{CgroupsConfig, Isolation};
 

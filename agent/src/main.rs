@@ -58,9 +58,14 @@ struct Flags {
     /// Time an executor has to subscribe before it is killed.
     #[arg(long, default_value = "1m", value_parser = duration)]
     executor_registration_timeout: Duration,
-    /// Time between asking an executor to stop and SIGKILL.
+    /// Time between asking an executor to stop and SIGKILL (unless its
+    /// ExecutorInfo.shutdown_grace_period says otherwise).
     #[arg(long, default_value = "5s", value_parser = duration)]
     executor_shutdown_grace_period: Duration,
+    /// Time between the HEARTBEAT events on a Mesos v1 executor's
+    /// subscription stream (the first this long after SUBSCRIBED).
+    #[arg(long, default_value = "30m", value_parser = heartbeat_interval)]
+    executor_heartbeat_interval: Duration,
     /// First retry interval of an unacknowledged status update.
     #[arg(long, default_value = "10s", value_parser = duration)]
     status_update_retry_min: Duration,
@@ -129,6 +134,13 @@ fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text).map_err(|e| e.to_string())
 }
 
+fn heartbeat_interval(text: &str) -> Result<Duration, String> {
+    match duration(text)? {
+        d if d.is_zero() => Err("must be longer than zero".into()),
+        d => Ok(d),
+    }
+}
+
 fn positive(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),
@@ -176,6 +188,7 @@ fn main() -> ExitCode {
     }
     config.executor_registration_timeout = flags.executor_registration_timeout;
     config.executor_shutdown_grace_period = flags.executor_shutdown_grace_period;
+    config.executor_heartbeat_interval = flags.executor_heartbeat_interval;
     config.status_update_retry_min = flags.status_update_retry_min;
     config.status_update_retry_max = flags.status_update_retry_max;
     config.reconnect_backoff_max = flags.reconnect_backoff_max;
@@ -285,6 +298,7 @@ mod tests {
         assert_eq!(f.listen, "127.0.0.1:5051".parse().unwrap());
         assert_eq!(f.executor_registration_timeout, Duration::from_secs(60));
         assert_eq!(f.executor_shutdown_grace_period, Duration::from_secs(5));
+        assert_eq!(f.executor_heartbeat_interval, Duration::from_secs(30 * 60));
         assert_eq!(f.status_update_retry_min, Duration::from_secs(10));
         assert_eq!(f.status_update_retry_max, Duration::from_secs(600));
         assert_eq!(f.recover, RecoverMode::Reconnect);
@@ -328,6 +342,8 @@ mod tests {
             "2",
             "--recover",
             "cleanup",
+            "--executor-heartbeat-interval",
+            "2s",
             "--log-format",
             "json",
         ])
@@ -338,6 +354,8 @@ mod tests {
         assert_eq!(f.attributes.unwrap().text("rack"), Some("a"));
         assert_eq!(f.executor_registration_timeout, Duration::from_millis(500));
         assert_eq!(f.status_update_retry_min, Duration::from_secs(2));
+        assert_eq!(f.executor_heartbeat_interval, Duration::from_secs(2));
+        assert!(parse(&["--executor-heartbeat-interval", "0s"]).is_err());
         assert_eq!(f.recover, RecoverMode::Cleanup);
     }
 

@@ -33,6 +33,9 @@ pub type StreamKey = (FrameworkId, TaskId);
 pub const ENDED_STREAMS_KEPT: usize = 1024;
 
 /// What happened to an update given to [`StatusUpdateManager::update`].
+// Returned once per update and taken apart at once; boxing the update
+// would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpdateOutcome {
     /// Appended; `send` is the update to send now (it became the head

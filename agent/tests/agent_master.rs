@@ -379,6 +379,9 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
             name: String::new(),
             source: String::new(),
             api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
         });
         conn.send(&AgentEvent::RunTask {
             framework: framework("fw", false),
@@ -433,6 +436,9 @@ async fn registration_timeout_and_launch_failure() {
         name: String::new(),
         source: String::new(),
         api: Default::default(),
+        shutdown_grace_period: None,
+        data: None,
+        labels: Default::default(),
     });
     conn.send(&AgentEvent::RunTask {
         framework: framework("fw", false),

@@ -42,6 +42,9 @@ fn mesos_task(id: &str, eid: &str, script: &Path, mesos: bool) -> TaskInfo {
         } else {
             ExecutorApi::Agora
         },
+        shutdown_grace_period: None,
+        data: None,
+        labels: Default::default(),
     });
     task
 }
@@ -628,5 +631,110 @@ async fn a_mesos_executor_that_does_not_read_is_disconnected() {
         "disconnected before the stall timeout"
     );
     drop(stream);
+    agent.stop().await;
+}
+
+/// A task group of a Mesos executor reaches it in one `LAUNCH_GROUP`; the
+/// executor's `shutdown_grace_period`, `data` and `labels` come back to it
+/// in `SUBSCRIBED` (the grace period in its environment too); updates of
+/// each task flow as usual; `HEARTBEAT`s come every
+/// `--executor-heartbeat-interval`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mesos_executor_gets_a_task_group_in_one_launch_group_and_heartbeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = sleeper_script(dir.path());
+    let work = dir.path().join("work");
+    let master = FakeMaster::bind().await;
+    let mut config = config(&master.addr(), &work, &script);
+    let interval = std::time::Duration::from_millis(400);
+    config.executor_heartbeat_interval = interval;
+    let agent = Agent::start(config).await;
+    let mut conn = master.accept().await;
+    conn.register("agent-1").await;
+    let tasks: Vec<TaskInfo> = ["g1", "g2"]
+        .into_iter()
+        .map(|id| {
+            let mut task = mesos_task(id, "e1", &script, true);
+            let executor = task.executor.as_mut().unwrap();
+            executor.shutdown_grace_period = Some(2.5);
+            executor.data = Some("executor data".into());
+            executor.labels = [("team".to_string(), "blue".to_string())].into();
+            task.command = Some(CommandInfo::shell(format!("echo {id}")));
+            task.task_group = Some("o1/0".into());
+            task
+        })
+        .collect();
+    conn.send(&AgentEvent::RunTaskGroup {
+        framework: framework("fw", true),
+        tasks,
+    })
+    .await;
+    let (_, env) = executor_env(&work, "fw", "e1").await;
+    assert_eq!(env["MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD"], "2500ms");
+    let mut stream = subscribe_v1(&env, Codec::Json, json!({})).await;
+    let subscribed_at = std::time::Instant::now();
+    let subscribed = stream.next().await;
+    assert_eq!(subscribed["type"], "SUBSCRIBED", "{subscribed}");
+    let info = &subscribed["subscribed"]["executor_info"];
+    assert_eq!(
+        info["shutdown_grace_period"],
+        json!({"nanoseconds": 2_500_000_000u64})
+    );
+    assert_eq!(info["data"], b64(b"executor data"));
+    assert_eq!(
+        info["labels"],
+        json!({"labels": [{"key": "team", "value": "blue"}]})
+    );
+    let group = stream.next().await;
+    assert_eq!(group["type"], "LAUNCH_GROUP", "{group}");
+    let tasks = group["launch_group"]["task_group"]["tasks"]
+        .as_array()
+        .unwrap();
+    let ids: Vec<&str> = tasks
+        .iter()
+        .map(|t| t["task_id"]["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["g1", "g2"]);
+    // As Mesos's: no executor in the tasks of a group; their commands are
+    // for the executor.
+    assert!(tasks.iter().all(|t| t.get("executor").is_none()), "{group}");
+    assert_eq!(tasks[1]["command"]["value"], "echo g2");
+
+    for id in ["g1", "g2"] {
+        let finished = uuid::Uuid::new_v4();
+        let answer = post_json(
+            &env["MESOS_AGENT_ENDPOINT"],
+            &call_body(&env, "UPDATE", update(id, "TASK_FINISHED", &finished)),
+        )
+        .await;
+        assert_eq!(answer.status, 202, "{}", answer.text());
+        let (_, status) = conn.recv_update(true).await;
+        assert_eq!(status.task_id.as_str(), id);
+        assert_eq!(status.state, TaskState::Finished);
+    }
+    // The acknowledgements, then heartbeats at the interval.
+    let mut beats = Vec::new();
+    let mut acks = 0;
+    while beats.len() < 2 {
+        let event = stream.next().await;
+        match event["type"].as_str() {
+            Some("ACKNOWLEDGED") => acks += 1,
+            Some("HEARTBEAT") => {
+                assert_eq!(event, json!({"type": "HEARTBEAT"}));
+                beats.push(std::time::Instant::now());
+            }
+            _ => panic!("unexpected {event}"),
+        }
+    }
+    assert_eq!(acks, 2);
+    let slack = std::time::Duration::from_millis(100);
+    assert!(
+        beats[0] - subscribed_at + slack >= interval,
+        "a heartbeat came early"
+    );
+    assert!(
+        beats[1] - beats[0] + slack >= interval,
+        "heartbeats came too often"
+    );
     agent.stop().await;
 }

@@ -237,6 +237,7 @@ impl ExecuteScheduler {
             data: None,
             kill_grace_period: None,
             labels: BTreeMap::new(),
+            task_group: None,
         }
     }
 

@@ -931,6 +931,7 @@ mod tests {
             data: None,
             kill_grace_period: None,
             labels: Default::default(),
+            task_group: None,
         };
         let mesos = mesos_task(&task);
         assert_eq!(convert::task_info(&mesos).unwrap(), task);

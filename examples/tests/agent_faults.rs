@@ -122,6 +122,9 @@ impl Job {
                 name: "ledger".into(),
                 source: self.name.into(),
                 api: Default::default(),
+                shutdown_grace_period: None,
+                data: None,
+                labels: Default::default(),
             }),
             command: None,
             data: Some(
@@ -136,6 +139,7 @@ impl Job {
             ),
             kill_grace_period: Some(1.0),
             labels: BTreeMap::new(),
+            task_group: None,
         }
     }
 

@@ -59,6 +59,7 @@ impl Scheduler for Greedy {
                 data: None,
                 kill_grace_period: None,
                 labels: Default::default(),
+                task_group: None,
             };
             *self.live.lock().unwrap() += 1;
             // The rest goes back at once, to whoever has the lowest share.

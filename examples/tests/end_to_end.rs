@@ -30,6 +30,7 @@ fn command_task(id: &str, offer: &agora_proto::Offer, command: &str, resources: 
         data: None,
         kill_grace_period: Some(1.0),
         labels: BTreeMap::new(),
+        task_group: None,
     }
 }
 

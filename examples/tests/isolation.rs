@@ -238,6 +238,7 @@ fn command_task(id: &str, offer: &Offer, command: &str, resources: &str) -> Task
         data: None,
         kill_grace_period: Some(1.0),
         labels: BTreeMap::new(),
+        task_group: None,
     }
 }
 
@@ -403,6 +404,9 @@ fn cpu_is_capped_by_the_cfs_quota() {
             name: "spinner".into(),
             source: "isolation".into(),
             api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
         }),
         command: None,
         data: Some(
@@ -412,6 +416,7 @@ fn cpu_is_capped_by_the_cfs_quota() {
         ),
         kill_grace_period: None,
         labels: BTreeMap::new(),
+        task_group: None,
     };
     launch(&driver, &offer, vec![task]);
     // The same spin unconfined, at the same time: how much CPU this

@@ -12,8 +12,11 @@
 //! - pymesos with a custom executor (`mesos/pymesos_executor_framework.py`
 //!   and `mesos/pymesos_executor.py`, a `MesosExecutorDriver` fetched
 //!   into the sandbox through `CommandInfo.uris`): tasks to
-//!   TASK_FINISHED, framework messages both ways, kill, a task whose
-//!   executor cannot be fetched failing with the URI named.
+//!   TASK_FINISHED, framework messages both ways, kill, a LAUNCH_GROUP of
+//!   two tasks on a custom executor that gets them in one LAUNCH_GROUP
+//!   and finishes both (and sees its ExecutorInfo's data, labels and
+//!   shutdown grace period), a task whose executor cannot be fetched
+//!   failing with the URI named.
 //! - mesoshttp 0.4.2 (`mesos/mesoshttp_framework.py`): command tasks,
 //!   explicit reconciliation, kill, teardown (mesoshttp cannot ask for an
 //!   implicit reconciliation: its `reconcile([])` sends nothing);
@@ -127,6 +130,21 @@ fn pymesos_custom_executor_runs_tasks_exchanges_messages_and_is_killed() {
         );
     }
     assert_eq!(updates(&events, "long"), ["TASK_RUNNING", "TASK_KILLED"]);
+    for id in ["grp-1", "grp-2"] {
+        assert_eq!(
+            updates(&events, id),
+            ["TASK_RUNNING", "TASK_FINISHED"],
+            "{id}"
+        );
+    }
+    let report = events
+        .iter()
+        .find(|e| e["event"] == "message" && e["executor_id"] == "py-group")
+        .expect("the group executor's report");
+    assert_eq!(
+        report["data"],
+        "group grp-1,grp-2; data group executor data; labels team=blue; grace 3secs"
+    );
     // Every update of the executor's tasks came from it, reliably.
     for event in events
         .iter()

@@ -254,6 +254,7 @@ fn agents_in_their_own_namespaces_are_reached_at_their_own_addresses() {
                 data: None,
                 kill_grace_period: Some(1.0),
                 labels: Default::default(),
+                task_group: None,
             };
             driver
                 .launch_tasks(

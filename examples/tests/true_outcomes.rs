@@ -73,11 +73,15 @@ impl Scheduler for Hasty {
                         name: "hasty".into(),
                         source: "true_outcomes".into(),
                         api: Default::default(),
+                        shutdown_grace_period: None,
+                        data: None,
+                        labels: Default::default(),
                     }),
                     command: None,
                     data: None,
                     kill_grace_period: None,
                     labels: BTreeMap::new(),
+                    task_group: None,
                 });
             }
             let refuse = Filters {

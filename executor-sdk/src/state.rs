@@ -441,6 +441,20 @@ impl DriverCore {
                 }
                 vec![Action::Callback(Callback::LaunchTask { task, sandbox })]
             }
+            // Agents send Agora executors a group's tasks one LAUNCH
+            // each; a LAUNCH_GROUP would be taken so too.
+            Event::LaunchGroup { tasks } => tasks
+                .into_iter()
+                .flat_map(|task| {
+                    self.on_event(
+                        Event::Launch {
+                            task,
+                            sandbox: None,
+                        },
+                        now,
+                    )
+                })
+                .collect(),
             Event::Kill { task_id, .. } => vec![Action::Callback(Callback::KillTask(task_id))],
             Event::Message { data } => vec![Action::Callback(Callback::FrameworkMessage(data.0))],
             Event::Shutdown {
@@ -774,6 +788,9 @@ mod tests {
                 name: String::new(),
                 source: String::new(),
                 api: Default::default(),
+                shutdown_grace_period: None,
+                data: None,
+                labels: Default::default(),
             },
             framework_info: FrameworkInfo::new("fw"),
             agent_id: AgentId::new("agent-1"),
@@ -793,6 +810,7 @@ mod tests {
             data: None,
             kill_grace_period: None,
             labels: Default::default(),
+            task_group: None,
         }
     }
 

@@ -8,7 +8,7 @@ use agora_proto::hash::{HashMap, HashSet};
 use agora_proto::agent::{Event, ExecutorReport, TaskReport};
 use agora_proto::{
     scheduler, AgentId, AgentInfo, Bytes, ExecutorId, ExecutorInfo, FrameworkId, FrameworkInfo,
-    OfferId, Reason, Resources, TaskId, TaskState, PROTOCOL_VERSION,
+    OfferId, Reason, Resources, TaskId, TaskInfo, TaskState, PROTOCOL_VERSION,
 };
 use tokio::time::Instant;
 
@@ -394,7 +394,7 @@ impl Master {
                 .frameworks
                 .get(&fid)
                 .and_then(|f| f.tasks.get(&TaskId::new(eid.as_str())))
-                .is_some_and(|t| t.info.command.is_some());
+                .is_some_and(|t| t.info.command.is_some() && t.info.executor.is_none());
             if !is_command {
                 let mut exec = report.executor;
                 exec.framework_id = Some(fid.clone());
@@ -513,9 +513,25 @@ impl Master {
                 },
             );
         }
+        // The tasks of a group go again together, as they went first.
+        let mut groups: Vec<(FrameworkInfo, Vec<TaskInfo>)> = Vec::new();
         for (framework, task) in resend {
             tracing::info!(agent_id = %aid, task_id = %task.task_id, "re-sending a task the re-registered agent never received");
-            self.send_agent_conn(conn, Event::RunTask { framework, task });
+            if task.task_group.is_none() {
+                self.send_agent_conn(conn, Event::RunTask { framework, task });
+                continue;
+            }
+            let at = groups.iter().position(|(f, tasks)| {
+                f.id == framework.id && tasks[0].task_group == task.task_group
+            });
+            match at {
+                Some(at) => groups[at].1.push(task),
+                None => groups.push((framework, vec![task])),
+            }
+        }
+        for (framework, mut tasks) in groups {
+            tasks.sort_by_key(|t| t.launch_stamp);
+            self.send_agent_conn(conn, Event::RunTaskGroup { framework, tasks });
         }
         self.schedule_allocation(now);
     }

@@ -174,6 +174,7 @@ pub(crate) fn build(agents: usize, tasks: usize, frameworks: usize) -> Master {
                         data: None,
                         kill_grace_period: None,
                         labels: Default::default(),
+                        task_group: None,
                     }
                 })
                 .collect();

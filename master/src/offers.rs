@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use agora_proto::scheduler::Event;
 use agora_proto::{
-    agent, AgentId, ExecutorId, Filters, FrameworkId, Offer, OfferId, Reason, Resources, TaskId,
-    TaskInfo, TaskState,
+    agent, AgentId, ExecutorId, Filters, FrameworkId, FrameworkInfo, Offer, OfferId, Reason,
+    Resources, TaskId, TaskInfo, TaskState,
 };
 use tokio::time::Instant;
 
@@ -305,88 +305,205 @@ impl Master {
                 .recover(fid, &agent_id, &remaining, None, now);
             return;
         };
-        let mut in_this_launch: HashSet<TaskId> = HashSet::default();
-        let mut new_executors: HashSet<ExecutorId> = HashSet::default();
-        for mut task in tasks {
-            let (executor_is_new, check) =
-                self.validate_task(fid, &agent_id, &mut task, &in_this_launch, &new_executors);
-            if let Err(message) = check {
-                self.refuse_task(
-                    fid,
-                    &task,
-                    TaskState::Error,
-                    Reason::ReasonTaskInvalid,
-                    message,
-                );
-                continue;
-            }
-            let mut needed = task.resources.clone();
-            if executor_is_new {
-                if let Some(exec) = &task.executor {
-                    needed += &exec.resources;
+        let mut booked = Booked {
+            remaining,
+            task_ids: HashSet::default(),
+            new_executors: HashSet::default(),
+        };
+        for unit in launch_units(tasks) {
+            match unit {
+                LaunchUnit::Task(task) => {
+                    self.launch_task(fid, &agent_id, &framework_info, task, &mut booked)
+                }
+                LaunchUnit::Group(tasks) => {
+                    self.launch_task_group(fid, &agent_id, &framework_info, tasks, &mut booked)
                 }
             }
-            if !remaining.contains(&needed) {
-                self.refuse_task(
-                    fid,
-                    &task,
-                    TaskState::Error,
-                    Reason::ReasonInsufficientResources,
-                    format!("task needs {needed}; the offers have {remaining} left"),
-                );
-                continue;
-            }
-            remaining = remaining.saturating_sub(&needed);
-            in_this_launch.insert(task.task_id.clone());
-            task.launch_stamp = self
-                .frameworks
-                .get_mut(fid)
-                .map(|fw| fw.next_launch_stamp());
-            let Some(agent) = self.agents.get_mut(&agent_id) else {
-                continue;
-            };
-            agent.used += &needed;
-            agent.tasks.insert((fid.clone(), task.task_id.clone()));
-            if let (true, Some(exec)) = (executor_is_new, &task.executor) {
-                new_executors.insert(exec.executor_id.clone());
-                agent
-                    .executors
-                    .insert((fid.clone(), exec.executor_id.clone()), exec.clone());
-            }
-            let record = Task::new(fid.clone(), task.clone(), TaskState::Staging);
-            let replaced = self
-                .frameworks
-                .get_mut(fid)
-                .and_then(|fw| fw.tasks.insert(task.task_id.clone(), record));
-            if let Some(old) = replaced {
-                // A terminal task whose id is reused: it is done, and off
-                // the books of its agent when the new one runs elsewhere
-                // (else that agent's re-registration or removal would take
-                // the new task for its own).
-                if old.agent_id != agent_id {
-                    if let Some(agent) = self.agents.get_mut(&old.agent_id) {
-                        agent.tasks.remove(&(fid.clone(), task.task_id.clone()));
-                    }
-                }
-                let state = old.state;
-                self.complete_task(old, state);
-            }
-            tracing::info!(framework_id = %fid, agent_id = %agent_id, task_id = %task.task_id, "launching task");
-            self.metrics.tasks_launched.inc();
-            self.send_agent(
-                &agent_id,
-                agent::Event::RunTask {
-                    framework: framework_info.clone(),
-                    task,
-                },
-            );
         }
+        let remaining = booked.remaining;
         if !remaining.is_empty() {
             let refuse = self.refuse_duration(filters);
             self.allocator
                 .recover(fid, &agent_id, &remaining, refuse, now);
             self.schedule_allocation(now);
         }
+    }
+
+    /// One task of a launch on agent `agent_id`: checked against what the
+    /// launch booked so far, booked and sent to the agent, or refused.
+    fn launch_task(
+        &mut self,
+        fid: &FrameworkId,
+        agent_id: &AgentId,
+        framework_info: &FrameworkInfo,
+        mut task: TaskInfo,
+        booked: &mut Booked,
+    ) {
+        let (executor_is_new, check) = self.validate_task(
+            fid,
+            agent_id,
+            &mut task,
+            &booked.task_ids,
+            &booked.new_executors,
+        );
+        if let Err(message) = check {
+            return self.refuse_task(
+                fid,
+                &task,
+                TaskState::Error,
+                Reason::ReasonTaskInvalid,
+                message,
+            );
+        }
+        let needed = needed_for(&task, executor_is_new);
+        if !booked.remaining.contains(&needed) {
+            let message = format!(
+                "task needs {needed}; the offers have {} left",
+                booked.remaining
+            );
+            return self.refuse_task(
+                fid,
+                &task,
+                TaskState::Error,
+                Reason::ReasonInsufficientResources,
+                message,
+            );
+        }
+        booked.remaining = booked.remaining.saturating_sub(&needed);
+        booked.task_ids.insert(task.task_id.clone());
+        if let Some(task) = self.commit_task(fid, agent_id, task, &needed, executor_is_new, booked)
+        {
+            let framework = framework_info.clone();
+            self.send_agent(agent_id, agent::Event::RunTask { framework, task });
+        }
+    }
+
+    /// The tasks of one task group of a launch on agent `agent_id`: each
+    /// checked as if the ones before it were launched; all booked and
+    /// sent to the agent in one `RUN_TASK_GROUP`, or, when one cannot
+    /// run, all refused (`REASON_TASK_GROUP_INVALID`).
+    fn launch_task_group(
+        &mut self,
+        fid: &FrameworkId,
+        agent_id: &AgentId,
+        framework_info: &FrameworkInfo,
+        group: Vec<TaskInfo>,
+        booked: &mut Booked,
+    ) {
+        let mut trial = booked.clone();
+        let mut checked = Vec::with_capacity(group.len());
+        let mut problem = None;
+        let executor_id = group
+            .first()
+            .and_then(|t| t.executor.as_ref())
+            .map(|e| e.executor_id.clone());
+        for task in &group {
+            let mut task = task.clone();
+            let same_executor =
+                task.executor.as_ref().map(|e| &e.executor_id) == executor_id.as_ref();
+            if executor_id.is_none() || !same_executor {
+                problem = Some(format!(
+                    "task {}: the tasks of a group must all name the same executor",
+                    task.task_id
+                ));
+                break;
+            }
+            let (executor_is_new, check) = self.validate_task(
+                fid,
+                agent_id,
+                &mut task,
+                &trial.task_ids,
+                &trial.new_executors,
+            );
+            if let Err(message) = check {
+                problem = Some(format!("task {}: {message}", task.task_id));
+                break;
+            }
+            let needed = needed_for(&task, executor_is_new);
+            if !trial.remaining.contains(&needed) {
+                problem = Some(format!(
+                    "task {} needs {needed}; the offers have {} left",
+                    task.task_id, trial.remaining
+                ));
+                break;
+            }
+            trial.remaining = trial.remaining.saturating_sub(&needed);
+            trial.task_ids.insert(task.task_id.clone());
+            if let (true, Some(exec)) = (executor_is_new, &task.executor) {
+                trial.new_executors.insert(exec.executor_id.clone());
+            }
+            checked.push((task, needed, executor_is_new));
+        }
+        if let Some(problem) = problem {
+            let message = format!("task group refused: {problem}");
+            for task in &group {
+                self.refuse_task(
+                    fid,
+                    task,
+                    TaskState::Error,
+                    Reason::ReasonTaskGroupInvalid,
+                    message.clone(),
+                );
+            }
+            return;
+        }
+        *booked = trial;
+        let mut tasks = Vec::with_capacity(checked.len());
+        for (task, needed, executor_is_new) in checked {
+            tasks.extend(self.commit_task(fid, agent_id, task, &needed, executor_is_new, booked));
+        }
+        if !tasks.is_empty() {
+            let framework = framework_info.clone();
+            self.send_agent(agent_id, agent::Event::RunTaskGroup { framework, tasks });
+        }
+    }
+
+    /// Books task `task` (checked, `needed` taken from the offers) on
+    /// agent `agent_id` as launched, stamped: what to send the agent
+    /// (`None` when the agent is gone).
+    fn commit_task(
+        &mut self,
+        fid: &FrameworkId,
+        agent_id: &AgentId,
+        mut task: TaskInfo,
+        needed: &Resources,
+        executor_is_new: bool,
+        booked: &mut Booked,
+    ) -> Option<TaskInfo> {
+        task.launch_stamp = self
+            .frameworks
+            .get_mut(fid)
+            .map(|fw| fw.next_launch_stamp());
+        let agent = self.agents.get_mut(agent_id)?;
+        agent.used += needed;
+        agent.tasks.insert((fid.clone(), task.task_id.clone()));
+        if let (true, Some(exec)) = (executor_is_new, &task.executor) {
+            booked.new_executors.insert(exec.executor_id.clone());
+            agent
+                .executors
+                .insert((fid.clone(), exec.executor_id.clone()), exec.clone());
+        }
+        let record = Task::new(fid.clone(), task.clone(), TaskState::Staging);
+        let replaced = self
+            .frameworks
+            .get_mut(fid)
+            .and_then(|fw| fw.tasks.insert(task.task_id.clone(), record));
+        if let Some(old) = replaced {
+            // A terminal task whose id is reused: it is done, and off
+            // the books of its agent when the new one runs elsewhere
+            // (else that agent's re-registration or removal would take
+            // the new task for its own).
+            if old.agent_id != *agent_id {
+                if let Some(agent) = self.agents.get_mut(&old.agent_id) {
+                    agent.tasks.remove(&(fid.clone(), task.task_id.clone()));
+                }
+            }
+            let state = old.state;
+            self.complete_task(old, state);
+        }
+        tracing::info!(framework_id = %fid, agent_id = %agent_id, task_id = %task.task_id, task_group = ?task.task_group, "launching task");
+        self.metrics.tasks_launched.inc();
+        Some(task)
     }
 
     /// Checks one task of a launch; fills in the executor's framework id.
@@ -426,7 +543,11 @@ impl Master {
                 task.agent_id
             ));
         }
-        if task.executor.is_some() == task.command.is_some() {
+        let shape_ok = match (&task.executor, &task.command) {
+            (Some(_), Some(_)) => task.task_group.is_some(),
+            (executor, command) => executor.is_some() != command.is_some(),
+        };
+        if !shape_ok {
             return fail("exactly one of executor and command must be set".into());
         }
         if task.resources.is_empty() {
@@ -451,6 +572,13 @@ impl Master {
             Some(exec) => {
                 if let Err(e) = exec.executor_id.validate() {
                     return fail(format!("invalid executor id: {e}"));
+                }
+                if let Some(grace) = exec.shutdown_grace_period {
+                    if !(grace.is_finite() && grace >= 0.0) {
+                        return fail(format!(
+                            "executor shutdown_grace_period must be a number of seconds, not negative, got {grace}"
+                        ));
+                    }
                 }
                 match &exec.framework_id {
                     Some(other) if other != fid => {
@@ -477,4 +605,62 @@ impl Master {
             }
         }
     }
+}
+
+/// What the tasks of a launch accepted so far took.
+#[derive(Clone)]
+struct Booked {
+    /// What is left of the offers.
+    remaining: Resources,
+    /// The ids of the tasks.
+    task_ids: HashSet<TaskId>,
+    /// The executors they start.
+    new_executors: HashSet<ExecutorId>,
+}
+
+/// What a launch is made of: tasks on their own, and task groups (the
+/// tasks of the launch that name one group, in order), each checked and
+/// launched as one.
+// Built once per task and moved on; boxing the task would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
+enum LaunchUnit {
+    Task(TaskInfo),
+    Group(Vec<TaskInfo>),
+}
+
+/// Splits a launch's tasks into units, in the order each first appears.
+fn launch_units(tasks: Vec<TaskInfo>) -> Vec<LaunchUnit> {
+    let mut units = Vec::with_capacity(tasks.len());
+    let mut groups: agora_proto::hash::HashMap<String, usize> = Default::default();
+    for task in tasks {
+        let Some(name) = task.task_group.clone() else {
+            units.push(LaunchUnit::Task(task));
+            continue;
+        };
+        match groups.get(&name) {
+            Some(&at) => {
+                if let LaunchUnit::Group(group) = &mut units[at] {
+                    group.push(task);
+                }
+            }
+            None => {
+                groups.insert(name, units.len());
+                units.push(LaunchUnit::Group(vec![task]));
+            }
+        }
+    }
+    units
+}
+
+/// The resources a task takes from its offers: its own, and its
+/// executor's when the launch starts the executor.
+fn needed_for(task: &TaskInfo, executor_is_new: bool) -> Resources {
+    let mut needed = task.resources.clone();
+    if executor_is_new {
+        if let Some(exec) = &task.executor {
+            needed += &exec.resources;
+        }
+    }
+    needed
 }

@@ -168,6 +168,7 @@ async fn cluster_with_a_running_task() -> Cluster {
         data: None,
         kill_grace_period: None,
         labels: Default::default(),
+        task_group: None,
     };
     send(
         &mut sched,

@@ -247,6 +247,7 @@ async fn offer_launch_and_update_round_trip() {
         data: None,
         kill_grace_period: None,
         labels: Default::default(),
+        task_group: None,
     };
     send(
         &mut sched,

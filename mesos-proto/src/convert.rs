@@ -409,6 +409,7 @@ pub fn mesos_reason(reason: Reason) -> Option<MesosReason> {
         Reason::ReasonFrameworkRemoved => MesosReason::FrameworkRemoved,
         Reason::ReasonTaskUnknown => MesosReason::TaskUnknown,
         Reason::ReasonContainerLimitationMemory => MesosReason::ContainerLimitationMemory,
+        Reason::ReasonTaskGroupInvalid => MesosReason::TaskGroupInvalid,
         Reason::ReasonTaskKilled | Reason::ReasonUnknown => return None,
     })
 }
@@ -430,6 +431,7 @@ pub fn reason(reason: MesosReason) -> Reason {
         MesosReason::Reconciliation => Reason::ReasonReconciliation,
         MesosReason::FrameworkRemoved => Reason::ReasonFrameworkRemoved,
         MesosReason::TaskUnknown => Reason::ReasonTaskUnknown,
+        MesosReason::TaskGroupInvalid => Reason::ReasonTaskGroupInvalid,
         _ => Reason::ReasonUnknown,
     }
 }
@@ -609,7 +611,8 @@ fn command_fields(command: &v1::CommandInfo) -> Result<agora::CommandInfo, Conve
 }
 
 /// A Mesos framework's custom executor (`ExecutorInfo` of type CUSTOM, or
-/// with no type, with a `command`) as Agora's. The DEFAULT executor
+/// with no type, with a `command`) as Agora's, with its
+/// `shutdown_grace_period`, `data` and `labels`. The DEFAULT executor
 /// belongs to LAUNCH_GROUP and is not accepted here.
 #[allow(deprecated)] // `ExecutorInfo.source`
 pub fn executor_info(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, ConvertError> {
@@ -640,6 +643,16 @@ pub fn executor_info(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, Con
             "ExecutorInfo.command must be set for a CUSTOM executor".into(),
         ));
     };
+    let shutdown_grace_period = match &info.shutdown_grace_period {
+        Some(d) if d.nanoseconds < 0 => {
+            return Err(ConvertError::Invalid(format!(
+                "ExecutorInfo.shutdown_grace_period must not be negative, got {} ns",
+                d.nanoseconds
+            )))
+        }
+        Some(d) => Some(d.nanoseconds as f64 / 1e9),
+        None => None,
+    };
     Ok(agora::ExecutorInfo {
         executor_id: agora::ExecutorId::new(info.executor_id.value.clone()),
         framework_id: info.framework_id.as_ref().map(framework_id).transpose()?,
@@ -649,6 +662,9 @@ pub fn executor_info(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, Con
         source: info.source.clone().unwrap_or_default(),
         // A Mesos framework's executor speaks Mesos's executor API.
         api: agora::ExecutorApi::MesosV1,
+        shutdown_grace_period,
+        data: info.data.clone().map(agora::Bytes),
+        labels: labels(info.labels.as_ref()),
     })
 }
 
@@ -694,7 +710,9 @@ pub fn mesos_executor_info(executor: &agora::ExecutorInfo) -> v1::ExecutorInfo {
         name: (!executor.name.is_empty()).then(|| executor.name.clone()),
         source: (!executor.source.is_empty()).then(|| executor.source.clone()),
         r#type: Some(v1::executor_info::Type::Custom as i32),
-        ..Default::default()
+        shutdown_grace_period: executor.shutdown_grace_period.map(mesos_duration),
+        data: executor.data.as_ref().map(|d| d.0.clone()),
+        labels: mesos_labels(&executor.labels),
     }
 }
 
@@ -758,6 +776,40 @@ pub fn group_task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertEr
     command_task(task, command)
 }
 
+/// A task as an executor lists it among the tasks it received
+/// (`SUBSCRIBE.unacknowledged_tasks`): as the agent sent it, so with
+/// `command`, `executor`, both (a task of a group with a custom executor
+/// may carry a command for it) or neither (a task of a group, which does
+/// not name its executor).
+pub fn received_task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
+    let mut out = task_fields(task)?;
+    out.command = task.command.as_ref().map(command_info).transpose()?;
+    out.executor = task.executor.as_ref().map(executor_info).transpose()?;
+    Ok(out)
+}
+
+/// One task of a LAUNCH_GROUP with a custom executor (`executor`, the
+/// group's, already converted), as a task of Agora's task group `group`:
+/// the agent hands the whole group to that executor at once. A `command`
+/// the task carries is the executor's to run (the agent fetches none of
+/// its URIs). As in Mesos, the task itself must not name an executor.
+pub fn custom_group_task_info(
+    task: &v1::TaskInfo,
+    executor: &agora::ExecutorInfo,
+    group: &str,
+) -> Result<agora::TaskInfo, ConvertError> {
+    if task.executor.is_some() {
+        return Err(ConvertError::Invalid(
+            "a task of a task group must not set 'executor'; the group's executor runs it".into(),
+        ));
+    }
+    let mut out = task_fields(task)?;
+    out.command = task.command.as_ref().map(command_info).transpose()?;
+    out.executor = Some(executor.clone());
+    out.task_group = Some(group.to_string());
+    Ok(out)
+}
+
 fn command_task(
     task: &v1::TaskInfo,
     command: &v1::CommandInfo,
@@ -785,6 +837,7 @@ fn task_fields(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
         data: task.data.clone().map(agora::Bytes),
         kill_grace_period,
         labels: labels(task.labels.as_ref()),
+        task_group: None,
     })
 }
 
@@ -1047,6 +1100,84 @@ mod tests {
         // Once reserved, now a variable like any other: it asks nothing
         // of the agent.
         assert_eq!(executor.command.environment["AGORA_FETCH_URIS"], "[]");
+    }
+
+    #[test]
+    fn executor_info_keeps_grace_data_and_labels_both_ways() {
+        use crate::Codec;
+        let json = task_json(
+            r#""executor":{"type":"CUSTOM","executor_id":{"value":"e"},
+                "command":{"value":"./exec"},
+                "shutdown_grace_period":{"nanoseconds":2500000000},
+                "data":"AAEC/w==",
+                "labels":{"labels":[{"key":"team","value":"blue"},{"key":"bare"}]}}"#,
+        );
+        let mesos: v1::TaskInfo = Codec::Json.decode(&json).unwrap();
+        let protobuf = Codec::Protobuf.encode(&mesos).unwrap();
+        let from_protobuf: v1::TaskInfo = Codec::Protobuf.decode(&protobuf).unwrap();
+        for mesos in [mesos, from_protobuf] {
+            let executor = task_info(&mesos).unwrap().executor.expect("an executor");
+            assert_eq!(executor.shutdown_grace_period, Some(2.5));
+            assert_eq!(
+                executor.data.as_ref().map(|d| &d.0[..]),
+                Some(&[0, 1, 2, 255][..])
+            );
+            assert_eq!(executor.labels["team"], "blue");
+            assert_eq!(executor.labels["bare"], "");
+            // What the executor gets back in SUBSCRIBED.
+            let back = mesos_executor_info(&executor);
+            assert_eq!(
+                back.shutdown_grace_period,
+                Some(v1::DurationInfo {
+                    nanoseconds: 2_500_000_000
+                })
+            );
+            assert_eq!(back.data.as_deref(), Some(&[0, 1, 2, 255][..]));
+            assert_eq!(back.labels.as_ref().map(|l| l.labels.len()), Some(2));
+        }
+        let negative = task_json(
+            r#""executor":{"executor_id":{"value":"e"},"command":{"value":"./exec"},
+                "shutdown_grace_period":{"nanoseconds":-1}}"#,
+        );
+        let mesos: v1::TaskInfo = Codec::Json.decode(&negative).unwrap();
+        assert!(
+            matches!(task_info(&mesos), Err(ConvertError::Invalid(m)) if m.contains("shutdown_grace_period"))
+        );
+    }
+
+    #[test]
+    fn tasks_of_a_custom_group_run_on_the_groups_executor() {
+        use crate::Codec;
+        let executor = executor_info(&v1::ExecutorInfo {
+            executor_id: v1::ExecutorId { value: "e".into() },
+            command: Some(v1::CommandInfo {
+                value: Some("./exec".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .unwrap();
+        // With a command for the executor, or without one.
+        for body in [r#""command":{"value":"echo hi"}"#, r#""data":"aGk=""#] {
+            let mesos: v1::TaskInfo = Codec::Json.decode(&task_json(body)).unwrap();
+            let task = custom_group_task_info(&mesos, &executor, "o1/0").unwrap();
+            assert_eq!(task.executor.as_ref(), Some(&executor));
+            assert_eq!(task.task_group.as_deref(), Some("o1/0"));
+            assert_eq!(task.command.is_some(), body.contains("command"));
+            // As an executor lists it when it subscribes again: the
+            // group's tasks name no executor.
+            let listed = v1::TaskInfo {
+                executor: None,
+                ..mesos_task_info(&task)
+            };
+            let back = received_task_info(&listed).unwrap();
+            assert_eq!(back.task_id.as_str(), "t1");
+            assert!(back.executor.is_none());
+        }
+        // A task of a group must not name an executor of its own.
+        let own = task_json(r#""executor":{"executor_id":{"value":"x"},"command":{"value":"y"}}"#);
+        let mesos: v1::TaskInfo = Codec::Json.decode(&own).unwrap();
+        assert!(custom_group_task_info(&mesos, &executor, "g").is_err());
     }
 
     #[test]

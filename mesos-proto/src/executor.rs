@@ -79,7 +79,7 @@ impl ExecutorCall {
                 let unacknowledged_tasks = subscribe
                     .unacknowledged_tasks
                     .iter()
-                    .map(convert::task_info)
+                    .map(convert::received_task_info)
                     .collect::<Result<_, _>>()?;
                 CallKind::Subscribe {
                     unacknowledged_updates,
@@ -207,6 +207,21 @@ impl EventTranslator {
                     task: convert::mesos_task_info(&task),
                 });
             }
+            exec_api::Event::LaunchGroup { tasks } => {
+                out.set_type(Type::LaunchGroup);
+                // As Mesos's: the tasks of a group do not name their
+                // executor (the one that gets them).
+                let tasks = tasks
+                    .iter()
+                    .map(|task| v1::TaskInfo {
+                        executor: None,
+                        ..convert::mesos_task_info(task)
+                    })
+                    .collect();
+                out.launch_group = Some(event::LaunchGroup {
+                    task_group: v1::TaskGroupInfo { tasks },
+                });
+            }
             exec_api::Event::Kill {
                 task_id,
                 grace_period_seconds,
@@ -238,6 +253,14 @@ impl EventTranslator {
             exec_api::Event::Unknown => return None,
         }
         Some(out)
+    }
+
+    /// `HEARTBEAT`, which the agent sends on its own (every
+    /// `--executor-heartbeat-interval`), not for a native event.
+    pub fn heartbeat() -> v1::executor::Event {
+        let mut out = v1::executor::Event::default();
+        out.set_type(event::Type::Heartbeat);
+        out
     }
 
     /// The framework of this subscription, once `SUBSCRIBED` went out.
@@ -323,6 +346,9 @@ mod tests {
             name: String::new(),
             source: String::new(),
             api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
         };
         let subscribed = events
             .translate(exec_api::Event::Subscribed {

@@ -198,3 +198,75 @@ fn executor_events_are_written_as_mesos_writes_them() {
         .unwrap();
     assert_eq!(json(&error), r#"{"type":"ERROR","error":{"message":"no"}}"#);
 }
+
+/// A task group for a custom executor arrives in one LAUNCH_GROUP, whose
+/// tasks name no executor (as Mesos's); HEARTBEAT has no inner key.
+#[test]
+fn launch_group_and_heartbeat_are_written_as_mesos_writes_them() {
+    use agora_mesos_proto::executor::EventTranslator;
+    use agora_proto::executor::Event;
+    let executor = agora_proto::ExecutorInfo {
+        executor_id: agora_proto::ExecutorId::new("e"),
+        framework_id: Some(agora_proto::FrameworkId::new("f")),
+        command: agora_proto::CommandInfo::shell("./run"),
+        resources: agora_proto::Resources::default(),
+        name: String::new(),
+        source: String::new(),
+        api: agora_proto::ExecutorApi::MesosV1,
+        shutdown_grace_period: Some(2.5),
+        data: Some(agora_proto::Bytes(b"hi".to_vec())),
+        labels: [("k".to_string(), "v".to_string())].into(),
+    };
+    let task = agora_proto::TaskInfo {
+        launch_stamp: None,
+        name: "a".into(),
+        task_id: agora_proto::TaskId::new("t"),
+        agent_id: agora_proto::AgentId::new("x"),
+        resources: agora_proto::Resources::default(),
+        executor: Some(executor.clone()),
+        command: None,
+        data: None,
+        kill_grace_period: None,
+        labels: Default::default(),
+        task_group: Some("o1/0".into()),
+    };
+    let mut events = EventTranslator::new(5051);
+    let group = events
+        .translate(Event::LaunchGroup { tasks: vec![task] })
+        .unwrap();
+    assert_eq!(
+        json(&group),
+        r#"{"type":"LAUNCH_GROUP","launch_group":{"task_group":{"tasks":[{"name":"a","task_id":{"value":"t"},"agent_id":{"value":"x"}}]}}}"#
+    );
+    assert_eq!(
+        hex(&Codec::Protobuf.encode(&group).unwrap()),
+        // type = 8; launch_group (8) { task_group (1) { tasks (1) {
+        // name (1), task_id (2) { value }, agent_id (3) { value } } } }
+        "0808\
+         4211\
+         0a0f\
+         0a0d\
+         0a0161\
+         12030a0174\
+         1a030a0178"
+    );
+    let heartbeat = EventTranslator::heartbeat();
+    assert_eq!(json(&heartbeat), r#"{"type":"HEARTBEAT"}"#);
+    assert_eq!(hex(&Codec::Protobuf.encode(&heartbeat).unwrap()), "0809");
+
+    // SUBSCRIBED gives the executor its grace period, data and labels.
+    let mut framework = agora_proto::FrameworkInfo::new("fw");
+    framework.id = Some(agora_proto::FrameworkId::new("f"));
+    let subscribed = events
+        .translate(Event::Subscribed {
+            executor_info: executor,
+            framework_info: framework,
+            agent_id: agora_proto::AgentId::new("x"),
+            hostname: "h".into(),
+        })
+        .unwrap();
+    assert_eq!(
+        json(&subscribed.subscribed.unwrap().executor_info),
+        r#"{"executor_id":{"value":"e"},"data":"aGk=","command":{"value":"./run","shell":true},"framework_id":{"value":"f"},"shutdown_grace_period":{"nanoseconds":2500000000},"labels":{"labels":[{"key":"k","value":"v"}]},"type":"CUSTOM"}"#
+    );
+}

@@ -155,6 +155,16 @@ pub enum Event {
         /// executors `executor` (with `framework_id` filled in).
         task: TaskInfo,
     },
+    /// Run the tasks of one task group (see [`TaskInfo::task_group`])
+    /// together, on their custom executor (started when needed): all of
+    /// them or, when one cannot run, none.
+    RunTaskGroup {
+        /// The tasks' framework, with `id` set.
+        framework: FrameworkInfo,
+        /// The group's tasks, in order; each has `executor` set (the same
+        /// executor, with `framework_id` filled in) and `task_group`.
+        tasks: Vec<TaskInfo>,
+    },
     /// Kill a task.
     KillTask {
         /// Its framework.

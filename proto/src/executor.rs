@@ -83,6 +83,14 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sandbox: Option<String>,
     },
+    /// Launch the tasks of one task group together (see
+    /// [`TaskInfo::task_group`]). Sent only to executors of the Mesos v1
+    /// executor API, as Mesos's `LAUNCH_GROUP`; an executor of Agora's API
+    /// gets a group as one [`Event::Launch`] per task, in order.
+    LaunchGroup {
+        /// The group's tasks.
+        tasks: Vec<TaskInfo>,
+    },
     /// Kill a task; send a terminal update (TASK_KILLED) when done.
     Kill {
         /// The task.

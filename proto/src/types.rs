@@ -159,6 +159,20 @@ pub struct ExecutorInfo {
     /// written before the field existed) means Agora's.
     #[serde(default, skip_serializing_if = "ExecutorApi::is_agora")]
     pub api: ExecutorApi,
+    /// Seconds between asking the executor to shut down (SHUTDOWN, or
+    /// SIGTERM when it is not connected) and SIGKILL, and what the executor
+    /// is told in `MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD` and
+    /// `AGORA_SHUTDOWN_GRACE_PERIOD` (Mesos's
+    /// `ExecutorInfo.shutdown_grace_period`). Absent: the agent's
+    /// `--executor-shutdown-grace-period`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_grace_period: Option<f64>,
+    /// Opaque data for the executor, given back to it when it subscribes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Bytes>,
+    /// Free-form labels, given back to the executor when it subscribes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// The API an executor speaks to its agent.
@@ -184,7 +198,9 @@ impl ExecutorApi {
 }
 
 /// Describes a task to launch. Exactly one of `executor` (a custom
-/// executor) or `command` (run by the built-in command executor) is set.
+/// executor) or `command` (run by the built-in command executor) is set;
+/// a task of a task group (see `task_group`) has an `executor` and may
+/// have a `command` too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskInfo {
     /// Human-readable name.
@@ -218,6 +234,19 @@ pub struct TaskInfo {
     /// the task that has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_stamp: Option<LaunchStamp>,
+    /// The task group the task belongs to (Mesos's `LAUNCH_GROUP`): the
+    /// tasks of one launch that name the same group run on one custom
+    /// executor and start all together or not at all. The master refuses
+    /// every task of the group (`TASK_ERROR`,
+    /// `REASON_TASK_GROUP_INVALID`) when one of them cannot run, and sends
+    /// the agent the group in one piece; the agent hands a Mesos executor
+    /// the group in one `LAUNCH_GROUP` event and an Agora executor one
+    /// `LAUNCH` per task, in order. A task of a group may carry a
+    /// `command` beside its `executor`: it is for the executor to run,
+    /// not the agent. Any text; it should not name another group of the
+    /// framework that has not ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_group: Option<String>,
 }
 
 /// When the master accepted a launch: the framework's launch epoch (raised
@@ -330,6 +359,9 @@ pub enum Reason {
     /// executor's): the kernel killed a process of it and the agent
     /// destroyed the container.
     ReasonContainerLimitationMemory,
+    /// A task of the task's group is invalid: the whole group was
+    /// refused.
+    ReasonTaskGroupInvalid,
     /// Any reason this version does not know.
     #[serde(other)]
     ReasonUnknown,

@@ -24,6 +24,7 @@ fn task() -> TaskInfo {
         data: Some(Bytes::from("d")),
         kill_grace_period: None,
         labels: BTreeMap::new(),
+        task_group: None,
     }
 }
 

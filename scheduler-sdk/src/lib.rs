@@ -90,6 +90,7 @@ pub use driver::SchedulerDriver;
 ///                 data: None,
 ///                 kill_grace_period: None,
 ///                 labels: Default::default(),
+///                 task_group: None,
 ///             };
 ///             let _ = driver.launch_tasks(&[offer.id.clone()], vec![task], Filters::default());
 ///             self.launched = true;

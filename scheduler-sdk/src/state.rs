@@ -514,6 +514,7 @@ mod tests {
             data: None,
             kill_grace_period: None,
             labels: Default::default(),
+            task_group: None,
         }
     }
 

@@ -228,6 +228,7 @@ fn task(id: &str) -> TaskInfo {
         data: None,
         kill_grace_period: None,
         labels: Default::default(),
+        task_group: None,
     }
 }
 

@@ -598,6 +598,7 @@ impl World {
             labels: [(LAUNCH_LABEL.to_string(), want.launch.to_string())]
                 .into_iter()
                 .collect(),
+            task_group: None,
         })
     }
 
@@ -890,5 +891,8 @@ fn executor_info(id: ExecutorId, fid: Option<&FrameworkId>) -> ExecutorInfo {
         name: "sim executor".into(),
         source: String::new(),
         api: Default::default(),
+        shutdown_grace_period: None,
+        data: None,
+        labels: Default::default(),
     }
 }

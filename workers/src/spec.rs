@@ -184,6 +184,7 @@ impl WorkerSpec {
             data: None,
             kill_grace_period: self.launch.kill_grace_period,
             labels,
+            task_group: None,
         }
     }
 }

@@ -8,15 +8,15 @@ impl Core {
         self.frameworks.get(fid).is_some_and(|f| f.checkpoint)
     }
 
-    /// Starts an executor for `first` (and whatever is queued for it
-    /// meanwhile): the process thread creates its sandbox and spawns it;
-    /// until [`CoreEvent::ExecutorLaunched`] it has no pid.
+    /// Starts an executor for tasks `first` (and whatever is queued for
+    /// it meanwhile): the process thread creates its sandbox and spawns
+    /// it; until [`CoreEvent::ExecutorLaunched`] it has no pid.
     pub(super) fn launch_executor(
         &mut self,
         ekey: ExecKey,
         info: ExecutorInfo,
         is_command: bool,
-        first: TaskId,
+        first: Vec<TaskId>,
     ) {
         let run_id = self.uuid().to_string();
         let token = self.uuid().simple().to_string();
@@ -29,19 +29,22 @@ impl Core {
             Ok(sandbox) => sandbox,
             Err(e) => {
                 let message = format!("failed to launch executor {}: {e}", ekey.1);
-                let status = self.agent_status(
-                    &first,
-                    Some(ekey.1.clone()),
-                    TaskState::Failed,
-                    Reason::ReasonExecutorLaunchFailed,
-                    message,
-                );
-                self.enqueue_update(ekey.0.clone(), status, None);
+                for task_id in &first {
+                    let status = self.agent_status(
+                        task_id,
+                        Some(ekey.1.clone()),
+                        TaskState::Failed,
+                        Reason::ReasonExecutorLaunchFailed,
+                        message.clone(),
+                    );
+                    self.enqueue_update(ekey.0.clone(), status, None);
+                }
                 return;
             }
         };
         let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
-        spec.env.extend(self.executor_env(&ekey, &sandbox, &token));
+        spec.env
+            .extend(self.executor_env(&ekey, &info, &sandbox, &token));
         spec.limits = self.container_limits(&ekey, &info);
         let executor = Executor {
             info,
@@ -53,7 +56,7 @@ impl Core {
             is_command,
             conn: None,
             subscribed: false,
-            queued: vec![first],
+            queued: first,
             killing: false,
             termination: None,
             exited: None,
@@ -83,14 +86,12 @@ impl Core {
                 ex.pid = Some(started.pid);
                 ex.start_time = started.start_time;
                 let killing = ex.killing;
+                let grace = shutdown_grace(&ex.info, &self.shared.config);
                 tracing::info!(framework_id = %key.0, executor_id = %key.1, pid = started.pid, sandbox = %ex.sandbox.display(), "executor started");
                 self.checkpoint_executor(&key);
                 if killing {
                     // Asked to stop while it was being started.
-                    self.process(Request::Terminate {
-                        run_id,
-                        grace: self.shared.config.executor_shutdown_grace_period,
-                    });
+                    self.process(Request::Terminate { run_id, grace });
                 }
             }
             Err(message) => {
@@ -203,11 +204,13 @@ impl Core {
     pub(super) fn executor_env(
         &self,
         ekey: &ExecKey,
+        info: &ExecutorInfo,
         sandbox: &std::path::Path,
         token: &str,
     ) -> Vec<(String, String)> {
         use agora_proto::env;
         let config = &self.shared.config;
+        let grace = shutdown_grace(info, config);
         let agent_id = self
             .agent_id
             .as_ref()
@@ -237,13 +240,7 @@ impl Core {
                 env::RECOVERY_TIMEOUT,
                 config.executor_recovery_timeout.as_secs_f64().to_string(),
             ),
-            (
-                env::SHUTDOWN_GRACE_PERIOD,
-                config
-                    .executor_shutdown_grace_period
-                    .as_secs_f64()
-                    .to_string(),
-            ),
+            (env::SHUTDOWN_GRACE_PERIOD, grace.as_secs_f64().to_string()),
         ];
         // What Mesos's agent gives an executor (`executorEnvironment` in
         // Mesos's slave.cpp), for executors of the Mesos v1 executor API.
@@ -255,7 +252,7 @@ impl Core {
             (env::MESOS_AGENT_ID, agent_id),
             (
                 env::MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD,
-                env::mesos_duration(config.executor_shutdown_grace_period),
+                env::mesos_duration(grace),
             ),
             (env::MESOS_HTTP_COMMAND_EXECUTOR, "0".to_string()),
         ];
@@ -277,13 +274,14 @@ impl Core {
     }
 
     /// Asks an executor to stop: SHUTDOWN when connected, and SIGTERM
-    /// then SIGKILL of its session once the grace period is over; at once
-    /// SIGTERM, then SIGKILL after the grace period, when not connected.
+    /// then SIGKILL of its session once the grace period (its own, else
+    /// the agent's) is over; at once SIGTERM, then SIGKILL after the grace
+    /// period, when not connected.
     pub(super) fn kill_executor(&mut self, ekey: &ExecKey, termination: Option<Termination>) {
-        let grace = self.shared.config.executor_shutdown_grace_period;
         let Some(ex) = self.executors.get_mut(ekey) else {
             return;
         };
+        let grace = shutdown_grace(&ex.info, &self.shared.config);
         if termination.is_some() && ex.termination.is_none() {
             ex.termination = termination;
         }
@@ -380,7 +378,7 @@ impl Core {
         self.reply_exec(
             &key,
             exec_api::Event::Subscribed {
-                executor_info: info,
+                executor_info: info.clone(),
                 framework_info,
                 agent_id: self.agent_id.clone().unwrap_or_default(),
                 hostname: self.shared.config.hostname.clone(),
@@ -402,7 +400,7 @@ impl Core {
             .map(|s| &s.task_id)
             .collect();
         let checkpointed = self.checkpointing(&fid);
-        for task in tasks {
+        for mut task in tasks {
             let tkey = (fid.clone(), task.task_id.clone());
             if self.tasks.contains_key(&tkey)
                 || self.updates.has_stream(&fid, &task.task_id)
@@ -410,6 +408,11 @@ impl Core {
                 || task.task_id.validate().is_err()
             {
                 continue;
+            }
+            // A task of a group, as a Mesos executor has it, does not name
+            // its executor: this one.
+            if task.executor.is_none() {
+                task.executor = Some(info.clone());
             }
             if checkpointed {
                 self.checkpoint_task(&fid, &eid, &task, None);
@@ -451,14 +454,9 @@ impl Core {
                 queued.push(task_id);
             }
         }
-        for task_id in queued.into_iter().filter(|t| !known.contains(t)) {
-            if let Some(task) = self.tasks.get(&(fid.clone(), task_id)) {
-                let event = exec_api::Event::Launch {
-                    task: task.info.clone(),
-                    sandbox: task.sandbox.as_ref().map(|s| s.display().to_string()),
-                };
-                self.reply_exec(&key, event);
-            }
+        queued.retain(|t| !known.contains(t));
+        for event in self.launch_events(&key, &queued) {
+            self.reply_exec(&key, event);
         }
         let kills: Vec<(TaskId, Option<f64>)> = self
             .tasks
@@ -484,7 +482,7 @@ impl Core {
             );
         }
         if killing {
-            let grace = self.shared.config.executor_shutdown_grace_period;
+            let grace = shutdown_grace(&info, &self.shared.config);
             self.reply_exec(
                 &key,
                 exec_api::Event::Shutdown {
@@ -762,4 +760,20 @@ impl Core {
 /// [`ExecutorInfo::api`]).
 pub(super) fn speaks_mesos_v1(info: &ExecutorInfo) -> bool {
     info.api == agora_proto::ExecutorApi::MesosV1
+}
+
+/// The longest shutdown grace period an executor may ask for
+/// (`ExecutorInfo.shutdown_grace_period`); longer ones are cut to it.
+pub(crate) const MAX_EXECUTOR_SHUTDOWN_GRACE: Duration = Duration::from_secs(3600);
+
+/// The time executor `info` gets between being asked to shut down and
+/// SIGKILL: its own `shutdown_grace_period` (as Mesos's agent uses
+/// `ExecutorInfo.shutdown_grace_period`), else the agent's
+/// `--executor-shutdown-grace-period`.
+pub(crate) fn shutdown_grace(info: &ExecutorInfo, config: &crate::Config) -> Duration {
+    info.shutdown_grace_period
+        .filter(|secs| secs.is_finite() && *secs >= 0.0)
+        .map_or(config.executor_shutdown_grace_period, |secs| {
+            Duration::from_secs_f64(secs.min(MAX_EXECUTOR_SHUTDOWN_GRACE.as_secs_f64()))
+        })
 }

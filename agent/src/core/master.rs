@@ -40,6 +40,7 @@ impl Core {
                 }
             }
             Event::RunTask { framework, task } => self.run_task(framework, task),
+            Event::RunTaskGroup { framework, tasks } => self.run_task_group(framework, tasks),
             Event::KillTask {
                 framework_id,
                 task_id,
@@ -170,9 +171,13 @@ impl Core {
 
     pub(super) fn master_shutdown(&mut self, message: &str) {
         tracing::warn!(%message, "master shut this agent down; killing everything and registering anew");
-        let grace = self.shared.config.executor_shutdown_grace_period;
-        let runs: Vec<String> = self.executors.drain().map(|(_, ex)| ex.run_id).collect();
-        for run_id in runs {
+        let config = &self.shared.config;
+        let runs: Vec<(String, Duration)> = self
+            .executors
+            .drain()
+            .map(|(_, ex)| (ex.run_id, shutdown_grace(&ex.info, config)))
+            .collect();
+        for (run_id, grace) in runs {
             // Terminated whether or not it has started: the process thread
             // handles requests in order.
             self.process(Request::Terminate { run_id, grace });

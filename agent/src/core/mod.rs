@@ -33,6 +33,7 @@ mod snapshot;
 mod tasks;
 mod updates;
 
+use executors::{shutdown_grace, speaks_mesos_v1};
 pub(crate) use recovery::Recovered;
 
 use crate::checkpoint::{self, ExecutorRecord, Op};
@@ -177,6 +178,9 @@ pub enum Durable {
     },
     /// A checkpointed task: it may go to its executor.
     Task { key: StreamKey },
+    /// The checkpointed tasks of a task group: they may go to their
+    /// executor, together.
+    Tasks { keys: Vec<StreamKey> },
 }
 
 /// Where a task goes once its checkpoint is durable.
@@ -527,6 +531,12 @@ impl Core {
                 }
                 self.task_recorded(key);
             }
+            Input::Durable(Durable::Tasks { keys }, result) => {
+                if let Err(e) = &result {
+                    tracing::error!(tasks = keys.len(), error = %e, "could not checkpoint a task group");
+                }
+                self.tasks_recorded(keys);
+            }
             Input::Durable(
                 Durable::Ack {
                     framework_id,
@@ -583,7 +593,9 @@ impl Core {
     /// (and has them killed when they do not), leaves the others running,
     /// closes every executor connection.
     pub(crate) fn stop(&mut self) {
-        let grace = self.shared.config.executor_shutdown_grace_period;
+        // The executors asked to shut down get the longest of their grace
+        // periods.
+        let mut grace = self.shared.config.executor_shutdown_grace_period;
         let keys: Vec<ExecKey> = self.executors.keys().cloned().collect();
         let mut runs = Vec::new();
         for key in keys {
@@ -599,10 +611,15 @@ impl Core {
                 .get(&key)
                 .is_some_and(|e| e.subscribed && e.conn.is_some());
             if asked {
+                let own = self
+                    .executors
+                    .get(&key)
+                    .map_or(grace, |e| shutdown_grace(&e.info, &self.shared.config));
+                grace = grace.max(own);
                 self.send_exec(
                     &key,
                     exec_api::Event::Shutdown {
-                        grace_period_seconds: grace.as_secs_f64(),
+                        grace_period_seconds: own.as_secs_f64(),
                     },
                 );
             }

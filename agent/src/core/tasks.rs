@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// Why the agent does not run a task the master sent it.
+struct Refusal {
+    state: TaskState,
+    reason: Reason,
+    message: String,
+}
+
 impl Core {
     pub(super) fn run_task(&mut self, framework: FrameworkInfo, task: TaskInfo) {
         let Some(fid) = framework.id.clone() else {
@@ -10,97 +17,18 @@ impl Core {
             tracing::error!(task_id = %task.task_id, "RUN_TASK without a framework id; ignored");
             return;
         };
-        let key = (fid.clone(), task.task_id.clone());
-        let live = self
-            .tasks
-            .get(&key)
-            .is_some_and(|t| !t.state.is_terminal() && !t.terminal_reported);
-        if live {
-            // Its stream belongs to the task that runs: the refusal of the
-            // new one travels on its own, unacknowledged (a lost one is
-            // answered again when the master re-sends the launch after a
-            // re-registration).
-            tracing::warn!(framework_id = %fid, task_id = %task.task_id, "RUN_TASK for a task id still running here; dropped");
-            let status = self.agent_status(
-                &task.task_id,
-                None,
-                TaskState::Dropped,
-                Reason::ReasonTaskInvalid,
-                format!(
-                    "task id {} is still in use by a running task on this agent",
-                    task.task_id
-                ),
-            );
-            self.send_master(agent_api::Call::StatusUpdate {
-                framework_id: fid,
-                status,
-            });
-            return;
-        }
-        if self.tasks.contains_key(&key) || self.updates.has_stream(&fid, &task.task_id) {
-            // A new task with the id of one that ended here: the master has
-            // settled the old one (it would not launch the id otherwise), so
-            // what its stream still holds is of no use to anyone.
-            tracing::info!(framework_id = %fid, task_id = %task.task_id, "task id reused; the previous task's stream is dropped");
-            self.updates.end_stream(&fid, &task.task_id);
-            if self.tasks.contains_key(&key) {
-                self.forget_task(&key);
-            } else {
-                self.checkpoint(vec![Op::Wal(WalRecord::End {
-                    framework_id: fid.clone(),
-                    task_id: task.task_id.clone(),
-                })]);
-            }
-        }
-        let mut info = match (&task.command, &task.executor) {
-            (Some(_), None) => None,
-            (None, Some(executor)) => Some(executor.clone()),
-            _ => {
-                self.reject(
-                    &fid,
-                    &task,
-                    TaskState::Error,
-                    Reason::ReasonTaskInvalid,
-                    "a task needs exactly one of command or executor".into(),
-                );
-                return;
-            }
+        let info = match self.check_task(&fid, &task) {
+            Ok(info) => info,
+            Err(refusal) => return self.refuse_task(&fid, &task, refusal),
         };
-        let mut ids = vec![("framework", fid.as_str()), ("task", task.task_id.as_str())];
-        if let Some(info) = &info {
-            ids.push(("executor", info.executor_id.as_str()));
-        }
-        for (kind, id) in ids {
-            if let Err(e) = agora_proto::validate_id(id) {
-                let message = format!("invalid {kind} id: {e}");
-                self.reject(
-                    &fid,
-                    &task,
-                    TaskState::Error,
-                    Reason::ReasonTaskInvalid,
-                    message,
-                );
-                return;
-            }
-        }
-        let Some(info) = info.as_mut() else {
+        self.clear_reused_id(&fid, &task.task_id);
+        let key = (fid.clone(), task.task_id.clone());
+        let Some(info) = info else {
             self.adopt_framework(framework);
             return self.run_command_task(fid, task);
         };
-        info.framework_id = Some(fid.clone());
         let ekey = (fid.clone(), info.executor_id.clone());
-        if self.executors.get(&ekey).is_some_and(|e| e.killing) {
-            self.reject(
-                &fid,
-                &task,
-                TaskState::Dropped,
-                Reason::ReasonExecutorTerminated,
-                format!("executor {} is shutting down", ekey.1),
-            );
-            return;
-        }
         self.adopt_framework(framework);
-        let info = info.clone();
         let checkpointed = self.checkpointing(&fid);
         tracing::info!(framework_id = %fid, task_id = %task.task_id, executor_id = %ekey.1, "running task");
         self.stage_task(
@@ -114,6 +42,215 @@ impl Core {
             },
             checkpointed,
         );
+    }
+
+    /// Runs the tasks of a task group on their executor, all together:
+    /// they reach it in one piece (see [`Core::launch_events`]), or, when
+    /// one of them cannot run here, none does and each is refused with
+    /// what stopped the group.
+    pub(super) fn run_task_group(&mut self, framework: FrameworkInfo, tasks: Vec<TaskInfo>) {
+        let Some(fid) = framework.id.clone() else {
+            tracing::error!(
+                tasks = tasks.len(),
+                "RUN_TASK_GROUP without a framework id; ignored"
+            );
+            return;
+        };
+        let executor_id = tasks
+            .first()
+            .and_then(|t| t.executor.as_ref())
+            .map(|e| e.executor_id.clone());
+        let mut seen = HashSet::default();
+        let mut info = None;
+        let mut problem = None;
+        for task in &tasks {
+            let check = if executor_id.is_none()
+                || task.executor.as_ref().map(|e| &e.executor_id) != executor_id.as_ref()
+            {
+                Err(Refusal {
+                    state: TaskState::Error,
+                    reason: Reason::ReasonTaskGroupInvalid,
+                    message: "the tasks of a group must all name the same executor".into(),
+                })
+            } else if !seen.insert(task.task_id.clone()) {
+                Err(Refusal {
+                    state: TaskState::Error,
+                    reason: Reason::ReasonTaskGroupInvalid,
+                    message: "the task appears twice in the group".into(),
+                })
+            } else {
+                self.check_task(&fid, task)
+            };
+            match check {
+                Ok(executor) => info = info.or(executor),
+                Err(refusal) => {
+                    problem = Some((task.task_id.clone(), refusal));
+                    break;
+                }
+            }
+        }
+        if let Some((task_id, refusal)) = problem {
+            let message = format!("task group refused: task {task_id}: {}", refusal.message);
+            for task in &tasks {
+                let refusal = Refusal {
+                    message: message.clone(),
+                    ..refusal
+                };
+                self.refuse_task(&fid, task, refusal);
+            }
+            return;
+        }
+        let Some(info) = info else {
+            return;
+        };
+        for task in &tasks {
+            self.clear_reused_id(&fid, &task.task_id);
+        }
+        self.adopt_framework(framework);
+        let ekey = (fid.clone(), info.executor_id.clone());
+        let checkpointed = self.checkpointing(&fid);
+        let keys: Vec<StreamKey> = tasks
+            .iter()
+            .map(|t| (fid.clone(), t.task_id.clone()))
+            .collect();
+        tracing::info!(framework_id = %fid, executor_id = %ekey.1, tasks = keys.len(), "running task group");
+        if checkpointed {
+            // One record of them all: the group reaches its executor as one.
+            let ops = tasks
+                .iter()
+                .map(|t| task_record(&fid, &ekey.1, t, None))
+                .collect();
+            self.actions.push(Action::Checkpoint {
+                ops,
+                then: Some(Durable::Tasks { keys: keys.clone() }),
+            });
+        }
+        for (key, task) in keys.iter().zip(tasks) {
+            self.insert_task(
+                key.clone(),
+                Task::staging(ekey.1.clone(), None, task, checkpointed),
+            );
+            self.recording.insert(
+                key.clone(),
+                PendingLaunch {
+                    ekey: ekey.clone(),
+                    info: info.clone(),
+                    is_command: false,
+                },
+            );
+        }
+        if !checkpointed {
+            self.tasks_recorded(keys);
+        }
+    }
+
+    /// Whether task `task` of framework `fid` can run here: `Ok` with its
+    /// custom executor (`framework_id` filled in), or `None` for a command
+    /// task.
+    fn check_task(
+        &self,
+        fid: &FrameworkId,
+        task: &TaskInfo,
+    ) -> Result<Option<ExecutorInfo>, Refusal> {
+        if self.task_is_live(fid, &task.task_id) {
+            return Err(Refusal {
+                state: TaskState::Dropped,
+                reason: Reason::ReasonTaskInvalid,
+                message: format!(
+                    "task id {} is still in use by a running task on this agent",
+                    task.task_id
+                ),
+            });
+        }
+        let invalid = |message: String| Refusal {
+            state: TaskState::Error,
+            reason: Reason::ReasonTaskInvalid,
+            message,
+        };
+        let mut info = match (&task.command, &task.executor) {
+            (Some(_), None) => None,
+            // A task of a group may carry a command for its executor.
+            (None, Some(executor)) => Some(executor.clone()),
+            (Some(_), Some(executor)) if task.task_group.is_some() => Some(executor.clone()),
+            _ => {
+                return Err(invalid(
+                    "a task needs exactly one of command or executor".into(),
+                ))
+            }
+        };
+        let mut ids = vec![("framework", fid.as_str()), ("task", task.task_id.as_str())];
+        if let Some(info) = &info {
+            ids.push(("executor", info.executor_id.as_str()));
+        }
+        for (kind, id) in ids {
+            if let Err(e) = agora_proto::validate_id(id) {
+                return Err(invalid(format!("invalid {kind} id: {e}")));
+            }
+        }
+        if let Some(info) = info.as_mut() {
+            info.framework_id = Some(fid.clone());
+            let ekey = (fid.clone(), info.executor_id.clone());
+            if self.executors.get(&ekey).is_some_and(|e| e.killing) {
+                return Err(Refusal {
+                    state: TaskState::Dropped,
+                    reason: Reason::ReasonExecutorTerminated,
+                    message: format!("executor {} is shutting down", ekey.1),
+                });
+            }
+        }
+        Ok(info)
+    }
+
+    /// Whether task `task_id` of `fid` runs here and has not ended.
+    fn task_is_live(&self, fid: &FrameworkId, task_id: &TaskId) -> bool {
+        self.tasks
+            .get(&(fid.clone(), task_id.clone()))
+            .is_some_and(|t| !t.state.is_terminal() && !t.terminal_reported)
+    }
+
+    /// Answers a launch the agent does not run.
+    fn refuse_task(&mut self, fid: &FrameworkId, task: &TaskInfo, refusal: Refusal) {
+        if self.task_is_live(fid, &task.task_id) {
+            // Its stream belongs to the task that runs: the refusal of the
+            // new one travels on its own, unacknowledged (a lost one is
+            // answered again when the master re-sends the launch after a
+            // re-registration).
+            tracing::warn!(framework_id = %fid, task_id = %task.task_id, message = %refusal.message, "RUN_TASK for a task id still running here; dropped");
+            let status = self.agent_status(
+                &task.task_id,
+                None,
+                refusal.state,
+                refusal.reason,
+                refusal.message,
+            );
+            self.send_master(agent_api::Call::StatusUpdate {
+                framework_id: fid.clone(),
+                status,
+            });
+            return;
+        }
+        self.clear_reused_id(fid, &task.task_id);
+        self.reject(fid, task, refusal.state, refusal.reason, refusal.message);
+    }
+
+    /// A new task with the id of one that ended here: the master has
+    /// settled the old one (it would not launch the id otherwise), so what
+    /// its stream still holds is of no use to anyone.
+    fn clear_reused_id(&mut self, fid: &FrameworkId, task_id: &TaskId) {
+        let key = (fid.clone(), task_id.clone());
+        if !self.tasks.contains_key(&key) && !self.updates.has_stream(fid, task_id) {
+            return;
+        }
+        tracing::info!(framework_id = %fid, %task_id, "task id reused; the previous task's stream is dropped");
+        self.updates.end_stream(fid, task_id);
+        if self.tasks.contains_key(&key) {
+            self.forget_task(&key);
+        } else {
+            self.checkpoint(vec![Op::Wal(WalRecord::End {
+                framework_id: fid.clone(),
+                task_id: task_id.clone(),
+            })]);
+        }
     }
 
     /// Records task `key` and starts it: at once, or once its checkpoint
@@ -151,36 +288,58 @@ impl Core {
             *recorded = true;
             return;
         }
-        let Some(launch) = self.recording.remove(&key) else {
-            return;
-        };
-        let Some(task) = self.tasks.get(&key) else {
-            return;
-        };
-        if task.state.is_terminal() || task.terminal_reported {
-            return;
+        self.tasks_recorded(vec![key]);
+    }
+
+    /// Tasks `keys` of one executor (one task, or the tasks of a group)
+    /// are on disk (or need not be): they go to their executor together,
+    /// starting the executor if it is not there; those killed or ended
+    /// meanwhile do not.
+    pub(super) fn tasks_recorded(&mut self, keys: Vec<StreamKey>) {
+        let mut ready = Vec::with_capacity(keys.len());
+        let mut launch = None;
+        for key in keys {
+            let Some(pending) = self.recording.remove(&key) else {
+                continue;
+            };
+            let Some(task) = self.tasks.get(&key) else {
+                continue;
+            };
+            if task.state.is_terminal() || task.terminal_reported {
+                continue;
+            }
+            if task.kill_requested {
+                self.kill_undelivered(&pending.ekey, &key.1);
+                continue;
+            }
+            ready.push(key.1);
+            launch = Some(pending);
         }
-        let PendingLaunch {
+        let Some(PendingLaunch {
             ekey,
             info,
             is_command,
-        } = launch;
-        if task.kill_requested {
-            return self.kill_undelivered(&ekey, &key.1);
-        }
+        }) = launch
+        else {
+            return;
+        };
         match self.executors.get(&ekey) {
-            Some(ex) if ex.killing => self.end_task(
-                &key.0,
-                &key.1,
-                TaskState::Dropped,
-                Reason::ReasonExecutorTerminated,
-                format!("executor {} is shutting down", ekey.1),
-            ),
+            Some(ex) if ex.killing => {
+                for task_id in ready {
+                    self.end_task(
+                        &ekey.0,
+                        &task_id,
+                        TaskState::Dropped,
+                        Reason::ReasonExecutorTerminated,
+                        format!("executor {} is shutting down", ekey.1),
+                    );
+                }
+            }
             Some(_) => {
                 self.grow_container(&ekey);
-                self.deliver_or_queue(&ekey, key.1)
+                self.deliver_or_queue(&ekey, ready)
             }
-            None => self.launch_executor(ekey, info, is_command, key.1),
+            None => self.launch_executor(ekey, info, is_command, ready),
         }
     }
 
@@ -352,6 +511,9 @@ impl Core {
             name: "Command Executor".into(),
             source: "agora".into(),
             api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
         }
     }
 
@@ -373,22 +535,64 @@ impl Core {
         self.frameworks.insert(fid, framework);
     }
 
-    pub(super) fn deliver_or_queue(&mut self, ekey: &ExecKey, task_id: TaskId) {
+    /// Hands tasks `task_ids` to executor `ekey`, or queues them until it
+    /// subscribes.
+    pub(super) fn deliver_or_queue(&mut self, ekey: &ExecKey, task_ids: Vec<TaskId>) {
         let Some(ex) = self.executors.get_mut(ekey) else {
             return;
         };
         let connected = ex.subscribed && ex.conn.is_some();
         if !connected {
-            ex.queued.push(task_id);
+            ex.queued.extend(task_ids);
             return;
         }
-        if let Some(task) = self.tasks.get(&(ekey.0.clone(), task_id)) {
-            let event = exec_api::Event::Launch {
-                task: task.info.clone(),
-                sandbox: task.sandbox.as_ref().map(|s| s.display().to_string()),
-            };
+        for event in self.launch_events(ekey, &task_ids) {
             self.send_exec(ekey, event);
         }
+    }
+
+    /// The events that launch tasks `task_ids` on executor `ekey`: a
+    /// `LAUNCH` each, in order, except that an executor of the Mesos v1
+    /// API gets the tasks of a group in one `LAUNCH_GROUP` (where the
+    /// group's first task is).
+    pub(super) fn launch_events(
+        &self,
+        ekey: &ExecKey,
+        task_ids: &[TaskId],
+    ) -> Vec<exec_api::Event> {
+        let mesos = self
+            .executors
+            .get(ekey)
+            .is_some_and(|e| speaks_mesos_v1(&e.info));
+        let mut events = Vec::with_capacity(task_ids.len());
+        let mut groups: Vec<(&str, usize)> = Vec::new();
+        for task_id in task_ids {
+            let Some(task) = self.tasks.get(&(ekey.0.clone(), task_id.clone())) else {
+                continue;
+            };
+            let group = task.info.task_group.as_deref().filter(|_| mesos);
+            let Some(group) = group else {
+                events.push(exec_api::Event::Launch {
+                    task: task.info.clone(),
+                    sandbox: task.sandbox.as_ref().map(|s| s.display().to_string()),
+                });
+                continue;
+            };
+            match groups.iter().find(|(name, _)| *name == group) {
+                Some(&(_, at)) => {
+                    if let exec_api::Event::LaunchGroup { tasks } = &mut events[at] {
+                        tasks.push(task.info.clone());
+                    }
+                }
+                None => {
+                    groups.push((group, events.len()));
+                    events.push(exec_api::Event::LaunchGroup {
+                        tasks: vec![task.info.clone()],
+                    });
+                }
+            }
+        }
+        events
     }
 
     pub(super) fn kill_task(&mut self, fid: FrameworkId, task_id: TaskId) {
@@ -430,7 +634,7 @@ impl Core {
             // down (with every task it runs). The command executor is the
             // agent's own and escalates to SIGKILL by itself.
             let after = Duration::from_secs_f64(grace.unwrap_or(0.0).clamp(0.0, 3600.0))
-                + self.shared.config.executor_shutdown_grace_period;
+                + shutdown_grace(&ex.info, &self.shared.config);
             let run_id = ex.run_id.clone();
             self.set_timer(
                 after,

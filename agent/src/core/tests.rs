@@ -240,6 +240,7 @@ fn clone_durable(d: &Durable) -> Durable {
             task_id: task_id.clone(),
         },
         Durable::Task { key } => Durable::Task { key: key.clone() },
+        Durable::Tasks { keys } => Durable::Tasks { keys: keys.clone() },
     }
 }
 
@@ -941,6 +942,241 @@ fn an_executor_resubscribing_with_tasks_the_agent_lost_in_a_restart_gets_them_ad
     );
 }
 
+/// Task `id` of group `group` on custom executor `e-grp` (speaking the
+/// Mesos v1 API when `mesos`), with a command for the executor.
+fn group_task(id: &str, group: &str, mesos: bool) -> TaskInfo {
+    serde_json::from_value(json!({
+        "name": id,
+        "task_id": id,
+        "agent_id": "a1",
+        "resources": resources("cpus:1;mem:64"),
+        "command": {"value": format!("echo {id}")},
+        "executor": {
+            "executor_id": "e-grp",
+            "command": {"value": "run-executor"},
+            "resources": resources("cpus:0.1;mem:32"),
+            "api": if mesos { "MESOS_V1" } else { "AGORA" },
+            "shutdown_grace_period": 7.0,
+        },
+        "task_group": group,
+    }))
+    .expect("task info")
+}
+
+/// What executor `e-grp` is sent when it subscribes on `conn` (on the
+/// Mesos v1 API when `mesos`, else with its token).
+fn subscribe_group_executor(h: &mut H, conn: u64, mesos: bool) -> Vec<Action> {
+    let key = (fid(), ExecutorId::new("e-grp"));
+    let ex = &h.core.executors[&key];
+    let (run_id, token) = (ex.run_id.clone(), ex.token.clone());
+    h.input(Input::ExecutorLaunched {
+        key: key.clone(),
+        run_id,
+        result: Ok(Started {
+            pid: 4242,
+            start_time: None,
+        }),
+    });
+    h.input(Input::ExecutorSubscribe {
+        conn,
+        framework_id: fid(),
+        executor_id: key.1,
+        token: (!mesos).then_some(token),
+        updates: Vec::new(),
+        tasks: Vec::new(),
+    })
+}
+
+/// The tasks of each launch event sent to `conn`: a group's together.
+fn launch_events(actions: &[Action], conn: u64) -> Vec<Vec<String>> {
+    to_executor(actions, conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            exec_api::Event::Launch { task, .. } => Some(vec![task.task_id.to_string()]),
+            exec_api::Event::LaunchGroup { tasks } => {
+                Some(tasks.iter().map(|t| t.task_id.to_string()).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_task_group_reaches_a_mesos_executor_in_one_launch_group() {
+    let mut h = H::new();
+    let actions = h.master(agent_api::Event::RunTaskGroup {
+        framework: framework(),
+        tasks: vec![group_task("g1", "grp", true), group_task("g2", "grp", true)],
+    });
+    // One record of the whole group; nothing starts before it is durable.
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let keys = vec![(fid(), TaskId::new("g1")), (fid(), TaskId::new("g2"))];
+    let writes: Vec<&Action> = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Checkpoint { then: Some(_), .. }))
+        .collect();
+    assert_eq!(writes.len(), 1, "{actions:?}");
+    assert!(matches!(
+        writes[0],
+        Action::Checkpoint { then: Some(Durable::Tasks { keys: k }), .. } if *k == keys
+    ));
+    assert_eq!(task_records(&actions), ["g1", "g2"]);
+    let actions = h.complete(actions);
+    assert_eq!(launches(&actions), 1, "one executor for the group");
+    let actions = subscribe_group_executor(&mut h, 500, true);
+    assert_eq!(launch_events(&actions, 500), [vec!["g1", "g2"]]);
+
+    // A later group of the running executor goes at once, in one piece;
+    // a lone task of it in a LAUNCH of its own.
+    let actions = h.master(agent_api::Event::RunTaskGroup {
+        framework: framework(),
+        tasks: vec![
+            group_task("g3", "grp2", true),
+            group_task("g4", "grp2", true),
+        ],
+    });
+    let actions = h.complete(actions);
+    assert_eq!(launch_events(&actions, 500), [vec!["g3", "g4"]]);
+    let mut lone = group_task("g5", "x", true);
+    lone.task_group = None;
+    lone.command = None;
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: lone,
+    });
+    let actions = h.complete(actions);
+    assert_eq!(launch_events(&actions, 500), [vec!["g5"]]);
+}
+
+#[test]
+fn a_task_group_reaches_an_agora_executor_one_launch_per_task() {
+    let mut h = H::new();
+    let actions = h.master(agent_api::Event::RunTaskGroup {
+        framework: framework(),
+        tasks: vec![
+            group_task("g1", "grp", false),
+            group_task("g2", "grp", false),
+        ],
+    });
+    h.complete(actions);
+    let actions = subscribe_group_executor(&mut h, 500, false);
+    assert_eq!(launch_events(&actions, 500), [vec!["g1"], vec!["g2"]]);
+}
+
+#[test]
+fn a_task_group_that_cannot_run_here_is_refused_whole() {
+    let mut h = H::new();
+    // t1 runs here: a group that reuses its id is refused, all of it.
+    h.run("t1");
+    let actions = h.master(agent_api::Event::RunTaskGroup {
+        framework: framework(),
+        tasks: vec![group_task("g1", "grp", true), group_task("t1", "grp", true)],
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    assert!(task_records(&actions).is_empty(), "{actions:?}");
+    // g1's refusal takes a stream of its own; t1's travels on its own,
+    // as the stream of the id belongs to the task that runs.
+    assert_eq!(
+        to_master_updates(&actions),
+        [
+            ("g1".to_string(), TaskState::Dropped),
+            ("t1".to_string(), TaskState::Dropped)
+        ]
+    );
+    assert!(h.core.updates.has_stream(&fid(), &TaskId::new("g1")));
+    let messages: Vec<String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ToMaster {
+                call: agent_api::Call::StatusUpdate { status, .. },
+                ..
+            } => status.message.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(messages.len(), 2);
+    assert!(messages
+        .iter()
+        .all(|m| m.starts_with("task group refused: task t1: task id t1 is still in use")));
+    // Two executors in one group.
+    let mut other = group_task("g3", "grp", true);
+    other.executor.as_mut().unwrap().executor_id = ExecutorId::new("e-other");
+    let actions = h.master(agent_api::Event::RunTaskGroup {
+        framework: framework(),
+        tasks: vec![group_task("g2", "grp", true), other],
+    });
+    assert_eq!(
+        to_master_updates(&actions),
+        [
+            ("g2".to_string(), TaskState::Error),
+            ("g3".to_string(), TaskState::Error)
+        ]
+    );
+}
+
+#[test]
+fn an_executors_own_shutdown_grace_period_is_used() {
+    let mut h = H::new();
+    let actions = h.master(agent_api::Event::RunTaskGroup {
+        framework: framework(),
+        tasks: vec![group_task("g1", "grp", true)],
+    });
+    let actions = h.complete(actions);
+    let env: HashMap<String, String> = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Process(Request::Launch { spec, .. }) => {
+                Some(spec.env.iter().cloned().collect())
+            }
+            _ => None,
+        })
+        .expect("a launch");
+    assert_eq!(env["MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD"], "7secs");
+    assert_eq!(env["AGORA_SHUTDOWN_GRACE_PERIOD"], "7");
+    // Connected: SHUTDOWN says 7 s, and the agent waits as long before it
+    // terminates the executor.
+    subscribe_group_executor(&mut h, 500, true);
+    let actions = h.master(agent_api::Event::ShutdownFramework {
+        framework_id: fid(),
+    });
+    assert!(to_executor(&actions, 500).iter().any(|e| matches!(
+        e,
+        exec_api::Event::Shutdown { grace_period_seconds } if *grace_period_seconds == 7.0
+    )));
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Timer { after, timer: Timer::ShutdownOverrun { .. } } if *after == Duration::from_secs(7)
+    )));
+
+    // Not connected: SIGTERM at once, SIGKILL 7 s later.
+    let mut h = H::new();
+    let actions = h.master(agent_api::Event::RunTaskGroup {
+        framework: framework(),
+        tasks: vec![group_task("g1", "grp", true)],
+    });
+    h.complete(actions);
+    let key = (fid(), ExecutorId::new("e-grp"));
+    let run_id = h.core.executors[&key].run_id.clone();
+    h.input(Input::ExecutorLaunched {
+        key,
+        run_id,
+        result: Ok(Started {
+            pid: 4242,
+            start_time: None,
+        }),
+    });
+    let actions = h.master(agent_api::Event::ShutdownFramework {
+        framework_id: fid(),
+    });
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Process(Request::Terminate { grace, .. }) if *grace == Duration::from_secs(7)
+        )),
+        "{actions:?}"
+    );
+}
+
 /// What the simulation's seeds 589 and 1911 found: tasks whose record is
 /// on its way to disk, at a re-registration and an executor's subscription.
 mod recording {
@@ -985,11 +1221,15 @@ mod recording {
                 name: String::new(),
                 source: String::new(),
                 api: Default::default(),
+                shutdown_grace_period: None,
+                data: None,
+                labels: Default::default(),
             }),
             command: None,
             data: None,
             kill_grace_period: None,
             labels: Default::default(),
+            task_group: None,
         }
     }
 

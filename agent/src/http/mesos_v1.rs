@@ -6,9 +6,12 @@
 //! - `SUBSCRIBE` answers `200` with a chunked RecordIO stream whose
 //!   `Content-Type` is the codec the `Accept` header chose (JSON, else
 //!   protobuf): `SUBSCRIBED` first, then the events Mesos sends
-//!   (`LAUNCH`, `KILL`, `ACKNOWLEDGED` once an update is checkpointed,
-//!   `MESSAGE`, `SHUTDOWN`, `ERROR`), translated from the core's native
-//!   events by `agora_mesos_proto::executor`. A subscription's
+//!   (`LAUNCH`, `LAUNCH_GROUP`, `KILL`, `ACKNOWLEDGED` once an update is
+//!   checkpointed, `MESSAGE`, `SHUTDOWN`, `ERROR`), translated from the
+//!   core's native events by `agora_mesos_proto::executor`, and a
+//!   `HEARTBEAT` every `--executor-heartbeat-interval` (30 minutes, as
+//!   Mesos; the first one that long after `SUBSCRIBED`), which the stream
+//!   writes on its own. A subscription's
 //!   `unacknowledged_updates` and `unacknowledged_tasks` go to the core
 //!   as a native re-subscription's do. The stream is the connection: when
 //!   it ends the core hears the executor disconnected.
@@ -52,6 +55,9 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Encoded events queued for the response body beyond those being
 /// written.
 const BODY_QUEUE: usize = 4;
+/// The shortest time between two HEARTBEAT events on a stream, whatever
+/// `--executor-heartbeat-interval` says.
+const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(10);
 
 /// `POST /api/v1/executor`.
 pub(super) async fn executor(
@@ -243,6 +249,7 @@ async fn subscribe(
         close,
         codec,
         translator,
+        heartbeat: app.shared.config.executor_heartbeat_interval,
         body: body_tx,
         _disconnect: disconnect,
     };
@@ -294,6 +301,8 @@ struct EventWriter {
     close: watch::Receiver<Option<CloseFrame>>,
     codec: Codec,
     translator: EventTranslator,
+    /// `--executor-heartbeat-interval`.
+    heartbeat: Duration,
     /// The response body's queue.
     body: mpsc::Sender<Bytes>,
     _disconnect: Disconnect,
@@ -312,9 +321,21 @@ impl EventWriter {
             mut close,
             codec,
             mut translator,
+            heartbeat,
             body,
             _disconnect,
         } = self;
+        let heartbeat = heartbeat.max(MIN_HEARTBEAT_INTERVAL);
+        let mut beats =
+            tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+        beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let beat = match codec.encode(&EventTranslator::heartbeat()) {
+            Ok(bytes) => Bytes::from(recordio::frame(&bytes)),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode a Mesos executor HEARTBEAT");
+                return;
+            }
+        };
         let mut record = |event: Event| -> Option<Bytes> {
             let mesos = translator.translate(event)?;
             match codec.encode(&mesos) {
@@ -355,6 +376,14 @@ impl EventWriter {
                     continue;
                 }
                 () = body.closed() => return,
+                _ = beats.tick() => {
+                    // An executor that leaves the body queue full is not
+                    // reading: a heartbeat would not reach it either.
+                    if let Err(mpsc::error::TrySendError::Closed(_)) = body.try_send(beat.clone()) {
+                        return;
+                    }
+                    continue;
+                }
                 event = events.recv() => match event {
                     Some(event) => event,
                     None => return,

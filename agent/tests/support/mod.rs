@@ -274,6 +274,7 @@ pub fn command_task(id: &str) -> TaskInfo {
         data: None,
         kill_grace_period: None,
         labels: Default::default(),
+        task_group: None,
     }
 }
 

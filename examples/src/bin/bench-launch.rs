@@ -634,6 +634,7 @@ impl Bench {
             data,
             kill_grace_period: None,
             labels: BTreeMap::new(),
+            task_group: None,
         }
     }
 }
@@ -706,6 +707,9 @@ async fn grid_point(
                 name: "bench executor".into(),
                 source: "bench-launch".into(),
                 api: Default::default(),
+                shutdown_grace_period: None,
+                data: None,
+                labels: Default::default(),
             }))
         }
     };

@@ -495,6 +495,9 @@ impl BenchFramework for BenchScheduler {
                 name: "bench executor".into(),
                 source: "bench".into(),
                 api: Default::default(),
+                shutdown_grace_period: None,
+                data: None,
+                labels: Default::default(),
             };
             let tasks = (0..self.args.tasks)
                 .map(|i| TaskInfo {
@@ -508,6 +511,7 @@ impl BenchFramework for BenchScheduler {
                     data: None,
                     kill_grace_period: None,
                     labels: Default::default(),
+                    task_group: None,
                 })
                 .collect();
             actions.push(Action::Launch {

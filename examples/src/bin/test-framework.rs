@@ -72,6 +72,9 @@ impl TestScheduler {
             name: "Test Executor (Rust)".to_string(),
             source: "test-framework".to_string(),
             api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
         }
     }
 }
@@ -124,6 +127,7 @@ impl Scheduler for TestScheduler {
                     data: Some(Bytes::from(format!("payload of task {id}").as_str())),
                     kill_grace_period: None,
                     labels: BTreeMap::new(),
+                    task_group: None,
                 });
             }
             if tasks.is_empty() {

@@ -9,9 +9,14 @@ the Mesos v1 executor API at /api/v1/executor.
 A task's data says what it does: "finish" runs briefly and ends
 TASK_FINISHED; "wait" runs until it is killed. A framework message
 "ping" is answered with "pong: ping" (and the tasks this executor runs).
+A task group (LAUNCH_GROUP) runs each of its tasks so, and is reported
+to the scheduler in a framework message: its tasks, and what the
+executor was given (its ExecutorInfo's data and labels, and
+MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD).
 """
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -27,6 +32,19 @@ class WorkExecutor(Executor):
     def registered(self, driver, executor_info, framework_info, agent_info):
         logging.info("registered with agent %s as %s", agent_info["id"]["value"],
                      executor_info["executor_id"]["value"])
+        self.executor_info = executor_info
+
+    def launchTaskGroup(self, driver, tasks):
+        info = self.executor_info
+        data = decode_data(info["data"]).decode() if "data" in info else ""
+        labels = ",".join("%s=%s" % (l["key"], l.get("value", ""))
+                          for l in info.get("labels", {}).get("labels", []))
+        report = "group %s; data %s; labels %s; grace %s" % (
+            ",".join(t["task_id"]["value"] for t in tasks), data, labels,
+            os.environ.get("MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD"))
+        driver.sendFrameworkMessage(encode_data(report.encode()))
+        for task in tasks:
+            self.launchTask(driver, task)
 
     def launchTask(self, driver, task):
         task_id = task["task_id"]

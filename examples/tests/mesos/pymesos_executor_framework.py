@@ -9,7 +9,10 @@ Usage: pymesos_executor_framework.py MASTER
 The executor (pymesos_executor.py, beside this file) is fetched into the
 sandbox through CommandInfo.uris from its path. Three tasks finish, a
 long one runs; a framework message goes to the executor and its answer
-comes back; the long task is killed; a task whose executor cannot be
+comes back; the long task is killed; a task group of two tasks goes to
+another executor in one LAUNCH_GROUP (ACCEPT with a LAUNCH_GROUP
+operation), which finishes both and reports its ExecutorInfo's data,
+labels and shutdown grace period; a task whose executor cannot be
 fetched fails; the framework tears down.
 """
 
@@ -25,7 +28,7 @@ from pymesos_framework import Framework, expect, fail, resources, say, start, up
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def executor(executor_id, script):
+def executor(executor_id, script, **fields):
     return dict(
         executor_id=dict(value=executor_id),
         name="pymesos executor",
@@ -34,6 +37,7 @@ def executor(executor_id, script):
             uris=[dict(value=script, executable=True)],
         ),
         resources=resources(0.1, 32),
+        **fields
     )
 
 
@@ -41,12 +45,35 @@ class ExecutorFramework(Framework):
     """Launches tasks of custom executors; hands framework messages to
     the scenario too."""
 
+    def __init__(self):
+        super().__init__()
+        self.groups = []
+
     def launch_task(self, task_id, executor_info, what):
         with self.lock:
             self.to_launch.append((task_id, executor_info, what))
 
+    def launch_group(self, task_ids, executor_info, what):
+        with self.lock:
+            self.groups.append((task_ids, executor_info, what))
+
     def resourceOffers(self, driver, offers):
         for offer in offers:
+            with self.lock:
+                group = self.groups.pop(0) if self.groups else None
+            if group is not None:
+                task_ids, executor_info, what = group
+                tasks = [dict(
+                    task_id=dict(value=task_id),
+                    agent_id=offer["agent_id"],
+                    name=task_id,
+                    resources=resources(0.1, 32),
+                    data=encode_data(what.encode()),
+                ) for task_id in task_ids]
+                operation = dict(type="LAUNCH_GROUP", launch_group=dict(
+                    executor=executor_info, task_group=dict(tasks=tasks)))
+                driver.acceptOffers([offer["id"]], [operation], dict(refuse_seconds=1))
+                continue
             tasks = []
             with self.lock:
                 while self.to_launch:
@@ -95,6 +122,22 @@ def main():
 
     driver.killTask(dict(value="long"))
     expect(framework, "long killed", update_of("long", ["TASK_KILLED"]))
+
+    # A task group on a custom executor of its own: one LAUNCH_GROUP, both
+    # tasks finish; the executor got its data, labels and grace period.
+    group_executor = executor(
+        "py-group", os.path.join(HERE, "pymesos_executor.py"), type="CUSTOM",
+        shutdown_grace_period=dict(nanoseconds=3000000000),
+        data=encode_data(b"group executor data"),
+        labels=dict(labels=[dict(key="team", value="blue")]))
+    framework.launch_group(["grp-1", "grp-2"], group_executor, "finish")
+    report = expect(framework, "the group executor's report", lambda k, v: k == "message")
+    expected = ("group grp-1,grp-2; data group executor data; labels team=blue; "
+                "grace 3secs")
+    if report != expected:
+        fail("the group executor reported %r, not %r" % (report, expected))
+    for task_id in ["grp-1", "grp-2"]:
+        expect(framework, task_id + " finished", update_of(task_id, ["TASK_FINISHED"]))
 
     # An executor whose URI cannot be fetched: its task fails, saying why.
     missing = os.path.join(HERE, "no-such-executor.py")

@@ -109,6 +109,9 @@ pub fn subscribed(executor_id: &str) -> Event {
             name: String::new(),
             source: String::new(),
             api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
         },
         framework_info: FrameworkInfo::new("fake-framework"),
         agent_id: AgentId::new("agent-1"),
@@ -139,6 +142,7 @@ pub fn command_task(id: &str, command: Option<CommandInfo>) -> TaskInfo {
         data: None,
         kill_grace_period: None,
         labels: Default::default(),
+        task_group: None,
     }
 }
 

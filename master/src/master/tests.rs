@@ -204,6 +204,7 @@ fn command_task(id: &str, agent: &AgentId, resources: &str) -> TaskInfo {
         data: None,
         kill_grace_period: None,
         labels: Default::default(),
+        task_group: None,
     }
 }
 
@@ -227,6 +228,9 @@ fn executor_task(
             name: String::new(),
             source: String::new(),
             api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
         }),
         command: None,
         ..command_task(id, agent, resources)
@@ -462,6 +466,131 @@ fn launch_moves_resources_and_sends_run_task() {
     let out = h.launch(S1, &[&offers[0]], vec![task]);
     assert!(updates(&out, S1).is_empty(), "{out:?}");
     assert_eq!(h.m.agents[&aid].used, r("cpus:4;mem:4096"));
+}
+
+/// A task of group `group` on custom executor `e1`.
+fn group_task(id: &str, agent: &AgentId, resources: &str, group: &str) -> TaskInfo {
+    TaskInfo {
+        task_group: Some(group.into()),
+        ..executor_task(id, agent, resources, "e1", "cpus:0.5;mem:32")
+    }
+}
+
+#[test]
+fn a_task_group_launches_whole_in_one_run_task_group() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let out = h.launch(
+        S1,
+        &[&offer],
+        vec![
+            group_task("g1", &aid, "cpus:1;mem:128", "g"),
+            command_task("c", &aid, "cpus:1"),
+            group_task("g2", &aid, "cpus:1;mem:128", "g"),
+        ],
+    );
+    assert!(updates(&out, S1).is_empty(), "{out:?}");
+    let events = agent_events(&out, A1);
+    assert_eq!(events.len(), 2, "{events:?}");
+    match &events[0] {
+        agent::Event::RunTaskGroup { framework, tasks } => {
+            assert_eq!(framework.id.as_ref(), Some(&fid));
+            let ids: Vec<&str> = tasks.iter().map(|t| t.task_id.as_str()).collect();
+            assert_eq!(ids, ["g1", "g2"]);
+            for task in tasks {
+                let exec = task.executor.as_ref().unwrap();
+                assert_eq!(exec.framework_id.as_ref(), Some(&fid));
+                assert_eq!(task.task_group.as_deref(), Some("g"));
+            }
+            assert!(tasks[0].launch_stamp < tasks[1].launch_stamp);
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(
+        matches!(&events[1], agent::Event::RunTask { task, .. } if task.task_id.as_str() == "c")
+    );
+    // The executor is counted once.
+    assert_eq!(h.m.agents[&aid].used, r("cpus:3.5;mem:288"));
+    for id in ["g1", "g2", "c"] {
+        assert_eq!(
+            h.m.frameworks[&fid].tasks[&TaskId::new(id)].state,
+            TaskState::Staging
+        );
+    }
+
+    // The agent lost the launch with its connection: the group goes
+    // again, whole.
+    h.input(Input::AgentClosed { conn: A1 });
+    let out = h.register_info(A2, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![]);
+    let groups: Vec<Vec<String>> = agent_events(&out, A2)
+        .into_iter()
+        .filter_map(|e| match e {
+            agent::Event::RunTaskGroup { tasks, .. } => {
+                Some(tasks.iter().map(|t| t.task_id.to_string()).collect())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(groups, [vec!["g1", "g2"]]);
+}
+
+#[test]
+fn a_task_group_with_one_task_that_cannot_run_is_refused_whole() {
+    let (mut h, fid, aid, offer) = setup("cpus:2;mem:1024");
+    // g2 needs more than the offers have left after g1 and the executor.
+    let out = h.launch(
+        S1,
+        &[&offer],
+        vec![
+            group_task("g1", &aid, "cpus:1;mem:128", "g"),
+            group_task("g2", &aid, "cpus:1;mem:128", "g"),
+            command_task("c", &aid, "cpus:1"),
+        ],
+    );
+    let refused = updates(&out, S1);
+    let ids: Vec<&str> = refused.iter().map(|s| s.task_id.as_str()).collect();
+    assert_eq!(ids, ["g1", "g2"]);
+    for status in &refused {
+        assert_eq!(status.state, TaskState::Error);
+        assert_eq!(status.reason, Some(Reason::ReasonTaskGroupInvalid));
+        let message = status.message.as_deref().unwrap();
+        assert!(
+            message.contains("task group refused: task g2 needs"),
+            "{message}"
+        );
+    }
+    // The task outside the group runs; nothing of the group does.
+    let events = agent_events(&out, A1);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        matches!(&events[0], agent::Event::RunTask { task, .. } if task.task_id.as_str() == "c")
+    );
+    assert_eq!(h.m.agents[&aid].used, r("cpus:1"));
+    assert!(h.m.agents[&aid].executors.is_empty());
+    assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("g1")));
+
+    // Tasks of one group on two executors, or a command task in a group.
+    h.advance(Duration::from_secs(5));
+    let offer = h.offers(S1).remove(0);
+    let mut other = group_task("h2", &aid, "cpus:0.1", "h");
+    other.executor.as_mut().unwrap().executor_id = ExecutorId::new("e2");
+    let command = TaskInfo {
+        task_group: Some("i".into()),
+        ..command_task("i1", &aid, "cpus:0.1")
+    };
+    let out = h.launch(
+        S1,
+        &[&offer],
+        vec![group_task("h1", &aid, "cpus:0.1", "h"), other, command],
+    );
+    let refused = updates(&out, S1);
+    let ids: Vec<&str> = refused.iter().map(|s| s.task_id.as_str()).collect();
+    assert_eq!(ids, ["h1", "h2", "i1"]);
+    assert!(refused.iter().all(|s| s
+        .message
+        .as_deref()
+        .unwrap()
+        .contains("must all name the same executor")));
+    assert!(agent_events(&out, A1).is_empty());
 }
 
 #[test]

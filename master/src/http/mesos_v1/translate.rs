@@ -5,10 +5,9 @@
 //! Calls: each Mesos call becomes the native calls that do the same thing
 //! (ACCEPT → LAUNCH, SHUTDOWN → a KILL per task of the executor, …), plus
 //! any task the master must not see because Agora cannot run it as asked
-//! (URIs to fetch for a command task, a task group for a custom
-//! executor…): those are answered with
-//! TASK_ERROR updates, asynchronously on the stream as Mesos answers
-//! invalid tasks. Request-level problems are [`CallError`]s, answered
+//! (a command user, a secret, both a command and an executor…): those are
+//! answered with TASK_ERROR updates, asynchronously on the stream as Mesos
+//! answers invalid tasks. Request-level problems are [`CallError`]s, answered
 //! synchronously with Mesos's status codes.
 //!
 //! Events: the per-framework policy lives here. A framework without
@@ -184,11 +183,22 @@ pub(crate) fn translate_call(
 /// native LAUNCH on the offers (an empty one declines them, as Mesos's
 /// ACCEPT without tasks does). Other operations (reservations, volumes)
 /// are not supported and dropped, as Mesos drops invalid operations.
+///
+/// A LAUNCH_GROUP is all or nothing. With the DEFAULT executor its tasks
+/// become command tasks, each run by Agora's command executor; with a
+/// CUSTOM executor (or one of no type that has a command) they become one
+/// native task group (`TaskInfo::task_group`, named after the first offer
+/// and the operation's place in the ACCEPT), which the master launches
+/// all or none and the agent hands to the executor in one LAUNCH_GROUP.
 fn translate_accept(accept: call::Accept) -> Translated {
     use v1::offer::operation::Type;
     let mut out = Translated::default();
     let mut tasks: Vec<TaskInfo> = Vec::new();
-    for operation in accept.operations {
+    let first_offer = accept
+        .offer_ids
+        .first()
+        .map_or_else(String::new, |o| o.value.clone());
+    for (index, operation) in accept.operations.into_iter().enumerate() {
         match operation.r#type() {
             Type::Launch => {
                 for task in operation.launch.map(|l| l.task_infos).unwrap_or_default() {
@@ -202,24 +212,36 @@ fn translate_accept(accept: call::Accept) -> Translated {
                 let Some(group) = operation.launch_group else {
                     continue;
                 };
-                let custom = group.executor.r#type() == v1::executor_info::Type::Custom;
-                let converted: Vec<Result<TaskInfo, String>> = group
-                    .task_group
-                    .tasks
-                    .iter()
-                    .map(|t| {
-                        if custom {
-                            Err("LAUNCH_GROUP with a CUSTOM executor is not supported: Agora runs task groups with the default executor; launch the tasks one by one with LAUNCH".to_string())
-                        } else {
-                            convert::group_task_info(t).map_err(|e| e.to_string())
-                        }
-                    })
-                    .collect();
+                let converted: Vec<Result<TaskInfo, String>> = if runs_custom(&group.executor) {
+                    let name = format!("{first_offer}/{index}");
+                    match convert::executor_info(&group.executor) {
+                        Ok(executor) => group
+                            .task_group
+                            .tasks
+                            .iter()
+                            .map(|t| {
+                                convert::custom_group_task_info(t, &executor, &name)
+                                    .map_err(|e| format!("task {}: {e}", t.task_id.value))
+                            })
+                            .collect(),
+                        Err(e) => vec![Err(format!("its executor: {e}"))],
+                    }
+                } else {
+                    group
+                        .task_group
+                        .tasks
+                        .iter()
+                        .map(|t| {
+                            convert::group_task_info(t)
+                                .map_err(|e| format!("task {}: {e}", t.task_id.value))
+                        })
+                        .collect()
+                };
                 // A task group launches all or nothing.
                 if let Some(first) = converted.iter().find_map(|r| r.as_ref().err()) {
                     let message = format!("task group refused: {first}");
                     for t in &group.task_group.tasks {
-                        out.refused.push(refusal(t, message.clone()));
+                        out.refused.push(group_refusal(t, message.clone()));
                     }
                 } else {
                     tasks.extend(converted.into_iter().flatten());
@@ -238,14 +260,35 @@ fn translate_accept(accept: call::Accept) -> Translated {
     out
 }
 
+/// Whether a LAUNCH_GROUP's executor is the framework's own (CUSTOM, or
+/// of no type with a command) rather than Mesos's default executor.
+fn runs_custom(executor: &v1::ExecutorInfo) -> bool {
+    use v1::executor_info::Type;
+    match executor.r#type() {
+        Type::Custom => true,
+        Type::Default => false,
+        Type::Unknown => executor.command.is_some(),
+    }
+}
+
 /// The TASK_ERROR update for a task refused by the front door.
 fn refusal(task: &v1::TaskInfo, message: String) -> TaskStatus {
+    refused_with(task, Reason::ReasonTaskInvalid, message)
+}
+
+/// The TASK_ERROR update for a task of a group refused by the front door
+/// (`REASON_TASK_GROUP_INVALID`, as Mesos says).
+fn group_refusal(task: &v1::TaskInfo, message: String) -> TaskStatus {
+    refused_with(task, Reason::ReasonTaskGroupInvalid, message)
+}
+
+fn refused_with(task: &v1::TaskInfo, reason: Reason, message: String) -> TaskStatus {
     let mut status = TaskStatus::new(
         TaskId::new(task.task_id.value.clone()),
         TaskState::Error,
         Source::SourceMaster,
     )
-    .with_reason(Reason::ReasonTaskInvalid)
+    .with_reason(reason)
     .with_message(message);
     status.agent_id = Some(AgentId::new(task.agent_id.value.clone()));
     status

@@ -318,6 +318,160 @@ fn accept_without_tasks_declines_and_task_groups_are_all_or_nothing() {
     assert!(matches!(&out.calls[..], [Call::Launch { tasks, .. }] if tasks.is_empty()));
 }
 
+/// An ACCEPT with a LAUNCH_GROUP of a CUSTOM executor, as pymesos's
+/// `acceptOffers` sends it.
+const CUSTOM_GROUP_ACCEPT: &str = r#"{"type":"ACCEPT","framework_id":{"value":"f"},"accept":{
+    "offer_ids":[{"value":"o1"}],
+    "operations":[{"type":"LAUNCH_GROUP","launch_group":{
+        "executor":{"type":"CUSTOM","executor_id":{"value":"e"},
+            "command":{"value":"python3 executor.py",
+                "uris":[{"value":"/srv/executor.py","executable":true}]},
+            "shutdown_grace_period":{"nanoseconds":3000000000},
+            "data":"aGk=","labels":{"labels":[{"key":"k","value":"v"}]},
+            "resources":[{"name":"cpus","type":"SCALAR","scalar":{"value":0.1}}]},
+        "task_group":{"tasks":[
+            {"name":"g1","task_id":{"value":"g1"},"agent_id":{"value":"a"},
+             "resources":[{"name":"cpus","type":"SCALAR","scalar":{"value":0.1}}],"data":"MQ=="},
+            {"name":"g2","task_id":{"value":"g2"},"agent_id":{"value":"a"},
+             "resources":[{"name":"cpus","type":"SCALAR","scalar":{"value":0.1}}],
+             "command":{"value":"echo two"}}]}}}],
+    "filters":{"refuse_seconds":1.0}}}"#;
+
+#[test]
+fn a_launch_group_of_a_custom_executor_is_one_native_task_group() {
+    use agora_mesos_proto::Codec;
+    let from_json: v1::scheduler::Call =
+        Codec::Json.decode(CUSTOM_GROUP_ACCEPT.as_bytes()).unwrap();
+    let bytes = Codec::Protobuf.encode(&from_json).unwrap();
+    let from_protobuf: v1::scheduler::Call = Codec::Protobuf.decode(&bytes).unwrap();
+    for call in [from_json, from_protobuf] {
+        let out = translate_call(&FrameworkId::new("f"), call, &NoExecutors).unwrap();
+        assert!(out.refused.is_empty(), "{:?}", out.refused);
+        let [Call::Launch { tasks, filters, .. }] = &out.calls[..] else {
+            panic!("{:?}", out.calls)
+        };
+        assert_eq!(filters.refuse_seconds, Some(1.0));
+        let ids: Vec<&str> = tasks.iter().map(|t| t.task_id.as_str()).collect();
+        assert_eq!(ids, ["g1", "g2"]);
+        for task in tasks {
+            assert_eq!(task.task_group.as_deref(), Some("o1/0"));
+            let executor = task.executor.as_ref().expect("the group's executor");
+            assert_eq!(executor.executor_id.as_str(), "e");
+            assert_eq!(executor.api, agora_proto::ExecutorApi::MesosV1);
+            assert_eq!(executor.command.uris[0].value, "/srv/executor.py");
+            assert_eq!(executor.shutdown_grace_period, Some(3.0));
+            assert_eq!(executor.data.as_ref().map(|d| &d.0[..]), Some(&b"hi"[..]));
+            assert_eq!(executor.labels["k"], "v");
+        }
+        assert_eq!(tasks[0].data.as_ref().map(|d| &d.0[..]), Some(&b"1"[..]));
+        assert!(tasks[0].command.is_none());
+        // A task's command is for the executor to run.
+        assert_eq!(
+            tasks[1].command.as_ref().map(|c| c.value.as_str()),
+            Some("echo two")
+        );
+    }
+}
+
+#[test]
+fn custom_task_groups_are_named_apart_and_refused_whole() {
+    let executor = |r#type: Option<v1::executor_info::Type>| v1::ExecutorInfo {
+        executor_id: v1::ExecutorId { value: "e".into() },
+        r#type: r#type.map(|t| t as i32),
+        command: Some(v1::CommandInfo {
+            value: Some("./exec".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let group = |executor: v1::ExecutorInfo, tasks: Vec<v1::TaskInfo>| {
+        let mut op = v1::offer::Operation {
+            launch_group: Some(v1::offer::operation::LaunchGroup {
+                executor,
+                task_group: v1::TaskGroupInfo { tasks },
+            }),
+            ..Default::default()
+        };
+        op.set_type(v1::offer::operation::Type::LaunchGroup);
+        op
+    };
+    let no_command = |id: &str| v1::TaskInfo {
+        command: None,
+        ..command_task(id)
+    };
+    // No type, with a command: a custom executor too. Two groups of one
+    // ACCEPT are two native groups.
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![
+            group(executor(None), vec![no_command("a1"), no_command("a2")]),
+            group(
+                executor(Some(v1::executor_info::Type::Custom)),
+                vec![no_command("b1")],
+            ),
+        ]),
+        &NoExecutors,
+    )
+    .unwrap();
+    assert!(out.refused.is_empty(), "{:?}", out.refused);
+    let [Call::Launch { tasks, .. }] = &out.calls[..] else {
+        panic!("{:?}", out.calls)
+    };
+    let groups: Vec<(&str, Option<&str>)> = tasks
+        .iter()
+        .map(|t| (t.task_id.as_str(), t.task_group.as_deref()))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            ("a1", Some("o1/0")),
+            ("a2", Some("o1/0")),
+            ("b1", Some("o1/1"))
+        ]
+    );
+
+    // One bad task (it names an executor of its own) refuses the group;
+    // so does a bad executor (a user to run as).
+    let mut own = no_command("c2");
+    own.executor = Some(executor(None));
+    let mut with_user = executor(Some(v1::executor_info::Type::Custom));
+    if let Some(c) = with_user.command.as_mut() {
+        c.user = Some("root".into());
+    }
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![
+            group(executor(None), vec![no_command("c1"), own]),
+            group(with_user, vec![no_command("d1")]),
+            launch(vec![command_task("ok")]),
+        ]),
+        &NoExecutors,
+    )
+    .unwrap();
+    let refused: Vec<&str> = out.refused.iter().map(|s| s.task_id.as_str()).collect();
+    assert_eq!(refused, ["c1", "c2", "d1"]);
+    for status in &out.refused {
+        assert_eq!(status.state, TaskState::Error);
+        assert_eq!(status.reason, Some(Reason::ReasonTaskGroupInvalid));
+        let message = status.message.as_deref().unwrap_or_default();
+        assert!(message.starts_with("task group refused: "), "{message}");
+    }
+    assert!(out.refused[0]
+        .message
+        .as_deref()
+        .unwrap()
+        .contains("task c2"));
+    assert!(out.refused[2]
+        .message
+        .as_deref()
+        .unwrap()
+        .contains("CommandInfo.user"));
+    // As Mesos says it.
+    let mesos = mesos_status_for(&out.refused[0], Capabilities::default());
+    assert_eq!(mesos.reason(), v1::task_status::Reason::TaskGroupInvalid);
+    assert!(matches!(&out.calls[..], [Call::Launch { tasks, .. }] if tasks.len() == 1));
+}
+
 #[test]
 fn bad_calls_are_refused_with_mesos_codes() {
     let fid = FrameworkId::new("f");
