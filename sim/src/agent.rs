@@ -68,11 +68,6 @@ pub(crate) struct AgentNode {
     /// The RUN_TASK being handled: updates the agent makes for its task id
     /// meanwhile answer it.
     pub running: Option<(FrameworkId, TaskId, u32)>,
-    /// Launches a damaged log made this agent forget, by task id: its
-    /// records hold an earlier launch of the id, so what it now reports of
-    /// the id (the end of a task whose executor the crash took) is about
-    /// the launch it forgot, the one that ran here last.
-    pub forgotten: BTreeMap<(FrameworkId, TaskId), u32>,
 }
 
 /// The master link as the agent's shell runs it.
@@ -180,7 +175,6 @@ impl World {
             shut_down: false,
             launches: BTreeMap::new(),
             running: None,
-            forgotten: BTreeMap::new(),
         });
     }
 
@@ -235,18 +229,6 @@ impl World {
             now,
             wall,
         );
-        a.forgotten.clear();
-        if read_back.is_some() {
-            for ((fid, task), launch) in &a.launches {
-                let kept = core
-                    .task_info(fid, task)
-                    .and_then(|info| crate::framework::launch_of(&info.labels));
-                if kept.is_some_and(|kept| kept < *launch) {
-                    a.forgotten.insert((fid.clone(), task.clone()), *launch);
-                    self.check.forgotten(task.clone(), *launch);
-                }
-            }
-        }
         a.core = Some(core);
         let inc = a.inc;
         self.note(|| format!("agent {i} started (incarnation {inc})"));
@@ -361,7 +343,6 @@ impl World {
                     let a = &mut self.agents[i];
                     a.launches
                         .insert((fid.clone(), task.task_id.clone()), launch);
-                    a.forgotten.remove(&(fid.clone(), task.task_id.clone()));
                     a.running = Some((fid.clone(), task.task_id.clone(), launch));
                 }
             }

@@ -90,11 +90,6 @@ pub(crate) struct Checker {
     /// Uuids of updates whose log records a damaged disk lost (at or
     /// after the damage): exempt from `NOTHING_LOST` and `EXECUTOR_SAYS`.
     lost_on_disk: BTreeSet<String>,
-    /// Launches whose agent a damaged log made forget them (its records
-    /// hold an earlier launch of the id): what that agent reports of the
-    /// id, old updates re-sent from its log included, may be taken for
-    /// them. Exempt from `STALE_REPORT`.
-    forgotten: BTreeSet<(TaskId, u32)>,
     next_task: u64,
 }
 
@@ -231,11 +226,6 @@ impl Checker {
         self.lost_on_disk.extend(uuids);
     }
 
-    /// An agent's damaged log made it forget this launch of `task`.
-    pub(crate) fn forgotten(&mut self, task: TaskId, launch: u32) {
-        self.forgotten.insert((task, launch));
-    }
-
     /// A status update reached scheduler `f`. A reliable update is about
     /// the launch it was created for; one the master made itself (no
     /// uuid) about `tag`, the launch of the master's record of the id (or
@@ -285,12 +275,6 @@ impl Checker {
                     .collect::<Vec<_>>()
             )
         };
-        // (An agent whose damaged log lost the end of the earlier launch,
-        // or the later launch itself, reports what its log kept.)
-        let damaged = self.forgotten.contains(&(status.task_id.clone(), current))
-            || h.terminal_uuid
-                .as_ref()
-                .is_some_and(|u| self.lost_on_disk.contains(u));
         // (A framework that tells the update's launch stamp for an
         // earlier launch's is not misled either.)
         if launch < current && status.uuid.is_some() && !stale_by_stamp {
@@ -353,10 +337,6 @@ impl Checker {
             let Some((task, from)) = self.origin.get(uuid) else {
                 continue;
             };
-            // (A record an agent's forgetful report rebuilt, or an update
-            // it made of a launch it forgot, pairs launches it mixed up.)
-            let mixed_up = self.forgotten.contains(&(t.task_id.clone(), launch))
-                || self.forgotten.contains(&(t.task_id.clone(), *from));
             if *from != launch || *task != t.task_id {
                 return Err((
                     STALE_REPORT,
