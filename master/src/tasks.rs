@@ -529,7 +529,7 @@ impl Master {
                         return task.reconciliation_status();
                     }
                     if let Some(status) = self.completed_status(fid, &t.task_id) {
-                        if status.agent_id.as_ref().is_some_and(|on| elsewhere(on)) {
+                        if status.agent_id.as_ref().is_some_and(elsewhere) {
                             return None;
                         }
                         return Some(status);

@@ -1560,7 +1560,7 @@ fn kill_of_a_task_on_an_agent_still_to_reregister_waits_for_it() {
     info.failover_timeout = 60.0;
     state.frameworks.insert(
         fid.clone(),
-        crate::registry::FrameworkRecord {
+        FrameworkRecord {
             launch_epoch: 0,
             id: fid.clone(),
             info: info.clone(),
@@ -1767,7 +1767,7 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
     for aid in [&back, &gone] {
         state.agents.insert(
             aid.clone(),
-            crate::registry::AgentRecord {
+            AgentRecord {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
             },
@@ -1779,7 +1779,7 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
         let mut info = FrameworkInfo::new(id);
         info.id = Some(FrameworkId::new(id));
         info.failover_timeout = failover;
-        crate::registry::FrameworkRecord {
+        FrameworkRecord {
             launch_epoch: 0,
             id: FrameworkId::new(id),
             info,
@@ -2617,6 +2617,7 @@ fn without_stamps_a_running_report_supersedes_an_ended_record_elsewhere() {
 /// newer. Once the later launch's agent is back, it answers from that.
 #[test]
 fn reconciliation_of_an_id_held_on_another_agent_waits_for_the_named_agent() {
+    use crate::registry::{AgentRecord, FrameworkRecord};
     let old = AgentId::new("old");
     let new = AgentId::new("new");
     let fid = FrameworkId::new("fw");
@@ -2624,7 +2625,7 @@ fn reconciliation_of_an_id_held_on_another_agent_waits_for_the_named_agent() {
     for aid in [&old, &new] {
         state.agents.insert(
             aid.clone(),
-            crate::registry::AgentRecord {
+            AgentRecord {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
             },
@@ -2635,7 +2636,7 @@ fn reconciliation_of_an_id_held_on_another_agent_waits_for_the_named_agent() {
     info.failover_timeout = 3600.0;
     state.frameworks.insert(
         fid.clone(),
-        crate::registry::FrameworkRecord {
+        FrameworkRecord {
             id: fid.clone(),
             info: info.clone(),
             disconnected_at: None,
