@@ -504,8 +504,19 @@ impl World {
             let mut free = offer.resources.clone();
             let mut tasks = Vec::new();
             let mut keep = VecDeque::new();
+            // A probe that does not fit holds the rest back: launching
+            // smaller tasks past it would keep it waiting for good.
+            let mut probe_waits = false;
             while let Some(want) = self.fws[f].queue.pop_front() {
+                if probe_waits && !want.probe {
+                    keep.push_back(want);
+                    continue;
+                }
                 match self.fw_fit(f, &want, &offer, &free, fid.as_ref()) {
+                    None if want.probe => {
+                        probe_waits = true;
+                        keep.push_back(want);
+                    }
                     Some(task) => {
                         free = free.saturating_sub(&task.resources);
                         if let Some(e) = &task.executor {
