@@ -247,6 +247,23 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         18765,
         "a reconciliation answered from an earlier launch on another agent",
     ),
+    // An agent whose damaged log lost launch 2 of an id reported launch 1:
+    // the master applied it to launch 2 (whose executor the crash took),
+    // and the framework later heard TASK_LOST after the end it had. The
+    // master now takes such a report for what it is (an earlier launch,
+    // by its stamp: not adopted) and launch 2 as not reported.
+    (
+        3192,
+        "a damaged log's report of an earlier launch on the same agent",
+    ),
+    // One agent, three frameworks: a probe that needed more than the
+    // fragments offered waited behind the framework's smaller tasks until
+    // the end (PROGRESS). Simulated frameworks hold their backlog back
+    // while a probe does not fit.
+    (
+        19606,
+        "a probe starved behind its framework's smaller tasks",
+    ),
 ];
 
 #[test]
