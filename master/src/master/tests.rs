@@ -2693,3 +2693,53 @@ fn reconciliation_of_an_id_held_on_another_agent_waits_for_the_named_agent() {
     assert_eq!(answers[0].state, TaskState::Running);
     assert_eq!(answers[0].agent_id.as_ref(), Some(&new));
 }
+
+/// An agent whose log lost the later launch of an id reports the earlier
+/// one it still holds: that report is not adopted, the later launch counts
+/// as not reported (lost: it had started), and the agent's re-sent
+/// updates of the earlier launch are acknowledged, not forwarded.
+#[test]
+fn a_reregistration_reporting_an_earlier_launch_than_the_one_sent_loses_the_later() {
+    let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
+    let out = h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
+    let sent = run_tasks(&out, A1);
+    let stamp = sent[0].launch_stamp.expect("stamped");
+    h.status(A1, &fid, "t1", TaskState::Running, "u-later");
+    h.input(Input::AgentClosed { conn: A1 });
+
+    let earlier = stamped(
+        "t1",
+        &aid,
+        Some(LaunchStamp {
+            epoch: stamp.epoch - 1,
+            seq: 0,
+        }),
+    );
+    let out = h.register_info(
+        A2,
+        agent_info(Some(&aid), "cpus:4;mem:4096"),
+        vec![report(&fid, &earlier, TaskState::Failed)],
+    );
+    let lost: Vec<TaskStatus> = updates(&out, S1);
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].state, TaskState::Lost);
+    assert!(
+        run_tasks(&out, A2).is_empty(),
+        "it had started: not sent again"
+    );
+    assert_eq!(h.m.agents[&aid].used, Resources::new());
+
+    // The earlier launch's end, re-sent from the agent's log.
+    let mut status = TaskStatus::new(TaskId::new("t1"), TaskState::Failed, Source::SourceAgent);
+    status.uuid = Some("u-earlier".into());
+    status.launch_stamp = earlier.launch_stamp;
+    let out = h.agent(
+        A2,
+        agent::Call::StatusUpdate {
+            framework_id: fid.clone(),
+            status,
+        },
+    );
+    assert!(acknowledged(&out, A2, "u-earlier"));
+    assert!(updates(&out, S1).is_empty());
+}
