@@ -336,6 +336,35 @@ impl Cgroups {
     }
 }
 
+/// Kills and removes each container `names` opens (one version's
+/// driver), retrying a removal while processes are still leaving for up
+/// to 10 s: `Err` names the container that could not be removed.
+pub(super) fn kill_and_remove_each<C>(
+    names: Vec<String>,
+    open: impl Fn(&str) -> Option<C>,
+    kill_all: impl Fn(&C),
+    remove: impl Fn(&C) -> io::Result<bool>,
+) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for name in names {
+        let Some(container) = open(&name) else {
+            continue;
+        };
+        loop {
+            kill_all(&container);
+            match remove(&container) {
+                Ok(true) => break,
+                Ok(false) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                Ok(false) => return Err(format!("container {name} still holds processes")),
+                Err(e) => return Err(format!("container {name}: {e}")),
+            }
+        }
+    }
+    Ok(())
+}
+
 fn mismatch() -> io::Error {
     io::Error::other("a container of one cgroup version handed to the driver of the other")
 }

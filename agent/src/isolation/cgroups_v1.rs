@@ -277,23 +277,14 @@ impl Cgroups {
     /// Kills and removes every container under `--cgroups-root`, then
     /// the root itself: `Err` names what could not be removed.
     pub(crate) fn destroy_all(&self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for name in self.names() {
-            let Some(container) = self.open(&name) else {
-                continue;
-            };
-            loop {
+        super::cgroups::kill_and_remove_each(
+            self.names(),
+            |name| self.open(name),
+            |container| {
                 container.kill_all();
-                match container.remove() {
-                    Ok(true) => break,
-                    Ok(false) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(10))
-                    }
-                    Ok(false) => return Err(format!("container {name} still holds processes")),
-                    Err(e) => return Err(format!("container {name}: {e}")),
-                }
-            }
-        }
+            },
+            Container::remove,
+        )?;
         let mut dirs: Vec<&PathBuf> = self.base.iter().collect();
         dirs.dedup();
         for dir in dirs {
