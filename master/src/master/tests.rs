@@ -143,6 +143,14 @@ impl H {
     }
 
     /// Runs the next allocation and returns the offers `conn` received.
+    /// The offer of `agent`'s resources among those `conn` gets now.
+    fn offer_from(&mut self, conn: ConnId, agent: &AgentId) -> Offer {
+        self.offers(conn)
+            .into_iter()
+            .find(|o| o.agent_id == *agent)
+            .expect("an offer from the agent")
+    }
+
     fn offers(&mut self, conn: ConnId) -> Vec<Offer> {
         let out = self.advance(Duration::from_secs(1));
         offers_in(&out, conn)
@@ -1925,11 +1933,7 @@ fn reports_about_a_task_on_another_agent_are_refused() {
     assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
 
     let b = h.register(B1, "cpus:2;mem:1024");
-    let offer_b = h
-        .offers(S1)
-        .into_iter()
-        .find(|o| o.agent_id == b)
-        .expect("an offer from B");
+    let offer_b = h.offer_from(S1, &b);
     h.launch(
         S1,
         &[&offer_b],
@@ -2137,11 +2141,7 @@ fn an_agent_reporting_an_ended_copy_of_a_task_id_relaunched_elsewhere_leaves_it_
     assert!(!h.m.frameworks[&fid].tasks.contains_key(&TaskId::new("t1")));
 
     let b = h.register(B1, "cpus:2;mem:1024");
-    let offer_b = h
-        .offers(S1)
-        .into_iter()
-        .find(|o| o.agent_id == b)
-        .expect("an offer from B");
+    let offer_b = h.offer_from(S1, &b);
     h.launch(
         S1,
         &[&offer_b],
@@ -2203,11 +2203,7 @@ fn reusing_an_ended_task_id_on_another_agent_takes_it_off_the_old_agents_books()
     h.input(Input::AgentClosed { conn: A1 });
 
     let b = h.register(B1, "cpus:2;mem:1024");
-    let offer_b = h
-        .offers(S1)
-        .into_iter()
-        .find(|o| o.agent_id == b)
-        .expect("an offer from B");
+    let offer_b = h.offer_from(S1, &b);
     h.launch(
         S1,
         &[&offer_b],
