@@ -2448,17 +2448,7 @@ fn reregistration_keeps_the_later_launch_of_an_id_two_agents_report() {
                 );
             }
 
-            let out = h.status(A1, &fid, "t1", TaskState::Killed, "a-end");
-            assert!(updates(&out, S1).is_empty(), "{case}");
-            assert!(acknowledged(&out, A1, "a-end"), "{case}");
-            let out = h.status(A2, &fid, "t1", TaskState::Finished, "b-end");
-            let ups = updates(&out, S1);
-            assert_eq!(ups.len(), 1, "{case}");
-            assert_eq!(
-                (ups[0].state, ups[0].agent_id.as_ref()),
-                (TaskState::Finished, Some(&b)),
-                "{case}"
-            );
+            only_the_later_end_is_forwarded(&mut h, &fid, &b, TaskState::Killed, &case);
             assert!(h.m.agents[&b].used.is_empty(), "{case}");
         }
     }
@@ -2592,17 +2582,7 @@ fn without_stamps_a_running_report_supersedes_an_ended_record_elsewhere() {
             "{case}"
         );
 
-        let out = h.status(A1, &fid, "t1", TaskState::Finished, "a-end");
-        assert!(updates(&out, S1).is_empty(), "{case}");
-        assert!(acknowledged(&out, A1, "a-end"), "{case}");
-        let out = h.status(A2, &fid, "t1", TaskState::Finished, "b-end");
-        let ups = updates(&out, S1);
-        assert_eq!(ups.len(), 1, "{case}");
-        assert_eq!(
-            (ups[0].state, ups[0].agent_id.as_ref()),
-            (TaskState::Finished, Some(&b)),
-            "{case}"
-        );
+        only_the_later_end_is_forwarded(&mut h, &fid, &b, TaskState::Finished, &case);
     }
 }
 
@@ -2738,4 +2718,26 @@ fn a_reregistration_reporting_an_earlier_launch_than_the_one_sent_loses_the_late
     );
     assert!(acknowledged(&out, A2, "u-earlier"));
     assert!(updates(&out, S1).is_empty());
+}
+
+/// The end of `t1` from A (the earlier launch, on A1) is acknowledged and
+/// not forwarded; B's (A2) reaches the scheduler, from `b`.
+fn only_the_later_end_is_forwarded(
+    h: &mut H,
+    fid: &FrameworkId,
+    b: &AgentId,
+    a_state: TaskState,
+    case: &str,
+) {
+    let out = h.status(A1, fid, "t1", a_state, "a-end");
+    assert!(updates(&out, S1).is_empty(), "{case}");
+    assert!(acknowledged(&out, A1, "a-end"), "{case}");
+    let out = h.status(A2, fid, "t1", TaskState::Finished, "b-end");
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 1, "{case}");
+    assert_eq!(
+        (ups[0].state, ups[0].agent_id.as_ref()),
+        (TaskState::Finished, Some(b)),
+        "{case}"
+    );
 }
