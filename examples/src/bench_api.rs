@@ -21,7 +21,7 @@ use agora_mesos_proto::Codec;
 use agora_proto::{Filters, FrameworkInfo, Offer, OfferId, TaskInfo, TaskStatus};
 use agora_scheduler::{DriverConfig, Scheduler, SchedulerDriver};
 
-use crate::mesos_v1_client::{self as v1c, CallPipeline, Events};
+use crate::mesos_v1_client::{self as v1c, CallPipeline, Events, HttpVersion};
 
 /// Which API a bench drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -169,7 +169,21 @@ pub async fn drive_v1(
     events: &mut Events,
     pipeline: &CallPipeline,
 ) -> anyhow::Result<()> {
-    while let Some(event) = events.next().await? {
+    // Calls made while handling the events of one read go out together
+    // once they are handled, before waiting for more (pipelined: one
+    // write).
+    let mut calls = Vec::new();
+    loop {
+        let event = match events.buffered()? {
+            Some(event) => event,
+            None => {
+                pipeline.send_all(std::mem::take(&mut calls)).await;
+                match events.next().await? {
+                    Some(event) => event,
+                    None => break,
+                }
+            }
+        };
         match event.r#type() {
             event::Type::Offers => {
                 let offers = event
@@ -179,18 +193,19 @@ pub async fn drive_v1(
                     .iter()
                     .map(v1c::offer)
                     .collect::<Result<Vec<_>, _>>()?;
-                for action in framework.offers(offers) {
-                    pipeline.send(action.to_v1_call()).await;
-                }
+                calls.extend(
+                    framework
+                        .offers(offers)
+                        .into_iter()
+                        .map(|action| action.to_v1_call()),
+                );
             }
             event::Type::Update => {
                 let Some(event::Update { status }) = event.update else {
                     continue;
                 };
                 framework.update(&v1c::task_status(&status)?);
-                if let Some(ack) = v1c::acknowledge(&status) {
-                    pipeline.send(ack).await;
-                }
+                calls.extend(v1c::acknowledge(&status));
             }
             event::Type::Error => {
                 anyhow::bail!(
@@ -220,6 +235,7 @@ impl Framework {
         api: Api,
         codec: Codec,
         calls_in_flight: usize,
+        http_version: HttpVersion,
     ) -> anyhow::Result<Framework>
     where
         B: Scheduler + BenchFramework + Send + 'static,
@@ -241,7 +257,8 @@ impl Framework {
                 )
                 .await
                 .context("subscribing through the Mesos v1 API")?;
-                let pipeline = CallPipeline::new(subscription.calls.clone(), calls_in_flight);
+                let pipeline =
+                    CallPipeline::new(subscription.calls.clone(), calls_in_flight, http_version);
                 let calls = pipeline.clone();
                 let task = tokio::spawn(async move {
                     let mut bench = bench;

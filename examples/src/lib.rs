@@ -19,6 +19,7 @@
 pub mod bench_api;
 pub mod cli;
 pub mod execute;
+pub mod http1_pipeline;
 #[cfg(feature = "local")]
 pub mod local;
 pub mod mesos_v1_client;

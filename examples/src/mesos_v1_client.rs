@@ -9,13 +9,15 @@
 //! - [`Calls`] posts every other call on its own request (keep-alive
 //!   connections from `agora-client`'s pool) and expects `202 Accepted`,
 //!   as mesos-go does; anything else is a [`V1Error::Status`].
-//! - [`CallPipeline`] keeps one call in flight on each of several
-//!   keep-alive connections, so one ACKNOWLEDGE per update (as Mesos
-//!   clients send them) is not serialised on one round trip. Each
-//!   connection is driven by the task that makes its calls (hyper's
-//!   connection API), so a call costs no hop between tasks. Calls of one
-//!   pipeline may complete in any order, as with several Mesos client
-//!   connections; the first failure is kept and reported.
+//! - [`CallPipeline`] keeps many calls in flight, so one ACKNOWLEDGE per
+//!   update (as Mesos clients send them) is not serialised on one round
+//!   trip: pipelined on a few HTTP/1.1 keep-alive connections (written
+//!   back to back, a batch in one write: [`crate::http1_pipeline`]), one
+//!   per HTTP/1.1 connection as most Mesos clients do (hyper's connection
+//!   API, driven by the task that makes its calls), or as streams of one
+//!   HTTP/2 connection. Calls of one pipeline may complete in any order,
+//!   as with several Mesos client connections; the first failure is kept
+//!   and reported.
 //! - Translation between the Mesos messages the bench sees and the
 //!   `agora-proto` types its offer logic works on ([`offer`],
 //!   [`task_status`], [`mesos_task`]).
@@ -26,17 +28,20 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::http1_pipeline;
 use agora_client::{ClientError, Http, Streaming};
 use agora_mesos_proto::convert::{self, ResourceStyle};
 use agora_mesos_proto::recordio::{self, RecordIoError};
 use agora_mesos_proto::v1::scheduler::{call, event, Call, Event};
 use agora_mesos_proto::{v1, Codec, CodecError};
 use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
 use hyper::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE, HOST};
-use hyper::{Method, Request};
-use hyper_util::rt::TokioIo;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
@@ -44,9 +49,8 @@ use tokio::sync::{mpsc, Notify};
 pub const SCHEDULER_PATH: &str = "/api/v1/scheduler";
 /// The `Mesos-Stream-Id` header.
 pub const STREAM_ID: &str = "Mesos-Stream-Id";
-/// Default size of a [`CallPipeline`]: calls in flight at once, each on a
-/// keep-alive connection of its own.
-pub const DEFAULT_CALLS_IN_FLIGHT: usize = 16;
+/// Default size of a [`CallPipeline`]: calls in flight at once.
+pub const DEFAULT_CALLS_IN_FLIGHT: usize = 128;
 /// Calls queued per connection of a [`CallPipeline`] before
 /// [`CallPipeline::send`] waits.
 pub const CALLS_QUEUED_PER_CONNECTION: usize = 256;
@@ -139,14 +143,38 @@ pub struct Calls {
     framework_id: v1::FrameworkId,
 }
 
-/// Calls on `connections` keep-alive connections of their own, one call
-/// in flight on each (HTTP/1.1 without pipelining), all taking from one
-/// queue: whichever connection is free makes the next call, so a slow
-/// answer holds up only its own call.
+/// The HTTP a [`CallPipeline`] speaks to the master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HttpVersion {
+    /// HTTP/1.1, as Mesos clients speak it: one call in flight on each of
+    /// as many keep-alive connections.
+    #[value(name = "1.1")]
+    Http1,
+    /// HTTP/2 over cleartext (prior knowledge): every call in flight on
+    /// one connection, as streams, their frames sharing writes.
+    #[value(name = "2")]
+    Http2,
+    /// HTTP/1.1 with pipelining: up to [`PIPELINE_DEPTH`] calls written
+    /// back to back on each keep-alive connection, answered in order.
+    #[value(name = "1.1-pipelined")]
+    Http1Pipelined,
+}
+
+/// Most calls unanswered at once on one connection of a pipelined
+/// [`CallPipeline`].
+pub const PIPELINE_DEPTH: usize = 32;
+
+/// Calls in flight at once, all taking from one queue: whichever
+/// connection (HTTP/1.1) or stream (HTTP/2) is free makes the next call,
+/// so a slow answer holds up only its own call. Over HTTP/1.1 each call
+/// in flight has a keep-alive connection of its own (no pipelining);
+/// over HTTP/2 they share one connection.
 #[derive(Clone)]
 pub struct CallPipeline {
-    queue: mpsc::Sender<Call>,
+    queue: mpsc::Sender<Vec<Call>>,
     shared: Arc<PipelineShared>,
+    /// Whether a batch of calls stays together (pipelined: one write).
+    batches: bool,
 }
 
 /// What the pipeline's connection tasks report.
@@ -191,6 +219,12 @@ impl EventDecoder {
 
 impl Events {
     /// The next event; `None` when the master ended the stream.
+    /// The next event among the bytes already read, if a whole one is
+    /// there: no waiting.
+    pub fn buffered(&mut self) -> Result<Option<Event>, V1Error> {
+        self.decoder.next_event()
+    }
+
     pub async fn next(&mut self) -> Result<Option<Event>, V1Error> {
         loop {
             if let Some(event) = self.decoder.next_event()? {
@@ -335,7 +369,25 @@ impl Calls {
         &self.stream_id
     }
 
-    /// Opens a keep-alive connection of its own to the master.
+    fn transport_error(&self, message: String) -> V1Error {
+        V1Error::Transport(ClientError::Transport {
+            method: Method::POST,
+            url: format!("http://{}{SCHEDULER_PATH}", self.master),
+            message,
+        })
+    }
+
+    /// Opens a connection of its own to the master.
+    async fn open(&self) -> Result<TokioIo<TcpStream>, V1Error> {
+        let stream = TcpStream::connect(&*self.master)
+            .await
+            .map_err(|e| self.transport_error(e.to_string()))?;
+        // Calls are small writes answered at once: no Nagle.
+        let _ = stream.set_nodelay(true);
+        Ok(TokioIo::new(stream))
+    }
+
+    /// Opens a keep-alive HTTP/1.1 connection of its own to the master.
     async fn connect(
         &self,
     ) -> Result<
@@ -345,60 +397,87 @@ impl Calls {
         ),
         V1Error,
     > {
-        let transport = |message: String| {
-            V1Error::Transport(ClientError::Transport {
-                method: Method::POST,
-                url: format!("http://{}{SCHEDULER_PATH}", self.master),
-                message,
-            })
-        };
-        let stream = TcpStream::connect(&*self.master)
+        http1::handshake(self.open().await?)
             .await
-            .map_err(|e| transport(e.to_string()))?;
-        // Calls are small writes answered at once: no Nagle.
-        let _ = stream.set_nodelay(true);
-        http1::handshake(TokioIo::new(stream))
+            .map_err(|e| self.transport_error(e.to_string()))
+    }
+
+    /// Opens an HTTP/2 connection of its own to the master, driven by a
+    /// task of its own until every sender is gone.
+    async fn connect_h2(&self) -> Result<http2::SendRequest<Full<Bytes>>, V1Error> {
+        let (sender, conn) = http2::handshake(TokioExecutor::new(), self.open().await?)
             .await
-            .map_err(|e| transport(e.to_string()))
+            .map_err(|e| self.transport_error(e.to_string()))?;
+        tokio::spawn(conn);
+        Ok(sender)
+    }
+
+    /// `call` (its `framework_id` filled in) as a request to `uri`.
+    fn request(
+        &self,
+        uri: &str,
+        mut call: Call,
+    ) -> Result<(call::Type, Request<Full<Bytes>>), V1Error> {
+        call.framework_id = Some(self.framework_id.clone());
+        let kind = call.r#type();
+        let body = self.codec.encode(&call)?;
+        let media = HeaderValue::from_static(self.codec.media_type());
+        let request = Request::post(uri)
+            .header(HOST, &*self.master)
+            .header(CONTENT_TYPE, media.clone())
+            .header(ACCEPT, media)
+            .header(STREAM_ID, &*self.stream_id)
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| self.transport_error(e.to_string()))?;
+        Ok((kind, request))
+    }
+
+    /// Checks the answer to a call of `kind`: 202 expected.
+    async fn answer(
+        &self,
+        kind: call::Type,
+        response: Result<Response<Incoming>, hyper::Error>,
+    ) -> Result<(), V1Error> {
+        let response = response.map_err(|e| self.transport_error(e.to_string()))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.transport_error(e.to_string()))?
+            .to_bytes();
+        check_call_answer(kind, status, &body)
     }
 
     /// Makes `call` on a connection from [`Calls::connect`] and expects 202.
     async fn call_on(
         &self,
         sender: &mut http1::SendRequest<Full<Bytes>>,
-        mut call: Call,
+        call: Call,
     ) -> Result<(), V1Error> {
-        call.framework_id = Some(self.framework_id.clone());
-        let kind = call.r#type();
-        let body = self.codec.encode(&call)?;
-        let transport = |message: String| {
-            V1Error::Transport(ClientError::Transport {
-                method: Method::POST,
-                url: format!("http://{}{SCHEDULER_PATH}", self.master),
-                message,
-            })
-        };
-        let media = HeaderValue::from_static(self.codec.media_type());
-        let request = Request::post(SCHEDULER_PATH)
-            .header(HOST, &*self.master)
-            .header(CONTENT_TYPE, media.clone())
-            .header(ACCEPT, media)
-            .header(STREAM_ID, &*self.stream_id)
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| transport(e.to_string()))?;
-        sender.ready().await.map_err(|e| transport(e.to_string()))?;
-        let response = sender
-            .send_request(request)
+        let (kind, request) = self.request(SCHEDULER_PATH, call)?;
+        sender
+            .ready()
             .await
-            .map_err(|e| transport(e.to_string()))?;
-        let status = response.status().as_u16();
-        let body = response
-            .into_body()
-            .collect()
+            .map_err(|e| self.transport_error(e.to_string()))?;
+        self.answer(kind, sender.send_request(request).await).await
+    }
+
+    /// Makes `call` as a stream of a connection from [`Calls::connect_h2`]
+    /// and expects 202.
+    async fn call_h2(
+        &self,
+        mut sender: http2::SendRequest<Full<Bytes>>,
+        call: Call,
+    ) -> Result<(), V1Error> {
+        // HTTP/2 names the scheme and authority in the request itself.
+        let uri = format!("http://{}{SCHEDULER_PATH}", self.master);
+        let (kind, request) = self.request(&uri, call)?;
+        sender
+            .ready()
             .await
-            .map_err(|e| transport(e.to_string()))?
-            .to_bytes();
-        check_call_answer(kind, status, &body)
+            .map_err(|e| self.transport_error(e.to_string()))?;
+        self.answer(kind, sender.send_request(request).await).await
     }
 
     /// Posts `call` (its `framework_id` is filled in) and expects 202.
@@ -498,29 +577,72 @@ pub fn filters(refuse_seconds: Option<f64>) -> v1::Filters {
 // === impl CallPipeline ===
 
 impl CallPipeline {
-    /// A pipeline of `connections` connections (at least one) for `calls`'
-    /// subscription. Each runs in one task that both drives its
-    /// connection and makes its calls, so a call costs no hop between
-    /// tasks; a failed call is kept (see [`CallPipeline::failure`]), not
-    /// retried.
-    pub fn new(calls: Calls, connections: usize) -> Self {
+    /// A pipeline of `in_flight` calls at once (at least one) for
+    /// `calls`' subscription, over `http`. Over HTTP/1.1 each connection
+    /// runs in one task that both drives it and makes its calls, so a
+    /// call costs no hop between tasks; over HTTP/2 one task makes every
+    /// call as a stream of one connection. A failed call is kept (see
+    /// [`CallPipeline::failure`]), not retried.
+    pub fn new(calls: Calls, in_flight: usize, http: HttpVersion) -> Self {
         let shared = Arc::new(PipelineShared::default());
-        let connections = connections.max(1);
-        let (queue, rx) = mpsc::channel(CALLS_QUEUED_PER_CONNECTION * connections);
-        let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        for _ in 0..connections {
-            tokio::spawn(connection(calls.clone(), rx.clone(), shared.clone()));
+        let in_flight = in_flight.max(1);
+        let (queue, rx) = mpsc::channel(CALLS_QUEUED_PER_CONNECTION * in_flight);
+        match http {
+            HttpVersion::Http1 => {
+                let rx = Arc::new(tokio::sync::Mutex::new(rx));
+                for _ in 0..in_flight {
+                    tokio::spawn(connection(calls.clone(), rx.clone(), shared.clone()));
+                }
+            }
+            HttpVersion::Http2 => {
+                tokio::spawn(h2_connection(calls, rx, shared.clone(), in_flight));
+            }
+            HttpVersion::Http1Pipelined => {
+                let rx = Arc::new(tokio::sync::Mutex::new(rx));
+                for _ in 0..in_flight.div_ceil(PIPELINE_DEPTH) {
+                    tokio::spawn(pipelined_connection(
+                        calls.clone(),
+                        rx.clone(),
+                        shared.clone(),
+                        PIPELINE_DEPTH.min(in_flight),
+                    ));
+                }
+            }
         }
-        CallPipeline { queue, shared }
+        CallPipeline {
+            queue,
+            shared,
+            batches: http == HttpVersion::Http1Pipelined,
+        }
     }
 
     /// Queues `call`; waits when the queue is full (backpressure, not a
     /// drop).
     pub async fn send(&self, call: Call) {
-        self.shared.outstanding.fetch_add(1, Ordering::AcqRel);
-        if self.queue.send(call).await.is_err() {
-            self.shared
-                .finished(Err("every connection's task has ended".into()));
+        self.queue_batch(vec![call]).await;
+    }
+
+    /// Queues `calls` in order. Pipelined, they go out together (one
+    /// write, as far as the window allows); otherwise one by one.
+    pub async fn send_all(&self, calls: Vec<Call>) {
+        if calls.is_empty() {
+        } else if self.batches {
+            self.queue_batch(calls).await;
+        } else {
+            for call in calls {
+                self.queue_batch(vec![call]).await;
+            }
+        }
+    }
+
+    async fn queue_batch(&self, calls: Vec<Call>) {
+        let n = calls.len();
+        self.shared.outstanding.fetch_add(n, Ordering::AcqRel);
+        if self.queue.send(calls).await.is_err() {
+            for _ in 0..n {
+                self.shared
+                    .finished(Err("every connection's task has ended".into()));
+            }
         }
     }
 
@@ -575,7 +697,7 @@ impl PipelineShared {
 /// same task.
 async fn connection(
     calls: Calls,
-    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Call>>>,
+    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Vec<Call>>>>,
     shared: Arc<PipelineShared>,
 ) {
     let next = || async { queue.lock().await.recv().await };
@@ -583,21 +705,117 @@ async fn connection(
         Ok(pair) => pair,
         Err(e) => {
             let e = e.to_string();
-            while next().await.is_some() {
-                shared.finished(Err(e.clone()));
+            while let Some(batch) = next().await {
+                batch.iter().for_each(|_| shared.finished(Err(e.clone())));
             }
             return;
         }
     };
     let requests = async {
-        while let Some(call) = next().await {
-            let result = calls.call_on(&mut sender, call).await;
-            shared.finished(result.map_err(|e| e.to_string()));
+        while let Some(batch) = next().await {
+            for call in batch {
+                let result = calls.call_on(&mut sender, call).await;
+                shared.finished(result.map_err(|e| e.to_string()));
+            }
         }
         drop(sender);
     };
     // The connection ends once `requests` drops its sender.
     let _ = futures::future::join(conn, requests).await;
+}
+
+/// One connection of a pipelined HTTP/1.1 pipeline.
+async fn pipelined_connection(
+    calls: Calls,
+    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Vec<Call>>>>,
+    shared: Arc<PipelineShared>,
+    depth: usize,
+) {
+    let stream = match calls.open().await {
+        Ok(io) => io.into_inner(),
+        Err(e) => {
+            let e = e.to_string();
+            while let Some(batch) = queue.lock().await.recv().await {
+                batch.iter().for_each(|_| shared.finished(Err(e.clone())));
+            }
+            return;
+        }
+    };
+    let encode = {
+        let (calls, shared) = (calls.clone(), shared.clone());
+        move |mut call: Call, out: &mut Vec<u8>| {
+            call.framework_id = Some(calls.framework_id.clone());
+            let kind = call.r#type();
+            match calls.codec.encode(&call) {
+                Ok(body) => {
+                    let headers = [
+                        (CONTENT_TYPE.as_str(), calls.codec.media_type()),
+                        (ACCEPT.as_str(), calls.codec.media_type()),
+                        (STREAM_ID, &*calls.stream_id),
+                    ];
+                    http1_pipeline::write_request(
+                        out,
+                        &calls.master,
+                        SCHEDULER_PATH,
+                        &headers,
+                        &body,
+                    );
+                    Some(kind)
+                }
+                Err(e) => {
+                    shared.finished(Err(e.to_string()));
+                    None
+                }
+            }
+        }
+    };
+    let answered = |kind: call::Type, answer: Result<http1_pipeline::Answer, String>| {
+        let result = answer
+            .and_then(|a| check_call_answer(kind, a.status, &a.body).map_err(|e| e.to_string()));
+        shared.finished(result);
+    };
+    // A failure has failed every call in flight on this connection (and
+    // is the pipeline's failure); calls still queued go to the others.
+    let _ = http1_pipeline::drive(stream, queue, depth, encode, answered).await;
+}
+
+/// The one connection of an HTTP/2 pipeline: makes the calls taken from
+/// the queue as streams, at most `streams` at once.
+async fn h2_connection(
+    calls: Calls,
+    mut queue: mpsc::Receiver<Vec<Call>>,
+    shared: Arc<PipelineShared>,
+    streams: usize,
+) {
+    let sender = match calls.connect_h2().await {
+        Ok(sender) => sender,
+        Err(e) => {
+            let e = e.to_string();
+            while let Some(batch) = queue.recv().await {
+                batch.iter().for_each(|_| shared.finished(Err(e.clone())));
+            }
+            return;
+        }
+    };
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            batch = queue.recv(), if in_flight.len() < streams => match batch {
+                Some(batch) => {
+                    for call in batch {
+                        let (calls, shared, sender) = (&calls, &shared, sender.clone());
+                        in_flight.push(async move {
+                            let result = calls.call_h2(sender, call).await;
+                            shared.finished(result.map_err(|e| e.to_string()));
+                        });
+                    }
+                }
+                None => break,
+            },
+        }
+    }
+    while in_flight.next().await.is_some() {}
 }
 
 // --- translation for the benches' offer logic ---
@@ -883,7 +1101,7 @@ mod tests {
     async fn a_pipeline_makes_every_call_on_keep_alive_connections_with_the_stream_id() {
         let (master, seen) =
             fake_master("HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n").await;
-        let pipeline = CallPipeline::new(calls_to(master), 3);
+        let pipeline = CallPipeline::new(calls_to(master), 3, HttpVersion::Http1);
         for _ in 0..50 {
             pipeline.send(suppress()).await;
         }
@@ -895,12 +1113,72 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_pipelined_pipeline_writes_batches_back_to_back_and_gets_every_answer() {
+        let (master, seen) =
+            fake_master("HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n").await;
+        // 70 calls in flight: three connections, up to 32 unanswered on each.
+        let pipeline = CallPipeline::new(calls_to(master), 70, HttpVersion::Http1Pipelined);
+        for _ in 0..10 {
+            pipeline
+                .send_all((0..45).map(|_| suppress()).collect())
+                .await;
+        }
+        pipeline.send(teardown()).await;
+        pipeline.drain().await;
+        assert_eq!(pipeline.failure(), None);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 451);
+        assert!(seen.iter().all(|id| id == "stream-1"));
+    }
+
+    #[tokio::test]
+    async fn a_pipelined_refusal_or_a_vanished_master_is_a_clear_failure() {
+        let (master, _) = fake_master(
+            "HTTP/1.1 403 Forbidden\r\ncontent-length: 30\r\n\r\nFramework f1 is not subscribed",
+        )
+        .await;
+        let pipeline = CallPipeline::new(calls_to(master), 8, HttpVersion::Http1Pipelined);
+        pipeline.send_all(vec![suppress(), suppress()]).await;
+        pipeline.drain().await;
+        let failure = pipeline.failure().expect("a failure");
+        assert!(
+            failure.contains("SUPPRESS answered 403 (expected 202)"),
+            "{failure}"
+        );
+
+        // A master that reads a call and hangs up: every call in flight
+        // fails, none is left waiting.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut piece = [0u8; 64];
+                let _ = stream.read(&mut piece).await;
+            }
+        });
+        let pipeline = CallPipeline::new(calls_to(address), 8, HttpVersion::Http1Pipelined);
+        pipeline
+            .send_all((0..5).map(|_| suppress()).collect())
+            .await;
+        tokio::time::timeout(std::time::Duration::from_secs(10), pipeline.drain())
+            .await
+            .expect("every call answered or failed");
+        let failure = pipeline.failure().expect("a failure");
+        assert!(
+            failure.contains("the master closed the connection")
+                || failure.contains("reading answers from the master"),
+            "{failure}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_refused_call_is_a_clear_failure() {
         let (master, _) = fake_master(
             "HTTP/1.1 403 Forbidden\r\ncontent-length: 30\r\n\r\nFramework f1 is not subscribed",
         )
         .await;
-        let pipeline = CallPipeline::new(calls_to(master.clone()), 2);
+        let pipeline = CallPipeline::new(calls_to(master.clone()), 2, HttpVersion::Http1);
         pipeline.send(suppress()).await;
         pipeline.drain().await;
         let failure = pipeline.failure().expect("a failure");

@@ -243,24 +243,14 @@ pub async fn run(
         shutdown.await;
         trigger.cancel();
     });
-    // Events are small writes on long-lived streams (WebSockets, the Mesos
-    // API's chunked SUBSCRIBE answers): without TCP_NODELAY, Nagle holds
-    // each one back until the peer's (delayed) ACK of the previous one.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-        }
-    });
-    let server =
-        axum::serve(listener, router).with_graceful_shutdown(token.clone().cancelled_owned());
-    let mut server = tokio::spawn(async move { server.await });
+    let mut server = tokio::spawn(http::serve(listener, router, token.clone()));
     let result = tokio::select! {
         r = &mut server => r,
         _ = token.cancelled() => match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
             Ok(r) => r,
             Err(_) => {
                 server.abort();
-                Ok(Ok(()))
+                Ok(())
             }
         },
     };
@@ -269,8 +259,5 @@ pub async fn run(
         return Err(e);
     }
     tracing::info!("master stopped");
-    match result {
-        Ok(r) => r.map_err(MasterError::Io),
-        Err(e) => Err(MasterError::Io(std::io::Error::other(e))),
-    }
+    result.map_err(|e| MasterError::Io(std::io::Error::other(e)))
 }

@@ -13,9 +13,10 @@
 //! check.
 
 use prost_reflect::{
-    Cardinality, DeserializeOptions, DynamicMessage, Kind, MessageDescriptor, ReflectMessage,
-    SerializeOptions, Value,
+    Cardinality, DeserializeOptions, DynamicMessage, Kind, ReflectMessage, SerializeOptions, Value,
 };
+
+use crate::wire::required_fields_present;
 
 /// `application/json`.
 pub const MEDIA_JSON: &str = "application/json";
@@ -140,37 +141,42 @@ impl Codec {
     }
 
     /// Decodes `body` as `T`, enforcing proto2 required fields.
-    pub fn decode<T: ReflectMessage + Default>(self, body: &[u8]) -> Result<T, CodecError> {
+    pub fn decode<T: ReflectMessage + Default + 'static>(
+        self,
+        body: &[u8],
+    ) -> Result<T, CodecError> {
+        if self == Codec::Protobuf {
+            // Fast path: a typed decode, once a walk over the wire (no
+            // allocation, no descriptor) has seen every required field.
+            // Anything it is unsure of takes the reflective path below,
+            // which gives the exact error.
+            if required_fields_present::<T>(body) {
+                if let Ok(message) = T::decode(body) {
+                    return Ok(message);
+                }
+            }
+        }
         let descriptor = T::default().descriptor();
-        let name = descriptor.full_name().to_string();
+        let name = || descriptor.full_name().to_string();
         let dynamic = match self {
             Codec::Json => {
                 let mut de = serde_json::Deserializer::from_slice(body);
                 let options = DeserializeOptions::new().deny_unknown_fields(false);
                 let message =
-                    DynamicMessage::deserialize_with_options(descriptor, &mut de, &options)
+                    DynamicMessage::deserialize_with_options(descriptor.clone(), &mut de, &options)
                         .and_then(|m| de.end().map(|()| m))
                         .map_err(|e| CodecError::Json {
-                            message: name.clone(),
+                            message: name(),
                             reason: e.to_string(),
                         })?;
                 message
             }
-            Codec::Protobuf => {
-                // Fast path: a typed decode, once a walk over the wire
-                // (no allocation) has seen every required field. Anything
-                // it is unsure of takes the reflective path below, which
-                // gives the exact error.
-                if required_fields_present(&descriptor, body, 0) {
-                    if let Ok(message) = T::decode(body) {
-                        return Ok(message);
-                    }
-                }
-                DynamicMessage::decode(descriptor, body).map_err(|e| CodecError::Protobuf {
-                    message: name.clone(),
+            Codec::Protobuf => DynamicMessage::decode(descriptor.clone(), body).map_err(|e| {
+                CodecError::Protobuf {
+                    message: name(),
                     reason: e.to_string(),
-                })?
-            }
+                }
+            })?,
         };
         let mut missing = Vec::new();
         missing_required(&dynamic, "", &mut missing);
@@ -180,7 +186,7 @@ impl Codec {
         dynamic
             .transcode_to::<T>()
             .map_err(|e| CodecError::Protobuf {
-                message: name,
+                message: name(),
                 reason: e.to_string(),
             })
     }
@@ -264,80 +270,6 @@ fn missing_required(message: &DynamicMessage, path: &str, missing: &mut Vec<Stri
     }
 }
 
-/// Deepest nesting [`required_fields_present`] follows.
-const MAX_WIRE_DEPTH: usize = 32;
-
-/// Whether the protobuf encoding `bytes` of a `descriptor` message sets
-/// every proto2 required field, recursively, judged from the wire alone.
-/// `false` means "not sure" (a field is missing, the bytes are malformed,
-/// a field number is beyond what is tracked, a singular message appears
-/// more than once and would be merged, groups): the caller then decodes
-/// reflectively, which says exactly what is wrong.
-fn required_fields_present(descriptor: &MessageDescriptor, bytes: &[u8], depth: usize) -> bool {
-    use prost::encoding::{decode_key, decode_varint, WireType};
-    if depth > MAX_WIRE_DEPTH {
-        return false;
-    }
-    // Field numbers seen, for the numbers a bitmask holds (Mesos's
-    // required fields all are).
-    let mut seen: u128 = 0;
-    let mut buf = bytes;
-    while !buf.is_empty() {
-        let Ok((number, wire_type)) = decode_key(&mut buf) else {
-            return false;
-        };
-        let field = descriptor.get_field(number);
-        let bit = (number < 128).then(|| 1u128 << number);
-        match wire_type {
-            WireType::Varint => {
-                if decode_varint(&mut buf).is_err() {
-                    return false;
-                }
-            }
-            WireType::SixtyFourBit => {
-                let Some(rest) = buf.get(8..) else {
-                    return false;
-                };
-                buf = rest;
-            }
-            WireType::ThirtyTwoBit => {
-                let Some(rest) = buf.get(4..) else {
-                    return false;
-                };
-                buf = rest;
-            }
-            WireType::LengthDelimited => {
-                let Ok(len) = decode_varint(&mut buf) else {
-                    return false;
-                };
-                let Some(payload) = usize::try_from(len).ok().and_then(|l| buf.get(..l)) else {
-                    return false;
-                };
-                buf = &buf[payload.len()..];
-                if let Some(field) = &field {
-                    if let Kind::Message(inner) = field.kind() {
-                        let singular = !field.is_list() && !field.is_map();
-                        if singular && bit.is_some_and(|b| seen & b != 0) {
-                            return false;
-                        }
-                        if !required_fields_present(&inner, payload, depth + 1) {
-                            return false;
-                        }
-                    }
-                }
-            }
-            WireType::StartGroup | WireType::EndGroup => return false,
-        }
-        if let Some(b) = bit {
-            seen |= b;
-        }
-    }
-    descriptor.fields().all(|f| {
-        f.cardinality() != Cardinality::Required
-            || (f.number() < 128 && seen & (1u128 << f.number()) != 0)
-    })
-}
-
 /// serde_json's compact formatter, with every non-ASCII character written
 /// as a `\uXXXX` escape (UTF-16 surrogate pairs beyond the BMP).
 struct AsciiFormatter;
@@ -402,7 +334,7 @@ mod tests {
         call.set_type(call::Type::Acknowledge);
         let bytes = call.encode_to_vec();
         let dynamic = DynamicMessage::decode(call.descriptor(), bytes.as_slice()).unwrap();
-        assert!(required_fields_present(&call.descriptor(), &bytes, 0));
+        assert!(required_fields_present::<v1::scheduler::Call>(&bytes));
         let fast: v1::scheduler::Call = Codec::Protobuf.decode(&bytes).unwrap();
         assert_eq!(fast, call);
         assert_eq!(dynamic.transcode_to::<v1::scheduler::Call>().unwrap(), call);
@@ -412,7 +344,7 @@ mod tests {
         let mut partial = DynamicMessage::new(call::Acknowledge::default().descriptor());
         partial.set_field_by_name("uuid", Value::Bytes(vec![7u8; 16].into()));
         let bytes = partial.encode_to_vec();
-        assert!(!required_fields_present(&partial.descriptor(), &bytes, 0));
+        assert!(!required_fields_present::<call::Acknowledge>(&bytes));
         assert_eq!(
             Codec::Protobuf.decode::<call::Acknowledge>(&bytes),
             Err(CodecError::MissingRequired(vec![
@@ -422,10 +354,8 @@ mod tests {
         );
         // Truncated bytes are not decoded by either path.
         let whole = call.encode_to_vec();
-        assert!(!required_fields_present(
-            &call.descriptor(),
-            &whole[..whole.len() - 3],
-            0
+        assert!(!required_fields_present::<v1::scheduler::Call>(
+            &whole[..whole.len() - 3]
         ));
         assert!(Codec::Protobuf
             .decode::<v1::scheduler::Call>(&whole[..whole.len() - 3])

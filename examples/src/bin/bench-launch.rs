@@ -108,9 +108,16 @@ struct Args {
     #[arg(long, default_value = "protobuf", value_parser = bench_api::parse_codec)]
     codec: Codec,
     /// v1 API: most calls (ACCEPT, DECLINE, ACKNOWLEDGE…) in flight at
-    /// once, each on a keep-alive connection of its own.
+    /// once.
     #[arg(long, default_value_t = v1c::DEFAULT_CALLS_IN_FLIGHT)]
     calls_in_flight: usize,
+    /// v1 API: the HTTP of its calls: 1.1-pipelined (calls written back
+    /// to back on keep-alive connections, up to 32 unanswered on each),
+    /// 1.1 (as most Mesos clients speak it: a keep-alive connection per
+    /// call in flight) or 2 (cleartext, every call a stream of one
+    /// connection).
+    #[arg(long, default_value = "1.1-pipelined")]
+    http: v1c::HttpVersion,
 }
 
 /// One grid point's figures.
@@ -737,6 +744,7 @@ async fn grid_point(
         api,
         args.codec,
         args.calls_in_flight,
+        args.http,
     )
     .await?;
 

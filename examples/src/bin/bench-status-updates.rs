@@ -101,10 +101,16 @@ struct Args {
     /// Codec of the v1 API: protobuf (mesos-go's default) or json.
     #[arg(long, default_value = "protobuf", value_parser = bench_api::parse_codec)]
     codec: Codec,
-    /// v1 API: most calls (ACKNOWLEDGE…) in flight at once, each on a
-    /// keep-alive connection of its own.
+    /// v1 API: most calls (ACKNOWLEDGE…) in flight at once.
     #[arg(long, default_value_t = v1c::DEFAULT_CALLS_IN_FLIGHT)]
     calls_in_flight: usize,
+    /// v1 API: the HTTP of its calls: 1.1-pipelined (calls written back
+    /// to back on keep-alive connections, up to 32 unanswered on each),
+    /// 1.1 (as most Mesos clients speak it: a keep-alive connection per
+    /// call in flight) or 2 (cleartext, every call a stream of one
+    /// connection).
+    #[arg(long, default_value = "1.1-pipelined")]
+    http: v1c::HttpVersion,
 }
 
 /// One run's figures.
@@ -347,6 +353,7 @@ async fn run(args: &Args, checkpoint: bool, api: Api) -> anyhow::Result<Figures>
         api,
         args.codec,
         args.calls_in_flight,
+        args.http,
     )
     .await?;
 

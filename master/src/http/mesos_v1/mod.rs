@@ -53,9 +53,13 @@ pub(crate) struct StreamEntry {
     pub(crate) conn: ConnId,
 }
 
-/// State of the Mesos front door.
-#[derive(Clone)]
-pub(crate) struct MesosState {
+/// State of the Mesos front door, as its handlers get it: a request costs
+/// one reference count, not one per shared part (several of which, the
+/// cancellation token first, take a lock to clone and to drop).
+pub(crate) type MesosState = Arc<MesosShared>;
+
+/// What [`MesosState`] shares.
+pub(crate) struct MesosShared {
     pub(crate) app: AppState,
     /// Each subscribed framework's current stream.
     pub(crate) streams: Arc<DashMap<FrameworkId, StreamEntry>>,
@@ -63,10 +67,10 @@ pub(crate) struct MesosState {
 
 /// The Mesos routes, to merge into the master's router.
 pub(crate) fn router(app: AppState) -> Router {
-    let state = MesosState {
+    let state = Arc::new(MesosShared {
         app,
         streams: Arc::default(),
-    };
+    });
     Router::new()
         .route("/api/v1/scheduler", any(scheduler::handle))
         .route("/master/api/v1/scheduler", any(scheduler::handle))

@@ -28,7 +28,9 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::translate::{self, CallError, ExecutorTasks};
@@ -221,26 +223,29 @@ async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler:
         );
     };
     let fid = FrameworkId::new(framework_id.value);
-    let Some(entry) = state.streams.get(&fid).map(|e| e.clone()) else {
-        return error(
-            StatusCode::FORBIDDEN,
-            format!("Framework {fid} is not subscribed"),
-        );
+    let conn = match state.streams.get(&fid) {
+        None => {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("Framework {fid} is not subscribed"),
+            )
+        }
+        Some(entry) if entry.stream_id != stream_id => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("The stream ID '{stream_id}' included in this request didn't match the stream ID currently associated with framework ID {fid}"),
+            )
+        }
+        Some(entry) => entry.conn,
     };
-    if entry.stream_id != stream_id {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("The stream ID '{stream_id}' included in this request didn't match the stream ID currently associated with framework ID {fid}"),
-        );
-    }
-    let snapshot = state.app.snapshot.borrow().clone();
-    let translated = match translate::translate_call(&fid, call, &SnapshotTasks(&snapshot)) {
-        Ok(t) => t,
-        Err(CallError::BadRequest(m)) => return error(StatusCode::BAD_REQUEST, m),
-        Err(CallError::NotImplemented(m)) => return error(StatusCode::NOT_IMPLEMENTED, m),
-    };
+    let translated =
+        match translate::translate_call(&fid, call, &SnapshotTasks(&state.app.snapshot)) {
+            Ok(t) => t,
+            Err(CallError::BadRequest(m)) => return error(StatusCode::BAD_REQUEST, m),
+            Err(CallError::NotImplemented(m)) => return error(StatusCode::NOT_IMPLEMENTED, m),
+        };
     if !translated.refused.is_empty() {
-        if let Some(handle) = state.app.registry.get(&entry.conn) {
+        if let Some(handle) = state.app.registry.get(&conn) {
             for status in translated.refused {
                 let _ = handle
                     .tx
@@ -249,10 +254,7 @@ async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler:
         }
     }
     for call in translated.calls {
-        let input = Input::Scheduler {
-            conn: entry.conn,
-            call,
-        };
+        let input = Input::Scheduler { conn, call };
         if state.app.inputs.send(input).await.is_err() {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -263,8 +265,10 @@ async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler:
     StatusCode::ACCEPTED.into_response()
 }
 
-/// A framework's live tasks by executor, from the latest snapshot.
-struct SnapshotTasks<'a>(&'a StateSnapshot);
+/// A framework's live tasks by executor, from the latest snapshot (looked
+/// at only by the calls that need it: most calls, ACKNOWLEDGE first, do
+/// not).
+struct SnapshotTasks<'a>(&'a watch::Receiver<Arc<StateSnapshot>>);
 
 impl ExecutorTasks for SnapshotTasks<'_> {
     fn executor_tasks(
@@ -273,7 +277,8 @@ impl ExecutorTasks for SnapshotTasks<'_> {
         agent: &AgentId,
         executor: &ExecutorId,
     ) -> Vec<TaskId> {
-        self.0
+        let snapshot = self.0.borrow().clone();
+        snapshot
             .frameworks
             .iter()
             .filter(|f| f.id == *framework)
