@@ -51,6 +51,7 @@ pub(crate) async fn run(
     leadership: Option<Box<dyn Leadership>>,
 ) -> Result<(), crate::RegistryError> {
     let mut last_snapshot = Instant::now();
+    let mut outputs = Vec::new();
     loop {
         let mut wake = master.next_deadline();
         if master.dirty {
@@ -91,7 +92,8 @@ pub(crate) async fn run(
         if !still_leading(leadership.as_deref(), &shutdown) {
             return Ok(());
         }
-        deliver(&registry, master.take_outputs());
+        master.swap_outputs(&mut outputs);
+        deliver(&registry, &mut outputs);
         if master.dirty && now >= last_snapshot + snapshot_interval {
             last_snapshot = now;
             // A builder that is behind gets the changes one interval later.
@@ -138,8 +140,11 @@ pub(crate) fn persist(
 
 /// Queues each output on its connection. A connection whose queue is full
 /// is not reading: it is disconnected rather than allowed to grow memory.
-pub(crate) fn deliver(registry: &Registry, outputs: Vec<Output>) {
-    for output in outputs {
+/// Delivers `outputs`, leaving the vector empty with its capacity, for
+/// the next batch (a burst's outbox grows large, and growing it afresh
+/// each batch costs fresh pages).
+pub(crate) fn deliver(registry: &Registry, outputs: &mut Vec<Output>) {
+    for output in outputs.drain(..) {
         let (conn, frame) = match output {
             Output::Scheduler { conn, event } => (conn, Outbound::Scheduler(Box::new(event))),
             Output::Agent { conn, event } => (conn, Outbound::Agent(Box::new(event))),

@@ -71,6 +71,8 @@ pub(crate) const CLOSE_POLICY: u16 = 1008;
 /// WebSocket close code for a normal end.
 pub(crate) const CLOSE_NORMAL: u16 = 1000;
 
+/// Most outputs whose room the outbox keeps between batches.
+const MAX_SPARE_OUTPUTS: usize = 16 * 1024;
 /// Refuse/failover durations from peers are capped so `Instant`
 /// arithmetic cannot overflow.
 const MAX_PEER_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -336,6 +338,14 @@ impl Master {
     /// Everything pushed since the last call, in order.
     pub(crate) fn take_outputs(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// Swaps the outputs so far with `spare` (empty, delivered): the
+    /// outbox keeps a capacity from batch to batch (up to a bound).
+    pub(crate) fn swap_outputs(&mut self, spare: &mut Vec<Output>) {
+        debug_assert!(spare.is_empty());
+        spare.shrink_to(MAX_SPARE_OUTPUTS);
+        std::mem::swap(&mut self.outbox, spare);
     }
 
     /// Asks for an allocation cycle soon: within the batch window, so a
