@@ -106,6 +106,33 @@ async fn malformed_frames_get_errors_and_the_master_keeps_serving() {
         .unwrap();
     let e = expect_error(&mut agent, "registration refused").await;
     assert_eq!(e["fatal"], true, "{e}");
+    // Absurd amounts (above the master's --max-agent-resources, by
+    // default 64 Ki cpus) are refused the same way, and never offered.
+    let mut agent = connect(&addr, "/api/agent").await;
+    agent
+        .send(Message::text(
+            r#"{"type":"REGISTER","protocol":1,"agent_info":{"hostname":"forged","address":"127.0.0.1:1","resources":[{"name":"cpus","scalar":1000000},{"name":"mem","scalar":1024}]}}"#,
+        ))
+        .await
+        .unwrap();
+    let e = expect_error(&mut agent, "--max-agent-resources").await;
+    assert_eq!(e["fatal"], true, "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("cpus:1000000"),
+        "{e}"
+    );
+    let state = {
+        let cluster = &cluster;
+        tokio::task::block_in_place(|| cluster.state())
+    };
+    let hostnames: Vec<&str> = state["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["hostname"].as_str())
+        .collect();
+    assert!(!hostnames.contains(&"forged"), "{hostnames:?}");
+
     let mut agent = connect(&addr, "/api/agent").await;
     // A wrong protocol version is fatal.
     agent

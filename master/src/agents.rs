@@ -104,6 +104,15 @@ impl Master {
         if info.resources.is_empty() {
             return self.agent_fatal(conn, "registration refused: the agent offers no resources");
         }
+        if let Some((name, offered, max)) =
+            over_limit(&info.resources, &self.config.max_agent_resources)
+        {
+            tracing::warn!(hostname = %info.hostname, resource = name, offered, max, "agent registration refused: resources above --max-agent-resources");
+            return self.agent_fatal(
+                conn,
+                format!("registration refused: the agent offers {name}:{offered}, above this master's --max-agent-resources ({name}:{max})"),
+            );
+        }
         let aid = match &info.id {
             None => {
                 let aid = AgentId::new(self.new_id("S"));
@@ -774,4 +783,13 @@ impl Master {
             tracing::debug!(framework_id = %fid, "framework not connected; executor message dropped");
         }
     }
+}
+
+/// The first scalar of `resources` (summed over roles) above what `max`
+/// allows of it: name, offered, most allowed.
+fn over_limit<'a>(resources: &Resources, max: &'a Resources) -> Option<(&'a str, f64, f64)> {
+    max.scalar_totals()
+        .into_iter()
+        .map(|(name, most)| (name, resources.scalar(name), most))
+        .find(|(_, offered, most)| offered > most)
 }

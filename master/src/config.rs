@@ -60,6 +60,10 @@ pub struct Config {
     /// removing a live agent kills its tasks; short enough that
     /// frameworks learn of truly gone agents the same hour.
     pub agent_reregister_timeout: Duration,
+    /// The most an agent may offer of each scalar named here (summed over
+    /// roles): an agent registering with more is refused, as a broken or
+    /// forged agent (default [`DEFAULT_MAX_AGENT_RESOURCES`]).
+    pub max_agent_resources: Resources,
     /// Completed tasks kept for `/state` and reconciliation (default 1000).
     pub max_completed_tasks: usize,
     /// Removed frameworks kept for `/state` and the operator API
@@ -96,6 +100,11 @@ pub struct EtcdOptions {
     pub lease_ttl: Duration,
 }
 
+/// Default [`Config::max_agent_resources`]: far beyond any one machine
+/// (64 Ki cpus, 1 PiB of memory and of disk, in MiB), so only a broken or
+/// forged registration meets it.
+pub const DEFAULT_MAX_AGENT_RESOURCES: &str = "cpus:65536;mem:1073741824;disk:1073741824";
+
 /// Default [`EtcdOptions::lease_ttl`].
 #[cfg(feature = "etcd")]
 pub const DEFAULT_ETCD_LEASE_TTL: Duration = Duration::from_secs(2);
@@ -117,6 +126,8 @@ impl Default for Config {
             role_quotas: BTreeMap::new(),
             recovered_framework_timeout: Duration::from_secs(600),
             agent_reregister_timeout: DEFAULT_AGENT_REREGISTER_TIMEOUT,
+            max_agent_resources: Resources::parse(DEFAULT_MAX_AGENT_RESOURCES)
+                .expect("the default --max-agent-resources parses"),
             max_completed_tasks: 1000,
             max_completed_frameworks: 50,
             max_removed_agents: 100_000,

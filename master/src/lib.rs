@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use config::Config;
+pub use config::{Config, DEFAULT_MAX_AGENT_RESOURCES};
 #[cfg(feature = "etcd")]
 pub use config::{EtcdOptions, DEFAULT_ETCD_LEASE_TTL};
 pub use registry::RegistryError;

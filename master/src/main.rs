@@ -48,6 +48,11 @@ struct Flags {
     /// refuse_seconds for declines and launches without a filter.
     #[arg(long, default_value_t = agora_proto::DEFAULT_REFUSE_SECONDS)]
     default_refuse_seconds: f64,
+    /// The most an agent may offer of each scalar named (e.g.
+    /// `cpus:1024;mem:16777216`): an agent registering with more is
+    /// refused.
+    #[arg(long, default_value = agora_master::DEFAULT_MAX_AGENT_RESOURCES, value_parser = parse_resources)]
+    max_agent_resources: agora_proto::Resources,
     /// Smallest cpus worth offering.
     #[arg(long, default_value_t = 0.01)]
     min_offer_cpus: f64,
@@ -113,6 +118,10 @@ struct Flags {
 enum LogFormat {
     Text,
     Json,
+}
+
+fn parse_resources(text: &str) -> Result<agora_proto::Resources, String> {
+    agora_proto::Resources::parse(text).map_err(|e| e.to_string())
 }
 
 fn parse_weights(text: &str) -> Result<BTreeMap<String, f64>, String> {
@@ -192,6 +201,7 @@ async fn main() -> anyhow::Result<()> {
         role_quotas: flags.quotas.into_iter().flatten().collect(),
         recovered_framework_timeout: flags.recovered_framework_timeout,
         agent_reregister_timeout: flags.agent_reregister_timeout,
+        max_agent_resources: flags.max_agent_resources,
         max_completed_tasks: flags.max_completed_tasks,
         max_completed_frameworks: flags.max_completed_frameworks,
         max_removed_agents: flags.max_removed_agents,

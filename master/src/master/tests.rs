@@ -2741,3 +2741,41 @@ fn only_the_later_end_is_forwarded(
         "{case}"
     );
 }
+
+#[test]
+fn an_agent_offering_more_than_max_agent_resources_is_refused_and_never_offered() {
+    let mut h = H::with(Config {
+        max_agent_resources: r("cpus:64;gpus:8"),
+        ..Config::default()
+    });
+    let fw = 1;
+    h.subscribe(fw, "fw");
+    for (conn, resources, named) in [
+        (10, "cpus:65;mem:1024", "cpus:65"),
+        (11, "cpus:4;mem:1024;gpus:9", "gpus:9"),
+        (12, "cpus(web):40;cpus:30;mem:1024", "cpus:70"),
+    ] {
+        let out = h.register_info(conn, agent_info(None, resources), vec![]);
+        match agent_events(&out, conn).as_slice() {
+            [agent::Event::Error {
+                message,
+                fatal: true,
+            }] => {
+                assert!(message.contains(named), "{message}");
+                assert!(message.contains("--max-agent-resources"), "{message}");
+            }
+            other => panic!("{resources}: expected a fatal refusal, got {other:?}"),
+        }
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::Close { conn: c, .. } if *c == conn)));
+    }
+    // At the limit, and with resources the limit does not name (memory,
+    // ports), an agent is welcome.
+    let aid = h.register(13, "cpus:64;mem:100000000;gpus:8;ports:[1-60000]");
+    assert!(h.m.agents.contains_key(&aid));
+    assert_eq!(h.m.agents.len(), 1);
+    let offers = h.offers(fw);
+    assert_eq!(offers.len(), 1);
+    assert_eq!(offers[0].agent_id, aid);
+}
