@@ -222,3 +222,65 @@ async fn malformed_frames_get_errors_and_the_master_keeps_serving() {
     );
     assert!(out.contains("finished 3/3"), "{out}");
 }
+
+/// Whether the master has closed `stream` (end of file or a reset), or
+/// keeps it open (nothing to read yet).
+fn closed_by_peer(stream: &std::net::TcpStream) -> bool {
+    use std::io::Read;
+    stream.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let mut reader = stream;
+    match reader.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+#[test]
+fn connections_from_one_address_are_capped_and_other_addresses_still_get_in() {
+    let cluster = TestCluster::start_with(1, AGENT, &["--max-connections-per-peer", "100"]);
+    let addr: std::net::SocketAddr = cluster.master_address().parse().unwrap();
+    // The agent holds one connection from 127.0.0.1: 99 more get in.
+    let mut held: Vec<std::net::TcpStream> = (0..120)
+        .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+        .collect();
+    // The refused ones are closed as soon as they are accepted.
+    std::thread::sleep(Duration::from_millis(500));
+    let open = held.iter().filter(|s| !closed_by_peer(s)).count();
+    assert_eq!(open, 99, "connections left open from 127.0.0.1");
+
+    // Another address is served meanwhile.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut other = rt
+        .block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind("127.0.0.2:0".parse().unwrap())?;
+            socket.connect(addr).await?.into_std()
+        })
+        .expect("connect from 127.0.0.2");
+    other.set_nonblocking(false).unwrap();
+    other
+        .write_all(b"GET /health HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut other, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // Once they are closed, the address gets in again, and the agent
+    // stayed registered throughout.
+    held.clear();
+    support::wait_until(
+        Duration::from_secs(10),
+        "GET /state from 127.0.0.1 after closing the held connections",
+        || String::new(),
+        || {
+            let (code, body) = support::http_get(addr, "/state").ok()?;
+            let state: serde_json::Value = serde_json::from_str(&body).ok()?;
+            (code == 200 && state["agents"].as_array()?.len() == 1).then_some(())
+        },
+    );
+}

@@ -74,6 +74,11 @@ pub struct Config {
     /// Frames queued towards one connection before the master gives up on
     /// a peer that does not read and disconnects it (default 10 000).
     pub connection_queue_capacity: usize,
+    /// Connections open at once from one peer address (default
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_PEER`]); past it a new one is closed
+    /// at once. Every agent, scheduler, operator and v1 call connection
+    /// counts, so a host running many of them (or a NAT) needs room.
+    pub max_connections_per_peer: usize,
     /// Calls queued from all connections towards the state task (default 8192).
     pub event_queue_capacity: usize,
     /// Least time between two `/state` snapshots (default 100 ms).
@@ -105,6 +110,9 @@ pub struct EtcdOptions {
 /// forged registration meets it.
 pub const DEFAULT_MAX_AGENT_RESOURCES: &str = "cpus:65536;mem:1073741824;disk:1073741824";
 
+/// Default [`Config::max_connections_per_peer`].
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 1024;
+
 /// Default [`EtcdOptions::lease_ttl`].
 #[cfg(feature = "etcd")]
 pub const DEFAULT_ETCD_LEASE_TTL: Duration = Duration::from_secs(2);
@@ -132,6 +140,7 @@ impl Default for Config {
             max_completed_frameworks: 50,
             max_removed_agents: 100_000,
             connection_queue_capacity: 10_000,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             event_queue_capacity: 8192,
             state_snapshot_interval: Duration::from_millis(100),
             #[cfg(feature = "etcd")]
@@ -156,6 +165,9 @@ impl Config {
         }
         if self.offer_timeout.is_some_and(|d| d.is_zero()) {
             return Err("offer_timeout must be greater than zero when set".into());
+        }
+        if self.max_connections_per_peer == 0 {
+            return Err("max_connections_per_peer must be at least 1".into());
         }
         if self.max_missed_pings == 0 {
             return Err("max_missed_pings must be at least 1".into());

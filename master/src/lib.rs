@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{Config, DEFAULT_MAX_AGENT_RESOURCES};
+pub use config::{Config, DEFAULT_MAX_AGENT_RESOURCES, DEFAULT_MAX_CONNECTIONS_PER_PEER};
 #[cfg(feature = "etcd")]
 pub use config::{EtcdOptions, DEFAULT_ETCD_LEASE_TTL};
 pub use registry::RegistryError;
@@ -243,7 +243,12 @@ pub async fn run(
         shutdown.await;
         trigger.cancel();
     });
-    let mut server = tokio::spawn(http::serve(listener, router, token.clone()));
+    let mut server = tokio::spawn(http::serve(
+        listener,
+        router,
+        token.clone(),
+        config.max_connections_per_peer,
+    ));
     let result = tokio::select! {
         r = &mut server => r,
         _ = token.cancelled() => match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {

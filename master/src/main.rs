@@ -53,6 +53,10 @@ struct Flags {
     /// refused.
     #[arg(long, default_value = agora_master::DEFAULT_MAX_AGENT_RESOURCES, value_parser = parse_resources)]
     max_agent_resources: agora_proto::Resources,
+    /// Connections open at once from one peer address; past it a new one
+    /// is closed at once.
+    #[arg(long, default_value_t = agora_master::DEFAULT_MAX_CONNECTIONS_PER_PEER)]
+    max_connections_per_peer: usize,
     /// Smallest cpus worth offering.
     #[arg(long, default_value_t = 0.01)]
     min_offer_cpus: f64,
@@ -206,6 +210,7 @@ async fn main() -> anyhow::Result<()> {
         max_completed_frameworks: flags.max_completed_frameworks,
         max_removed_agents: flags.max_removed_agents,
         connection_queue_capacity: flags.connection_queue_capacity,
+        max_connections_per_peer: flags.max_connections_per_peer,
         event_queue_capacity: flags.event_queue_capacity,
         state_snapshot_interval: flags.state_snapshot_interval,
         #[cfg(feature = "etcd")]
