@@ -276,7 +276,7 @@ fn connections_from_one_address_are_capped_and_other_addresses_still_get_in() {
     support::wait_until(
         Duration::from_secs(10),
         "GET /state from 127.0.0.1 after closing the held connections",
-        || String::new(),
+        String::new,
         || {
             let (code, body) = support::http_get(addr, "/state").ok()?;
             let state: serde_json::Value = serde_json::from_str(&body).ok()?;
