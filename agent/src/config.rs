@@ -46,6 +46,13 @@ pub enum RecoverMode {
 pub struct Config {
     /// `HOST:PORT` of the master.
     pub master: String,
+    /// Web origins (`http://HOST:PORT`) whose pages may read this agent's
+    /// HTTP answers (the master's web UI reads sandboxes and usage):
+    /// answers to a request from one of them carry it in
+    /// `Access-Control-Allow-Origin`; others get no such header. Default
+    /// ([`Config::new`]): the master's own origin, when `master` is
+    /// `HOST:PORT` (with both spellings of a loopback host).
+    pub allowed_origins: Vec<String>,
     /// Directory for sandboxes (`frameworks/...`) and checkpoints (`meta/...`).
     pub work_dir: PathBuf,
     /// Everything the agent offers.
@@ -119,8 +126,10 @@ impl Config {
     /// 31000-32000) and Mesos's defaults elsewhere.
     pub fn new(master: impl Into<String>, work_dir: PathBuf) -> Self {
         let resources = detect_resources(&work_dir);
+        let master = master.into();
         Config {
-            master: master.into(),
+            allowed_origins: master_origins(&master),
+            master,
             work_dir,
             resources,
             attributes: Attributes::default(),
@@ -273,4 +282,22 @@ mod tests {
         );
         assert!("x".parse::<RecoverMode>().is_err());
     }
+}
+
+/// The web origins of a master at `master` (`HOST:PORT`; none for a
+/// discovery URL such as `etcd://…`): its own, and for a loopback host
+/// the other usual spelling of it.
+pub fn master_origins(master: &str) -> Vec<String> {
+    if master.contains("://") {
+        return Vec::new();
+    }
+    let mut origins = vec![format!("http://{master}")];
+    if let Some((host, port)) = master.rsplit_once(':') {
+        match host {
+            "127.0.0.1" => origins.push(format!("http://localhost:{port}")),
+            "localhost" => origins.push(format!("http://127.0.0.1:{port}")),
+            _ => {}
+        }
+    }
+    origins
 }

@@ -25,6 +25,11 @@ struct Flags {
     /// etcd://HOST:PORT/PREFIX to follow the current leader.
     #[arg(long, value_parser = parse_master)]
     master: String,
+    /// Web origins (comma separated, `http://HOST:PORT`) whose pages may
+    /// read this agent's HTTP answers, such as the master's web UI as
+    /// users reach it (default: the --master address, when HOST:PORT).
+    #[arg(long, value_delimiter = ',')]
+    allowed_origins: Option<Vec<String>>,
     /// Address to serve executors and HTTP on.
     #[arg(long, default_value = "127.0.0.1:5051")]
     listen: SocketAddr,
@@ -172,6 +177,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let mut config = Config::new(flags.master, flags.work_dir);
+    if let Some(origins) = flags.allowed_origins {
+        config.allowed_origins = origins;
+    }
     if let Some(resources) = flags.resources {
         config.resources = resources;
     }

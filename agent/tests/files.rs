@@ -142,6 +142,54 @@ async fn sandbox_files_are_served_and_confined() {
         let (code, _) = agent.get(&format!("/files/fw-1/task-1/{path}")).await;
         assert_eq!(code, 403, "{path}");
     }
+    // A sibling directory whose path starts with the sandbox's (a string
+    // prefix check would let it through; the check is by components).
+    let run = sandbox.file_name().unwrap().to_str().unwrap().to_string();
+    let sibling = sandbox.with_file_name(format!("{run}-evil"));
+    std::fs::create_dir_all(&sibling).unwrap();
+    std::fs::write(sibling.join("secret.txt"), "top secret").unwrap();
+    std::os::unix::fs::symlink(&sibling, sandbox.join("sib")).unwrap();
+    for path in [
+        format!("/files/fw-1/task-1/sib/secret.txt?run={run}"),
+        format!("/files/fw-1/task-1/sib?run={run}"),
+    ] {
+        let (code, body) = agent.get(&path).await;
+        assert_eq!(code, 403, "{path}: {body}");
+        assert!(!body.contains("top secret"), "{path} leaked: {body}");
+    }
+    std::fs::remove_dir_all(&sibling).unwrap();
+    // Only the master's web UI (its origin) may read answers from a
+    // page: its Origin is echoed, never `*`; another site's gets nothing.
+    let http = agora_client::Http::new();
+    let master_origin = format!("http://{}", master.addr());
+    for (origin, allowed) in [
+        (master_origin.as_str(), true),
+        ("http://evil.example", false),
+        ("null", false),
+    ] {
+        let answer = http
+            .request(
+                agora_client::Method::GET,
+                agent.addr,
+                "/files/fw-1/task-1/stdout",
+                &[("Origin", origin)],
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200);
+        let acao = answer
+            .headers
+            .get("access-control-allow-origin")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(acao, allowed.then(|| origin.to_string()), "{origin}");
+    }
+    let answer = http
+        .request(agora_client::Method::GET, agent.addr, "/state", &[], None)
+        .await
+        .unwrap();
+    assert!(answer.headers.get("access-control-allow-origin").is_none());
+
     let (code, _) = agent.get("/files/fw-1/task-1/no-such-file").await;
     assert_eq!(code, 404);
     let (code, _) = agent.get("/files/fw-1/nobody/stdout").await;

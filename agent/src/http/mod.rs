@@ -3,8 +3,9 @@
 //! front door onto the same core machinery), and HTTP
 //! `/health`, `/state`, `/version`, `/metrics` (Prometheus text) and
 //! `/files/FID/EID[/PATH]` (an executor's sandbox, confined by
-//! [`crate::files`]; see `docs/http.md`). HTTP answers carry
-//! `Access-Control-Allow-Origin: *` so the master's web UI can read them.
+//! [`crate::files`]; see `docs/http.md`). HTTP answers to a page of an
+//! allowed origin (by default the master's, whose web UI reads them)
+//! carry that origin in `Access-Control-Allow-Origin`; never `*`.
 //!
 //! An executor connection task only decodes, forwards to the core and
 //! writes what the core sends back; the core checks tokens and owns all
@@ -170,7 +171,10 @@ pub(crate) fn router(
             "/files/{framework_id}/{executor_id}/{*path}",
             get(files_path),
         )
-        .layer(axum::middleware::map_response(allow_cross_origin))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::<[String]>::from(shared.config.allowed_origins.clone()),
+            allow_cross_origin,
+        ))
         .with_state(AppState {
             shared,
             core,
@@ -181,11 +185,27 @@ pub(crate) fn router(
         })
 }
 
-async fn allow_cross_origin(mut response: Response) -> Response {
-    response.headers_mut().insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
+/// Lets pages of the allowed origins (the master's web UI) read the
+/// answer: their `Origin` is echoed in `Access-Control-Allow-Origin`
+/// (never `*`); any other origin gets no such header, so a browser keeps
+/// the answer from its page.
+async fn allow_cross_origin(
+    State(allowed): State<Arc<[String]>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let origin = request.headers().get(header::ORIGIN).cloned();
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    if let Some(origin) = origin {
+        let ok = allowed
+            .iter()
+            .any(|a| a.as_bytes().eq_ignore_ascii_case(origin.as_bytes()));
+        if ok {
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        }
+    }
     response
 }
 

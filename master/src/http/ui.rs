@@ -1,7 +1,8 @@
 //! The web UI: static files compiled into the binary (no CDN, no build
 //! step), served at `/` and `/ui/FILE`. The page reads `/api/v1/*` and
 //! `/events` from the master and a task's sandbox files from its agent's
-//! `/files/…` (the agent allows cross-origin reads).
+//! `/files/…` (the agent allows cross-origin reads from the master's origin,
+//! see its `--allowed-origins`).
 
 use axum::extract::Path;
 use axum::http::{header, StatusCode};
