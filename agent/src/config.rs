@@ -244,6 +244,24 @@ pub(crate) fn default_command_executor() -> String {
         .unwrap_or_else(|| "agora-command-executor".to_string())
 }
 
+/// The web origins of a master at `master` (`HOST:PORT`; none for a
+/// discovery URL such as `etcd://…`): its own, and for a loopback host
+/// the other usual spelling of it.
+pub fn master_origins(master: &str) -> Vec<String> {
+    if master.contains("://") {
+        return Vec::new();
+    }
+    let mut origins = vec![format!("http://{master}")];
+    if let Some((host, port)) = master.rsplit_once(':') {
+        match host {
+            "127.0.0.1" => origins.push(format!("http://localhost:{port}")),
+            "localhost" => origins.push(format!("http://127.0.0.1:{port}")),
+            _ => {}
+        }
+    }
+    origins
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,22 +300,4 @@ mod tests {
         );
         assert!("x".parse::<RecoverMode>().is_err());
     }
-}
-
-/// The web origins of a master at `master` (`HOST:PORT`; none for a
-/// discovery URL such as `etcd://…`): its own, and for a loopback host
-/// the other usual spelling of it.
-pub fn master_origins(master: &str) -> Vec<String> {
-    if master.contains("://") {
-        return Vec::new();
-    }
-    let mut origins = vec![format!("http://{master}")];
-    if let Some((host, port)) = master.rsplit_once(':') {
-        match host {
-            "127.0.0.1" => origins.push(format!("http://localhost:{port}")),
-            "localhost" => origins.push(format!("http://127.0.0.1:{port}")),
-            _ => {}
-        }
-    }
-    origins
 }
