@@ -163,17 +163,17 @@ fn native_frames() {
         r#"{"type":"LAUNCH","offer_ids":["o-1"],"tasks":[{"name":"t","task_id":"t","agent_id":"a","resources":[{"name":"cpus","scalar":0.5},{"name":"ports","ranges":[[31000,31010]]}],"command":{"value":"echo hi","shell":true}}],"filters":{"refuse_seconds":5}}"#.to_string(),
         r#"{"type":"DECLINE","offer_ids":["o-1","o-2"],"filters":{"refuse_seconds":1e3}}"#.to_string(),
     ];
-    let scheduler_events = vec![agora_proto::encode(&scheduler::Event::Update {
+    let scheduler_events = [agora_proto::encode(&scheduler::Event::Update {
         status: status("t-1"),
     })];
-    let agents = vec![
+    let agents = [
         agora_proto::encode(&agent::Call::StatusUpdate {
             framework_id: fid.clone(),
             status: status("t-2"),
         }),
         r#"{"type":"REGISTER","protocol":1,"agent_info":{"hostname":"h","address":"127.0.0.1:1","resources":[{"name":"cpus","scalar":2},{"name":"mem","scalar":1024}],"attributes":{"rack":"r1"}}}"#.to_string(),
     ];
-    let executors = vec![
+    let executors = [
         agora_proto::encode(&executor::Call::Update {
             status: status("t-3"),
         }),
