@@ -49,6 +49,10 @@ pub(crate) enum CoreEvent {
         updates: Vec<TaskStatus>,
         tasks: Vec<TaskInfo>,
     },
+    /// Publish the `/state` snapshot now (if anything changed) and
+    /// answer once it is out: for a reader that must not see a view up
+    /// to [`SNAPSHOT_EVERY`] old.
+    Publish(oneshot::Sender<()>),
     /// Anything else, for the core as it is.
     Input(Input),
 }
@@ -195,6 +199,14 @@ impl Shell {
                     updates,
                     tasks,
                 }
+            }
+            CoreEvent::Publish(done) => {
+                // Whatever the core was asked before this is in the view.
+                let actions = self.core.take_actions();
+                self.execute(actions);
+                self.publish();
+                let _ = done.send(());
+                return None;
             }
             CoreEvent::Input(input) => {
                 match &input {

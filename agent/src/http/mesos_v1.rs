@@ -42,7 +42,7 @@ use axum::extract::ws::CloseFrame;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{AppState, ExecLink, Unwritten, WRITER_LINGER, WRITE_BATCH};
 use crate::core::{ExecKey, Input};
@@ -135,7 +135,7 @@ pub(super) async fn executor(
         }
         CallKind::Call(call) => {
             let Some(conn) = app.v1_subscriptions.get(&key).map(|c| *c) else {
-                return not_subscribed(&app, &key);
+                return not_subscribed(&app, &key).await;
             };
             let input = CoreEvent::Input(Input::ExecutorCall { conn, call });
             match app.core.send(input).await {
@@ -147,7 +147,7 @@ pub(super) async fn executor(
             if app.v1_subscriptions.contains_key(&key) {
                 StatusCode::ACCEPTED.into_response()
             } else {
-                not_subscribed(&app, &key)
+                not_subscribed(&app, &key).await
             }
         }
     }
@@ -159,9 +159,14 @@ fn refuse(code: StatusCode, message: impl Into<String>) -> Response {
     (code, message).into_response()
 }
 
-/// `400` for an executor the agent does not know (as its latest `/state`
-/// view says), `403` for one that is not subscribed.
-fn not_subscribed(app: &AppState, key: &ExecKey) -> Response {
+/// `400` for an executor the agent does not know (as a `/state` view
+/// published after the call arrived says: the periodic one may predate a
+/// launch), `403` for one that is not subscribed.
+async fn not_subscribed(app: &AppState, key: &ExecKey) -> Response {
+    let (done, published) = oneshot::channel();
+    if app.core.send(CoreEvent::Publish(done)).await.is_err() || published.await.is_err() {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping");
+    }
     let snapshot = app.snapshots.borrow().clone();
     let known = snapshot["frameworks"]
         .as_array()
