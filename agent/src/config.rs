@@ -46,6 +46,10 @@ pub enum RecoverMode {
 pub struct Config {
     /// `HOST:PORT` of the master.
     pub master: String,
+    /// Principal and secret sent as `Authorization: Basic` when
+    /// connecting to the master (for `--authenticate-agents`). Refused,
+    /// the agent is not registered and tries again with its backoff.
+    pub credential: Option<agora_proto::Credential>,
     /// Web origins (`http://HOST:PORT`) whose pages may read this agent's
     /// HTTP answers (the master's web UI reads sandboxes and usage):
     /// answers to a request from one of them carry it in
@@ -129,6 +133,7 @@ impl Config {
         let master = master.into();
         Config {
             allowed_origins: master_origins(&master),
+            credential: None,
             master,
             work_dir,
             resources,

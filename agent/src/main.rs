@@ -25,6 +25,13 @@ struct Flags {
     /// etcd://HOST:PORT/PREFIX to follow the current leader.
     #[arg(long, value_parser = parse_master)]
     master: String,
+    /// Principal to authenticate as to the master (with --secret-file or
+    /// AGORA_SECRET), for a master with --authenticate-agents.
+    #[arg(long, env = "AGORA_PRINCIPAL")]
+    principal: Option<String>,
+    /// File holding the principal's secret (trailing newline ignored).
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
     /// Web origins (comma separated, `http://HOST:PORT`) whose pages may
     /// read this agent's HTTP answers, such as the master's web UI as
     /// users reach it (default: the --master address, when HOST:PORT).
@@ -179,6 +186,23 @@ fn main() -> ExitCode {
     let mut config = Config::new(flags.master, flags.work_dir);
     if let Some(origins) = flags.allowed_origins {
         config.allowed_origins = origins;
+    }
+    if let Some(principal) = flags.principal {
+        let secret = match (&flags.secret_file, std::env::var("AGORA_SECRET")) {
+            (Some(path), _) => match std::fs::read_to_string(path) {
+                Ok(text) => text.trim_end_matches(['\n', '\r']).to_string(),
+                Err(e) => {
+                    eprintln!("error: --secret-file {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            },
+            (None, Ok(secret)) => secret,
+            (None, Err(_)) => {
+                eprintln!("error: --principal needs --secret-file or AGORA_SECRET");
+                return ExitCode::from(2);
+            }
+        };
+        config.credential = Some(agora_proto::Credential { principal, secret });
     }
     if let Some(resources) = flags.resources {
         config.resources = resources;

@@ -85,7 +85,26 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
         let ws_config = WebSocketConfig::default()
             .max_message_size(Some(agora_proto::MAX_FRAME_BYTES))
             .max_frame_size(Some(agora_proto::MAX_FRAME_BYTES));
-        let connect = tokio_tungstenite::connect_async_with_config(&url, Some(ws_config), true);
+        let mut request =
+            match tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+                &url,
+            ) {
+                Ok(request) => request,
+                Err(e) => {
+                    tracing::error!(%url, error = %e, "invalid master URL");
+                    return;
+                }
+            };
+        if let Some(credential) = &shared.config.credential {
+            let value = agora_proto::basic_authorization(&credential.principal, &credential.secret);
+            match value.parse() {
+                Ok(value) => {
+                    request.headers_mut().insert("authorization", value);
+                }
+                Err(_) => tracing::error!("the agent's credential cannot be sent as a header"),
+            }
+        }
+        let connect = tokio_tungstenite::connect_async_with_config(request, Some(ws_config), true);
         let result = tokio::select! {
             _ = cancel.cancelled() => return,
             r = tokio::time::timeout(REGISTRATION_WAIT, connect) => r,
@@ -108,6 +127,19 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
                     backoff.reset();
                 }
                 tracing::warn!(%master, "master connection lost; reconnecting");
+            }
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response)))
+                if matches!(response.status().as_u16(), 401 | 403) =>
+            {
+                // Not a passing state: say so loudly, and keep retrying
+                // (the operator may be fixing the credentials file).
+                previous = None;
+                tracing::warn!(
+                    %master,
+                    status = %response.status(),
+                    principal = shared.config.credential.as_ref().map(|c| c.principal.as_str()),
+                    "the master refused this agent's credentials; retrying"
+                );
             }
             Ok(Err(e)) => {
                 if let tokio_tungstenite::tungstenite::Error::Http(_) = e {

@@ -385,6 +385,7 @@ where
         shutdown: token.clone(),
         queue_capacity: 16,
         metrics,
+        auth: Arc::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -60,6 +60,15 @@ pub struct Config {
     /// removing a live agent kills its tasks; short enough that
     /// frameworks learn of truly gone agents the same hour.
     pub agent_reregister_timeout: Duration,
+    /// Principals and secrets (`--credentials`); needed by
+    /// `authenticate_frameworks` and `authenticate_agents`.
+    pub credentials: Option<agora_proto::Credentials>,
+    /// Schedulers (native WebSocket and Mesos v1 API) must authenticate
+    /// with `Authorization: Basic` credentials from `credentials`.
+    pub authenticate_frameworks: bool,
+    /// Agents must authenticate the same way; one that does not is not
+    /// registered (it keeps retrying with backoff).
+    pub authenticate_agents: bool,
     /// The most an agent may offer of each scalar named here (summed over
     /// roles): an agent registering with more is refused, as a broken or
     /// forged agent (default [`DEFAULT_MAX_AGENT_RESOURCES`]).
@@ -134,6 +143,9 @@ impl Default for Config {
             role_quotas: BTreeMap::new(),
             recovered_framework_timeout: Duration::from_secs(600),
             agent_reregister_timeout: DEFAULT_AGENT_REREGISTER_TIMEOUT,
+            credentials: None,
+            authenticate_frameworks: false,
+            authenticate_agents: false,
             max_agent_resources: Resources::parse(DEFAULT_MAX_AGENT_RESOURCES)
                 .expect("the default --max-agent-resources parses"),
             max_completed_tasks: 1000,
@@ -165,6 +177,10 @@ impl Config {
         }
         if self.offer_timeout.is_some_and(|d| d.is_zero()) {
             return Err("offer_timeout must be greater than zero when set".into());
+        }
+        if (self.authenticate_frameworks || self.authenticate_agents) && self.credentials.is_none()
+        {
+            return Err("authenticating frameworks or agents needs --credentials".into());
         }
         if self.max_connections_per_peer == 0 {
             return Err("max_connections_per_peer must be at least 1".into());

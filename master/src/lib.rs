@@ -168,6 +168,11 @@ pub async fn run(
         shutdown: token.clone(),
         queue_capacity: config.connection_queue_capacity,
         metrics,
+        auth: Arc::new(http::Authentication {
+            credentials: config.credentials.clone(),
+            frameworks: config.authenticate_frameworks,
+            agents: config.authenticate_agents,
+        }),
     };
     #[allow(unused_mut)]
     let mut router = http::router(app);

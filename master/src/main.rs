@@ -48,6 +48,19 @@ struct Flags {
     /// refuse_seconds for declines and launches without a filter.
     #[arg(long, default_value_t = agora_proto::DEFAULT_REFUSE_SECONDS)]
     default_refuse_seconds: f64,
+    /// Principals and secrets: Mesos's JSON format
+    /// (`{"credentials":[{"principal":"p","secret":"s"}]}`) or one
+    /// `principal secret` pair per line.
+    #[arg(long)]
+    credentials: Option<PathBuf>,
+    /// Schedulers must authenticate (`Authorization: Basic`, on the
+    /// native WebSocket and the Mesos v1 API) with --credentials.
+    #[arg(long)]
+    authenticate_frameworks: bool,
+    /// Agents must authenticate with --credentials; others are not
+    /// registered.
+    #[arg(long)]
+    authenticate_agents: bool,
     /// The most an agent may offer of each scalar named (e.g.
     /// `cpus:1024;mem:16777216`): an agent registering with more is
     /// refused.
@@ -205,6 +218,12 @@ async fn main() -> anyhow::Result<()> {
         role_quotas: flags.quotas.into_iter().flatten().collect(),
         recovered_framework_timeout: flags.recovered_framework_timeout,
         agent_reregister_timeout: flags.agent_reregister_timeout,
+        credentials: match &flags.credentials {
+            Some(path) => Some(agora_proto::Credentials::load(path)?),
+            None => None,
+        },
+        authenticate_frameworks: flags.authenticate_frameworks,
+        authenticate_agents: flags.authenticate_agents,
         max_agent_resources: flags.max_agent_resources,
         max_completed_tasks: flags.max_completed_tasks,
         max_completed_frameworks: flags.max_completed_frameworks,

@@ -153,6 +153,8 @@ pub(crate) struct AgentState {
 pub(crate) struct FrameworkState {
     pub(crate) id: FrameworkId,
     pub(crate) name: String,
+    /// The principal it authenticated (or declared itself) as.
+    pub(crate) principal: Option<String>,
     pub(crate) roles: Vec<String>,
     pub(crate) connected: bool,
     pub(crate) suppressed: bool,
@@ -832,6 +834,7 @@ impl StateBuilder {
             frameworks.push(FrameworkState {
                 id: m.id.clone(),
                 name: m.name.clone(),
+                principal: m.info.principal.clone(),
                 roles: m.roles.clone(),
                 connected: m.connected,
                 suppressed: m.suppressed,
@@ -1073,6 +1076,7 @@ impl StateSnapshot {
             w.out.push(b'{');
             w.field(true, "id", &f.id)?;
             w.field(false, "name", &f.name)?;
+            w.field(false, "principal", &f.principal)?;
             w.field(false, "roles", &f.roles)?;
             w.field(false, "connected", &f.connected)?;
             w.field(false, "suppressed", &f.suppressed)?;

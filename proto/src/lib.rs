@@ -17,6 +17,7 @@
 pub mod agent;
 mod attributes;
 mod codec;
+mod credentials;
 mod duration;
 pub mod env;
 pub mod executor;
@@ -28,6 +29,10 @@ mod types;
 
 pub use attributes::{Attribute, AttributeError, AttributeValue, Attributes};
 pub use codec::{decode, encode, DecodeError, Message, MAX_FRAME_BYTES};
+pub use credentials::{
+    basic_authorization, parse_basic_authorization, secrets_equal, Credential, Credentials,
+    CredentialsError,
+};
 pub use duration::{parse_duration, DurationError};
 pub use fetch::FetchUri;
 pub use ids::{

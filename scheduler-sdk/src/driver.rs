@@ -459,7 +459,13 @@ impl Io {
             let connecting = async {
                 let (url, leader_changed) = endpoint.resolve(previous.as_deref()).await?;
                 previous = Some(url.clone());
-                let ws = connect(&url).await.map_err(|e| {
+                let authorization = self
+                    .inner
+                    .config
+                    .credential
+                    .as_ref()
+                    .map(|c| agora_proto::basic_authorization(&c.principal, &c.secret));
+                let ws = connect(&url, authorization.as_deref()).await.map_err(|e| {
                     if let ConnectError::Answered(_) = e {
                         // Alive but not serving yet (a new leader loading
                         // its registry): try it again after the backoff
@@ -687,13 +693,23 @@ impl std::fmt::Display for ConnectError {
     }
 }
 
-async fn connect(url: &str) -> Result<Ws, ConnectError> {
+async fn connect(url: &str, authorization: Option<&str>) -> Result<Ws, ConnectError> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| ConnectError::Unreachable(e.to_string()))?;
+    if let Some(value) = authorization {
+        let value = value.parse().map_err(|_| {
+            ConnectError::Unreachable("the credential is not a valid header".into())
+        })?;
+        request.headers_mut().insert("authorization", value);
+    }
     match tokio::time::timeout(
         CONNECT_TIMEOUT,
-        tokio_tungstenite::connect_async_with_config(url, Some(config), true),
+        tokio_tungstenite::connect_async_with_config(request, Some(config), true),
     )
     .await
     {

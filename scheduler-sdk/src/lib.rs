@@ -203,6 +203,11 @@ pub struct DriverConfig {
     pub reconnect_backoff_min: Duration,
     /// Cap of the doubling reconnect delay. Default 5 s.
     pub reconnect_backoff_max: Duration,
+    /// Principal and secret sent as `Authorization: Basic` when
+    /// connecting, for a master with `--authenticate-frameworks`. A
+    /// master that refuses them answers 401; the driver logs it and tries
+    /// again after its backoff. Default none.
+    pub credential: Option<agora_proto::Credential>,
 }
 
 /// Where a driver is in its life.
@@ -251,6 +256,7 @@ impl DriverConfig {
             implicit_acknowledgements: true,
             reconnect_backoff_min: Self::DEFAULT_RECONNECT_BACKOFF_MIN,
             reconnect_backoff_max: Self::DEFAULT_RECONNECT_BACKOFF_MAX,
+            credential: None,
         }
     }
 }

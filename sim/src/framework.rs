@@ -169,6 +169,7 @@ impl World {
             implicit_acknowledgements: true,
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(5),
+            credential: None,
         };
         fw.driver = Some(SimScheduler::new(fw.info.clone(), &config));
         let inc = fw.inc;

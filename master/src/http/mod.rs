@@ -61,6 +61,47 @@ pub(crate) struct AppState {
     pub(crate) shutdown: CancellationToken,
     pub(crate) queue_capacity: usize,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) auth: Arc<Authentication>,
+}
+
+/// Who must authenticate, against which credentials.
+#[derive(Debug, Default)]
+pub(crate) struct Authentication {
+    pub(crate) credentials: Option<agora_proto::Credentials>,
+    pub(crate) frameworks: bool,
+    pub(crate) agents: bool,
+}
+
+impl Authentication {
+    /// The principal `headers` authenticate when `required`: `Ok(None)`
+    /// when authentication is not required and none is offered; `Err`
+    /// the answer (401) when it is required and missing or wrong.
+    #[allow(clippy::result_large_err)] // the error is the answer, built once
+    pub(crate) fn principal(
+        &self,
+        required: bool,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<Option<String>, Response> {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let Some(credentials) = &self.credentials else {
+            return Ok(None);
+        };
+        match credentials.authenticate(given) {
+            Ok(principal) => Ok(Some(principal)),
+            Err(_) if !required && given.is_none() => Ok(None),
+            Err(e) => {
+                let mut response =
+                    (axum::http::StatusCode::UNAUTHORIZED, e.to_string()).into_response();
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    axum::http::HeaderValue::from_static("Basic realm=\"agora\""),
+                );
+                Err(response)
+            }
+        }
+    }
 }
 
 /// Which channel a WebSocket speaks.
@@ -149,16 +190,43 @@ async fn state_json(State(app): State<AppState>) -> Response {
     }
 }
 
-fn upgrade(ws: WebSocketUpgrade, app: AppState, kind: Kind) -> Response {
+/// Upgrades to a WebSocket of `kind` once the peer has authenticated
+/// (when its kind must): a missing or wrong `Authorization` is answered
+/// 401 before any frame is read.
+fn upgrade(
+    ws: WebSocketUpgrade,
+    app: AppState,
+    kind: Kind,
+    headers: &axum::http::HeaderMap,
+) -> Response {
+    let required = match kind {
+        Kind::Scheduler => app.auth.frameworks,
+        Kind::Agent => app.auth.agents,
+    };
+    let principal = match app.auth.principal(required, headers) {
+        Ok(principal) => principal,
+        Err(refusal) => {
+            tracing::info!(?kind, "connection refused: not authenticated");
+            return refusal;
+        }
+    };
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| ws::serve(socket, kind, app))
+        .on_upgrade(move |socket| ws::serve(socket, kind, app, principal))
 }
 
-async fn scheduler_ws(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
-    upgrade(ws, app, Kind::Scheduler)
+async fn scheduler_ws(
+    ws: WebSocketUpgrade,
+    State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    upgrade(ws, app, Kind::Scheduler, &headers)
 }
 
-async fn agent_ws(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
-    upgrade(ws, app, Kind::Agent)
+async fn agent_ws(
+    ws: WebSocketUpgrade,
+    State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    upgrade(ws, app, Kind::Agent, &headers)
 }

@@ -22,7 +22,9 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most queued frames written with one flush.
 const WRITE_BATCH: usize = 256;
 
-pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
+/// Serves one connection of `kind`; `principal` is who it authenticated
+/// as (a scheduler's `SUBSCRIBE` must then name it, or is given it).
+pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState, principal: Option<String>) {
     let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Outbound>(app.queue_capacity);
     let cancel = app.shutdown.child_token();
@@ -120,7 +122,9 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
         }
         match frame {
             None | Some(Ok(Message::Close(_))) => break,
-            Some(Ok(Message::Text(text))) => match parse(kind, conn, text.as_str()) {
+            Some(Ok(Message::Text(text))) => match parse(kind, conn, text.as_str())
+                .and_then(|input| bind_principal(input, principal.as_deref()))
+            {
                 Ok(input) => {
                     let forwarded = tokio::select! {
                         r = app.inputs.send(input) => r.is_ok(),
@@ -183,6 +187,35 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState) {
 struct Refusal {
     message: String,
     fatal: bool,
+}
+
+/// A scheduler's `SUBSCRIBE` on a connection authenticated as
+/// `principal` takes that principal: one naming another is refused
+/// (fatal), as Mesos refuses a framework whose principal differs from the
+/// one it authenticated.
+fn bind_principal(mut input: Input, principal: Option<&str>) -> Result<Input, Refusal> {
+    let (
+        Some(principal),
+        Input::Scheduler {
+            call: scheduler::Call::Subscribe { framework_info, .. },
+            ..
+        },
+    ) = (principal, &mut input)
+    else {
+        return Ok(input);
+    };
+    match &framework_info.principal {
+        Some(named) if named != principal => Err(Refusal {
+            message: format!(
+                "framework principal {named:?} is not the authenticated principal {principal:?}"
+            ),
+            fatal: true,
+        }),
+        _ => {
+            framework_info.principal = Some(principal.to_string());
+            Ok(input)
+        }
+    }
 }
 
 fn parse(kind: Kind, conn: u64, text: &str) -> Result<Input, Refusal> {

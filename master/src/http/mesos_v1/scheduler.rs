@@ -58,6 +58,14 @@ pub(crate) async fn handle(
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return response;
     }
+    let principal = match state
+        .app
+        .auth
+        .principal(state.app.auth.frameworks, &headers)
+    {
+        Ok(principal) => principal,
+        Err(refusal) => return refusal,
+    };
     let codec = match request_codec(&headers) {
         Ok(codec) => codec,
         Err(response) => return response,
@@ -77,7 +85,7 @@ pub(crate) async fn handle(
         }
     };
     if call.r#type() == v1::scheduler::call::Type::Subscribe {
-        subscribe(state, &headers, call).await
+        subscribe(state, &headers, call, principal).await
     } else {
         other_call(state, &headers, call).await
     }
@@ -108,7 +116,12 @@ pub(crate) async fn read_body(body: Body) -> Result<Bytes, Response> {
         })
 }
 
-async fn subscribe(state: MesosState, headers: &HeaderMap, call: v1::scheduler::Call) -> Response {
+async fn subscribe(
+    state: MesosState,
+    headers: &HeaderMap,
+    call: v1::scheduler::Call,
+    principal: Option<String>,
+) -> Response {
     if headers.contains_key(STREAM_ID) {
         return error(
             StatusCode::BAD_REQUEST,
@@ -132,6 +145,14 @@ async fn subscribe(state: MesosState, headers: &HeaderMap, call: v1::scheduler::
             "'framework_id' differs from 'subscribe.framework_info.id'",
         );
     }
+    if let (Some(authenticated), Some(named)) = (&principal, &info.principal) {
+        if authenticated != named {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("Framework principal '{named}' is not the authenticated principal '{authenticated}'"),
+            );
+        }
+    }
     let caps = Capabilities::of(&info);
     let app = &state.app;
     let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -152,7 +173,10 @@ async fn subscribe(state: MesosState, headers: &HeaderMap, call: v1::scheduler::
         state: state.clone(),
     };
     match convert::framework_info(&info) {
-        Ok(framework_info) => {
+        Ok(mut framework_info) => {
+            if principal.is_some() {
+                framework_info.principal = principal;
+            }
             tracing::info!(conn, name = %framework_info.name, id = ?framework_info.id, "Mesos scheduler subscribing");
             let input = Input::Scheduler {
                 conn,
