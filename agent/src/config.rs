@@ -50,6 +50,15 @@ pub struct Config {
     /// connecting to the master (for `--authenticate-agents`). Refused,
     /// the agent is not registered and tries again with its backoff.
     pub credential: Option<agora_proto::Credential>,
+    /// File holding the key (at least 32 bytes) that signs executor
+    /// tokens. Default: a random key the agent keeps in its work
+    /// directory, so executors recovered after a restart keep theirs.
+    pub executor_secret_key: Option<PathBuf>,
+    /// Whether Mesos v1 executors must present their token
+    /// (`Authorization: Bearer`, from `MESOS_EXECUTOR_AUTHENTICATION_TOKEN`)
+    /// on every call: a missing or forged one gets `401`, one for another
+    /// executor or run `403`. Agora's own executors always present theirs.
+    pub authenticate_executors: bool,
     /// Web origins (`http://HOST:PORT`) whose pages may read this agent's
     /// HTTP answers (the master's web UI reads sandboxes and usage):
     /// answers to a request from one of them carry it in
@@ -134,6 +143,8 @@ impl Config {
         Config {
             allowed_origins: master_origins(&master),
             credential: None,
+            executor_secret_key: None,
+            authenticate_executors: false,
             master,
             work_dir,
             resources,

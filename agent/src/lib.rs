@@ -38,6 +38,7 @@ mod core;
 mod fetch;
 pub mod files;
 mod http;
+mod identity;
 pub mod isolation;
 pub mod launcher;
 mod master_link;
@@ -94,6 +95,8 @@ pub(crate) struct Shared {
     next_conn: Arc<AtomicU64>,
     /// Counters for `/metrics` that the core bumps.
     pub(crate) counters: Arc<Counters>,
+    /// Signs and checks executor tokens.
+    pub(crate) identity: Arc<identity::ExecutorIdentity>,
 }
 
 /// Status update deliveries the core counts for `/metrics`.
@@ -163,12 +166,16 @@ pub async fn run(
         }
     };
     let local = listener.local_addr()?;
+    let identity =
+        identity::ExecutorIdentity::load(config.executor_secret_key.as_deref(), &config.work_dir)
+            .map_err(|e| AgentError::InvalidConfig(format!("executor secret key: {e}")))?;
     let shared = Shared {
         listen: local,
         executor_endpoint: format!("ws://{}/api/executor", loopback_if_unspecified(local)),
         config: Arc::new(config),
         next_conn: Arc::new(AtomicU64::new(1)),
         counters: Arc::default(),
+        identity: Arc::new(identity),
     };
     let (writer, streams) =
         checkpoint::Writer::start(&shared.config.work_dir).map_err(|source| {
@@ -274,6 +281,7 @@ mod tests {
             executor_endpoint: String::new(),
             next_conn: Arc::default(),
             counters: Arc::default(),
+            identity: Arc::new(identity::ExecutorIdentity::new(&[1; 32])),
         }
     }
 

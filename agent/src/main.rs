@@ -32,6 +32,14 @@ struct Flags {
     /// File holding the principal's secret (trailing newline ignored).
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// File holding the key (32 bytes or more) that signs executor tokens
+    /// (default: a random key kept in the work directory).
+    #[arg(long)]
+    executor_secret_key: Option<PathBuf>,
+    /// Require Mesos v1 executors to present their token on every call
+    /// (401 without or with a forged one, 403 for another executor's).
+    #[arg(long)]
+    authenticate_executors: bool,
     /// Web origins (comma separated, `http://HOST:PORT`) whose pages may
     /// read this agent's HTTP answers, such as the master's web UI as
     /// users reach it (default: the --master address, when HOST:PORT).
@@ -187,6 +195,8 @@ fn main() -> ExitCode {
     if let Some(origins) = flags.allowed_origins {
         config.allowed_origins = origins;
     }
+    config.executor_secret_key = flags.executor_secret_key;
+    config.authenticate_executors = flags.authenticate_executors;
     if let Some(principal) = flags.principal {
         let secret = match (&flags.secret_file, std::env::var("AGORA_SECRET")) {
             (Some(path), _) => match std::fs::read_to_string(path) {

@@ -48,6 +48,9 @@ impl SimAgent {
             config: Arc::new(config),
             next_conn: Arc::new(AtomicU64::new(1)),
             counters: Arc::default(),
+            identity: Arc::new(crate::identity::ExecutorIdentity::new(
+                &seed.to_le_bytes().repeat(4),
+            )),
         };
         SimAgent {
             core: Core::new(shared, seed, now, wall),

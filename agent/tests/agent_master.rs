@@ -4,6 +4,8 @@
 
 mod support;
 
+use base64::Engine as _;
+
 use std::time::Duration;
 
 use agora_proto::agent::{Call as AgentCall, Event as AgentEvent};
@@ -108,6 +110,36 @@ async fn registers_pongs_launches_and_delivers_updates() {
         bad.recv().await,
         ExecEvent::Error { fatal: true, .. }
     ));
+    // The token is a JWT the agent signed: the same claims signed with
+    // another key, or unsigned (`alg: none`), are refused as invalid.
+    let token = &env["AGORA_EXECUTOR_TOKEN"];
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let payload = token.split('.').nth(1).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(&b64.decode(payload).unwrap()).unwrap();
+    let other_key = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(&[5u8; 32]),
+    )
+    .unwrap();
+    let unsigned = format!(
+        "{}.{payload}.",
+        b64.encode(br#"{"alg":"none","typ":"JWT"}"#)
+    );
+    for forged in [other_key, unsigned] {
+        let mut bad = ExecClient::connect(&endpoint).await;
+        wrong.insert("AGORA_EXECUTOR_TOKEN".into(), forged);
+        bad.send(&subscribe(&wrong, vec![], vec![])).await;
+        match bad.recv().await {
+            ExecEvent::Error {
+                fatal: true,
+                message,
+            } => {
+                assert!(message.contains("invalid executor token"), "{message}")
+            }
+            e => panic!("{e:?}"),
+        }
+    }
 
     let mut exec = ExecClient::connect(&endpoint).await;
     // Calls before SUBSCRIBE and undecodable frames get non-fatal errors.

@@ -127,6 +127,15 @@ async fn subscribe_v1(
     codec: Codec,
     unacknowledged: serde_json::Value,
 ) -> Stream {
+    subscribe_v1_with(env, codec, unacknowledged, &[]).await
+}
+
+async fn subscribe_v1_with(
+    env: &HashMap<String, String>,
+    codec: Codec,
+    unacknowledged: serde_json::Value,
+    headers: &[(&str, &str)],
+) -> Stream {
     let call = call_body(env, "SUBSCRIBE", unacknowledged);
     let body = match codec {
         Codec::Json => call.to_string().into_bytes(),
@@ -136,12 +145,14 @@ async fn subscribe_v1(
         }
     };
     let media = codec.media_type();
+    let mut all = vec![("content-type", media), ("accept", media)];
+    all.extend_from_slice(headers);
     let body = Http::new()
         .stream(
             Method::POST,
             &env["MESOS_AGENT_ENDPOINT"],
             "/api/v1/executor",
-            &[("content-type", media), ("accept", media)],
+            &all,
             Some(body),
         )
         .await
@@ -224,11 +235,20 @@ struct Started {
 
 impl Started {
     async fn with_mesos_task(checkpoint: bool) -> Started {
+        Started::with_mesos_task_and(checkpoint, |_| {}).await
+    }
+
+    async fn with_mesos_task_and(
+        checkpoint: bool,
+        adjust: impl FnOnce(&mut agora_agent::Config),
+    ) -> Started {
         let dir = tempfile::tempdir().unwrap();
         let script = sleeper_script(dir.path());
         let work = dir.path().join("work");
         let master = FakeMaster::bind().await;
-        let agent = Agent::start(config(&master.addr(), &work, &script)).await;
+        let mut config = config(&master.addr(), &work, &script);
+        adjust(&mut config);
+        let agent = Agent::start(config).await;
         let mut conn = master.accept().await;
         conn.register("agent-1").await;
         conn.send(&AgentEvent::RunTask {
@@ -736,5 +756,199 @@ async fn a_mesos_executor_gets_a_task_group_in_one_launch_group_and_heartbeats()
         beats[1] - beats[0] + slack >= interval,
         "heartbeats came too often"
     );
+    agent.stop().await;
+}
+
+/// The claims of a JWT (unverified: what the agent put in it).
+fn claims(token: &str) -> serde_json::Value {
+    let payload = token.split('.').nth(1).expect("a JWT has three parts");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+fn sign(claims: &serde_json::Value, key: &[u8]) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(key),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_authenticate_with_their_runs_signed_token() {
+    let Started {
+        dir: _dir,
+        script,
+        work,
+        agent,
+        master: _master,
+        mut conn,
+    } = Started::with_mesos_task_and(false, |c| c.authenticate_executors = true).await;
+    // A second Mesos executor of the same framework.
+    conn.send(&AgentEvent::RunTask {
+        framework: framework("fw", false),
+        task: mesos_task("t2", "e2", &script, true),
+    })
+    .await;
+    let (_, env) = executor_env(&work, "fw", "e1").await;
+    let (_, env2) = executor_env(&work, "fw", "e2").await;
+    let endpoint = env["MESOS_AGENT_ENDPOINT"].clone();
+
+    // The token: HS256, naming framework, executor, run and agent; the
+    // same in both variables.
+    let token = env["MESOS_EXECUTOR_AUTHENTICATION_TOKEN"].clone();
+    assert_eq!(token, env["AGORA_EXECUTOR_TOKEN"]);
+    let header: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token.split('.').next().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["alg"], "HS256");
+    let state = agent
+        .state_when(|s| {
+            s["frameworks"][0]["executors"]
+                .as_array()
+                .is_some_and(|e| e.len() == 2)
+        })
+        .await;
+    let run = state["frameworks"][0]["executors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == "e1")
+        .unwrap()["run_id"]
+        .clone();
+    let mine = claims(&token);
+    assert_eq!(
+        (&mine["fid"], &mine["eid"], &mine["cid"], &mine["aid"]),
+        (&json!("fw"), &json!("e1"), &run, &json!("agent-1"))
+    );
+
+    let key = std::fs::read(work.join("executor-secret-key")).unwrap();
+    let mut other_run = mine.clone();
+    other_run["cid"] = json!("an-earlier-run");
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let unsigned = format!(
+        "{}.{}.",
+        b64.encode(br#"{"alg":"none","typ":"JWT"}"#),
+        b64.encode(mine.to_string())
+    );
+    let subscribe = call_body(&env, "SUBSCRIBE", json!({}))
+        .to_string()
+        .into_bytes();
+    let attempt = |authorization: Option<String>| {
+        let endpoint = endpoint.clone();
+        let subscribe = subscribe.clone();
+        async move {
+            let mut headers = vec![("content-type", JSON)];
+            let value = authorization.unwrap_or_default();
+            if !value.is_empty() {
+                headers.push(("authorization", value.as_str()));
+            }
+            post(&endpoint, &headers, subscribe).await
+        }
+    };
+    // No token, a token of another key, `alg: none`, junk: 401 with a
+    // Bearer challenge.
+    let answer = attempt(None).await;
+    assert_eq!(answer.status, 401, "{}", answer.text());
+    assert_eq!(
+        answer.headers["www-authenticate"],
+        "Bearer realm=\"agora-executor\""
+    );
+    for forged in [sign(&mine, &[9u8; 32]), unsigned, "not-a-token".to_string()] {
+        let answer = attempt(Some(format!("Bearer {forged}"))).await;
+        assert_eq!(answer.status, 401, "{forged}: {}", answer.text());
+    }
+    assert_eq!(attempt(Some(format!("Basic {token}"))).await.status, 401);
+    // Signed by this agent, for another executor or another run: 403.
+    let answer = attempt(Some(format!(
+        "Bearer {}",
+        env2["MESOS_EXECUTOR_AUTHENTICATION_TOKEN"]
+    )))
+    .await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    let answer = attempt(Some(format!("Bearer {}", sign(&other_run, &key)))).await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+
+    // Each with its own token subscribes.
+    let bearer = format!("Bearer {token}");
+    let bearer2 = format!("Bearer {}", env2["MESOS_EXECUTOR_AUTHENTICATION_TOKEN"]);
+    let mut stream =
+        subscribe_v1_with(&env, Codec::Json, json!({}), &[("authorization", &bearer)]).await;
+    assert_eq!(stream.next().await["type"], "SUBSCRIBED");
+    assert_eq!(stream.next().await["type"], "LAUNCH");
+    let mut stream2 = subscribe_v1_with(
+        &env2,
+        Codec::Json,
+        json!({}),
+        &[("authorization", &bearer2)],
+    )
+    .await;
+    assert_eq!(stream2.next().await["type"], "SUBSCRIBED");
+    assert_eq!(stream2.next().await["type"], "LAUNCH");
+
+    let with = |authorization: &str, call: &serde_json::Value| {
+        let endpoint = endpoint.clone();
+        let body = call.to_string().into_bytes();
+        let authorization = authorization.to_string();
+        async move {
+            post(
+                &endpoint,
+                &[("content-type", JSON), ("authorization", &authorization)],
+                body,
+            )
+            .await
+            .status
+        }
+    };
+    // e2 forging e1's task: as itself it is refused (t1 is not its task);
+    // with e1's id but its own token, 403. Nothing reaches the master.
+    let forged = update("t1", "TASK_FAILED", &uuid::Uuid::new_v4());
+    assert_eq!(
+        with(&bearer2, &call_body(&env2, "UPDATE", forged.clone())).await,
+        202
+    );
+    let error = stream2.next().await;
+    assert_eq!(error["type"], "ERROR", "{error}");
+    assert_eq!(
+        with(&bearer2, &call_body(&env, "UPDATE", forged.clone())).await,
+        403
+    );
+    assert_eq!(
+        with("Bearer junk", &call_body(&env, "UPDATE", forged.clone())).await,
+        401
+    );
+    let heartbeat = call_body(&env, "HEARTBEAT", serde_json::Value::Null);
+    assert_eq!(with(&bearer2, &heartbeat).await, 403);
+    assert_eq!(with(&bearer, &heartbeat).await, 202);
+    // e1's own update, with its token, goes through: the only update the
+    // master sees.
+    let running = uuid::Uuid::new_v4();
+    let call = call_body(&env, "UPDATE", update("t1", "TASK_RUNNING", &running));
+    assert_eq!(with(&bearer, &call).await, 202);
+    assert_eq!(stream.next().await["type"], "ACKNOWLEDGED");
+    let (_, status) = conn.recv_update(true).await;
+    assert_eq!(
+        (status.task_id.as_str(), status.state, status.uuid),
+        ("t1", TaskState::Running, Some(running.to_string()))
+    );
+    // t1 runs (the forged TASK_FAILED never applied).
+    let t1 = |s: &serde_json::Value| {
+        s["frameworks"][0]["executors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["id"] == "e1")
+            .map(|e| e["tasks"][0]["state"].clone())
+    };
+    let state = agent
+        .state_when(|s| t1(s) == Some(json!("TASK_RUNNING")))
+        .await;
+    assert_eq!(t1(&state), Some(json!("TASK_RUNNING")));
     agent.stop().await;
 }

@@ -474,6 +474,7 @@ fn spawn(
     };
     // The token is the executor's credential, not the task's.
     process.env_remove(agora_proto::env::EXECUTOR_TOKEN);
+    process.env_remove(agora_proto::env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN);
     let (stdout, stderr) = match task {
         Some((sandbox, task_id)) => {
             // The agent makes it too; whoever comes first.

@@ -55,8 +55,16 @@ impl ExecutorConfig {
     /// `AGORA_RECOVERY_TIMEOUT` and `AGORA_SHUTDOWN_GRACE_PERIOD` (seconds,
     /// or a number with `ms`/`s`/`m`/`h`) are optional. The error names the
     /// variable that is missing or invalid.
+    ///
+    /// The token is then removed from this process's environment, so
+    /// that the processes the executor starts (its tasks) do not inherit
+    /// the executor's identity. Call this before starting threads that
+    /// read the environment.
     pub fn from_env() -> Result<Self, ExecutorError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        let config = Self::from_lookup(|name| std::env::var(name).ok())?;
+        std::env::remove_var(env::EXECUTOR_TOKEN);
+        std::env::remove_var(env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN);
+        Ok(config)
     }
 
     /// [`ExecutorConfig::from_env`] over any variable lookup.

@@ -33,6 +33,7 @@ async fn start_with(grace: &str, vars: &[(&str, &str)]) -> Run {
         .env("AGORA_EXECUTOR_ID", "task-1")
         .env("AGORA_SANDBOX", sandbox.path())
         .env("AGORA_EXECUTOR_TOKEN", "secret")
+        .env("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", "secret")
         .env("AGORA_SHUTDOWN_GRACE_PERIOD", grace)
         .env("RUST_LOG", "warn")
         .current_dir(sandbox.path())
@@ -94,7 +95,10 @@ async fn exit_code(child: &mut Child) -> i32 {
 #[tokio::test]
 async fn echo_runs_finishes_and_exits_after_acknowledgement() {
     let mut run = start("5").await;
-    let mut ws = launch(&run, command_task("task-1", Some(shell("echo hi")))).await;
+    // The task does not inherit the executor's token.
+    let command =
+        "echo hi; printenv AGORA_EXECUTOR_TOKEN MESOS_EXECUTOR_AUTHENTICATION_TOKEN; exit 0";
+    let mut ws = launch(&run, command_task("task-1", Some(shell(command)))).await;
 
     let running = recv_update(&mut ws).await;
     assert_eq!(running.task_id, TaskId::new("task-1"));

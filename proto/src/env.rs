@@ -52,6 +52,9 @@ pub const MESOS_RECOVERY_TIMEOUT: &str = "MESOS_RECOVERY_TIMEOUT";
 /// attempts (Mesos duration format); set only when the framework
 /// checkpoints.
 pub const MESOS_SUBSCRIPTION_BACKOFF_MAX: &str = "MESOS_SUBSCRIPTION_BACKOFF_MAX";
+/// The executor's token, which a Mesos v1 executor sends as
+/// `Authorization: Bearer`; set when the agent authenticates executors.
+pub const MESOS_EXECUTOR_AUTHENTICATION_TOKEN: &str = "MESOS_EXECUTOR_AUTHENTICATION_TOKEN";
 /// `0`: the executor is not Mesos's HTTP command executor.
 pub const MESOS_HTTP_COMMAND_EXECUTOR: &str = "MESOS_HTTP_COMMAND_EXECUTOR";
 

@@ -19,7 +19,17 @@ impl Core {
         first: Vec<TaskId>,
     ) {
         let run_id = self.uuid().to_string();
-        let token = self.uuid().simple().to_string();
+        let agent_id = self
+            .agent_id
+            .as_ref()
+            .map(|a| a.as_str())
+            .unwrap_or_default();
+        let token = self.shared.identity.issue(&crate::identity::Claims::new(
+            ekey.0.as_str(),
+            ekey.1.as_str(),
+            &run_id,
+            agent_id,
+        ));
         let sandbox = match paths::sandbox_dir(
             &self.shared.config.work_dir,
             ekey.0.as_str(),
@@ -256,6 +266,9 @@ impl Core {
             ),
             (env::MESOS_HTTP_COMMAND_EXECUTOR, "0".to_string()),
         ];
+        if config.authenticate_executors {
+            mesos.push((env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN, token.to_string()));
+        }
         if checkpoint == "1" {
             mesos.push((
                 env::MESOS_RECOVERY_TIMEOUT,
@@ -328,7 +341,19 @@ impl Core {
         let refusal = match (self.executors.get(&key), &token) {
             (None, _) => Some(format!("unknown executor {eid} of framework {fid}")),
             (Some(ex), Some(token)) if !tokens_equal(&ex.token, token) => {
-                Some("invalid executor token".to_string())
+                // Not this run's token: say whether it is no token of
+                // this agent's at all or another executor's (or run's).
+                Some(
+                    match self.shared.identity.check(
+                        token,
+                        fid.as_str(),
+                        eid.as_str(),
+                        Some(&ex.run_id),
+                    ) {
+                        Err(e) => e.to_string(),
+                        Ok(_) => "invalid executor token".to_string(),
+                    },
+                )
             }
             (Some(ex), None) if !speaks_mesos_v1(&ex.info) => Some(format!(
                 "executor {eid} was not launched as a Mesos executor; it subscribes on Agora's executor API"

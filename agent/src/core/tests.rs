@@ -55,6 +55,7 @@ impl H {
             config: Arc::new(config),
             next_conn: Arc::new(AtomicU64::new(100)),
             counters: Arc::default(),
+            identity: Arc::new(crate::identity::ExecutorIdentity::new(&[3; 32])),
         };
         let now = Instant::now();
         let mut core = Core::new(shared, 7, now, 1_000.0);
@@ -1192,6 +1193,7 @@ mod recording {
             executor_endpoint: String::new(),
             next_conn: Arc::default(),
             counters: Arc::default(),
+            identity: Arc::new(crate::identity::ExecutorIdentity::new(&[3; 32])),
         };
         Core::new(shared, 7, Instant::now(), 0.0)
     }

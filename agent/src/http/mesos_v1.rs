@@ -46,6 +46,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{AppState, ExecLink, Unwritten, WRITER_LINGER, WRITE_BATCH};
 use crate::core::{ExecKey, Input};
+use crate::identity::{self, Claims, TokenError};
 use crate::shell::CoreEvent;
 
 /// The largest call body accepted (larger ones get `413`).
@@ -109,6 +110,15 @@ pub(super) async fn executor(
         }
     };
     let key: ExecKey = (call.framework_id, call.executor_id);
+    // With --authenticate-executors every call carries the run's token.
+    let identity = if app.shared.config.authenticate_executors {
+        match authenticate(&app, &headers, &key) {
+            Ok(identity) => Some(identity),
+            Err(refusal) => return refusal,
+        }
+    } else {
+        None
+    };
     match call.kind {
         CallKind::Subscribe {
             unacknowledged_updates,
@@ -124,33 +134,152 @@ pub(super) async fn executor(
                     "Expecting 'Accept' to allow application/json or application/x-protobuf",
                 );
             };
+            if let Some((_, claims)) = &identity {
+                // The token must be the current run's, not an earlier
+                // run's of the same executor id.
+                let snapshot = match fresh_snapshot(&app).await {
+                    Ok(snapshot) => snapshot,
+                    Err(refusal) => return refusal,
+                };
+                if let Some(run) = executor_json(&snapshot, &key)
+                    .and_then(|e| e["run_id"].as_str().map(str::to_string))
+                {
+                    if run != claims.cid {
+                        return refuse(
+                            StatusCode::FORBIDDEN,
+                            format!(
+                                "the executor token is for run {} of executor {}, not its current run",
+                                claims.cid, key.1
+                            ),
+                        );
+                    }
+                }
+            }
             subscribe(
                 app,
                 key,
                 codec,
+                identity,
                 unacknowledged_updates,
                 unacknowledged_tasks,
             )
             .await
         }
         CallKind::Call(call) => {
-            let Some(conn) = app.v1_subscriptions.get(&key).map(|c| *c) else {
+            let Some(subscription) = app.v1_subscriptions.get(&key).map(|s| s.clone()) else {
                 return not_subscribed(&app, &key).await;
             };
+            if let Some(refusal) = other_run(&subscription, identity.as_ref(), &key) {
+                return refusal;
+            }
+            let conn = subscription.conn;
             let input = CoreEvent::Input(Input::ExecutorCall { conn, call });
             match app.core.send(input).await {
                 Ok(()) => StatusCode::ACCEPTED.into_response(),
                 Err(_) => refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping"),
             }
         }
-        CallKind::Heartbeat => {
-            if app.v1_subscriptions.contains_key(&key) {
-                StatusCode::ACCEPTED.into_response()
-            } else {
-                not_subscribed(&app, &key).await
-            }
+        CallKind::Heartbeat => match app.v1_subscriptions.get(&key).map(|s| s.clone()) {
+            Some(subscription) => other_run(&subscription, identity.as_ref(), &key)
+                .unwrap_or_else(|| StatusCode::ACCEPTED.into_response()),
+            None => not_subscribed(&app, &key).await,
+        },
+    }
+}
+
+/// A Mesos executor's subscription: the connection its calls belong to,
+/// and the run its token named (with `--authenticate-executors`).
+#[derive(Debug, Clone)]
+pub(super) struct V1Subscription {
+    conn: u64,
+    run: Option<String>,
+}
+
+/// The token of a call (`Authorization: Bearer`) and its claims: `401`
+/// (with a challenge) when there is none or it is not this agent's, `403`
+/// when it is another executor's.
+#[allow(clippy::result_large_err)] // the refusal is the handler's answer
+fn authenticate(
+    app: &AppState,
+    headers: &HeaderMap,
+    key: &ExecKey,
+) -> Result<(String, Claims), Response> {
+    let unauthorized = |message: String| {
+        tracing::warn!(framework_id = %key.0, executor_id = %key.1, %message, "Mesos executor call not authenticated");
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"agora-executor\"")],
+            message,
+        )
+            .into_response()
+    };
+    let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(identity::bearer)
+    else {
+        return Err(unauthorized(
+            "executor calls need 'Authorization: Bearer' with the executor's token".into(),
+        ));
+    };
+    match app
+        .shared
+        .identity
+        .check(token, key.0.as_str(), key.1.as_str(), None)
+    {
+        Ok(claims) => Ok((token.to_string(), claims)),
+        Err(e @ TokenError::Invalid(_)) => Err(unauthorized(e.to_string())),
+        Err(e @ TokenError::NotYours { .. }) => {
+            tracing::warn!(framework_id = %key.0, executor_id = %key.1, error = %e, "Mesos executor call with another executor's token");
+            Err(refuse(StatusCode::FORBIDDEN, e.to_string()))
         }
     }
+}
+
+/// `403` for a call whose token names another run than the one that
+/// subscribed.
+fn other_run(
+    subscription: &V1Subscription,
+    identity: Option<&(String, Claims)>,
+    key: &ExecKey,
+) -> Option<Response> {
+    let (Some(run), Some((_, claims))) = (&subscription.run, identity) else {
+        return None;
+    };
+    (*run != claims.cid).then(|| {
+        refuse(
+            StatusCode::FORBIDDEN,
+            format!(
+                "the executor token is for run {} of executor {}, not the subscribed run",
+                claims.cid, key.1
+            ),
+        )
+    })
+}
+
+/// The `/state` view published after this point (the periodic one may
+/// predate a launch).
+#[allow(clippy::result_large_err)] // the refusal is the handler's answer
+async fn fresh_snapshot(app: &AppState) -> Result<crate::shell::Snapshot, Response> {
+    let (done, published) = oneshot::channel();
+    if app.core.send(CoreEvent::Publish(done)).await.is_err() || published.await.is_err() {
+        return Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping"));
+    }
+    Ok(app.snapshots.borrow().clone())
+}
+
+/// An executor in a `/state` view.
+fn executor_json<'a>(
+    snapshot: &'a serde_json::Value,
+    key: &ExecKey,
+) -> Option<&'a serde_json::Value> {
+    snapshot["frameworks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["id"] == key.0.as_str())
+        .flat_map(|f| f["executors"].as_array().into_iter().flatten())
+        .find(|e| e["id"] == key.1.as_str())
 }
 
 fn refuse(code: StatusCode, message: impl Into<String>) -> Response {
@@ -163,19 +292,11 @@ fn refuse(code: StatusCode, message: impl Into<String>) -> Response {
 /// published after the call arrived says: the periodic one may predate a
 /// launch), `403` for one that is not subscribed.
 async fn not_subscribed(app: &AppState, key: &ExecKey) -> Response {
-    let (done, published) = oneshot::channel();
-    if app.core.send(CoreEvent::Publish(done)).await.is_err() || published.await.is_err() {
-        return refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping");
-    }
-    let snapshot = app.snapshots.borrow().clone();
-    let known = snapshot["frameworks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| f["id"] == key.0.as_str())
-        .flat_map(|f| f["executors"].as_array().into_iter().flatten())
-        .any(|e| e["id"] == key.1.as_str());
-    if known {
+    let snapshot = match fresh_snapshot(app).await {
+        Ok(snapshot) => snapshot,
+        Err(refusal) => return refusal,
+    };
+    if executor_json(&snapshot, key).is_some() {
         refuse(StatusCode::FORBIDDEN, "Executor is not subscribed")
     } else {
         refuse(
@@ -191,10 +312,14 @@ async fn subscribe(
     app: AppState,
     key: ExecKey,
     codec: Codec,
+    identity: Option<(String, Claims)>,
     updates: Vec<agora_proto::TaskStatus>,
     tasks: Vec<agora_proto::TaskInfo>,
 ) -> Response {
     let conn = app.shared.next_conn_id();
+    let (token, run) = identity
+        .map(|(token, claims)| (Some(token), Some(claims.cid)))
+        .unwrap_or_default();
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (close_tx, close) = watch::channel(None);
     let link = ExecLink {
@@ -210,7 +335,7 @@ async fn subscribe(
         link,
         framework_id: key.0.clone(),
         executor_id: key.1.clone(),
-        token: None,
+        token,
         updates,
         tasks,
     };
@@ -243,7 +368,8 @@ async fn subscribe(
     }
     // Calls from now on belong to this subscription (a newer one
     // replaces it).
-    app.v1_subscriptions.insert(key.clone(), conn);
+    app.v1_subscriptions
+        .insert(key.clone(), V1Subscription { conn, run });
     tracing::info!(framework_id = %key.0, executor_id = %key.1, codec = codec.media_type(), "Mesos executor subscribed");
     let (body_tx, body_rx) = mpsc::channel::<Bytes>(BODY_QUEUE);
     let translator = EventTranslator::new(app.shared.listen.port());
@@ -284,7 +410,7 @@ impl Drop for Disconnect {
     fn drop(&mut self) {
         self.app
             .v1_subscriptions
-            .remove_if(&self.key, |_, conn| *conn == self.conn);
+            .remove_if(&self.key, |_, s| s.conn == self.conn);
         let core = self.app.core.clone();
         let conn = self.conn;
         tokio::spawn(async move {

@@ -120,7 +120,7 @@ struct AppState {
     /// The connection of each executor subscribed on the Mesos v1
     /// executor API, to which its calls (made on requests of their own)
     /// belong.
-    v1_subscriptions: Arc<dashmap::DashMap<ExecKey, u64>>,
+    v1_subscriptions: Arc<dashmap::DashMap<ExecKey, mesos_v1::V1Subscription>>,
     /// Container statistics (`--isolation cgroups`).
     monitor: Monitor,
 }
