@@ -175,15 +175,6 @@ impl ExecutorIdentity {
     }
 }
 
-/// The token of an `Authorization: Bearer` header value.
-pub(crate) fn bearer(header: &str) -> Option<&str> {
-    let (scheme, token) = header.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
-        .filter(|t| !t.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,14 +257,5 @@ mod tests {
         std::fs::write(&short, "too short").unwrap();
         let error = ExecutorIdentity::load(Some(&short), dir.path()).unwrap_err();
         assert!(error.to_string().contains("at least 32"), "{error}");
-    }
-
-    #[test]
-    fn bearer_headers() {
-        assert_eq!(bearer("Bearer abc"), Some("abc"));
-        assert_eq!(bearer("bearer  abc "), Some("abc"));
-        assert_eq!(bearer("Basic abc"), None);
-        assert_eq!(bearer("Bearer "), None);
-        assert_eq!(bearer("abc"), None);
     }
 }

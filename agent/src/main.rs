@@ -197,22 +197,12 @@ fn main() -> ExitCode {
     }
     config.executor_secret_key = flags.executor_secret_key;
     config.authenticate_executors = flags.authenticate_executors;
-    if let Some(principal) = flags.principal {
-        let secret = match (&flags.secret_file, std::env::var("AGORA_SECRET")) {
-            (Some(path), _) => match std::fs::read_to_string(path) {
-                Ok(text) => text.trim_end_matches(['\n', '\r']).to_string(),
-                Err(e) => {
-                    eprintln!("error: --secret-file {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            },
-            (None, Ok(secret)) => secret,
-            (None, Err(_)) => {
-                eprintln!("error: --principal needs --secret-file or AGORA_SECRET");
-                return ExitCode::from(2);
-            }
-        };
-        config.credential = Some(agora_proto::Credential { principal, secret });
+    match agora_proto::Credential::from_flags(flags.principal, flags.secret_file.as_deref()) {
+        Ok(credential) => config.credential = credential,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
     }
     if let Some(resources) = flags.resources {
         config.resources = resources;

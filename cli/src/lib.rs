@@ -35,10 +35,19 @@ pub struct Column {
 
 /// The master at `addr`: `HOST:PORT`, or with the `etcd` feature
 /// `etcd://HOST:PORT/PREFIX`, the current leader.
-pub async fn master(addr: &str) -> anyhow::Result<MasterClient> {
+/// Requests present `credential` when given (a master with
+/// `--authenticate-http`).
+pub async fn master(
+    addr: &str,
+    credential: Option<&agora_proto::Credential>,
+) -> anyhow::Result<MasterClient> {
     let locator = MasterLocator::new(addr)?;
     let located = locator.locate(None).await?;
-    Ok(MasterClient::new(located.address))
+    let mut http = agora_client::Http::new();
+    if let Some(credential) = credential {
+        http = http.with_authorization(&credential.authorization())?;
+    }
+    Ok(MasterClient::with_http(http, located.address))
 }
 
 /// Every item of a paginated list endpoint (`query` without `offset`/`limit`).

@@ -38,6 +38,13 @@ struct Cli {
     /// Log as JSON lines (filter with RUST_LOG).
     #[arg(long, global = true)]
     log_json: bool,
+    /// Principal to authenticate as (with --secret-file or AGORA_SECRET);
+    /// with `local`, the one principal of an authenticating cluster.
+    #[arg(long, global = true, env = "AGORA_PRINCIPAL")]
+    principal: Option<String>,
+    /// File holding the principal's secret.
+    #[arg(long, global = true)]
+    secret_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -225,14 +232,17 @@ fn query(pairs: &[(&str, &Option<String>)]) -> String {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let credential =
+        agora_proto::Credential::from_flags(cli.principal.clone(), cli.secret_file.as_deref())
+            .map_err(anyhow::Error::msg)?;
     match cli.command {
         Command::Agents { filter } => {
-            let master = master(&cli.master).await?;
+            let master = master(&cli.master, credential.as_ref()).await?;
             let items = list_all(&master, "/api/v1/agents", &query(&[("q", &filter)])).await?;
             print_items(&items, AGENT_COLUMNS, cli.json)?;
         }
         Command::Frameworks { filter } => {
-            let master = master(&cli.master).await?;
+            let master = master(&cli.master, credential.as_ref()).await?;
             let items = list_all(&master, "/api/v1/frameworks", &query(&[("q", &filter)])).await?;
             print_items(&items, FRAMEWORK_COLUMNS, cli.json)?;
         }
@@ -242,7 +252,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             agent,
             filter,
         } => {
-            let master = master(&cli.master).await?;
+            let master = master(&cli.master, credential.as_ref()).await?;
             let q = query(&[
                 ("state", &state),
                 ("framework_id", &framework),
@@ -261,7 +271,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     follow,
                 },
         } => {
-            let master = master(&cli.master).await?;
+            let master = master(&cli.master, credential.as_ref()).await?;
             task_log(&master, &task_id, framework.as_deref(), &file, follow).await?;
         }
         Command::Execute(args) => {
@@ -275,12 +285,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 framework_id: args.framework_id.map(FrameworkId::new),
                 ledger: args.ledger,
                 state_file: args.state_file,
+                credential,
                 ..ExecuteOptions::new(cli.master.clone(), args.job.command, args.job.instances)
             };
             return job(opts, args.job.verbose, cli.json).await;
         }
         #[cfg(feature = "local")]
-        Command::Local(args) => return local(args, cli.json).await,
+        Command::Local(args) => return local(args, credential, cli.json).await,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -318,7 +329,11 @@ async fn job(opts: ExecuteOptions, verbose: bool, json: bool) -> anyhow::Result<
 }
 
 #[cfg(feature = "local")]
-async fn local(args: LocalArgs, json: bool) -> anyhow::Result<ExitCode> {
+async fn local(
+    args: LocalArgs,
+    credential: Option<agora_proto::Credential>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let (work_dir, remove_after) = match &args.work_dir {
         Some(dir) => (dir.clone(), false),
         None => (
@@ -329,6 +344,7 @@ async fn local(args: LocalArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut opts = LocalOptions::new(args.agents, work_dir.clone())?;
     opts.agent_resources = args.agent_resources.clone();
     opts.master_listen = args.listen;
+    opts.credential = credential;
     let cluster = LocalCluster::start(opts).await?;
     let master = cluster.master_addr.to_string();
     let result = match &args.command {
@@ -337,6 +353,7 @@ async fn local(args: LocalArgs, json: bool) -> anyhow::Result<ExitCode> {
                 name: "agora-local".to_string(),
                 resources: args.resources.clone(),
                 timeout: Some(args.timeout),
+                credential: cluster.credential.clone(),
                 ..ExecuteOptions::new(master.clone(), command.clone(), args.instances)
             };
             job(opts, args.verbose, json).await

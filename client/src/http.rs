@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -30,6 +30,8 @@ pub struct Http {
     client: Client<HttpConnector, Full<Bytes>>,
     timeout: Duration,
     max_body: usize,
+    /// Sent as `Authorization` on every request that has none of its own.
+    authorization: Option<HeaderValue>,
 }
 
 /// A whole answer.
@@ -134,7 +136,18 @@ impl Http {
             client,
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
+            authorization: None,
         }
+    }
+
+    /// The same client sending `value` (`Basic …`, `Bearer …`) as
+    /// `Authorization` on every request that brings none of its own.
+    pub fn with_authorization(mut self, value: &str) -> Result<Http, ClientError> {
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| ClientError::InvalidHeader("authorization".into()))?;
+        value.set_sensitive(true);
+        self.authorization = Some(value);
+        Ok(self)
     }
 
     /// The same client with another per-request timeout.
@@ -256,6 +269,11 @@ impl Http {
                 let value = HeaderValue::from_str(value)
                     .map_err(|_| ClientError::InvalidHeader(value.to_string()))?;
                 fields.append(name, value);
+            }
+            if let Some(authorization) = &self.authorization {
+                if !fields.contains_key(AUTHORIZATION) {
+                    fields.insert(AUTHORIZATION, authorization.clone());
+                }
             }
             if body.is_some() && !fields.contains_key(CONTENT_TYPE) {
                 fields.insert(

@@ -82,6 +82,9 @@ pub struct ExecuteOptions {
     /// `TASK_STAGING` when it is launched, then every status update
     /// (possibly repeated). For progress displays; `None` by default.
     pub on_state: Option<StateHook>,
+    /// Authenticate as this principal (a master with
+    /// `--authenticate-frameworks`).
+    pub credential: Option<agora_proto::Credential>,
 }
 
 /// A callback for [`ExecuteOptions::on_state`]. It runs on the driver's
@@ -185,6 +188,7 @@ impl ExecuteOptions {
             state_file: None,
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
             on_state: None,
+            credential: None,
         }
     }
 }
@@ -701,7 +705,9 @@ pub async fn execute(opts: ExecuteOptions) -> anyhow::Result<ExecuteReport> {
         job: job.clone(),
         started: now,
     };
-    let driver = SchedulerDriver::new(scheduler, framework, DriverConfig::new(opts.master.clone()));
+    let mut config = DriverConfig::new(opts.master.clone());
+    config.credential = opts.credential.clone();
+    let driver = SchedulerDriver::new(scheduler, framework, config);
     driver.start()?;
     let reconciler = tokio::spawn(reconcile_loop(
         driver.clone(),

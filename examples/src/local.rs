@@ -32,6 +32,10 @@ pub struct LocalOptions {
     /// Give agent `i` the host name `PREFIXi` (default: all `localhost`),
     /// so placement by host can be seen on one machine.
     pub hostname_prefix: Option<String>,
+    /// Turn authentication on, with this as the one principal: the
+    /// master authenticates frameworks, agents and HTTP operators, and
+    /// the agents (and [`LocalCluster::master_client`]) present it.
+    pub credential: Option<agora_proto::Credential>,
 }
 
 /// A running local cluster. Dropping it without [`LocalCluster::shutdown`]
@@ -41,6 +45,8 @@ pub struct LocalCluster {
     pub master_addr: SocketAddr,
     /// Where each agent serves.
     pub agent_addrs: Vec<SocketAddr>,
+    /// The principal everything authenticates as, when authentication is on.
+    pub credential: Option<agora_proto::Credential>,
     stop_agents: watch::Sender<bool>,
     stop_master: watch::Sender<bool>,
     agent_tasks: Vec<JoinHandle<()>>,
@@ -62,6 +68,7 @@ impl LocalOptions {
             master_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             command_executor: vec![exe.display().to_string(), COMMAND_EXECUTOR_ARG.to_string()],
             hostname_prefix: None,
+            credential: None,
         })
     }
 }
@@ -86,8 +93,16 @@ impl LocalCluster {
             .await
             .with_context(|| format!("binding the master to {}", opts.master_listen))?;
         let master_addr = listener.local_addr()?;
+        let authenticate = opts.credential.is_some();
         let master_config = agora_master::Config {
             work_dir: Some(opts.work_dir.join("master")),
+            credentials: opts
+                .credential
+                .clone()
+                .map(|c| agora_proto::Credentials::new(vec![c])),
+            authenticate_frameworks: authenticate,
+            authenticate_agents: authenticate,
+            authenticate_http: authenticate,
             ..agora_master::Config::default()
         };
         let shutdown = wait_stop(master_stopped);
@@ -113,6 +128,7 @@ impl LocalCluster {
                 None => "localhost".to_string(),
             };
             config.command_executor = opts.command_executor.clone();
+            config.credential = opts.credential.clone();
             let shutdown = wait_stop(agents_stopped.clone());
             agent_tasks.push(tokio::spawn(async move {
                 if let Err(e) = agora_agent::run(listener, config, shutdown).await {
@@ -123,6 +139,7 @@ impl LocalCluster {
         let cluster = LocalCluster {
             master_addr,
             agent_addrs,
+            credential: opts.credential.clone(),
             stop_agents,
             stop_master,
             agent_tasks,
@@ -136,7 +153,19 @@ impl LocalCluster {
 
     /// Waits until the master's `/state` lists `n` connected agents.
     pub async fn wait_for_agents(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
-        wait_for_agents(self.master_addr, n, timeout).await
+        wait_for_agents_with(&self.master_client()?, n, timeout).await
+    }
+
+    /// A client of the master, presenting the cluster's credential.
+    pub fn master_client(&self) -> anyhow::Result<agora_client::MasterClient> {
+        let mut http = agora_client::Http::new();
+        if let Some(credential) = &self.credential {
+            http = http.with_authorization(&credential.authorization())?;
+        }
+        Ok(agora_client::MasterClient::with_http(
+            http,
+            self.master_addr,
+        ))
     }
 
     /// Stops the agents (which kill their executors), then the master.
@@ -169,9 +198,18 @@ pub async fn wait_for_agents(
     n: usize,
     timeout: Duration,
 ) -> anyhow::Result<()> {
+    wait_for_agents_with(&agora_client::MasterClient::new(master), n, timeout).await
+}
+
+/// [`wait_for_agents`] through `client`.
+pub async fn wait_for_agents_with(
+    client: &agora_client::MasterClient,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let master = client.address();
     let deadline = Instant::now() + timeout;
     let mut seen = 0;
-    let client = agora_client::MasterClient::new(master);
     while Instant::now() < deadline {
         if let Ok(state) = client.state().await {
             seen = connected_agents(&state);

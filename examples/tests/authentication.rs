@@ -198,3 +198,197 @@ fn post_head(master: &str, body: &str, authorization: Option<&str>) -> (u16, Str
         .unwrap_or(0);
     (status, head)
 }
+
+/// `GET path` from the master with `authorization`: status and the
+/// `WWW-Authenticate` challenge.
+fn get_as(cluster: &TestCluster, path: &str, authorization: Option<&str>) -> (u16, String) {
+    let headers: Vec<(&str, &str)> = authorization
+        .iter()
+        .map(|a| ("authorization", *a))
+        .collect();
+    let response = agora_client::blocking::request(
+        agora_client::Method::GET,
+        cluster.master.addr,
+        path,
+        &headers,
+        None,
+    )
+    .unwrap();
+    let challenge = response
+        .header("www-authenticate")
+        .unwrap_or_default()
+        .to_string();
+    (response.status, challenge)
+}
+
+#[test]
+fn operators_authenticate_on_http_and_every_client_takes_credentials() {
+    let secrets = tempfile::tempdir().unwrap();
+    let credentials = secrets.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        "# principal secret\nagents a-secret\nops o-secret\n",
+    )
+    .unwrap();
+    let agent_secret = secrets.path().join("agent-secret");
+    std::fs::write(&agent_secret, "a-secret\n").unwrap();
+    let ops_secret = secrets.path().join("ops-secret");
+    std::fs::write(&ops_secret, "o-secret\n").unwrap();
+    let (credentials, agent_secret, ops_secret) = (
+        credentials.display().to_string(),
+        agent_secret.display().to_string(),
+        ops_secret.display().to_string(),
+    );
+    let ops = basic_authorization("ops", "o-secret");
+    let mut cluster = TestCluster::start_as(
+        0,
+        AGENT,
+        &[
+            "--credentials",
+            &credentials,
+            "--authenticate-frameworks",
+            "--authenticate-agents",
+            "--authenticate-http",
+        ],
+        &[],
+        Some(ops.clone()),
+    );
+    cluster.add_agent(
+        AGENT,
+        &["--principal", "agents", "--secret-file", &agent_secret],
+    );
+    cluster.wait_agents(1);
+    let master = cluster.master_address();
+
+    // Operator endpoints: 401 with a challenge without credentials or
+    // with wrong ones; Basic and Bearer (the secret as a token) pass.
+    for path in [
+        "/state",
+        "/api/v1/agents",
+        "/metrics",
+        "/master/state",
+        "/metrics/snapshot",
+        "/",
+    ] {
+        let (status, challenge) = get_as(&cluster, path, None);
+        assert_eq!(
+            (status, challenge.as_str()),
+            (401, "Basic realm=\"agora\""),
+            "{path}"
+        );
+        assert_eq!(
+            get_as(&cluster, path, Some("Bearer guess")).0,
+            401,
+            "{path}"
+        );
+        assert_eq!(get_as(&cluster, path, Some(&ops)).0, 200, "{path}");
+        assert_eq!(
+            get_as(&cluster, path, Some("Bearer o-secret")).0,
+            200,
+            "{path}"
+        );
+    }
+    // Probes and the leader lookup stay open.
+    for path in ["/health", "/version"] {
+        assert_eq!(get_as(&cluster, path, None).0, 200, "{path}");
+    }
+    // The Mesos operator API too.
+    let call = br#"{"type":"GET_HEALTH"}"#.to_vec();
+    let post = |authorization: Option<&str>| {
+        let mut headers = vec![("content-type", "application/json")];
+        headers.extend(authorization.map(|a| ("authorization", a)));
+        agora_client::blocking::request(
+            agora_client::Method::POST,
+            cluster.master.addr,
+            "/api/v1",
+            &headers,
+            Some(call.clone()),
+        )
+        .unwrap()
+        .status
+    };
+    assert_eq!(post(None), 401);
+    assert_eq!(post(Some(&ops)), 200);
+
+    // The CLI: refused without credentials, served with them.
+    let (ok, _, err) = cluster.run_bin(
+        "agora",
+        &["--master", &master, "agents"],
+        Duration::from_secs(30),
+    );
+    assert!(!ok && err.contains("401"), "{err}");
+    let (ok, out, err) = cluster.run_bin(
+        "agora",
+        &[
+            "--master",
+            &master,
+            "--principal",
+            "ops",
+            "--secret-file",
+            &ops_secret,
+            "agents",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("127.0.0.1"), "{out}");
+
+    // agora-execute: without credentials never registered (gives up at
+    // its timeout); with them, the job runs.
+    let (ok, out, _) = cluster.run_bin(
+        "agora-execute",
+        &[
+            "--master",
+            &master,
+            "--command",
+            "true",
+            "--timeout",
+            "3s",
+            "--quiet",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!ok, "{out}");
+    let (ok, out, err) = cluster.run_bin(
+        "agora-execute",
+        &[
+            "--master",
+            &master,
+            "--command",
+            "true",
+            "--instances",
+            "2",
+            "--principal",
+            "ops",
+            "--secret-file",
+            &ops_secret,
+            "--quiet",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{out}\n{err}");
+    // agora-local with a principal: a whole authenticating cluster that
+    // runs the job as that principal.
+    let work = secrets.path().join("local");
+    let (ok, out, err) = cluster.run_bin(
+        "agora-local",
+        &[
+            "--agents",
+            "1",
+            "--work-dir",
+            &work.display().to_string(),
+            "--command",
+            "true",
+            "--instances",
+            "2",
+            "--principal",
+            "local",
+            "--secret-file",
+            &ops_secret,
+            "--quiet",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("2/2") || out.contains("finished"), "{out}");
+}

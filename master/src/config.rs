@@ -69,6 +69,11 @@ pub struct Config {
     /// Agents must authenticate the same way; one that does not is not
     /// registered (it keeps retrying with backoff).
     pub authenticate_agents: bool,
+    /// Operators must authenticate on every HTTP endpoint (`/state`, the
+    /// web UI, the REST and Mesos operator APIs, `/metrics`, …) but
+    /// `/health`, `/version` and `/redirect`: Basic or Bearer, `401` with
+    /// a challenge otherwise.
+    pub authenticate_http: bool,
     /// The most an agent may offer of each scalar named here (summed over
     /// roles): an agent registering with more is refused, as a broken or
     /// forged agent (default [`DEFAULT_MAX_AGENT_RESOURCES`]).
@@ -146,6 +151,7 @@ impl Default for Config {
             credentials: None,
             authenticate_frameworks: false,
             authenticate_agents: false,
+            authenticate_http: false,
             max_agent_resources: Resources::parse(DEFAULT_MAX_AGENT_RESOURCES)
                 .expect("the default --max-agent-resources parses"),
             max_completed_tasks: 1000,
@@ -178,9 +184,12 @@ impl Config {
         if self.offer_timeout.is_some_and(|d| d.is_zero()) {
             return Err("offer_timeout must be greater than zero when set".into());
         }
-        if (self.authenticate_frameworks || self.authenticate_agents) && self.credentials.is_none()
+        if (self.authenticate_frameworks || self.authenticate_agents || self.authenticate_http)
+            && self.credentials.is_none()
         {
-            return Err("authenticating frameworks or agents needs --credentials".into());
+            return Err(
+                "authenticating frameworks, agents or HTTP operators needs --credentials".into(),
+            );
         }
         if self.max_connections_per_peer == 0 {
             return Err("max_connections_per_peer must be at least 1".into());

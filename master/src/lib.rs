@@ -172,6 +172,7 @@ pub async fn run(
             credentials: config.credentials.clone(),
             frameworks: config.authenticate_frameworks,
             agents: config.authenticate_agents,
+            http: config.authenticate_http,
         }),
     };
     #[allow(unused_mut)]

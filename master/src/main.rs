@@ -61,6 +61,10 @@ struct Flags {
     /// registered.
     #[arg(long)]
     authenticate_agents: bool,
+    /// Operators must authenticate (Basic or Bearer) on every HTTP
+    /// endpoint but /health, /version and /redirect.
+    #[arg(long)]
+    authenticate_http: bool,
     /// The most an agent may offer of each scalar named (e.g.
     /// `cpus:1024;mem:16777216`): an agent registering with more is
     /// refused.
@@ -224,6 +228,7 @@ async fn main() -> anyhow::Result<()> {
         },
         authenticate_frameworks: flags.authenticate_frameworks,
         authenticate_agents: flags.authenticate_agents,
+        authenticate_http: flags.authenticate_http,
         max_agent_resources: flags.max_agent_resources,
         max_completed_tasks: flags.max_completed_tasks,
         max_completed_frameworks: flags.max_completed_frameworks,

@@ -1,5 +1,7 @@
 //! Principals and secrets: the master's `--credentials` file and the
-//! `Authorization: Basic` header clients send.
+//! `Authorization` header clients send: `Basic base64(principal:secret)`,
+//! or `Bearer SECRET` (a token standing for the principal whose secret it
+//! is, as static API tokens do).
 //!
 //! The file is Mesos's JSON credentials format,
 //! `{"credentials": [{"principal": "p", "secret": "s"}, …]}`, or its text
@@ -49,10 +51,11 @@ pub enum CredentialsError {
         reason: String,
     },
     /// No `Authorization` header.
-    #[error("authentication required: send Authorization: Basic with a principal and secret")]
+    #[error("authentication required: send Authorization: Basic with a principal and secret, or Bearer with a token")]
     Missing,
-    /// The header is not `Basic base64(principal:secret)`.
-    #[error("malformed Authorization header (expected Basic credentials)")]
+    /// The header is neither `Basic base64(principal:secret)` nor
+    /// `Bearer TOKEN`.
+    #[error("malformed Authorization header (expected Basic credentials or a Bearer token)")]
     Malformed,
     /// Unknown principal or wrong secret (which of the two is not said).
     #[error("authentication failed: unknown principal or wrong secret")]
@@ -84,6 +87,53 @@ pub fn parse_basic_authorization(value: &str) -> Result<Credential, CredentialsE
         principal: principal.to_string(),
         secret: secret.to_string(),
     })
+}
+
+/// The token of a `Bearer` `Authorization` header value.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+impl Credential {
+    /// The credential a client was given: `principal` (from a flag or
+    /// `AGORA_PRINCIPAL`) with the secret in `secret_file` (trailing
+    /// newline dropped) or else in `AGORA_SECRET`. `None` without a
+    /// principal; an error when the secret cannot be had.
+    pub fn from_flags(
+        principal: Option<String>,
+        secret_file: Option<&Path>,
+    ) -> Result<Option<Credential>, String> {
+        let Some(principal) = principal.filter(|p| !p.is_empty()) else {
+            return match secret_file {
+                Some(_) => Err("--secret-file needs --principal (or AGORA_PRINCIPAL)".into()),
+                None => Ok(None),
+            };
+        };
+        let secret = match (secret_file, std::env::var(crate::env::SECRET)) {
+            (Some(path), _) => std::fs::read_to_string(path)
+                .map_err(|e| format!("--secret-file {}: {e}", path.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+            (None, Ok(secret)) => secret,
+            (None, Err(_)) => {
+                return Err(format!(
+                    "--principal needs --secret-file or {}",
+                    crate::env::SECRET
+                ))
+            }
+        };
+        if secret.is_empty() {
+            return Err(format!("the secret of principal {principal:?} is empty"));
+        }
+        Ok(Some(Credential { principal, secret }))
+    }
+
+    /// This credential as an `Authorization: Basic` header value.
+    pub fn authorization(&self) -> String {
+        basic_authorization(&self.principal, &self.secret)
+    }
 }
 
 /// Whether `a` and `b` are equal, in time that depends only on their
@@ -161,9 +211,25 @@ impl Credentials {
     /// The principal an `Authorization` header value (or its absence)
     /// authenticates.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<String, CredentialsError> {
-        let given = parse_basic_authorization(authorization.ok_or(CredentialsError::Missing)?)?;
+        let value = authorization.ok_or(CredentialsError::Missing)?;
+        if let Some(token) = bearer_token(value) {
+            return self.token(token);
+        }
+        let given = parse_basic_authorization(value)?;
         self.check(&given.principal, &given.secret)?;
         Ok(given.principal)
+    }
+
+    /// The principal whose secret `token` is. Every secret is compared,
+    /// so the time taken says nothing about which matched.
+    pub fn token(&self, token: &str) -> Result<String, CredentialsError> {
+        let mut found = None;
+        for c in &self.credentials {
+            if secrets_equal(c.secret.as_bytes(), token.as_bytes()) && found.is_none() {
+                found = Some(c.principal.clone());
+            }
+        }
+        found.ok_or(CredentialsError::Refused)
     }
 
     /// Whether `secret` is `principal`'s.
@@ -213,7 +279,7 @@ mod tests {
             Err(CredentialsError::Refused)
         );
         assert_eq!(creds.authenticate(None), Err(CredentialsError::Missing));
-        for bad in ["Bearer abc", "Basic !!!", "Basic", "Basic d2Vi"] {
+        for bad in ["Token abc", "Basic !!!", "Basic", "Basic d2Vi"] {
             assert_eq!(
                 creds.authenticate(Some(bad)),
                 Err(CredentialsError::Malformed),
@@ -225,6 +291,42 @@ mod tests {
         assert!(creds
             .authenticate(Some(&basic_authorization("p", "a:b")))
             .is_ok());
+    }
+
+    #[test]
+    fn bearer_tokens_stand_for_the_principal_whose_secret_they_are() {
+        let c = Credentials::parse("web s3cret\nops t0ken\n").unwrap();
+        assert_eq!(c.authenticate(Some("Bearer t0ken")), Ok("ops".into()));
+        assert_eq!(c.authenticate(Some("bearer  s3cret ")), Ok("web".into()));
+        assert_eq!(
+            c.authenticate(Some("Bearer nope")),
+            Err(CredentialsError::Refused)
+        );
+        assert_eq!(
+            c.authenticate(Some("Bearer ")),
+            Err(CredentialsError::Malformed)
+        );
+        assert_eq!(bearer_token("Basic x"), None);
+    }
+
+    #[test]
+    fn client_credentials_come_from_a_file_and_need_a_principal() {
+        let dir = std::env::temp_dir().join(format!("agora-cred-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let c = Credential::from_flags(Some("web".into()), Some(&file))
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.principal.as_str(), c.secret.as_str()), ("web", "s3cret"));
+        assert_eq!(c.authorization(), basic_authorization("web", "s3cret"));
+        assert_eq!(Credential::from_flags(None, None), Ok(None));
+        assert!(Credential::from_flags(None, Some(&file)).is_err());
+        let missing = dir.join("missing");
+        assert!(Credential::from_flags(Some("web".into()), Some(&missing))
+            .unwrap_err()
+            .contains("missing"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub const MESOS_RECOVERY_TIMEOUT: &str = "MESOS_RECOVERY_TIMEOUT";
 /// attempts (Mesos duration format); set only when the framework
 /// checkpoints.
 pub const MESOS_SUBSCRIPTION_BACKOFF_MAX: &str = "MESOS_SUBSCRIPTION_BACKOFF_MAX";
+/// A client's principal (`--principal`).
+pub const PRINCIPAL: &str = "AGORA_PRINCIPAL";
+/// A client's secret, when no `--secret-file` is given.
+pub const SECRET: &str = "AGORA_SECRET";
 /// The executor's token, which a Mesos v1 executor sends as
 /// `Authorization: Bearer`; set when the agent authenticates executors.
 pub const MESOS_EXECUTOR_AUTHENTICATION_TOKEN: &str = "MESOS_EXECUTOR_AUTHENTICATION_TOKEN";

@@ -30,8 +30,8 @@ mod types;
 pub use attributes::{Attribute, AttributeError, AttributeValue, Attributes};
 pub use codec::{decode, encode, DecodeError, Message, MAX_FRAME_BYTES};
 pub use credentials::{
-    basic_authorization, parse_basic_authorization, secrets_equal, Credential, Credentials,
-    CredentialsError,
+    basic_authorization, bearer_token, parse_basic_authorization, secrets_equal, Credential,
+    Credentials, CredentialsError,
 };
 pub use duration::{parse_duration, DurationError};
 pub use fetch::FetchUri;

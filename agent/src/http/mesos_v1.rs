@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{AppState, ExecLink, Unwritten, WRITER_LINGER, WRITE_BATCH};
 use crate::core::{ExecKey, Input};
-use crate::identity::{self, Claims, TokenError};
+use crate::identity::{Claims, TokenError};
 use crate::shell::CoreEvent;
 
 /// The largest call body accepted (larger ones get `413`).
@@ -216,7 +216,7 @@ fn authenticate(
     let Some(token) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(identity::bearer)
+        .and_then(agora_proto::bearer_token)
     else {
         return Err(unauthorized(
             "executor calls need 'Authorization: Bearer' with the executor's token".into(),

@@ -62,6 +62,12 @@ struct Args {
     /// Reconcile launched instances silent for this long.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     reconcile_interval: Duration,
+    /// Principal to authenticate as (with --secret-file or AGORA_SECRET).
+    #[arg(long, env = "AGORA_PRINCIPAL")]
+    principal: Option<String>,
+    /// File holding the principal's secret.
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
@@ -75,6 +81,14 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.log_json);
     let instances = args.instances;
+    let credential =
+        match agora_proto::Credential::from_flags(args.principal, args.secret_file.as_deref()) {
+            Ok(credential) => credential,
+            Err(e) => {
+                eprintln!("agora-execute: {e}");
+                return ExitCode::from(2);
+            }
+        };
     let opts = ExecuteOptions {
         master: args.master,
         name: args.name,
@@ -91,6 +105,7 @@ async fn main() -> ExitCode {
         state_file: args.state_file,
         reconcile_interval: args.reconcile_interval,
         on_state: None,
+        credential,
     };
     match execute(opts).await {
         Ok(report) => {

@@ -49,6 +49,14 @@ struct Args {
     /// Give up on the job after this long.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     timeout: Duration,
+    /// Turn authentication on with this one principal (secret from
+    /// --secret-file or AGORA_SECRET): the master authenticates the job,
+    /// the agents and HTTP operators, and they present it.
+    #[arg(long, env = "AGORA_PRINCIPAL")]
+    principal: Option<String>,
+    /// File holding the principal's secret.
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
     /// Print only the job's summary.
     #[arg(long)]
     quiet: bool,
@@ -90,6 +98,9 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     let mut opts = LocalOptions::new(args.agents, work_dir.clone())?;
     opts.agent_resources = args.agent_resources.clone();
     opts.master_listen = args.listen;
+    opts.credential =
+        agora_proto::Credential::from_flags(args.principal.clone(), args.secret_file.as_deref())
+            .map_err(anyhow::Error::msg)?;
     let cluster = LocalCluster::start(opts).await?;
     let code = match &args.command {
         Some(command) => {
@@ -109,6 +120,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
                 failover_timeout: 300.0,
                 timeout: Some(args.timeout),
                 print_updates: !args.quiet,
+                credential: cluster.credential.clone(),
                 ..ExecuteOptions::new(
                     cluster.master_addr.to_string(),
                     command.clone(),

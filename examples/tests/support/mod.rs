@@ -61,6 +61,9 @@ pub struct TestCluster {
     pub master: Proc,
     /// The agents.
     pub agents: Vec<Proc>,
+    /// Sent as `Authorization` with the cluster's own HTTP requests (a
+    /// master with `--authenticate-http`).
+    pub authorization: Option<String>,
 }
 
 /// What the recording scheduler saw.
@@ -373,6 +376,18 @@ impl TestCluster {
         master_flags: &[&str],
         agent_flags: &[&str],
     ) -> TestCluster {
+        Self::start_as(agents, resources, master_flags, agent_flags, None)
+    }
+
+    /// [`TestCluster::start_full`] whose own HTTP requests carry
+    /// `authorization`.
+    pub fn start_as(
+        agents: usize,
+        resources: &str,
+        master_flags: &[&str],
+        agent_flags: &[&str],
+        authorization: Option<String>,
+    ) -> TestCluster {
         let dir = tempfile::Builder::new()
             .prefix("agora-test-")
             .tempdir()
@@ -397,6 +412,7 @@ impl TestCluster {
             dir,
             master,
             agents: Vec::new(),
+            authorization,
         };
         for _ in 0..agents {
             cluster.add_agent(resources, agent_flags);
@@ -493,7 +509,7 @@ impl TestCluster {
 
     /// The master's `/state`.
     pub fn state(&self) -> serde_json::Value {
-        let (code, body) = http_get(self.master.addr, "/state").expect("GET /state");
+        let (code, body) = self.get("/state").expect("GET /state");
         assert_eq!(code, 200, "GET /state: {body}");
         serde_json::from_str(&body).expect("state JSON")
     }
@@ -503,7 +519,7 @@ impl TestCluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut seen = 0;
         while Instant::now() < deadline {
-            if let Ok((200, body)) = http_get(self.master.addr, "/state") {
+            if let Ok((200, body)) = self.get("/state") {
                 if let Ok(state) = serde_json::from_str::<serde_json::Value>(&body) {
                     seen = agora_examples::local::connected_agents(&state);
                     if seen >= n {
@@ -514,6 +530,24 @@ impl TestCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("only {seen} of {n} agents registered\n{}", self.logs());
+    }
+
+    /// `GET path` from the master, with the cluster's authorization.
+    pub fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        let headers: Vec<(&str, &str)> = self
+            .authorization
+            .iter()
+            .map(|a| ("authorization", a.as_str()))
+            .collect();
+        let response = agora_client::blocking::request(
+            agora_client::Method::GET,
+            self.master.addr,
+            path,
+            &headers,
+            None,
+        )
+        .map_err(std::io::Error::other)?;
+        Ok((response.status, response.text()))
     }
 
     /// The master's address as `HOST:PORT`.

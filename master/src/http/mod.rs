@@ -70,6 +70,43 @@ pub(crate) struct Authentication {
     pub(crate) credentials: Option<agora_proto::Credentials>,
     pub(crate) frameworks: bool,
     pub(crate) agents: bool,
+    /// Operators on every HTTP endpoint but the [`OPEN_PATHS`].
+    pub(crate) http: bool,
+}
+
+/// Paths served without operator authentication: probes, the leader
+/// lookup, and the framework and agent channels (which authenticate
+/// with `--authenticate-frameworks` and `--authenticate-agents`).
+const OPEN_PATHS: &[&str] = &[
+    "/health",
+    "/master/health",
+    "/version",
+    "/master/version",
+    "/redirect",
+    "/master/redirect",
+    "/api/scheduler",
+    "/api/agent",
+    "/api/v1/scheduler",
+    "/master/api/v1/scheduler",
+];
+
+/// With `--authenticate-http`, answers `401` (with a challenge) to an
+/// operator request without valid credentials.
+async fn operator_auth(
+    State(auth): State<Arc<Authentication>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if auth.http && !OPEN_PATHS.contains(&request.uri().path()) {
+        if let Err(refusal) = auth.principal(true, request.headers()) {
+            tracing::debug!(
+                path = request.uri().path(),
+                "operator request not authenticated"
+            );
+            return refusal;
+        }
+    }
+    next.run(request).await
 }
 
 impl Authentication {
@@ -127,7 +164,11 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/scheduler", get(scheduler_ws))
         .route("/api/agent", get(agent_ws))
         .with_state(state.clone())
-        .merge(mesos_v1::router(state))
+        .merge(mesos_v1::router(state.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            state.auth.clone(),
+            operator_auth,
+        ))
 }
 
 /// Mesos's `/version`: `version` is the (numeric) Mesos API version Agora
