@@ -74,6 +74,10 @@ pub struct Config {
     /// `/health`, `/version` and `/redirect`: Basic or Bearer, `401` with
     /// a challenge otherwise.
     pub authenticate_http: bool,
+    /// Authorization rules (`--acls`): who may register in which role,
+    /// run tasks as which user, tear down whose frameworks and see which
+    /// frameworks and tasks. Default: none, everything allowed.
+    pub acls: std::sync::Arc<crate::acls::Acls>,
     /// The most an agent may offer of each scalar named here (summed over
     /// roles): an agent registering with more is refused, as a broken or
     /// forged agent (default [`DEFAULT_MAX_AGENT_RESOURCES`]).
@@ -152,6 +156,7 @@ impl Default for Config {
             authenticate_frameworks: false,
             authenticate_agents: false,
             authenticate_http: false,
+            acls: std::sync::Arc::default(),
             max_agent_resources: Resources::parse(DEFAULT_MAX_AGENT_RESOURCES)
                 .expect("the default --max-agent-resources parses"),
             max_completed_tasks: 1000,

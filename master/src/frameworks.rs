@@ -13,6 +13,7 @@ use agora_proto::{
 };
 use tokio::time::Instant;
 
+use crate::acls::Action;
 use crate::master::{peer_seconds, ConnId, Master, CLOSE_NORMAL, CLOSE_POLICY};
 use crate::registry::{FrameworkRecord, RegistryOp};
 use crate::tasks::Task;
@@ -149,6 +150,22 @@ impl Master {
                 format!("subscription refused: {msg}"),
                 CLOSE_POLICY,
             );
+        }
+        let acls = &self.config.acls;
+        if acls.restricts(Action::RegisterFrameworks) {
+            let principal = info.principal.as_deref();
+            let refused = info.effective_roles().iter().find_map(|role| {
+                acls.check(Action::RegisterFrameworks, principal, Some(role))
+                    .err()
+            });
+            if let Some(msg) = refused {
+                tracing::warn!(framework = %info.name, ?principal, %msg, "subscription refused");
+                return self.scheduler_fatal(
+                    conn,
+                    format!("subscription refused: {msg}"),
+                    CLOSE_POLICY,
+                );
+            }
         }
         let (fid, reregistered) = match info.id.clone() {
             None => {

@@ -15,6 +15,7 @@
 //! campaign for leadership in etcd and the leader keeps the registry
 //! there (`ha`; see `docs/protocol.md`, "High availability").
 
+pub mod acls;
 mod agents;
 pub mod allocator;
 #[doc(hidden)]
@@ -173,6 +174,7 @@ pub async fn run(
             frameworks: config.authenticate_frameworks,
             agents: config.authenticate_agents,
             http: config.authenticate_http,
+            acls: config.acls.clone(),
         }),
     };
     #[allow(unused_mut)]

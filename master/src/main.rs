@@ -65,6 +65,11 @@ struct Flags {
     /// endpoint but /health, /version and /redirect.
     #[arg(long)]
     authenticate_http: bool,
+    /// Authorization rules: JSON (Mesos's ACL format: register_frameworks,
+    /// run_tasks, teardown_frameworks, view_frameworks, view_tasks, with
+    /// `permissive`) or the file holding it.
+    #[arg(long)]
+    acls: Option<String>,
     /// The most an agent may offer of each scalar named (e.g.
     /// `cpus:1024;mem:16777216`): an agent registering with more is
     /// refused.
@@ -229,6 +234,12 @@ async fn main() -> anyhow::Result<()> {
         authenticate_frameworks: flags.authenticate_frameworks,
         authenticate_agents: flags.authenticate_agents,
         authenticate_http: flags.authenticate_http,
+        acls: match &flags.acls {
+            Some(acls) => std::sync::Arc::new(
+                agora_master::acls::Acls::load(acls).map_err(anyhow::Error::msg)?,
+            ),
+            None => std::sync::Arc::default(),
+        },
         max_agent_resources: flags.max_agent_resources,
         max_completed_tasks: flags.max_completed_tasks,
         max_completed_frameworks: flags.max_completed_frameworks,

@@ -339,6 +339,15 @@ impl Master {
         mut task: TaskInfo,
         booked: &mut Booked,
     ) {
+        if let Err(message) = self.authorize_run(framework_info) {
+            return self.refuse_task(
+                fid,
+                &task,
+                TaskState::Error,
+                Reason::ReasonTaskUnauthorized,
+                message,
+            );
+        }
         let (executor_is_new, check) = self.validate_task(
             fid,
             agent_id,
@@ -390,6 +399,19 @@ impl Master {
         group: Vec<TaskInfo>,
         booked: &mut Booked,
     ) {
+        if let Err(message) = self.authorize_run(framework_info) {
+            let message = format!("task group refused: {message}");
+            for task in &group {
+                self.refuse_task(
+                    fid,
+                    task,
+                    TaskState::Error,
+                    Reason::ReasonTaskUnauthorized,
+                    message.clone(),
+                );
+            }
+            return;
+        }
         let mut trial = booked.clone();
         let mut checked = Vec::with_capacity(group.len());
         let mut problem = None;
@@ -504,6 +526,20 @@ impl Master {
         tracing::info!(framework_id = %fid, agent_id = %agent_id, task_id = %task.task_id, task_group = ?task.task_group, "launching task");
         self.metrics.tasks_launched.inc();
         Some(task)
+    }
+
+    /// Whether the framework's principal may run tasks as its user
+    /// (`run_tasks`; tasks run as their framework's user).
+    fn authorize_run(&self, framework_info: &FrameworkInfo) -> Result<(), String> {
+        let acls = &self.config.acls;
+        if !acls.restricts(crate::acls::Action::RunTasks) {
+            return Ok(());
+        }
+        acls.check(
+            crate::acls::Action::RunTasks,
+            framework_info.principal.as_deref(),
+            Some(&framework_info.user),
+        )
     }
 
     /// Checks one task of a launch; fills in the executor's framework id.

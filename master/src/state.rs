@@ -23,7 +23,7 @@
 //! needs it.
 
 use agora_proto::hash::HashMap;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 
@@ -1097,6 +1097,78 @@ impl StateSnapshot {
         w.field(false, "removed_agents", &self.removed_agents)?;
         w.out.push(b'}');
         Ok(w.out)
+    }
+
+    /// The snapshot as `principal` may see it under `acls`
+    /// (`view_frameworks`, `view_tasks`, by the user a framework runs
+    /// as): `None` when it sees everything. A framework it may not view is
+    /// left out with its offers and completed tasks; one whose tasks it
+    /// may not view is listed with none.
+    pub(crate) fn viewed_by(
+        &self,
+        acls: &crate::acls::Acls,
+        principal: Option<&str>,
+    ) -> Option<StateSnapshot> {
+        use crate::acls::Action;
+        if !acls.restricts(Action::ViewFrameworks) && !acls.restricts(Action::ViewTasks) {
+            return None;
+        }
+        let mut hidden = HashSet::new();
+        let mut tasks_hidden = HashSet::new();
+        let mut frameworks = Vec::with_capacity(self.frameworks.len());
+        for f in &self.frameworks {
+            let user = Some(f.info.user.as_str());
+            if !acls.allows(Action::ViewFrameworks, principal, user) {
+                hidden.insert(f.id.clone());
+                continue;
+            }
+            let mut f = f.clone();
+            if !acls.allows(Action::ViewTasks, principal, user) {
+                tasks_hidden.insert(f.id.clone());
+                f.tasks = Arc::default();
+            }
+            frameworks.push(f);
+        }
+        let offers = self
+            .offers
+            .iter()
+            .filter(|o| !hidden.contains(&o.framework_id))
+            .cloned()
+            .collect();
+        let completed_tasks = self
+            .completed_tasks
+            .iter()
+            .filter(|t| {
+                !hidden.contains(&t.framework_id) && !tasks_hidden.contains(&t.framework_id)
+            })
+            .cloned()
+            .collect();
+        Some(StateSnapshot {
+            master: self.master.clone(),
+            started_at: self.started_at,
+            generated_at: self.generated_at,
+            summary: self.summary.clone(),
+            agents: self.agents.clone(),
+            frameworks,
+            roles: self.roles.clone(),
+            offers: Arc::new(offers),
+            completed_tasks: Arc::new(completed_tasks),
+            completed_frameworks: Arc::new(
+                self.completed_frameworks
+                    .iter()
+                    .filter(|f| {
+                        acls.allows(
+                            Action::ViewFrameworks,
+                            principal,
+                            Some(f.info.user.as_str()),
+                        )
+                    })
+                    .cloned()
+                    .collect(),
+            ),
+            removed_agents: self.removed_agents,
+            encoded: OnceLock::new(),
+        })
     }
 
     /// Every task the snapshot knows: active ones, then completed ones.

@@ -326,6 +326,7 @@ async fn state_has_the_documented_shape() {
         set(&[
             "id",
             "name",
+            "principal",
             "roles",
             "connected",
             "suppressed",

@@ -410,6 +410,7 @@ pub fn mesos_reason(reason: Reason) -> Option<MesosReason> {
         Reason::ReasonTaskUnknown => MesosReason::TaskUnknown,
         Reason::ReasonContainerLimitationMemory => MesosReason::ContainerLimitationMemory,
         Reason::ReasonTaskGroupInvalid => MesosReason::TaskGroupInvalid,
+        Reason::ReasonTaskUnauthorized => MesosReason::TaskUnauthorized,
         Reason::ReasonTaskKilled | Reason::ReasonUnknown => return None,
     })
 }
@@ -432,6 +433,7 @@ pub fn reason(reason: MesosReason) -> Reason {
         MesosReason::FrameworkRemoved => Reason::ReasonFrameworkRemoved,
         MesosReason::TaskUnknown => Reason::ReasonTaskUnknown,
         MesosReason::TaskGroupInvalid => Reason::ReasonTaskGroupInvalid,
+        MesosReason::TaskUnauthorized => Reason::ReasonTaskUnauthorized,
         _ => Reason::ReasonUnknown,
     }
 }

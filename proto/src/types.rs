@@ -362,6 +362,9 @@ pub enum Reason {
     /// A task of the task's group is invalid: the whole group was
     /// refused.
     ReasonTaskGroupInvalid,
+    /// The framework's principal may not run tasks as the task's user
+    /// (`run_tasks` ACL): the task, or its whole group, was refused.
+    ReasonTaskUnauthorized,
     /// Any reason this version does not know.
     #[serde(other)]
     ReasonUnknown,

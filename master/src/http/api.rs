@@ -184,9 +184,10 @@ pub(crate) async fn agents(
 /// counts by state instead.
 pub(crate) async fn frameworks(
     State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
     Query(params): Query<ListParams>,
 ) -> Response {
-    let snapshot = app.snapshot.borrow().clone();
+    let snapshot = app.snapshot_for(&headers);
     let (offset, limit) = params.window();
     let q = params.query();
     let items = snapshot
@@ -226,9 +227,10 @@ pub(crate) async fn frameworks(
 /// `q` matches the task's id or name.
 pub(crate) async fn tasks(
     State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
     Query(params): Query<ListParams>,
 ) -> Response {
-    let snapshot = app.snapshot.borrow().clone();
+    let snapshot = app.snapshot_for(&headers);
     let (offset, limit) = params.window();
     let q = params.query();
     let states = StateFilter::parse(params.state.as_deref());

@@ -72,6 +72,21 @@ pub(crate) struct Authentication {
     pub(crate) agents: bool,
     /// Operators on every HTTP endpoint but the [`OPEN_PATHS`].
     pub(crate) http: bool,
+    /// What operators may see (`view_frameworks`, `view_tasks`).
+    pub(crate) acls: Arc<crate::acls::Acls>,
+}
+
+impl AppState {
+    /// The latest snapshot as the requester may see it (`view_*` ACLs,
+    /// by the principal its `Authorization` names; none: anonymous).
+    pub(crate) fn snapshot_for(&self, headers: &HeaderMap) -> Arc<StateSnapshot> {
+        let snapshot = self.snapshot.borrow().clone();
+        let principal = self.auth.principal(false, headers).ok().flatten();
+        match snapshot.viewed_by(&self.auth.acls, principal.as_deref()) {
+            Some(filtered) => Arc::new(filtered),
+            None => snapshot,
+        }
+    }
 }
 
 /// Paths served without operator authentication: probes, the leader
@@ -210,8 +225,8 @@ async fn metrics(State(app): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn state_json(State(app): State<AppState>) -> Response {
-    let snapshot = app.snapshot.borrow().clone();
+async fn state_json(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    let snapshot = app.snapshot_for(&headers);
     let encoded = match snapshot.encoded.get() {
         Some(body) => Ok(body.clone()),
         // Encoding a large state takes tens of milliseconds: not on a

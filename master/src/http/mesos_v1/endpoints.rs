@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use agora_proto::{Resources, TaskState};
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
@@ -41,16 +41,16 @@ pub(crate) async fn redirect(State(state): State<MesosState>) -> Response {
     response
 }
 
-pub(crate) async fn state(State(state): State<MesosState>) -> Response {
-    let snapshot = state.app.snapshot.borrow().clone();
+pub(crate) async fn state(State(state): State<MesosState>, headers: HeaderMap) -> Response {
+    let snapshot = state.app.snapshot_for(&headers);
     match tokio::task::spawn_blocking(move || master_state(&snapshot)).await {
         Ok(body) => Json(body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
 
-pub(crate) async fn state_summary(State(state): State<MesosState>) -> Response {
-    let snapshot = state.app.snapshot.borrow().clone();
+pub(crate) async fn state_summary(State(state): State<MesosState>, headers: HeaderMap) -> Response {
+    let snapshot = state.app.snapshot_for(&headers);
     match tokio::task::spawn_blocking(move || master_state_summary(&snapshot)).await {
         Ok(body) => Json(body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),

@@ -77,7 +77,7 @@ pub(crate) async fn handle(
             )
         }
     };
-    let snapshot = state.app.snapshot.borrow().clone();
+    let snapshot = state.app.snapshot_for(&headers);
     use call::Type;
     let response = match call.r#type() {
         Type::Subscribe => return subscribe(state, accept),
