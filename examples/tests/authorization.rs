@@ -27,6 +27,10 @@ const ACLS: &str = r#"{
   "run_tasks": [
     {"principals": {"type": "NONE"}, "users": {"values": ["forbidden"]}}
   ],
+  "teardown_frameworks": [
+    {"principals": {"values": ["ops"]}, "framework_principals": {"type": "ANY"}},
+    {"principals": {"type": "ANY"}, "framework_principals": {"type": "NONE"}}
+  ],
   "view_tasks": [
     {"principals": {"values": ["ops"]}, "users": {"type": "ANY"}},
     {"principals": {"type": "ANY"}, "users": {"type": "NONE"}}
@@ -194,6 +198,74 @@ fn acls_decide_roles_users_and_views() {
     assert_eq!(tasks_seen(Some(basic_authorization("ops", "o-secret"))), 1);
     assert_eq!(tasks_seen(Some(basic_authorization("dev", "d-secret"))), 0);
     assert_eq!(tasks_seen(None), 0);
+
+    // Teardown by an operator: dev may not (403), ops may (200): the
+    // scheduler hears it and the framework is gone.
+    let fid = cluster.state()["frameworks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "guest-web")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let teardown = |authorization: String, path: &str, body: String, content_type: &str| {
+        agora_client::blocking::request(
+            agora_client::Method::POST,
+            cluster.master.addr,
+            path,
+            &[
+                ("authorization", &authorization),
+                ("content-type", content_type),
+            ],
+            Some(body.into_bytes()),
+        )
+        .unwrap()
+        .status
+    };
+    let form = format!("frameworkId={fid}");
+    let dev = basic_authorization("dev", "d-secret");
+    let ops = basic_authorization("ops", "o-secret");
+    let form_type = "application/x-www-form-urlencoded";
+    assert_eq!(
+        teardown(dev.clone(), "/master/teardown", form.clone(), form_type),
+        403
+    );
+    let call =
+        serde_json::json!({"type": "TEARDOWN", "teardown": {"framework_id": {"value": fid}}});
+    assert_eq!(
+        teardown(dev, "/api/v1", call.to_string(), "application/json"),
+        403
+    );
+    assert_eq!(
+        teardown(
+            ops.clone(),
+            "/master/teardown",
+            "frameworkId=nope".into(),
+            form_type
+        ),
+        400
+    );
+    assert_eq!(
+        teardown(ops, "/api/v1", call.to_string(), "application/json"),
+        200
+    );
+    let error = wait_for(&guest_events, Duration::from_secs(20), |e| match e {
+        SchedEvent::Error(message) => Some(message.clone()),
+        _ => None,
+    });
+    assert!(error.contains("torn down by an operator"), "{error}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cluster.state()["frameworks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["id"] == fid.as_str())
+    {
+        assert!(std::time::Instant::now() < deadline, "the framework stays");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let _ = guest.abort();
     let _ = batch.abort();
 }

@@ -43,6 +43,12 @@ pub enum Input {
     Agent { conn: ConnId, call: agent::Call },
     /// An agent connection ended.
     AgentClosed { conn: ConnId },
+    /// An operator tears a framework down (authorized by the HTTP side).
+    OperatorTeardown {
+        framework_id: FrameworkId,
+        /// Who asked, for the log.
+        operator: Option<String>,
+    },
 }
 
 /// Something the master wants done to a connection.
@@ -267,6 +273,17 @@ impl Master {
             Input::SchedulerClosed { conn } => self.scheduler_closed(now, conn),
             Input::Agent { conn, call } => self.agent_call(now, conn, call),
             Input::AgentClosed { conn } => self.agent_closed(now, conn),
+            Input::OperatorTeardown {
+                framework_id,
+                operator,
+            } => {
+                tracing::info!(%framework_id, ?operator, "framework torn down by an operator");
+                self.teardown(
+                    now,
+                    &framework_id,
+                    "framework removed: torn down by an operator",
+                )
+            }
         }
     }
 

@@ -89,6 +89,71 @@ impl AppState {
     }
 }
 
+/// An operator's teardown of framework `fid`: `400` for a framework the
+/// master does not have, `403` when the `teardown_frameworks` ACL refuses
+/// the operator (by its principal) the framework (by its principal),
+/// else handed to the master and `200`.
+pub(crate) async fn operator_teardown(app: &AppState, headers: &HeaderMap, fid: &str) -> Response {
+    use axum::http::StatusCode;
+    let snapshot = app.snapshot.borrow().clone();
+    let Some(framework) = snapshot.frameworks.iter().find(|f| f.id.as_str() == fid) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("No framework found with specified ID {fid:?}"),
+        )
+            .into_response();
+    };
+    let operator = app.auth.principal(false, headers).ok().flatten();
+    if let Err(message) = app.auth.acls.check(
+        crate::acls::Action::TeardownFrameworks,
+        operator.as_deref(),
+        framework.principal.as_deref(),
+    ) {
+        tracing::warn!(framework_id = fid, ?operator, "operator teardown refused");
+        return (StatusCode::FORBIDDEN, message).into_response();
+    }
+    let input = Input::OperatorTeardown {
+        framework_id: framework.id.clone(),
+        operator,
+    };
+    match app.inputs.send(input).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the master is stopping").into_response(),
+    }
+}
+
+/// `POST /master/teardown` (and `/teardown`) with the form field
+/// `frameworkId`, as Mesos's endpoint.
+async fn teardown_form(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let fid = url_form_field(&body, "frameworkId");
+    match fid {
+        Some(fid) => operator_teardown(&app, &headers, &fid).await,
+        None => (
+            axum::http::StatusCode::BAD_REQUEST,
+            "Missing 'frameworkId' query parameter in the request body",
+        )
+            .into_response(),
+    }
+}
+
+/// The (percent-decoded) value of `name` in an
+/// `application/x-www-form-urlencoded` body.
+fn url_form_field(body: &[u8], name: &str) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then(|| {
+            percent_encoding::percent_decode_str(&value.replace('+', " "))
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+    })
+}
+
 /// Paths served without operator authentication: probes, the leader
 /// lookup, and the framework and agent channels (which authenticate
 /// with `--authenticate-frameworks` and `--authenticate-agents`).
@@ -178,6 +243,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/ui/{file}", get(ui::asset))
         .route("/api/scheduler", get(scheduler_ws))
         .route("/api/agent", get(agent_ws))
+        .route("/master/teardown", axum::routing::post(teardown_form))
+        .route("/teardown", axum::routing::post(teardown_form))
         .with_state(state.clone())
         .merge(mesos_v1::router(state.clone()))
         .layer(axum::middleware::from_fn_with_state(

@@ -125,6 +125,15 @@ pub(crate) async fn handle(
                 elected_time: Some(snapshot.started_at),
             })
         }),
+        Type::Teardown => {
+            let Some(fid) = call.teardown.as_ref().map(|t| t.framework_id.value.clone()) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "Expecting 'teardown' to be present",
+                );
+            };
+            return crate::http::operator_teardown(&state.app, &headers, &fid).await;
+        }
         Type::Unknown => {
             return error(
                 StatusCode::NOT_IMPLEMENTED,
