@@ -284,3 +284,54 @@ fn connections_from_one_address_are_capped_and_other_addresses_still_get_in() {
         },
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_that_never_subscribes_is_closed_at_the_authentication_deadline() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        TestCluster::start_with(1, AGENT, &["--authentication-timeout", "1s"])
+    })
+    .await
+    .unwrap();
+    let addr = cluster.master_address();
+    let started = std::time::Instant::now();
+    let mut silent = connect(&addr, "/api/scheduler").await;
+    // Another client is served meanwhile, and subscribes.
+    let mut other = connect(&addr, "/api/scheduler").await;
+    let subscribe = serde_json::json!({
+        "type": "SUBSCRIBE",
+        "protocol": agora_proto::PROTOCOL_VERSION,
+        "framework_info": {"user": "u", "name": "prompt"},
+    });
+    other
+        .send(Message::Text(subscribe.to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut other).await["type"], "SUBSCRIBED");
+    // The silent one is closed with a policy close, within the timeout
+    // and a margin.
+    let close = loop {
+        match tokio::time::timeout(Duration::from_secs(5), silent.next())
+            .await
+            .expect("closed within the deadline and a margin")
+        {
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => continue,
+            other => panic!("{other:?}"),
+        }
+    };
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_millis(900), "{elapsed:?}");
+    let frame = close.expect("a close frame with a reason");
+    assert_eq!(frame.code, CloseCode::Policy);
+    assert!(
+        frame.reason.contains("nothing received"),
+        "{}",
+        frame.reason
+    );
+    // The subscribed one is still served.
+    other
+        .send(Message::Text(r#"{"type":"REVIVE","roles":[]}"#.into()))
+        .await
+        .unwrap();
+    drop(cluster);
+}

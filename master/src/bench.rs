@@ -384,6 +384,7 @@ where
         snapshot: snap_rx,
         shutdown: token.clone(),
         queue_capacity: 16,
+        first_frame_timeout: std::time::Duration::from_secs(15),
         metrics,
         auth: Arc::default(),
     };

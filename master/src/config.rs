@@ -74,6 +74,11 @@ pub struct Config {
     /// `/health`, `/version` and `/redirect`: Basic or Bearer, `401` with
     /// a challenge otherwise.
     pub authenticate_http: bool,
+    /// How long a new connection has to authenticate: to send its first
+    /// frame (SUBSCRIBE, REGISTER) on a WebSocket, or to finish its TLS
+    /// handshake; after it the connection is closed (default 15 s,
+    /// Mesos's `--authentication_timeout`).
+    pub authentication_timeout: Duration,
     /// Authorization rules (`--acls`): who may register in which role,
     /// run tasks as which user, tear down whose frameworks and see which
     /// frameworks and tasks. Default: none, everything allowed.
@@ -156,6 +161,7 @@ impl Default for Config {
             authenticate_frameworks: false,
             authenticate_agents: false,
             authenticate_http: false,
+            authentication_timeout: Duration::from_secs(15),
             acls: std::sync::Arc::default(),
             max_agent_resources: Resources::parse(DEFAULT_MAX_AGENT_RESOURCES)
                 .expect("the default --max-agent-resources parses"),
@@ -180,6 +186,7 @@ impl Config {
             ("agent_ping_interval", self.agent_ping_interval),
             ("heartbeat_interval", self.heartbeat_interval),
             ("agent_reregister_timeout", self.agent_reregister_timeout),
+            ("authentication_timeout", self.authentication_timeout),
         ];
         for (name, d) in positive {
             if d.is_zero() {

@@ -168,6 +168,7 @@ pub async fn run(
         snapshot: snapshot_rx,
         shutdown: token.clone(),
         queue_capacity: config.connection_queue_capacity,
+        first_frame_timeout: config.authentication_timeout,
         metrics,
         auth: Arc::new(http::Authentication {
             credentials: config.credentials.clone(),

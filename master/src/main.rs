@@ -65,6 +65,10 @@ struct Flags {
     /// endpoint but /health, /version and /redirect.
     #[arg(long)]
     authenticate_http: bool,
+    /// How long a new connection has to send its first frame (SUBSCRIBE,
+    /// REGISTER) or finish its TLS handshake before it is closed.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    authentication_timeout: Duration,
     /// Authorization rules: JSON (Mesos's ACL format: register_frameworks,
     /// run_tasks, teardown_frameworks, view_frameworks, view_tasks, with
     /// `permissive`) or the file holding it.
@@ -234,6 +238,7 @@ async fn main() -> anyhow::Result<()> {
         authenticate_frameworks: flags.authenticate_frameworks,
         authenticate_agents: flags.authenticate_agents,
         authenticate_http: flags.authenticate_http,
+        authentication_timeout: flags.authentication_timeout,
         acls: match &flags.acls {
             Some(acls) => std::sync::Arc::new(
                 agora_master::acls::Acls::load(acls).map_err(anyhow::Error::msg)?,

@@ -60,6 +60,9 @@ pub(crate) struct AppState {
     pub(crate) snapshot: watch::Receiver<Arc<StateSnapshot>>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) queue_capacity: usize,
+    /// How long a new WebSocket may stay silent before its first frame
+    /// (and a TLS client before its handshake ends).
+    pub(crate) first_frame_timeout: std::time::Duration,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) auth: Arc<Authentication>,
 }

@@ -22,6 +22,14 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most queued frames written with one flush.
 const WRITE_BATCH: usize = 256;
 
+/// Sleeps until `at`, or forever.
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Serves one connection of `kind`; `principal` is who it authenticated
 /// as (a scheduler's `SUBSCRIBE` must then name it, or is given it).
 pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState, principal: Option<String>) {
@@ -109,11 +117,28 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState, principa
         writer_cancel.cancel();
     });
 
+    // The first frame (SUBSCRIBE, REGISTER) must come in time: a peer
+    // that connects and says nothing does not hold a connection forever.
+    let mut first_frame_by = Some(tokio::time::Instant::now() + app.first_frame_timeout);
     loop {
         let frame = tokio::select! {
             _ = cancel.cancelled() => break,
             frame = stream.next() => frame,
+            () = sleep_until_opt(first_frame_by) => {
+                tracing::info!(conn, ?kind, timeout = ?app.first_frame_timeout, "no first frame in time; closing");
+                let _ = tx.try_send(Outbound::Close {
+                    code: 1008,
+                    reason: format!(
+                        "nothing received within {:?} of connecting",
+                        app.first_frame_timeout
+                    ),
+                });
+                break;
+            }
         };
+        if let Some(Ok(Message::Text(_) | Message::Binary(_))) = &frame {
+            first_frame_by = None;
+        }
         if let Some(Ok(Message::Text(_) | Message::Binary(_))) = &frame {
             match kind {
                 Kind::Scheduler => app.metrics.frames_in_scheduler.inc(),
