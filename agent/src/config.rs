@@ -59,6 +59,9 @@ pub struct Config {
     /// on every call: a missing or forged one gets `401`, one for another
     /// executor or run `403`. Agora's own executors always present theirs.
     pub authenticate_executors: bool,
+    /// TLS: the agent's listener (executors, HTTP) with `cert`/`key`;
+    /// its connection to the master with `ca` (presenting `cert`).
+    pub tls: agora_net::TlsOptions,
     /// Web origins (`http://HOST:PORT`) whose pages may read this agent's
     /// HTTP answers (the master's web UI reads sandboxes and usage):
     /// answers to a request from one of them carry it in
@@ -145,6 +148,7 @@ impl Config {
             credential: None,
             executor_secret_key: None,
             authenticate_executors: false,
+            tls: agora_net::TlsOptions::default(),
             master,
             work_dir,
             resources,

@@ -23,7 +23,7 @@
 //! # }
 //! ```
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -97,6 +97,9 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// Signs and checks executor tokens.
     pub(crate) identity: Arc<identity::ExecutorIdentity>,
+    /// TLS to the master (`--tls-ca`, with `--tls-cert` as the client
+    /// certificate), or plaintext.
+    pub(crate) client_tls: Option<Arc<agora_net::tls::rustls::ClientConfig>>,
 }
 
 /// Status update deliveries the core counts for `/metrics`.
@@ -166,16 +169,29 @@ pub async fn run(
         }
     };
     let local = listener.local_addr()?;
+    let server_tls = config
+        .tls
+        .server()
+        .map_err(|e| AgentError::InvalidConfig(e.to_string()))?;
+    let client_tls = config
+        .tls
+        .client()
+        .map_err(|e| AgentError::InvalidConfig(e.to_string()))?;
+    let ws_scheme = if server_tls.is_some() { "wss" } else { "ws" };
     let identity =
         identity::ExecutorIdentity::load(config.executor_secret_key.as_deref(), &config.work_dir)
             .map_err(|e| AgentError::InvalidConfig(format!("executor secret key: {e}")))?;
     let shared = Shared {
         listen: local,
-        executor_endpoint: format!("ws://{}/api/executor", loopback_if_unspecified(local)),
+        executor_endpoint: format!(
+            "{ws_scheme}://{}/api/executor",
+            loopback_if_unspecified(local)
+        ),
         config: Arc::new(config),
         next_conn: Arc::new(AtomicU64::new(1)),
         counters: Arc::default(),
         identity: Arc::new(identity),
+        client_tls,
     };
     let (writer, streams) =
         checkpoint::Writer::start(&shared.config.work_dir).map_err(|source| {
@@ -205,11 +221,15 @@ pub async fn run(
         snapshot.clone(),
         monitor.clone(),
     );
-    let server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(cancel.clone().cancelled_owned())
-            .into_future(),
-    );
+    let server = tokio::spawn(agora_net::serve(
+        listener,
+        app,
+        cancel.clone(),
+        agora_net::ServeOptions {
+            tls: server_tls,
+            ..agora_net::ServeOptions::default()
+        },
+    ));
     let usage = tokio::spawn(monitor.report(snapshot, core_tx.clone(), cancel.clone()));
     let link = tokio::spawn(master_link::run(shared.clone(), core_tx, cancel.clone()));
     tracing::info!(address = %local, master = %shared.config.master, "agent started");
@@ -282,6 +302,7 @@ mod tests {
             next_conn: Arc::default(),
             counters: Arc::default(),
             identity: Arc::new(identity::ExecutorIdentity::new(&[1; 32])),
+            client_tls: None,
         }
     }
 

@@ -45,6 +45,8 @@ struct Flags {
     /// users reach it (default: the --master address, when HOST:PORT).
     #[arg(long, value_delimiter = ',')]
     allowed_origins: Option<Vec<String>>,
+    #[command(flatten)]
+    tls: agora_net::TlsFlags,
     /// Address to serve executors and HTTP on.
     #[arg(long, default_value = "127.0.0.1:5051")]
     listen: SocketAddr,
@@ -196,6 +198,7 @@ fn main() -> ExitCode {
         config.allowed_origins = origins;
     }
     config.executor_secret_key = flags.executor_secret_key;
+    config.tls = flags.tls.options();
     config.authenticate_executors = flags.authenticate_executors;
     match agora_proto::Credential::from_flags(flags.principal, flags.secret_file.as_deref()) {
         Ok(credential) => config.credential = credential,

@@ -80,7 +80,12 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
                 continue;
             }
         };
-        let url = format!("ws://{master}/api/agent");
+        let scheme = if shared.client_tls.is_some() {
+            "wss"
+        } else {
+            "ws"
+        };
+        let url = format!("{scheme}://{master}/api/agent");
         previous = Some(master.clone());
         let ws_config = WebSocketConfig::default()
             .max_message_size(Some(agora_proto::MAX_FRAME_BYTES))
@@ -104,7 +109,16 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
                 Err(_) => tracing::error!("the agent's credential cannot be sent as a header"),
             }
         }
-        let connect = tokio_tungstenite::connect_async_with_config(request, Some(ws_config), true);
+        let connector = shared
+            .client_tls
+            .clone()
+            .map(tokio_tungstenite::Connector::Rustls);
+        let connect = tokio_tungstenite::connect_async_tls_with_config(
+            request,
+            Some(ws_config),
+            true,
+            connector,
+        );
         let result = tokio::select! {
             _ = cancel.cancelled() => return,
             r = tokio::time::timeout(REGISTRATION_WAIT, connect) => r,
@@ -116,6 +130,9 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
                 let local_ip = match ws.get_ref() {
                     tokio_tungstenite::MaybeTlsStream::Plain(tcp) => {
                         tcp.local_addr().ok().map(|a| a.ip())
+                    }
+                    tokio_tungstenite::MaybeTlsStream::Rustls(tls) => {
+                        tls.get_ref().0.local_addr().ok().map(|a| a.ip())
                     }
                     _ => None,
                 };

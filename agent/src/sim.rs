@@ -51,6 +51,7 @@ impl SimAgent {
             identity: Arc::new(crate::identity::ExecutorIdentity::new(
                 &seed.to_le_bytes().repeat(4),
             )),
+            client_tls: None,
         };
         SimAgent {
             core: Core::new(shared, seed, now, wall),

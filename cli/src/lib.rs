@@ -36,14 +36,18 @@ pub struct Column {
 /// The master at `addr`: `HOST:PORT`, or with the `etcd` feature
 /// `etcd://HOST:PORT/PREFIX`, the current leader.
 /// Requests present `credential` when given (a master with
-/// `--authenticate-http`).
+/// `--authenticate-http`), over HTTPS with `tls`.
 pub async fn master(
     addr: &str,
     credential: Option<&agora_proto::Credential>,
+    tls: Option<&std::sync::Arc<agora_net::tls::rustls::ClientConfig>>,
 ) -> anyhow::Result<MasterClient> {
     let locator = MasterLocator::new(addr)?;
     let located = locator.locate(None).await?;
     let mut http = agora_client::Http::new();
+    if let Some(tls) = tls {
+        http = http.with_tls(tls.clone());
+    }
     if let Some(credential) = credential {
         http = http.with_authorization(&credential.authorization())?;
     }

@@ -45,6 +45,8 @@ struct Cli {
     /// File holding the principal's secret.
     #[arg(long, global = true)]
     secret_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: agora_net::TlsFlags,
     #[command(subcommand)]
     command: Command,
 }
@@ -185,6 +187,9 @@ struct LocalArgs {
     /// Print every status update of the job.
     #[arg(long, short)]
     verbose: bool,
+    /// TLS everywhere, with a throwaway CA made in the work directory.
+    #[arg(long)]
+    tls: bool,
 }
 
 fn main() -> ExitCode {
@@ -235,14 +240,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let credential =
         agora_proto::Credential::from_flags(cli.principal.clone(), cli.secret_file.as_deref())
             .map_err(anyhow::Error::msg)?;
+    let tls = cli.tls.options().client()?;
     match cli.command {
         Command::Agents { filter } => {
-            let master = master(&cli.master, credential.as_ref()).await?;
+            let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
             let items = list_all(&master, "/api/v1/agents", &query(&[("q", &filter)])).await?;
             print_items(&items, AGENT_COLUMNS, cli.json)?;
         }
         Command::Frameworks { filter } => {
-            let master = master(&cli.master, credential.as_ref()).await?;
+            let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
             let items = list_all(&master, "/api/v1/frameworks", &query(&[("q", &filter)])).await?;
             print_items(&items, FRAMEWORK_COLUMNS, cli.json)?;
         }
@@ -252,7 +258,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             agent,
             filter,
         } => {
-            let master = master(&cli.master, credential.as_ref()).await?;
+            let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
             let q = query(&[
                 ("state", &state),
                 ("framework_id", &framework),
@@ -271,7 +277,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     follow,
                 },
         } => {
-            let master = master(&cli.master, credential.as_ref()).await?;
+            let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
             task_log(&master, &task_id, framework.as_deref(), &file, follow).await?;
         }
         Command::Execute(args) => {
@@ -286,6 +292,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ledger: args.ledger,
                 state_file: args.state_file,
                 credential,
+                tls,
                 ..ExecuteOptions::new(cli.master.clone(), args.job.command, args.job.instances)
             };
             return job(opts, args.job.verbose, cli.json).await;
@@ -345,6 +352,7 @@ async fn local(
     opts.agent_resources = args.agent_resources.clone();
     opts.master_listen = args.listen;
     opts.credential = credential;
+    opts.tls = args.tls;
     let cluster = LocalCluster::start(opts).await?;
     let master = cluster.master_addr.to_string();
     let result = match &args.command {
@@ -354,6 +362,7 @@ async fn local(
                 resources: args.resources.clone(),
                 timeout: Some(args.timeout),
                 credential: cluster.credential.clone(),
+                tls: cluster.tls.as_ref().map(|(_, client)| client.clone()),
                 ..ExecuteOptions::new(master.clone(), command.clone(), args.instances)
             };
             job(opts, args.verbose, json).await

@@ -8,6 +8,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -27,7 +28,9 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(10);
 /// An HTTP/1.1 client (cheap to clone: clones share the connection pool).
 #[derive(Clone, Debug)]
 pub struct Http {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// `https` with [`Http::with_tls`], else `http`.
+    scheme: &'static str,
     timeout: Duration,
     max_body: usize,
     /// Sent as `Authorization` on every request that has none of its own.
@@ -124,20 +127,67 @@ impl Default for Http {
 impl Http {
     /// A client with [`DEFAULT_TIMEOUT`] and [`DEFAULT_MAX_BODY`].
     pub fn new() -> Http {
+        Http::build(None)
+    }
+
+    /// A client that speaks HTTPS, trusting (and presenting) what `tls`
+    /// says (see `agora_net::TlsOptions::client`).
+    pub fn with_tls(self, tls: std::sync::Arc<rustls::ClientConfig>) -> Http {
+        let Http {
+            timeout,
+            max_body,
+            authorization,
+            ..
+        } = self;
+        Http {
+            timeout,
+            max_body,
+            authorization,
+            ..Http::build(Some(tls))
+        }
+    }
+
+    fn build(tls: Option<std::sync::Arc<rustls::ClientConfig>>) -> Http {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_keepalive(Some(TCP_KEEPALIVE));
         connector.set_connect_timeout(Some(DEFAULT_TIMEOUT));
+        connector.enforce_http(false);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        // Without TLS the connector is never asked for https: it is
+        // given a configuration that trusts nothing.
+        let config = tls.unwrap_or_else(|| {
+            std::sync::Arc::new(
+                rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default TLS versions")
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+            )
+        });
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*config).clone())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE)
             .build(connector);
         Http {
             client,
+            scheme,
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
             authorization: None,
         }
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &'static str {
+        self.scheme
     }
 
     /// The same client sending `value` (`Basic …`, `Bearer …`) as
@@ -200,7 +250,7 @@ impl Http {
         headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
     ) -> Result<Response, ClientError> {
-        let url = url(&address, path);
+        let url = url(self.scheme, &address, path);
         let exchange = async {
             let streaming = self.open(method.clone(), &url, headers, body).await?;
             let (status, headers) = (streaming.status, streaming.headers.clone());
@@ -225,7 +275,7 @@ impl Http {
         headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
     ) -> Result<Streaming, ClientError> {
-        let url = url(&address, path);
+        let url = url(self.scheme, &address, path);
         let open = self.open(method.clone(), &url, headers, body);
         self.in_time(&method, &url, open).await
     }
@@ -368,14 +418,17 @@ impl Streaming {
     }
 }
 
-fn url(address: &impl Display, path: &str) -> String {
+fn url(scheme: &str, address: &impl Display, path: &str) -> String {
     let address = address.to_string();
-    let address = address.trim().trim_start_matches("http://");
+    let address = address
+        .trim()
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
     let address = address.trim_end_matches('/');
     if path.starts_with('/') {
-        format!("http://{address}{path}")
+        format!("{scheme}://{address}{path}")
     } else {
-        format!("http://{address}/{path}")
+        format!("{scheme}://{address}/{path}")
     }
 }
 

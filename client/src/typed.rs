@@ -73,7 +73,7 @@ async fn get_json(http: &Http, address: &str, path: &str) -> Result<Value, Clien
     let response = http.get(address, path).await?;
     expect_ok(address, path, &response)?;
     response.json().map_err(|source| ClientError::Json {
-        url: format!("http://{address}{path}"),
+        url: format!("{}://{address}{path}", http.scheme()),
         source,
     })
 }

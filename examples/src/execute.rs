@@ -85,6 +85,8 @@ pub struct ExecuteOptions {
     /// Authenticate as this principal (a master with
     /// `--authenticate-frameworks`).
     pub credential: Option<agora_proto::Credential>,
+    /// TLS to the master (`wss://`).
+    pub tls: Option<std::sync::Arc<agora_net::tls::rustls::ClientConfig>>,
 }
 
 /// A callback for [`ExecuteOptions::on_state`]. It runs on the driver's
@@ -189,6 +191,7 @@ impl ExecuteOptions {
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
             on_state: None,
             credential: None,
+            tls: None,
         }
     }
 }
@@ -707,6 +710,7 @@ pub async fn execute(opts: ExecuteOptions) -> anyhow::Result<ExecuteReport> {
     };
     let mut config = DriverConfig::new(opts.master.clone());
     config.credential = opts.credential.clone();
+    config.tls = opts.tls.clone();
     let driver = SchedulerDriver::new(scheduler, framework, config);
     driver.start()?;
     let reconciler = tokio::spawn(reconcile_loop(

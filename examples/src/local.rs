@@ -36,6 +36,9 @@ pub struct LocalOptions {
     /// master authenticates frameworks, agents and HTTP operators, and
     /// the agents (and [`LocalCluster::master_client`]) present it.
     pub credential: Option<agora_proto::Credential>,
+    /// Turn TLS on everywhere with a throwaway CA made in
+    /// `work_dir/tls` (see [`LocalCluster::tls`]).
+    pub tls: bool,
 }
 
 /// A running local cluster. Dropping it without [`LocalCluster::shutdown`]
@@ -47,6 +50,12 @@ pub struct LocalCluster {
     pub agent_addrs: Vec<SocketAddr>,
     /// The principal everything authenticates as, when authentication is on.
     pub credential: Option<agora_proto::Credential>,
+    /// With TLS: the files (`ca` is what clients trust) and the client
+    /// side of them.
+    pub tls: Option<(
+        agora_net::TlsOptions,
+        std::sync::Arc<agora_net::tls::rustls::ClientConfig>,
+    )>,
     stop_agents: watch::Sender<bool>,
     stop_master: watch::Sender<bool>,
     agent_tasks: Vec<JoinHandle<()>>,
@@ -69,6 +78,7 @@ impl LocalOptions {
             command_executor: vec![exe.display().to_string(), COMMAND_EXECUTOR_ARG.to_string()],
             hostname_prefix: None,
             credential: None,
+            tls: false,
         })
     }
 }
@@ -93,6 +103,23 @@ impl LocalCluster {
             .await
             .with_context(|| format!("binding the master to {}", opts.master_listen))?;
         let master_addr = listener.local_addr()?;
+        let tls_options = if opts.tls {
+            let pki = agora_net::LocalPki::new("agora-local CA")?;
+            Some(pki.write(
+                &opts.work_dir.join("tls"),
+                "localhost",
+                &["localhost", "127.0.0.1"],
+            )?)
+        } else {
+            None
+        };
+        let tls = match &tls_options {
+            Some(options) => {
+                let client = options.client()?.context("a client of the local CA")?;
+                Some((options.clone(), client))
+            }
+            None => None,
+        };
         let authenticate = opts.credential.is_some();
         let master_config = agora_master::Config {
             work_dir: Some(opts.work_dir.join("master")),
@@ -103,6 +130,7 @@ impl LocalCluster {
             authenticate_frameworks: authenticate,
             authenticate_agents: authenticate,
             authenticate_http: authenticate,
+            tls: tls_options.clone().unwrap_or_default(),
             ..agora_master::Config::default()
         };
         let shutdown = wait_stop(master_stopped);
@@ -129,6 +157,7 @@ impl LocalCluster {
             };
             config.command_executor = opts.command_executor.clone();
             config.credential = opts.credential.clone();
+            config.tls = tls_options.clone().unwrap_or_default();
             let shutdown = wait_stop(agents_stopped.clone());
             agent_tasks.push(tokio::spawn(async move {
                 if let Err(e) = agora_agent::run(listener, config, shutdown).await {
@@ -140,6 +169,7 @@ impl LocalCluster {
             master_addr,
             agent_addrs,
             credential: opts.credential.clone(),
+            tls,
             stop_agents,
             stop_master,
             agent_tasks,
@@ -159,6 +189,9 @@ impl LocalCluster {
     /// A client of the master, presenting the cluster's credential.
     pub fn master_client(&self) -> anyhow::Result<agora_client::MasterClient> {
         let mut http = agora_client::Http::new();
+        if let Some((_, client)) = &self.tls {
+            http = http.with_tls(client.clone());
+        }
         if let Some(credential) = &self.credential {
             http = http.with_authorization(&credential.authorization())?;
         }

@@ -475,6 +475,8 @@ fn spawn(
     // The token is the executor's credential, not the task's.
     process.env_remove(agora_proto::env::EXECUTOR_TOKEN);
     process.env_remove(agora_proto::env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN);
+    process.env_remove(agora_proto::env::TLS_CERT);
+    process.env_remove(agora_proto::env::TLS_KEY);
     let (stdout, stderr) = match task {
         Some((sandbox, task_id)) => {
             // The agent makes it too; whoever comes first.

@@ -13,8 +13,12 @@ use crate::ExecutorError;
 /// Usually built with [`ExecutorConfig::from_env`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutorConfig {
-    /// `ws://host:port/api/executor` of the agent.
+    /// `ws://host:port/api/executor` of the agent (`wss://` with TLS).
     pub agent_endpoint: String,
+    /// TLS to a `wss://` agent: the CA (`AGORA_TLS_CA`) and the client
+    /// certificate and key (`AGORA_TLS_CERT`, `AGORA_TLS_KEY`) the agent
+    /// gave.
+    pub tls: agora_net::TlsOptions,
     /// The executor's framework.
     pub framework_id: FrameworkId,
     /// This executor.
@@ -62,8 +66,14 @@ impl ExecutorConfig {
     /// read the environment.
     pub fn from_env() -> Result<Self, ExecutorError> {
         let config = Self::from_lookup(|name| std::env::var(name).ok())?;
-        std::env::remove_var(env::EXECUTOR_TOKEN);
-        std::env::remove_var(env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN);
+        for name in [
+            env::EXECUTOR_TOKEN,
+            env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN,
+            env::TLS_CERT,
+            env::TLS_KEY,
+        ] {
+            std::env::remove_var(name);
+        }
         Ok(config)
     }
 
@@ -81,9 +91,22 @@ impl ExecutorConfig {
         };
 
         let (name, agent_endpoint) = required(&[env::AGENT_ENDPOINT])?;
-        if !agent_endpoint.starts_with("ws://") || agent_endpoint.len() <= "ws://".len() {
-            return Err(invalid(name, &agent_endpoint, "expected a ws:// URL"));
+        let rest = agent_endpoint
+            .strip_prefix("ws://")
+            .or_else(|| agent_endpoint.strip_prefix("wss://"));
+        if rest.is_none_or(str::is_empty) {
+            return Err(invalid(
+                name,
+                &agent_endpoint,
+                "expected a ws:// or wss:// URL",
+            ));
         }
+        let tls = agora_net::TlsOptions {
+            ca: lookup(env::TLS_CA).map(PathBuf::from),
+            cert: lookup(env::TLS_CERT).map(PathBuf::from),
+            key: lookup(env::TLS_KEY).map(PathBuf::from),
+            ..agora_net::TlsOptions::default()
+        };
         let framework_id = FrameworkId::new(id(required(&[
             env::FRAMEWORK_ID,
             env::MESOS_FRAMEWORK_ID,
@@ -122,6 +145,7 @@ impl ExecutorConfig {
         };
         Ok(ExecutorConfig {
             agent_endpoint,
+            tls,
             framework_id,
             executor_id,
             agent_id,

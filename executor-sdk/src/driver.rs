@@ -83,6 +83,8 @@ type WsSink = futures::stream::SplitSink<Ws, Message>;
 struct Io {
     inner: Arc<Inner>,
     callbacks: std::sync::mpsc::Sender<Callback>,
+    /// TLS to a `wss://` agent.
+    tls: Option<Arc<agora_net::tls::rustls::ClientConfig>>,
 }
 
 /// Marks the network loop or the callback thread as finished when
@@ -132,6 +134,20 @@ impl ExecutorDriver {
         if !valid_endpoint(&url) {
             return Err(ExecutorError::InvalidEndpoint(url));
         }
+        let tls = if url.starts_with("wss://") {
+            match self.inner.config.tls.client() {
+                Ok(Some(tls)) => Some(tls),
+                Ok(None) => {
+                    return Err(ExecutorError::Tls(format!(
+                        "{url} needs TLS: {} is not set",
+                        agora_proto::env::TLS_CA
+                    )))
+                }
+                Err(e) => return Err(ExecutorError::Tls(e.to_string())),
+            }
+        } else {
+            None
+        };
         let mut shared = self.inner.lock();
         if shared.status != DriverStatus::NotStarted {
             return Err(ExecutorError::AlreadyStarted);
@@ -158,6 +174,7 @@ impl ExecutorDriver {
         let io = Io {
             inner: self.inner.clone(),
             callbacks: callback_tx,
+            tls,
         };
         let span = tracing::info_span!(
             "executor_driver",
@@ -400,7 +417,7 @@ impl Io {
             {
                 break 'driver outcome;
             }
-            let connecting = connect(&url);
+            let connecting = connect(&url, self.tls.clone());
             tokio::pin!(connecting);
             let ws = loop {
                 tokio::select! {
@@ -592,20 +609,26 @@ impl Io {
     }
 }
 
-/// `ws://` followed by something.
+/// `ws://` or `wss://` followed by something.
 fn valid_endpoint(url: &str) -> bool {
     url.strip_prefix("ws://")
+        .or_else(|| url.strip_prefix("wss://"))
         .is_some_and(|rest| !rest.is_empty() && !rest.chars().any(char::is_whitespace))
 }
 
-/// Opens the WebSocket with Agora's frame limits.
-async fn connect(url: &str) -> Result<Ws, String> {
+/// Opens the WebSocket with Agora's frame limits (over TLS with `tls`
+/// for a `wss://` URL).
+async fn connect(
+    url: &str,
+    tls: Option<std::sync::Arc<agora_net::tls::rustls::ClientConfig>>,
+) -> Result<Ws, String> {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
+    let connector = tls.map(tokio_tungstenite::Connector::Rustls);
     match tokio::time::timeout(
         CONNECT_TIMEOUT,
-        tokio_tungstenite::connect_async_with_config(url, Some(config), true),
+        tokio_tungstenite::connect_async_tls_with_config(url, Some(config), true, connector),
     )
     .await
     {

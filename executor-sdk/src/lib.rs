@@ -183,9 +183,13 @@ pub enum ExecutorError {
         /// What is wrong with it.
         reason: String,
     },
-    /// [`ExecutorConfig::agent_endpoint`] is not a `ws://` URL.
-    #[error("invalid agent endpoint {0:?}: expected ws://HOST:PORT/PATH")]
+    /// [`ExecutorConfig::agent_endpoint`] is not a `ws://` or `wss://` URL.
+    #[error("invalid agent endpoint {0:?}: expected ws://HOST:PORT/PATH or wss://HOST:PORT/PATH")]
     InvalidEndpoint(String),
+    /// TLS to a `wss://` agent cannot be set up (see
+    /// [`ExecutorConfig::tls`]).
+    #[error("TLS to the agent: {0}")]
+    Tls(String),
     /// A status update the driver refuses to send.
     #[error("invalid status update: {0}")]
     InvalidUpdate(String),

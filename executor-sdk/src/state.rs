@@ -767,6 +767,7 @@ mod tests {
     fn config(checkpoint: bool) -> ExecutorConfig {
         ExecutorConfig {
             agent_endpoint: "ws://127.0.0.1:1/api/executor".into(),
+            tls: Default::default(),
             framework_id: FrameworkId::new("fw-1"),
             executor_id: ExecutorId::new("ex-1"),
             agent_id: None,

@@ -62,6 +62,7 @@ impl Executor for Recorder {
 fn config(endpoint: String, checkpoint: bool) -> ExecutorConfig {
     ExecutorConfig {
         agent_endpoint: endpoint,
+        tls: Default::default(),
         framework_id: FrameworkId::new("fw-1"),
         executor_id: ExecutorId::new("ex-1"),
         agent_id: None,

@@ -79,6 +79,9 @@ pub struct Config {
     /// handshake; after it the connection is closed (default 15 s,
     /// Mesos's `--authentication_timeout`).
     pub authentication_timeout: Duration,
+    /// TLS on the listener (`--tls-cert`, `--tls-key`, `--tls-ca`,
+    /// `--tls-require-client-cert`, `--tls-allow-plaintext`).
+    pub tls: agora_net::TlsOptions,
     /// Authorization rules (`--acls`): who may register in which role,
     /// run tasks as which user, tear down whose frameworks and see which
     /// frameworks and tasks. Default: none, everything allowed.
@@ -162,6 +165,7 @@ impl Default for Config {
             authenticate_agents: false,
             authenticate_http: false,
             authentication_timeout: Duration::from_secs(15),
+            tls: agora_net::TlsOptions::default(),
             acls: std::sync::Arc::default(),
             max_agent_resources: Resources::parse(DEFAULT_MAX_AGENT_RESOURCES)
                 .expect("the default --max-agent-resources parses"),
@@ -203,6 +207,7 @@ impl Config {
                 "authenticating frameworks, agents or HTTP operators needs --credentials".into(),
             );
         }
+        self.tls.validate()?;
         if self.max_connections_per_peer == 0 {
             return Err("max_connections_per_peer must be at least 1".into());
         }

@@ -101,6 +101,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), MasterError> {
     config.validate().map_err(MasterError::InvalidConfig)?;
+    let tls = config
+        .tls
+        .server()
+        .map_err(|e| MasterError::InvalidConfig(e.to_string()))?;
     if let Some(dir) = &config.work_dir {
         std::fs::create_dir_all(dir).map_err(|source| MasterError::WorkDir {
             path: dir.clone(),
@@ -252,11 +256,23 @@ pub async fn run(
         shutdown.await;
         trigger.cancel();
     });
-    let mut server = tokio::spawn(http::serve(
+    if tls.is_some() {
+        tracing::info!(
+            require_client_cert = config.tls.require_client_cert,
+            allow_plaintext = config.tls.allow_plaintext,
+            "serving TLS"
+        );
+    }
+    let mut server = tokio::spawn(agora_net::serve(
         listener,
         router,
         token.clone(),
-        config.max_connections_per_peer,
+        agora_net::ServeOptions {
+            per_peer: config.max_connections_per_peer,
+            tls,
+            handshake_timeout: config.authentication_timeout,
+            pipeline_flush: true,
+        },
     ));
     let result = tokio::select! {
         r = &mut server => r,

@@ -22,6 +22,8 @@ struct Flags {
     /// Address to serve WebSockets and HTTP on.
     #[arg(long, default_value = "127.0.0.1:5050")]
     listen: SocketAddr,
+    #[command(flatten)]
+    tls: agora_net::TlsFlags,
     /// Directory for the master's own files, including the registry of
     /// admitted agents and frameworks that a restarted master reloads.
     #[arg(long)]
@@ -239,6 +241,7 @@ async fn main() -> anyhow::Result<()> {
         authenticate_agents: flags.authenticate_agents,
         authenticate_http: flags.authenticate_http,
         authentication_timeout: flags.authentication_timeout,
+        tls: flags.tls.options(),
         acls: match &flags.acls {
             Some(acls) => std::sync::Arc::new(
                 agora_master::acls::Acls::load(acls).map_err(anyhow::Error::msg)?,

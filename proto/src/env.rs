@@ -52,6 +52,13 @@ pub const MESOS_RECOVERY_TIMEOUT: &str = "MESOS_RECOVERY_TIMEOUT";
 /// attempts (Mesos duration format); set only when the framework
 /// checkpoints.
 pub const MESOS_SUBSCRIPTION_BACKOFF_MAX: &str = "MESOS_SUBSCRIPTION_BACKOFF_MAX";
+/// TLS for an executor's connection to its agent (`wss://` endpoints):
+/// the CA to trust, and the certificate and key to present.
+pub const TLS_CA: &str = "AGORA_TLS_CA";
+/// See [`TLS_CA`].
+pub const TLS_CERT: &str = "AGORA_TLS_CERT";
+/// See [`TLS_CA`].
+pub const TLS_KEY: &str = "AGORA_TLS_KEY";
 /// A client's principal (`--principal`).
 pub const PRINCIPAL: &str = "AGORA_PRINCIPAL";
 /// A client's secret, when no `--secret-file` is given.

@@ -465,15 +465,18 @@ impl Io {
                     .credential
                     .as_ref()
                     .map(|c| agora_proto::basic_authorization(&c.principal, &c.secret));
-                let ws = connect(&url, authorization.as_deref()).await.map_err(|e| {
-                    if let ConnectError::Answered(_) = e {
-                        // Alive but not serving yet (a new leader loading
-                        // its registry): try it again after the backoff
-                        // instead of waiting for another leader.
-                        previous = None;
-                    }
-                    format!("{url}: {e}")
-                })?;
+                let tls = self.inner.config.tls.clone();
+                let ws = connect(&url, authorization.as_deref(), tls)
+                    .await
+                    .map_err(|e| {
+                        if let ConnectError::Answered(_) = e {
+                            // Alive but not serving yet (a new leader loading
+                            // its registry): try it again after the backoff
+                            // instead of waiting for another leader.
+                            previous = None;
+                        }
+                        format!("{url}: {e}")
+                    })?;
                 Ok::<_, String>((ws, leader_changed))
             };
             tokio::pin!(connecting);
@@ -693,12 +696,23 @@ impl std::fmt::Display for ConnectError {
     }
 }
 
-async fn connect(url: &str, authorization: Option<&str>) -> Result<Ws, ConnectError> {
+async fn connect(
+    url: &str,
+    authorization: Option<&str>,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<Ws, ConnectError> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
+    // With TLS the same endpoint is reached as wss://.
+    let url = match (&tls, url.strip_prefix("ws://")) {
+        (Some(_), Some(rest)) => format!("wss://{rest}"),
+        _ => url.to_string(),
+    };
+    let connector = tls.map(tokio_tungstenite::Connector::Rustls);
     let mut request = url
+        .as_str()
         .into_client_request()
         .map_err(|e| ConnectError::Unreachable(e.to_string()))?;
     if let Some(value) = authorization {
@@ -709,7 +723,7 @@ async fn connect(url: &str, authorization: Option<&str>) -> Result<Ws, ConnectEr
     }
     match tokio::time::timeout(
         CONNECT_TIMEOUT,
-        tokio_tungstenite::connect_async_with_config(request, Some(config), true),
+        tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, connector),
     )
     .await
     {

@@ -186,7 +186,7 @@ pub trait Scheduler: Send + 'static {
 }
 
 /// How a [`SchedulerDriver`] reaches the master and behaves.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct DriverConfig {
     /// The master: `HOST:PORT` (the driver connects to
     /// `ws://HOST:PORT/api/scheduler`), or a full `ws://` URL (used as is;
@@ -208,6 +208,10 @@ pub struct DriverConfig {
     /// master that refuses them answers 401; the driver logs it and tries
     /// again after its backoff. Default none.
     pub credential: Option<agora_proto::Credential>,
+    /// TLS to the master (`wss://`), trusting the CA this configuration
+    /// holds (and presenting its client certificate, if any): see
+    /// `agora_net::TlsOptions::client`. Default none: plaintext `ws://`.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// Where a driver is in its life.
@@ -257,6 +261,7 @@ impl DriverConfig {
             reconnect_backoff_min: Self::DEFAULT_RECONNECT_BACKOFF_MIN,
             reconnect_backoff_max: Self::DEFAULT_RECONNECT_BACKOFF_MAX,
             credential: None,
+            tls: None,
         }
     }
 }

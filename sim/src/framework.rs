@@ -170,6 +170,7 @@ impl World {
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(5),
             credential: None,
+            tls: None,
         };
         fw.driver = Some(SimScheduler::new(fw.info.clone(), &config));
         let inc = fw.inc;

@@ -269,6 +269,22 @@ impl Core {
         if config.authenticate_executors {
             mesos.push((env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN, token.to_string()));
         }
+        // A TLS agent's executors reach it at wss://, trusting its CA and
+        // presenting its certificate (as Mesos hands its executors the
+        // agent's LIBPROCESS_SSL_* files); the SDK keeps them from tasks.
+        if config.tls.enabled() {
+            let paths = [
+                (env::TLS_CA, &config.tls.ca),
+                (env::TLS_CERT, &config.tls.cert),
+                (env::TLS_KEY, &config.tls.key),
+            ];
+            for (name, path) in paths
+                .iter()
+                .filter_map(|(name, path)| path.as_ref().map(|p| (*name, p)))
+            {
+                mesos.push((name, path.display().to_string()));
+            }
+        }
         if checkpoint == "1" {
             mesos.push((
                 env::MESOS_RECOVERY_TIMEOUT,

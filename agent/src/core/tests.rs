@@ -56,6 +56,7 @@ impl H {
             next_conn: Arc::new(AtomicU64::new(100)),
             counters: Arc::default(),
             identity: Arc::new(crate::identity::ExecutorIdentity::new(&[3; 32])),
+            client_tls: None,
         };
         let now = Instant::now();
         let mut core = Core::new(shared, 7, now, 1_000.0);
@@ -1194,6 +1195,7 @@ mod recording {
             next_conn: Arc::default(),
             counters: Arc::default(),
             identity: Arc::new(crate::identity::ExecutorIdentity::new(&[3; 32])),
+            client_tls: None,
         };
         Core::new(shared, 7, Instant::now(), 0.0)
     }

@@ -68,6 +68,8 @@ struct Args {
     /// File holding the principal's secret.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: agora_net::TlsFlags,
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
@@ -89,6 +91,13 @@ async fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+    let tls = match args.tls.options().client() {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("agora-execute: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let opts = ExecuteOptions {
         master: args.master,
         name: args.name,
@@ -106,6 +115,7 @@ async fn main() -> ExitCode {
         reconcile_interval: args.reconcile_interval,
         on_state: None,
         credential,
+        tls,
     };
     match execute(opts).await {
         Ok(report) => {

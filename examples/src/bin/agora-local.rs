@@ -57,6 +57,11 @@ struct Args {
     /// File holding the principal's secret.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// TLS everywhere (https://, wss://), with a throwaway CA and
+    /// certificates made in the work directory's tls/ (its ca.pem is what
+    /// clients trust).
+    #[arg(long)]
+    tls: bool,
     /// Print only the job's summary.
     #[arg(long)]
     quiet: bool,
@@ -98,6 +103,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
     let mut opts = LocalOptions::new(args.agents, work_dir.clone())?;
     opts.agent_resources = args.agent_resources.clone();
     opts.master_listen = args.listen;
+    opts.tls = args.tls;
     opts.credential =
         agora_proto::Credential::from_flags(args.principal.clone(), args.secret_file.as_deref())
             .map_err(anyhow::Error::msg)?;
@@ -121,6 +127,7 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
                 timeout: Some(args.timeout),
                 print_updates: !args.quiet,
                 credential: cluster.credential.clone(),
+                tls: cluster.tls.as_ref().map(|(_, client)| client.clone()),
                 ..ExecuteOptions::new(
                     cluster.master_addr.to_string(),
                     command.clone(),
@@ -144,16 +151,32 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         None => {
+            let scheme = if cluster.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
             println!(
-                "master: {} (web: http://{}/state)",
+                "master: {} (web: {scheme}://{}/state)",
                 cluster.master_addr, cluster.master_addr
             );
             for (i, addr) in cluster.agent_addrs.iter().enumerate() {
                 println!("agent {i}: {addr}");
             }
             println!("work dir: {}", work_dir.display());
+            let tls_flags = match &cluster.tls {
+                Some((options, _)) => format!(
+                    " --tls-ca {}",
+                    options
+                        .ca
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default()
+                ),
+                None => String::new(),
+            };
             println!(
-                "try: cargo run -p agora-examples --bin agora-execute -- --master {} --command 'echo hi' --instances 5",
+                "try: cargo run -p agora-examples --bin agora-execute -- --master {}{tls_flags} --command 'echo hi' --instances 5",
                 cluster.master_addr
             );
             println!("Ctrl-C to stop");

@@ -64,6 +64,9 @@ pub struct TestCluster {
     /// Sent as `Authorization` with the cluster's own HTTP requests (a
     /// master with `--authenticate-http`).
     pub authorization: Option<String>,
+    /// TLS for the cluster's own HTTP requests (a master with
+    /// `--tls-cert`).
+    pub tls: Option<std::sync::Arc<agora_net::tls::rustls::ClientConfig>>,
 }
 
 /// What the recording scheduler saw.
@@ -388,6 +391,26 @@ impl TestCluster {
         agent_flags: &[&str],
         authorization: Option<String>,
     ) -> TestCluster {
+        Self::start_secure(
+            agents,
+            resources,
+            master_flags,
+            agent_flags,
+            authorization,
+            None,
+        )
+    }
+
+    /// [`TestCluster::start_as`] whose own HTTP requests go over TLS with
+    /// `tls`.
+    pub fn start_secure(
+        agents: usize,
+        resources: &str,
+        master_flags: &[&str],
+        agent_flags: &[&str],
+        authorization: Option<String>,
+        tls: Option<std::sync::Arc<agora_net::tls::rustls::ClientConfig>>,
+    ) -> TestCluster {
         let dir = tempfile::Builder::new()
             .prefix("agora-test-")
             .tempdir()
@@ -413,6 +436,7 @@ impl TestCluster {
             master,
             agents: Vec::new(),
             authorization,
+            tls,
         };
         for _ in 0..agents {
             cluster.add_agent(resources, agent_flags);
@@ -539,13 +563,28 @@ impl TestCluster {
             .iter()
             .map(|a| ("authorization", a.as_str()))
             .collect();
-        let response = agora_client::blocking::request(
-            agora_client::Method::GET,
-            self.master.addr,
-            path,
-            &headers,
-            None,
-        )
+        let response = match &self.tls {
+            None => agora_client::blocking::request(
+                agora_client::Method::GET,
+                self.master.addr,
+                path,
+                &headers,
+                None,
+            ),
+            Some(tls) => {
+                let http = agora_client::Http::new().with_tls(tls.clone());
+                let (addr, path) = (self.master.addr, path.to_string());
+                let authorization = self.authorization.clone();
+                agora_client::blocking::block_on(async move {
+                    let headers: Vec<(&str, &str)> = authorization
+                        .iter()
+                        .map(|a| ("authorization", a.as_str()))
+                        .collect();
+                    http.request(agora_client::Method::GET, addr, &path, &headers, None)
+                        .await
+                })
+            }
+        }
         .map_err(std::io::Error::other)?;
         Ok((response.status, response.text()))
     }

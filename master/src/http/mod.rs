@@ -9,9 +9,7 @@
 
 mod api;
 mod mesos_v1;
-mod serve;
 
-pub(crate) use serve::serve;
 mod ui;
 mod ws;
 

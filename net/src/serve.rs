@@ -4,13 +4,20 @@
 //!
 //! Ours rather than `axum::serve` for what that does not let us set:
 //! pipelined HTTP/1.1 requests (Mesos clients may write calls back to
-//! back) get their answers in one write (`pipeline_flush`),
+//! back) get their answers in one write (`pipeline_flush`, where asked),
 //! `TCP_NODELAY` on every connection (events are small writes on
 //! long-lived streams: without it, Nagle holds each back until the
 //! peer's delayed ACK of the previous one), and a cap on the
 //! connections open at once from one peer address: past it, a new
 //! connection is closed at once, so one peer cannot take every file
 //! descriptor (the others' connections are not touched).
+//!
+//! With TLS, each connection's handshake runs in its own task with a
+//! deadline: a client that connects and never finishes it (or never
+//! starts) holds only its own connection, and loses it at the deadline.
+//! A plaintext client on a TLS listener fails the handshake and is
+//! closed, unless plaintext is allowed: then the first byte tells them
+//! apart (a TLS record starts with 0x16, no HTTP method does).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -25,9 +32,42 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+use crate::tls::ServerTls;
+
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// How a listener serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Connections open at once from one peer address.
+    pub per_peer: usize,
+    /// TLS, or plaintext only.
+    pub tls: Option<Arc<ServerTls>>,
+    /// How long a client has to finish its TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Answers to pipelined HTTP/1.1 requests share writes. It also lets
+    /// hyper take a streamed body's chunks ahead of the socket, so a
+    /// server that judges a slow reader by its stream's backlog (the
+    /// agent's executor streams) keeps it off.
+    pub pipeline_flush: bool,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            per_peer: 1024,
+            tls: None,
+            handshake_timeout: Duration::from_secs(15),
+            pipeline_flush: false,
+        }
+    }
+}
 
 /// Pause after a failed accept (out of file descriptors, say) before the
 /// next, so the loop does not spin.
@@ -45,15 +85,16 @@ struct PeerSlot {
 
 /// Serves `router` on `listener` until `token` is cancelled, then waits
 /// for every connection to finish its graceful shutdown. At most
-/// `per_peer` connections from one address are open at once.
-pub(crate) async fn serve(
+/// `options.per_peer` connections from one address are open at once.
+pub async fn serve(
     listener: TcpListener,
     router: Router,
     token: CancellationToken,
-    per_peer: usize,
+    options: ServeOptions,
 ) {
+    let per_peer = options.per_peer;
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().pipeline_flush(true);
+    builder.http1().pipeline_flush(options.pipeline_flush);
     let graceful = GracefulShutdown::new();
     let counts = PeerCounts::default();
     let mut refused: u64 = 0;
@@ -86,12 +127,22 @@ pub(crate) async fn serve(
                 .clone()
                 .map_request(|req: Request<Incoming>| req.map(Body::new)),
         );
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let tls = options.tls.clone();
+        let handshake_timeout = options.handshake_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let io = match tls {
+                None => Either::Left(stream),
+                Some(tls) => match secure(stream, &tls, handshake_timeout).await {
+                    Some(io) => io,
+                    None => return,
+                },
+            };
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(io), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::trace!(error = %e, "connection ended");
             }
             drop(slot);
@@ -99,6 +150,43 @@ pub(crate) async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// The connection after its TLS handshake (or as it is, when plaintext is
+/// allowed and it does not start one); `None` when the handshake fails or
+/// does not end in time.
+async fn secure(
+    stream: TcpStream,
+    tls: &ServerTls,
+    timeout: Duration,
+) -> Option<Either<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>> {
+    let peer = stream.peer_addr().ok();
+    let handshake = async {
+        if tls.allow_plaintext {
+            let mut first = [0u8; 1];
+            match stream.peek(&mut first).await {
+                Ok(1) if first[0] != TLS_HANDSHAKE_RECORD => return Ok(Either::Left(stream)),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        tls.acceptor.accept(stream).await.map(Either::Right)
+    };
+    match tokio::time::timeout(timeout, handshake).await {
+        Ok(Ok(io)) => Some(io),
+        Ok(Err(e)) => {
+            tracing::info!(?peer, error = %e, "TLS handshake failed; connection closed");
+            None
+        }
+        Err(_) => {
+            tracing::info!(
+                ?peer,
+                ?timeout,
+                "TLS handshake not done in time; connection closed"
+            );
+            None
+        }
+    }
 }
 
 // === impl PeerCounts ===

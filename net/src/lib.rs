@@ -1,0 +1,8 @@
+//! What Agora's servers and clients share on the network: the accept
+//! loop every listener runs ([`serve`]) and TLS settings ([`tls`]).
+
+pub mod serve;
+pub mod tls;
+
+pub use serve::{serve, ServeOptions};
+pub use tls::{LocalPki, ServerTls, TlsError, TlsFlags, TlsOptions};
