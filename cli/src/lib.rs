@@ -10,7 +10,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agora_client::{AgentClient, MasterClient};
+use agora_client::MasterClient;
 use agora_discovery::MasterLocator;
 use agora_examples::execute::{execute, ExecuteOptions, ExecuteReport, StateHook};
 use agora_proto::{TaskId, TaskState};
@@ -273,7 +273,7 @@ pub async fn task_log(
     let agent = task["agent_address"]
         .as_str()
         .context("the task's agent is no longer known to the master")?;
-    let agent = AgentClient::new(agent);
+    let agent = master.agent(agent);
     let fid = s(&task["framework_id"]);
     let eid = s(&task["executor_id"]);
     let mut offset: u64 = 0;

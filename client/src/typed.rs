@@ -135,6 +135,12 @@ impl MasterClient {
         MasterClient(Peer::new(http, address))
     }
 
+    /// An agent of this master's cluster, reached the way the master is
+    /// (TLS, `Authorization`).
+    pub fn agent(&self, address: impl Display) -> AgentClient {
+        AgentClient(Peer::new(self.0.http.clone(), address))
+    }
+
     /// `/metrics` (Prometheus text).
     pub async fn metrics(&self) -> Result<String, ClientError> {
         let response = self.get("/metrics").await?;

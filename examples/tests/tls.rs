@@ -144,6 +144,15 @@ fn a_cluster_runs_over_mutual_tls_and_refuses_what_is_not() {
     cli.extend(["--master".to_string(), master.clone(), "agents".to_string()]);
     let (ok, out, err) = cluster.run_bin("agora", &strs(&cli), Duration::from_secs(30));
     assert!(ok && out.contains("127.0.0.1"), "{out}\n{err}");
+    // A task's output, read from its agent's sandbox over https://.
+    let mut log = flags(&pki.ours);
+    log.extend(
+        ["--master", &master, "task", "log", "agora-execute-0"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    let (ok, out, err) = cluster.run_bin("agora", &strs(&log), Duration::from_secs(30));
+    assert!(ok && out.contains("hi"), "{out}\n{err}");
 
     // No silent downgrade: a plaintext client gets no answer.
     let answer = plain_health(addr);
