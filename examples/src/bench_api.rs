@@ -236,18 +236,25 @@ impl Framework {
         codec: Codec,
         calls_in_flight: usize,
         http_version: HttpVersion,
+        secure: Option<&crate::secure::Secure>,
     ) -> anyhow::Result<Framework>
     where
         B: Scheduler + BenchFramework + Send + 'static,
     {
         match api {
             Api::Native => {
-                let driver =
-                    SchedulerDriver::new(bench, info, DriverConfig::new(master.to_string()));
+                let mut config = DriverConfig::new(master.to_string());
+                if let Some(secure) = secure {
+                    secure.driver(&mut config);
+                }
+                let driver = SchedulerDriver::new(bench, info, config);
                 driver.start().map_err(|e| anyhow::anyhow!("{e}"))?;
                 Ok(Framework::Native(driver))
             }
             Api::V1 => {
+                if secure.is_some() {
+                    anyhow::bail!("the v1 benchmark client speaks plaintext only: run --security secure with --api native");
+                }
                 let http = agora_client::Http::new();
                 let mut subscription = v1c::subscribe(
                     &http,

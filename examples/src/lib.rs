@@ -24,3 +24,4 @@ pub mod http1_pipeline;
 pub mod local;
 pub mod mesos_v1_client;
 pub mod minijob;
+pub mod secure;

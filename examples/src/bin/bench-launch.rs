@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use agora_examples::bench_api::{self, Action, Api, BenchFramework, Framework};
 use agora_examples::mesos_v1_client as v1c;
+use agora_examples::secure::{Secure, Security};
 use agora_mesos_proto::Codec;
 use agora_proto::{
     AgentId, Bytes, CommandInfo, ExecutorId, ExecutorInfo, Filters, FrameworkId, FrameworkInfo,
@@ -62,6 +63,8 @@ const TARGET_FLATNESS: f64 = 0.8;
 /// The Mesos v1 API's throughput must be at least this share of the
 /// native API's at the same point.
 const TARGET_V1_RATIO: f64 = 0.8;
+/// Issue 15: with TLS and authentication, within 0.8x of plain.
+const TARGET_SECURE_RATIO: f64 = 0.8;
 
 /// End-to-end launch throughput through real processes.
 #[derive(Parser, Debug, Clone)]
@@ -118,12 +121,19 @@ struct Args {
     /// connection).
     #[arg(long, default_value = "1.1-pipelined")]
     http: v1c::HttpVersion,
+    /// plain, secure (mutual TLS with a throwaway CA, and authentication
+    /// of the framework, agents and operators) or both (each point run
+    /// both ways, with secure ÷ plain against 0.8). Secure points use the
+    /// native API only.
+    #[arg(long, default_value = "plain", value_parser = agora_examples::secure::parse_security)]
+    security: std::vec::Vec<Security>,
 }
 
 /// One grid point's figures.
 #[derive(Debug, Clone)]
 struct Figures {
     api: Api,
+    security: Security,
     executor: String,
     slots: usize,
     tasks: usize,
@@ -196,13 +206,19 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let apis = args.api.0.clone();
     for executor in &args.executors {
         for &slots in &args.slots {
-            for &api in &apis {
+            for (&api, &security) in apis
+                .iter()
+                .flat_map(|a| args.security.iter().map(move |s| (a, s)))
+            {
+                if security == Security::Secure && api == Api::V1 {
+                    continue;
+                }
                 eprintln!(
-                    "running {} tasks, {executor} executor, {slots} slots, {api} API",
+                    "running {} tasks, {executor} executor, {slots} slots, {api} API, {security}",
                     args.tasks
                 );
                 let (figures, dir) =
-                    runtime.block_on(grid_point(args, &bin_dir, executor, slots, api))?;
+                    runtime.block_on(grid_point(args, &bin_dir, executor, slots, api, security))?;
                 // Removed at the end: deleting 10,000 sandboxes makes the file
                 // system's next inode allocations slower for a while (ext4
                 // checks recently freed inodes), which would be charged to the
@@ -213,6 +229,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
                         "{}",
                         serde_json::json!({
                             "api": figures.api.to_string(),
+                            "security": figures.security.to_string(),
                             "executor": figures.executor,
                             "slots": figures.slots,
                             "tasks": figures.tasks,
@@ -248,8 +265,9 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
         args.calls_in_flight,
     );
     println!(
-        "{:<6} {:<9} {:>6} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>8}",
+        "{:<6} {:<8} {:<9} {:>6} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>8}",
         "api",
+        "security",
         "executor",
         "slots",
         "secs",
@@ -268,8 +286,9 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
         let rate = f.tasks as f64 / f.secs;
         met &= rate >= TARGET_PER_SEC && f.failed == 0;
         println!(
-            "{:<6} {:<9} {:>6} {:>8.2} {:>9.0} {:>7.2}x {:>8.0}% {:>7.1}ms {:>7.1}ms {:>7.1}ms {:>8.1}ms {:>8.2}KiB {:>5.0}KiB{}",
+            "{:<6} {:<8} {:<9} {:>6} {:>8.2} {:>9.0} {:>7.2}x {:>8.0}% {:>7.1}ms {:>7.1}ms {:>7.1}ms {:>8.1}ms {:>8.2}KiB {:>5.0}KiB{}",
             f.api,
+            f.security,
             f.executor,
             f.slots,
             f.secs,
@@ -289,12 +308,48 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
             }
         );
     }
-    let rate_of = |api: Api, executor: &str, slots: usize| {
+    let rate_with = |api: Api, executor: &str, slots: usize, security: Security| {
         results
             .iter()
-            .find(|f| f.api == api && f.executor == executor && f.slots == slots)
+            .find(|f| {
+                f.api == api && f.executor == executor && f.slots == slots && f.security == security
+            })
             .map(|f| f.tasks as f64 / f.secs)
     };
+    let rate_of = |api: Api, executor: &str, slots: usize| {
+        rate_with(
+            api,
+            executor,
+            slots,
+            *args.security.first().unwrap_or(&Security::Plain),
+        )
+    };
+    if args.security.len() == 2 && args.api.0.contains(&Api::Native) {
+        println!(
+            "\ntls+auth ÷ plain (tasks/s, native API), target ≥ {TARGET_SECURE_RATIO}:\n{:<9} {:>6} {:>10} {:>10} {:>7} {:>6}",
+            "executor", "slots", "plain/s", "secure/s", "ratio", "target"
+        );
+        for executor in &args.executors {
+            for &slots in &args.slots {
+                let (Some(plain), Some(secure)) = (
+                    rate_with(Api::Native, executor, slots, Security::Plain),
+                    rate_with(Api::Native, executor, slots, Security::Secure),
+                ) else {
+                    continue;
+                };
+                let ratio = secure / plain;
+                met &= ratio >= TARGET_SECURE_RATIO;
+                println!(
+                    "{executor:<9} {slots:>6} {plain:>10.0} {secure:>10.0} {ratio:>7.2} {:>6}",
+                    if ratio >= TARGET_SECURE_RATIO {
+                        "met"
+                    } else {
+                        "NOT met"
+                    }
+                );
+            }
+        }
+    }
     for &api in &args.api.0 {
         for executor in &args.executors {
             let low = args
@@ -652,10 +707,15 @@ async fn grid_point(
     executor: &str,
     slots: usize,
     api: Api,
+    security: Security,
 ) -> anyhow::Result<(Figures, tempfile::TempDir)> {
     let dir = tempfile::Builder::new()
         .prefix("agora-bench-launch-")
         .tempdir()?;
+    let secure = match security {
+        Security::Plain => None,
+        Security::Secure => Some(Secure::create(&dir.path().join("secure"))?),
+    };
     let mut master_args = vec![
         "--listen".to_string(),
         "127.0.0.1:0".into(),
@@ -663,6 +723,9 @@ async fn grid_point(
         dir.path().join("master").display().to_string(),
     ];
     master_args.extend(args.master_flag.iter().cloned());
+    if let Some(secure) = &secure {
+        master_args.extend(secure.master_flags());
+    }
     let master = Server::start(
         &bin_dir.join("agora-master"),
         &master_args,
@@ -688,14 +751,25 @@ async fn grid_point(
             bin_dir.join("agora-command-executor").display().to_string(),
         ];
         agent_args.extend(args.agent_flag.iter().cloned());
+        if let Some(secure) = &secure {
+            agent_args.extend(secure.agent_flags());
+        }
         agents.push(Server::start(
             &bin_dir.join("agora-agent"),
             &agent_args,
             &dir.path().join(format!("agent-{i}.log")),
         )?);
     }
-    agora_examples::local::wait_for_agents(master.addr, args.agents, Duration::from_secs(30))
-        .await?;
+    let master_client = match &secure {
+        Some(secure) => secure.master_client(master.addr)?,
+        None => agora_client::MasterClient::new(master.addr),
+    };
+    agora_examples::local::wait_for_agents_with(
+        &master_client,
+        args.agents,
+        Duration::from_secs(30),
+    )
+    .await?;
     let kind = match executor {
         "command" => ExecutorKind::Command,
         _ => {
@@ -745,6 +819,7 @@ async fn grid_point(
         args.codec,
         args.calls_in_flight,
         args.http,
+        secure.as_ref(),
     )
     .await?;
 
@@ -804,6 +879,7 @@ async fn grid_point(
     drop(agents);
     drop(master);
     let figures = Figures {
+        security,
         api,
         executor: executor.to_string(),
         slots,

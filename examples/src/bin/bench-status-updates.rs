@@ -41,6 +41,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agora_examples::bench_api::{self, Action, Api, BenchFramework, Framework};
 use agora_examples::mesos_v1_client as v1c;
+use agora_examples::secure::{Secure, Security};
 use agora_executor::{Executor, ExecutorDriver};
 use agora_mesos_proto::Codec;
 use agora_proto::{
@@ -62,6 +63,8 @@ const TARGET_PER_SEC: f64 = 20_000.0;
 /// The Mesos v1 API's updates/s must be at least this share of the
 /// native API's in the same checkpoint mode.
 const TARGET_V1_RATIO: f64 = 0.8;
+/// Issue 15: with TLS and authentication, within 0.8x of plain.
+const TARGET_SECURE_RATIO: f64 = 0.8;
 const ENV_FEEDBACK: &str = "BENCH_FEEDBACK";
 const ENV_TASKS: &str = "BENCH_TASKS";
 const ENV_UPDATES: &str = "BENCH_UPDATES";
@@ -111,12 +114,19 @@ struct Args {
     /// connection).
     #[arg(long, default_value = "1.1-pipelined")]
     http: v1c::HttpVersion,
+    /// plain, secure (mutual TLS with a throwaway CA, and authentication
+    /// of the framework, the agent and operators) or both (each run both
+    /// ways, with secure ÷ plain against 0.8). Secure runs use the native
+    /// API only.
+    #[arg(long, default_value = "plain", value_parser = agora_examples::secure::parse_security)]
+    security: std::vec::Vec<Security>,
 }
 
 /// One run's figures.
 #[derive(Debug, Clone)]
 struct Figures {
     api: Api,
+    security: Security,
     checkpoint: bool,
     total: u64,
     secs: f64,
@@ -156,17 +166,22 @@ fn main() -> ExitCode {
     };
     let mut results = Vec::new();
     for &checkpoint in &modes {
-        for &api in &args.api.0 {
-            eprintln!(
-                "running {} updates, checkpoint {}, {api} API",
-                args.tasks * args.updates_per_task,
-                if checkpoint { "on" } else { "off" }
-            );
-            match runtime.block_on(run(&args, checkpoint, api)) {
-                Ok(f) => results.push(f),
-                Err(e) => {
-                    eprintln!("bench-status-updates: {e:#}");
-                    return ExitCode::FAILURE;
+        for &security in &args.security {
+            for &api in &args.api.0 {
+                if security == Security::Secure && api == Api::V1 {
+                    continue;
+                }
+                eprintln!(
+                    "running {} updates, checkpoint {}, {api} API, {security}",
+                    args.tasks * args.updates_per_task,
+                    if checkpoint { "on" } else { "off" }
+                );
+                match runtime.block_on(run(&args, checkpoint, api, security)) {
+                    Ok(f) => results.push(f),
+                    Err(e) => {
+                        eprintln!("bench-status-updates: {e:#}");
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
         }
@@ -181,8 +196,9 @@ fn main() -> ExitCode {
         args.calls_in_flight
     );
     println!(
-        "{:<6} {:<10} {:>9} {:>8} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "{:<6} {:<9} {:<10} {:>9} {:>8} {:>12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
         "api",
+        "security",
         "checkpoint",
         "updates",
         "secs",
@@ -198,8 +214,9 @@ fn main() -> ExitCode {
     for f in &results {
         let rate = f.total as f64 / f.secs;
         println!(
-            "{:<6} {:<10} {:>9} {:>8.2} {:>12.0} {:>8.2}x {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>10} {:>12.1}",
+            "{:<6} {:<9} {:<10} {:>9} {:>8.2} {:>12.0} {:>8.2}x {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>10} {:>12.1}",
             f.api,
+            f.security,
             if f.checkpoint { "on" } else { "off" },
             f.total,
             f.secs,
@@ -219,13 +236,41 @@ fn main() -> ExitCode {
     }
     println!("(e2e = executor send -> scheduler callback; ack = executor send -> agent ACKNOWLEDGED; max e2e {:.1} ms)",
         results.iter().map(|f| ms(f.to_scheduler.max_us)).fold(0.0, f64::max));
-    if args.api.0.contains(&Api::Native) && args.api.0.contains(&Api::V1) {
-        let rate_of = |api: Api, checkpoint: bool| {
-            results
-                .iter()
-                .find(|f| f.api == api && f.checkpoint == checkpoint)
-                .map(|f| f.total as f64 / f.secs)
-        };
+    let rate_of = |api: Api, checkpoint: bool, security: Security| {
+        results
+            .iter()
+            .find(|f| f.api == api && f.checkpoint == checkpoint && f.security == security)
+            .map(|f| f.total as f64 / f.secs)
+    };
+    if args.security.len() == 2 && args.api.0.contains(&Api::Native) {
+        println!(
+            "\ntls+auth ÷ plain (acked/s, native API), target ≥ {TARGET_SECURE_RATIO}:\n{:<10} {:>10} {:>10} {:>7} {:>7}",
+            "checkpoint", "plain/s", "secure/s", "ratio", "target"
+        );
+        for &checkpoint in &modes {
+            let (Some(plain), Some(secure)) = (
+                rate_of(Api::Native, checkpoint, Security::Plain),
+                rate_of(Api::Native, checkpoint, Security::Secure),
+            ) else {
+                continue;
+            };
+            let ratio = secure / plain;
+            println!(
+                "{:<10} {plain:>10.0} {secure:>10.0} {ratio:>7.2} {:>7}",
+                if checkpoint { "on" } else { "off" },
+                if ratio >= TARGET_SECURE_RATIO {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            );
+        }
+    }
+    if args.api.0.contains(&Api::Native)
+        && args.api.0.contains(&Api::V1)
+        && args.security.contains(&Security::Plain)
+    {
+        let rate_of = |api: Api, checkpoint: bool| rate_of(api, checkpoint, Security::Plain);
         println!(
             "\nv1 ÷ native (acked/s), target ≥ {TARGET_V1_RATIO}:\n{:<10} {:>10} {:>10} {:>7} {:>7}",
             "checkpoint", "native/s", "v1/s", "ratio", "target"
@@ -284,24 +329,36 @@ fn percentiles(mut v: Vec<u64>) -> Percentiles {
 
 // --- the benchmark driver ---
 
-async fn run(args: &Args, checkpoint: bool, api: Api) -> anyhow::Result<Figures> {
+async fn run(
+    args: &Args,
+    checkpoint: bool,
+    api: Api,
+    security: Security,
+) -> anyhow::Result<Figures> {
     let work = std::env::temp_dir().join(format!(
-        "agora-bench-status-{}-{}-{api}",
+        "agora-bench-status-{}-{}-{api}-{security}",
         std::process::id(),
         checkpoint
     ));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
+    let secure = match security {
+        Security::Plain => None,
+        Security::Secure => Some(Secure::create(&work.join("secure"))?),
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let wait_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let master_addr = listener.local_addr()?;
-    let master_config = agora_master::Config {
+    let mut master_config = agora_master::Config {
         work_dir: Some(work.join("master")),
         ..agora_master::Config::default()
     };
+    if let Some(secure) = &secure {
+        secure.master_config(&mut master_config);
+    }
     let master = tokio::spawn(agora_master::run(
         listener,
         master_config,
@@ -316,12 +373,19 @@ async fn run(args: &Args, checkpoint: bool, api: Api) -> anyhow::Result<Figures>
     config.command_executor = vec![exe.display().to_string(), "__unused".into()];
     config.status_update_retry_min = args.retry_min;
     config.status_update_retry_max = args.retry_min.max(Duration::from_secs(600));
+    if let Some(secure) = &secure {
+        secure.agent_config(&mut config);
+    }
     let agent = tokio::spawn(agora_agent::run(
         listener,
         config,
         wait_stop(stop_rx.clone()),
     ));
-    agora_examples::local::wait_for_agents(master_addr, 1, Duration::from_secs(30)).await?;
+    let master_client = match &secure {
+        Some(secure) => secure.master_client(master_addr)?,
+        None => agora_client::MasterClient::new(master_addr),
+    };
+    agora_examples::local::wait_for_agents_with(&master_client, 1, Duration::from_secs(30)).await?;
 
     // The side channel that paces the executor.
     let feedback = TcpListener::bind("127.0.0.1:0")?;
@@ -354,6 +418,7 @@ async fn run(args: &Args, checkpoint: bool, api: Api) -> anyhow::Result<Figures>
         args.codec,
         args.calls_in_flight,
         args.http,
+        secure.as_ref(),
     )
     .await?;
 
@@ -377,7 +442,7 @@ async fn run(args: &Args, checkpoint: bool, api: Api) -> anyhow::Result<Figures>
         // The agent's /state is asked only once the scheduler has seen
         // every update: polling it during the run would load the agent.
         if first.is_some() && received.load(Ordering::Relaxed) >= total {
-            if let Ok(state) = agora_client::AgentClient::new(agent_addr).state().await {
+            if let Ok(state) = master_client.agent(agent_addr).state().await {
                 let acked = state["status_updates_acknowledged"].as_u64().unwrap_or(0);
                 if acked >= total {
                     let syncs = state["checkpoint"]["wal_syncs"].as_u64().unwrap_or(0);
@@ -412,6 +477,7 @@ async fn run(args: &Args, checkpoint: bool, api: Api) -> anyhow::Result<Figures>
     let _ = tokio::time::timeout(Duration::from_secs(10), master).await;
     let _ = std::fs::remove_dir_all(&work);
     Ok(Figures {
+        security,
         api,
         checkpoint,
         total,
