@@ -222,20 +222,29 @@ pub async fn drive_v1(
     anyhow::bail!("the master ended the event stream")
 }
 
+/// How a v1 framework speaks: codec, calls in flight, HTTP.
+#[derive(Debug, Clone, Copy)]
+pub struct V1Options {
+    /// Codec of calls and events.
+    pub codec: Codec,
+    /// Most calls in flight at once.
+    pub calls_in_flight: usize,
+    /// The HTTP of the calls.
+    pub http: HttpVersion,
+}
+
 // === impl Framework ===
 
 impl Framework {
-    /// Subscribes `bench` as `info` at `master` through `api` (v1: in
-    /// `codec`, with up to `calls_in_flight` calls at once) and runs it.
+    /// Subscribes `bench` as `info` at `master` through `api` (v1: as
+    /// `v1` says) and runs it, with TLS and a credential when `secure`.
     /// For v1 it returns once SUBSCRIBED has arrived.
     pub async fn start<B>(
         bench: B,
         info: FrameworkInfo,
         master: SocketAddr,
         api: Api,
-        codec: Codec,
-        calls_in_flight: usize,
-        http_version: HttpVersion,
+        v1: V1Options,
         secure: Option<&crate::secure::Secure>,
     ) -> anyhow::Result<Framework>
     where
@@ -259,13 +268,13 @@ impl Framework {
                 let mut subscription = v1c::subscribe(
                     &http,
                     &master.to_string(),
-                    codec,
+                    v1.codec,
                     convert::mesos_framework_info(&info),
                 )
                 .await
                 .context("subscribing through the Mesos v1 API")?;
                 let pipeline =
-                    CallPipeline::new(subscription.calls.clone(), calls_in_flight, http_version);
+                    CallPipeline::new(subscription.calls.clone(), v1.calls_in_flight, v1.http);
                 let calls = pipeline.clone();
                 let task = tokio::spawn(async move {
                     let mut bench = bench;

@@ -816,9 +816,11 @@ async fn grid_point(
         info,
         master.addr,
         api,
-        args.codec,
-        args.calls_in_flight,
-        args.http,
+        bench_api::V1Options {
+            codec: args.codec,
+            calls_in_flight: args.calls_in_flight,
+            http: args.http,
+        },
         secure.as_ref(),
     )
     .await?;
