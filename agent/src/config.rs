@@ -59,6 +59,20 @@ pub struct Config {
     /// on every call: a missing or forged one gets `401`, one for another
     /// executor or run `403`. Agora's own executors always present theirs.
     pub authenticate_executors: bool,
+    /// Principals and secrets operators authenticate with on the agent's
+    /// HTTP endpoints (`--credentials`, the master's format).
+    pub credentials: Option<agora_proto::Credentials>,
+    /// Operators must authenticate (Basic or Bearer) on every HTTP
+    /// endpoint but `/health`, `/version` and the executor APIs (whose
+    /// callers present executor tokens): `401` otherwise.
+    pub authenticate_http: bool,
+    /// How long an executor connection may stay without subscribing
+    /// before it is closed (default 15 s).
+    pub executor_subscribe_timeout: Duration,
+    /// Authorization rules (`--acls`, the master's format); the agent
+    /// decides `access_sandboxes`: who may read a sandbox through
+    /// `/files`, by the user its framework runs as (`403` otherwise).
+    pub acls: std::sync::Arc<agora_proto::acls::Acls>,
     /// TLS: the agent's listener (executors, HTTP) with `cert`/`key`;
     /// its connection to the master with `ca` (presenting `cert`).
     pub tls: agora_net::TlsOptions,
@@ -149,6 +163,10 @@ impl Config {
             executor_secret_key: None,
             authenticate_executors: false,
             tls: agora_net::TlsOptions::default(),
+            credentials: None,
+            authenticate_http: false,
+            executor_subscribe_timeout: Duration::from_secs(15),
+            acls: std::sync::Arc::default(),
             master,
             work_dir,
             resources,

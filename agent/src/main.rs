@@ -36,6 +36,18 @@ struct Flags {
     /// (default: a random key kept in the work directory).
     #[arg(long)]
     executor_secret_key: Option<PathBuf>,
+    /// Principals and secrets operators authenticate with on this agent's
+    /// HTTP endpoints (the master's --credentials format).
+    #[arg(long)]
+    credentials: Option<PathBuf>,
+    /// Operators must authenticate (Basic or Bearer) on every HTTP
+    /// endpoint but /health, /version and the executor APIs.
+    #[arg(long)]
+    authenticate_http: bool,
+    /// Authorization rules (the master's --acls format, JSON or a file);
+    /// the agent decides access_sandboxes.
+    #[arg(long)]
+    acls: Option<String>,
     /// Require Mesos v1 executors to present their token on every call
     /// (401 without or with a forged one, 403 for another executor's).
     #[arg(long)]
@@ -199,6 +211,29 @@ fn main() -> ExitCode {
     }
     config.executor_secret_key = flags.executor_secret_key;
     config.tls = flags.tls.options();
+    config.authenticate_http = flags.authenticate_http;
+    if let Some(path) = &flags.credentials {
+        match agora_proto::Credentials::load(path) {
+            Ok(credentials) => config.credentials = Some(credentials),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if config.authenticate_http && config.credentials.is_none() {
+        eprintln!("error: --authenticate-http needs --credentials");
+        return ExitCode::from(2);
+    }
+    if let Some(acls) = &flags.acls {
+        match agora_proto::acls::Acls::load(acls) {
+            Ok(acls) => config.acls = std::sync::Arc::new(acls),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     config.authenticate_executors = flags.authenticate_executors;
     match agora_proto::Credential::from_flags(flags.principal, flags.secret_file.as_deref()) {
         Ok(credential) => config.credential = credential,

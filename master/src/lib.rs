@@ -15,7 +15,8 @@
 //! campaign for leadership in etcd and the leader keeps the registry
 //! there (`ha`; see `docs/protocol.md`, "High availability").
 
-pub mod acls;
+/// Authorization rules: they live in `agora-proto`, shared with the agent.
+pub use agora_proto::acls;
 mod agents;
 pub mod allocator;
 #[doc(hidden)]

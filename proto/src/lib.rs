@@ -14,6 +14,7 @@
 //! turns the latter into a clear [`DecodeError`]. [`Resources`] carries
 //! Mesos's resource arithmetic and syntax.
 
+pub mod acls;
 pub mod agent;
 mod attributes;
 mod codec;

@@ -121,6 +121,7 @@ impl Core {
                 json!({
                     "id": fid,
                     "name": info.name,
+                    "user": info.user,
                     "checkpoint": info.checkpoint,
                     "executors": executors,
                     "command_executors": command_executors,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use agora_proto::executor::{Call, Event};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -152,6 +152,14 @@ pub(crate) fn router(
     snapshots: watch::Receiver<Snapshot>,
     monitor: Monitor,
 ) -> Router {
+    let app_state = AppState {
+        shared: shared.clone(),
+        core,
+        snapshots,
+        counters: Arc::default(),
+        v1_subscriptions: Arc::default(),
+        monitor,
+    };
     Router::new()
         .route("/api/executor", get(executor_ws))
         .route(
@@ -172,17 +180,92 @@ pub(crate) fn router(
             get(files_path),
         )
         .layer(axum::middleware::from_fn_with_state(
+            app_state.clone(),
+            operator_auth,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             Arc::<[String]>::from(shared.config.allowed_origins.clone()),
             allow_cross_origin,
         ))
-        .with_state(AppState {
-            shared,
-            core,
-            snapshots,
-            counters: Arc::default(),
-            v1_subscriptions: Arc::default(),
-            monitor,
-        })
+        .with_state(app_state)
+}
+
+/// Paths served without operator authentication: probes and the
+/// executor APIs (executors present their tokens).
+const OPEN_PATHS: &[&str] = &["/health", "/version", "/api/executor", "/api/v1/executor"];
+
+/// The principal a request's `Authorization` names, if valid: `Err` the
+/// `401` answer when authentication is required and missing or wrong.
+#[allow(clippy::result_large_err)] // the error is the answer
+fn principal(
+    app: &AppState,
+    headers: &HeaderMap,
+    required: bool,
+) -> Result<Option<String>, Response> {
+    let Some(credentials) = &app.shared.config.credentials else {
+        return Ok(None);
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match credentials.authenticate(given) {
+        Ok(principal) => Ok(Some(principal)),
+        Err(_) if !required => Ok(None),
+        Err(e) => Err((
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"agora\"")],
+            e.to_string(),
+        )
+            .into_response()),
+    }
+}
+
+/// With `--authenticate-http`, answers `401` (with a challenge) to an
+/// operator request without valid credentials.
+async fn operator_auth(
+    State(app): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if app.shared.config.authenticate_http && !OPEN_PATHS.contains(&request.uri().path()) {
+        if let Err(refusal) = principal(&app, request.headers(), true) {
+            return refusal;
+        }
+    }
+    next.run(request).await
+}
+
+/// `Err` the `403` answer when the `access_sandboxes` ACL refuses the
+/// requester the sandboxes of `framework_id` (by the user it runs as).
+#[allow(clippy::result_large_err)] // the error is the answer
+fn may_read_sandbox(
+    app: &AppState,
+    headers: &HeaderMap,
+    framework_id: &str,
+) -> Result<(), Response> {
+    use agora_proto::acls::Action;
+    let acls = &app.shared.config.acls;
+    if !acls.restricts(Action::AccessSandboxes) {
+        return Ok(());
+    }
+    let principal = principal(app, headers, false).ok().flatten();
+    let snapshot = app.snapshots.borrow().clone();
+    let user = snapshot["frameworks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["id"] == framework_id)
+        .and_then(|f| f["user"].as_str())
+        .map(str::to_string);
+    acls.check(
+        Action::AccessSandboxes,
+        principal.as_deref(),
+        user.as_deref(),
+    )
+    .map_err(|message| {
+        app.counters.forbidden.fetch_add(1, Ordering::Relaxed);
+        (StatusCode::FORBIDDEN, message).into_response()
+    })
 }
 
 /// Lets pages of the allowed origins (the master's web UI) read the
@@ -399,17 +482,25 @@ fn render_metrics(state: &serde_json::Value, c: &FileCounters, updates: &Counter
 
 async fn files_root(
     State(app): State<AppState>,
+    headers: HeaderMap,
     Path((framework_id, executor_id)): Path<(String, String)>,
     Query(params): Query<FileParams>,
 ) -> Response {
+    if let Err(refusal) = may_read_sandbox(&app, &headers, &framework_id) {
+        return refusal;
+    }
     serve_file(app, framework_id, executor_id, String::new(), params).await
 }
 
 async fn files_path(
     State(app): State<AppState>,
+    headers: HeaderMap,
     Path((framework_id, executor_id, path)): Path<(String, String, String)>,
     Query(params): Query<FileParams>,
 ) -> Response {
+    if let Err(refusal) = may_read_sandbox(&app, &headers, &framework_id) {
+        return refusal;
+    }
     serve_file(app, framework_id, executor_id, path, params).await
 }
 
@@ -536,6 +627,8 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
         done.clone(),
     ));
     let mut subscribed = false;
+    let subscribe_timeout = app.shared.config.executor_subscribe_timeout;
+    let subscribe_by = tokio::time::Instant::now() + subscribe_timeout;
     loop {
         while link.unwritten.count.load(Ordering::Acquire) > link.limit {
             tokio::select! {
@@ -543,9 +636,25 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
                 _ = link.unwritten.drained.notified() => {}
             }
         }
+        // A connection that has not subscribed within the deadline is
+        // closed: a process that connects and says nothing holds nothing.
+        let deadline = async {
+            if subscribed {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep_until(subscribe_by).await
+            }
+        };
         let frame = tokio::select! {
             _ = done.cancelled() => break,
             frame = stream.next() => frame,
+            () = deadline => {
+                link.close(
+                    1008,
+                    format!("no SUBSCRIBE within {subscribe_timeout:?} of connecting"),
+                );
+                break;
+            }
         };
         let text = match frame {
             None | Some(Ok(Message::Close(_))) => break,

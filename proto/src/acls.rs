@@ -7,8 +7,13 @@
 //!                {"principals": {"type": "ANY"}, "users": {"type": "ANY"}}],
 //!  "teardown_frameworks": [{"principals": {"values": ["ops"]}, "framework_principals": {"type": "ANY"}}],
 //!  "view_frameworks": [{"principals": {"type": "ANY"}, "users": {"type": "ANY"}}],
-//!  "view_tasks": [{"principals": {"values": ["ops"]}, "users": {"type": "ANY"}}]}
+//!  "view_tasks": [{"principals": {"values": ["ops"]}, "users": {"type": "ANY"}}],
+//!  "access_sandboxes": [{"principals": {"values": ["ops"]}, "users": {"type": "ANY"}}]}
 //! ```
+//!
+//! The master decides the first five; agents decide `access_sandboxes`
+//! (reading a sandbox through `/files`, by the user its framework runs
+//! as).
 //!
 //! An entity is `{"values": [...]}`, `{"type": "ANY"}` or
 //! `{"type": "NONE"}`. For an action, the rules are read in order and the
@@ -74,6 +79,8 @@ pub enum Action {
     ViewFrameworks,
     /// An operator sees a task run as a user.
     ViewTasks,
+    /// An operator reads the sandbox of an executor run as a user.
+    AccessSandboxes,
 }
 
 impl Action {
@@ -84,6 +91,7 @@ impl Action {
             Action::TeardownFrameworks => "teardown_frameworks",
             Action::ViewFrameworks => "view_frameworks",
             Action::ViewTasks => "view_tasks",
+            Action::AccessSandboxes => "access_sandboxes",
         }
     }
 }
@@ -97,6 +105,7 @@ pub struct Acls {
     teardown_frameworks: Vec<Rule>,
     view_frameworks: Vec<Rule>,
     view_tasks: Vec<Rule>,
+    access_sandboxes: Vec<Rule>,
 }
 
 impl Default for Acls {
@@ -109,6 +118,7 @@ impl Default for Acls {
             teardown_frameworks: Vec::new(),
             view_frameworks: Vec::new(),
             view_tasks: Vec::new(),
+            access_sandboxes: Vec::new(),
         }
     }
 }
@@ -128,6 +138,8 @@ struct File {
     view_frameworks: Vec<UsersRule>,
     #[serde(default)]
     view_tasks: Vec<UsersRule>,
+    #[serde(default)]
+    access_sandboxes: Vec<UsersRule>,
 }
 
 fn yes() -> bool {
@@ -222,6 +234,12 @@ impl Acls {
                     .map(|r| (r.principals, r.users))
                     .collect(),
             )?,
+            access_sandboxes: rules(
+                file.access_sandboxes
+                    .into_iter()
+                    .map(|r| (r.principals, r.users))
+                    .collect(),
+            )?,
         })
     }
 
@@ -232,6 +250,7 @@ impl Acls {
             Action::TeardownFrameworks => &self.teardown_frameworks,
             Action::ViewFrameworks => &self.view_frameworks,
             Action::ViewTasks => &self.view_tasks,
+            Action::AccessSandboxes => &self.access_sandboxes,
         }
     }
 
