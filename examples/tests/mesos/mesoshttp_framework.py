@@ -33,8 +33,16 @@ from mesoshttp.client import MesosClient
 TIMEOUT = 60
 
 
+_SAY = threading.Lock()
+
+
 def say(event, **fields):
-    print(json.dumps(dict(event=event, **fields)), flush=True)
+    # One write per line under a lock: print() writes the text and the
+    # newline separately, so lines from two threads could interleave.
+    line = json.dumps(dict(event=event, **fields)) + "\n"
+    with _SAY:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 class Test(object):

@@ -36,8 +36,16 @@ from pymesos import MesosSchedulerDriver, Scheduler
 TIMEOUT = 60
 
 
+_SAY = threading.Lock()
+
+
 def say(event, **fields):
-    print(json.dumps(dict(event=event, **fields)), flush=True)
+    # One write per line under a lock: print() writes the text and the
+    # newline separately, so lines from two threads could interleave.
+    line = json.dumps(dict(event=event, **fields)) + "\n"
+    with _SAY:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def fail(message):

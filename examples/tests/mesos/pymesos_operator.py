@@ -11,13 +11,22 @@ Usage: pymesos_operator.py MASTER
 import json
 import logging
 import sys
+import threading
 import time
 
 from pymesos import MesosOperatorMasterDriver, OperatorMaster
 
 
+_SAY = threading.Lock()
+
+
 def say(event, **fields):
-    print(json.dumps(dict(event=event, **fields)), flush=True)
+    # One write per line under a lock: print() writes the text and the
+    # newline separately, so lines from two threads could interleave.
+    line = json.dumps(dict(event=event, **fields)) + "\n"
+    with _SAY:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 class Watcher(OperatorMaster):
