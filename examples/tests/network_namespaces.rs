@@ -293,16 +293,29 @@ fn agents_in_their_own_namespaces_are_reached_at_their_own_addresses() {
 
     // The operator's CLI, in the root namespace, reads the task's output
     // from the agent that ran it.
-    let out = Command::new(bin("agora"))
-        .args([
-            "--master",
-            &master.addr.to_string(),
-            "task",
-            "log",
-            "printer",
-        ])
-        .output()
-        .expect("running agora");
+    // (/state and the task lists follow the master within a publish
+    // interval: a task that just ended may not be listed for a moment.)
+    let run_log = || {
+        Command::new(bin("agora"))
+            .args([
+                "--master",
+                &master.addr.to_string(),
+                "task",
+                "log",
+                "printer",
+            ])
+            .output()
+            .expect("running agora")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut out = run_log();
+    while !out.status.success()
+        && String::from_utf8_lossy(&out.stderr).contains("no task printer")
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        out = run_log();
+    }
     assert!(
         out.status.success(),
         "agora log failed: {}\n{}",
