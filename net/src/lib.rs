@@ -1,6 +1,7 @@
 //! What Agora's servers and clients share on the network: the accept
 //! loop every listener runs ([`serve`]) and TLS settings ([`tls`]).
 
+pub mod auth;
 pub mod serve;
 pub mod tls;
 

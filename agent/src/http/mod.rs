@@ -194,30 +194,15 @@ pub(crate) fn router(
 /// executor APIs (executors present their tokens).
 const OPEN_PATHS: &[&str] = &["/health", "/version", "/api/executor", "/api/v1/executor"];
 
-/// The principal a request's `Authorization` names, if valid: `Err` the
-/// `401` answer when authentication is required and missing or wrong.
+/// The principal a request's `Authorization` names (see
+/// [`agora_net::auth::principal`]).
 #[allow(clippy::result_large_err)] // the error is the answer
 fn principal(
     app: &AppState,
     headers: &HeaderMap,
     required: bool,
 ) -> Result<Option<String>, Response> {
-    let Some(credentials) = &app.shared.config.credentials else {
-        return Ok(None);
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    match credentials.authenticate(given) {
-        Ok(principal) => Ok(Some(principal)),
-        Err(_) if !required => Ok(None),
-        Err(e) => Err((
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Basic realm=\"agora\"")],
-            e.to_string(),
-        )
-            .into_response()),
-    }
+    agora_net::auth::principal(app.shared.config.credentials.as_ref(), headers, required)
 }
 
 /// With `--authenticate-http`, answers `401` (with a challenge) to an

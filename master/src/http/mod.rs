@@ -200,25 +200,7 @@ impl Authentication {
         required: bool,
         headers: &axum::http::HeaderMap,
     ) -> Result<Option<String>, Response> {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        let Some(credentials) = &self.credentials else {
-            return Ok(None);
-        };
-        match credentials.authenticate(given) {
-            Ok(principal) => Ok(Some(principal)),
-            Err(_) if !required && given.is_none() => Ok(None),
-            Err(e) => {
-                let mut response =
-                    (axum::http::StatusCode::UNAUTHORIZED, e.to_string()).into_response();
-                response.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    axum::http::HeaderValue::from_static("Basic realm=\"agora\""),
-                );
-                Err(response)
-            }
-        }
+        agora_net::auth::principal(self.credentials.as_ref(), headers, required)
     }
 }
 
