@@ -101,8 +101,7 @@ pub(crate) async fn run(shared: Shared, core: mpsc::Sender<CoreEvent>, cancel: C
                 }
             };
         if let Some(credential) = &shared.config.credential {
-            let value = agora_proto::basic_authorization(&credential.principal, &credential.secret);
-            match value.parse() {
+            match credential.authorization().parse() {
                 Ok(value) => {
                     request.headers_mut().insert("authorization", value);
                 }

@@ -155,17 +155,24 @@ impl Http {
         connector.enforce_http(false);
         let scheme = if tls.is_some() { "https" } else { "http" };
         // Without TLS the connector is never asked for https: it is
-        // given a configuration that trusts nothing.
+        // given a configuration that trusts nothing, built once per
+        // process (clients are made per request in places).
+        static TRUSTS_NOTHING: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>> =
+            std::sync::OnceLock::new();
         let config = tls.unwrap_or_else(|| {
-            std::sync::Arc::new(
-                rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default TLS versions")
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth(),
-            )
+            TRUSTS_NOTHING
+                .get_or_init(|| {
+                    std::sync::Arc::new(
+                        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                            rustls::crypto::ring::default_provider(),
+                        ))
+                        .with_safe_default_protocol_versions()
+                        .expect("ring supports the default TLS versions")
+                        .with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth(),
+                    )
+                })
+                .clone()
         });
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config((*config).clone())

@@ -464,7 +464,7 @@ impl Io {
                     .config
                     .credential
                     .as_ref()
-                    .map(|c| agora_proto::basic_authorization(&c.principal, &c.secret));
+                    .map(agora_proto::Credential::authorization);
                 let tls = self.inner.config.tls.clone();
                 let ws = connect(&url, authorization.as_deref(), tls)
                     .await
