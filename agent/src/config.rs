@@ -146,6 +146,9 @@ pub struct Config {
     pub isolation: Isolation,
     /// Settings of [`Isolation::Cgroups`].
     pub cgroups: CgroupsConfig,
+    /// Whom executors run as (`--switch-user`, `--allow-root-tasks`):
+    /// by default the framework's user, never root.
+    pub users: crate::users::UserPolicy,
 }
 
 // === impl Config ===
@@ -192,6 +195,7 @@ impl Config {
             command_executor_idle: Duration::from_secs(10),
             isolation: Isolation::Posix,
             cgroups: CgroupsConfig::default(),
+            users: crate::users::UserPolicy::default(),
         }
     }
 }

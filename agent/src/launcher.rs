@@ -51,6 +51,9 @@ pub struct LaunchSpec {
     /// What the executor's container is limited to, under
     /// `--isolation cgroups` (`None`: no container).
     pub limits: Option<crate::isolation::Limits>,
+    /// The user the framework names (`FrameworkInfo.user`); the agent
+    /// decides whom the executor runs as from it ([`crate::users`]).
+    pub user: String,
 }
 
 /// A process the agent started (or re-attached to), named by a pidfd.
@@ -106,6 +109,7 @@ impl LaunchSpec {
                 sandbox,
                 fetch: command.uris.clone(),
                 limits: None,
+                user: String::new(),
             }
         } else {
             let mut arguments = command.arguments.iter();
@@ -118,6 +122,7 @@ impl LaunchSpec {
                 sandbox,
                 fetch: command.uris.clone(),
                 limits: None,
+                user: String::new(),
             }
         }
     }
@@ -178,7 +183,22 @@ impl Process {
     /// sandbox must exist. Blocking (a few hundred microseconds): call it
     /// off the async threads.
     pub fn spawn(spec: &LaunchSpec) -> std::io::Result<Process> {
-        let env = spec.environment();
+        Process::spawn_as(spec, None)
+    }
+
+    /// [`Process::spawn`] as `user` (another than the agent's, which must
+    /// be root), with `USER`, `LOGNAME` and `HOME` naming that user.
+    pub fn spawn_as(
+        spec: &LaunchSpec,
+        user: Option<&crate::users::RunAs>,
+    ) -> std::io::Result<Process> {
+        let mut env = spec.environment();
+        if let Some(user) = user {
+            for (key, value) in user.environment() {
+                env.retain(|(k, _)| k.as_slice() != key.as_bytes());
+                env.push((key.into_bytes(), value.into_bytes()));
+            }
+        }
         let program = spec.resolve(&env)?;
         let argv0 = spec.argv0.as_deref().unwrap_or(&spec.program);
         let mut argv: Vec<&OsStr> = vec![OsStr::new(argv0)];
@@ -198,6 +218,7 @@ impl Process {
             cwd: &spec.sandbox,
             stdout: &spec.sandbox.join("stdout"),
             stderr: &spec.sandbox.join("stderr"),
+            user,
         })?;
         // The child cannot be reaped before this (only this process reaps
         // its children, and it has not), so the pidfd names it.
@@ -517,6 +538,7 @@ mod tests {
             sandbox: PathBuf::from("/tmp"),
             fetch: Vec::new(),
             limits: None,
+            user: String::new(),
         };
         let env = spec.environment();
         assert_eq!(spec.resolve(&env).unwrap(), PathBuf::from("/bin/sh"));

@@ -48,6 +48,7 @@ mod shell;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod status_updates;
+pub mod users;
 mod sys;
 mod wal;
 
@@ -57,6 +58,7 @@ pub use config::{
     DEFAULT_EXECUTOR_HEARTBEAT_INTERVAL, DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
 };
 pub use isolation::{CgroupsConfig, Isolation};
+pub use users::UserPolicy;
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +159,21 @@ pub async fn run(
             path: config.work_dir.clone(),
             source,
         })?;
+    if config.users.switches() {
+        tracing::info!(
+            allow_root_tasks = config.users.allow_root_tasks,
+            "executors run as the user their framework names"
+        );
+        if let Some(dir) = users::untraversable_ancestor(&config.work_dir) {
+            tracing::warn!(directory = %dir.display(), "other users cannot pass through this directory above the work dir: executors that run as another user than the agent's will fail to start (give it o+x)");
+        }
+    } else {
+        tracing::info!(
+            allow_root_tasks = config.users.allow_root_tasks,
+            uid = nix::unistd::Uid::effective().as_raw(),
+            "executors run as the agent's own user"
+        );
+    }
     let cgroups = match config.isolation {
         Isolation::Posix => {
             tracing::info!("--isolation posix: cpus, mem and the other resources are bookkeeping only; nothing is enforced");
@@ -205,7 +222,12 @@ pub async fn run(
     // Containers of executors found alive are re-adopted; any other under
     // --cgroups-root is an orphan, destroyed before anything starts.
     let processes =
-        processes::Processes::start(core_tx.clone(), cgroups.clone(), &recovered.alive)?;
+        processes::Processes::start(
+        core_tx.clone(),
+        cgroups.clone(),
+        shared.config.users,
+        &recovered.alive,
+    )?;
     let (now, wall) = (tokio::time::Instant::now(), agora_proto::now_timestamp());
     let mut core = core::Core::new(shared.clone(), rand::random(), now, wall);
     core.recover(recovered, now, wall);

@@ -159,6 +159,15 @@ struct Flags {
     /// have no `pids`.
     #[arg(long, default_value_t = agora_agent::isolation::DEFAULT_CGROUPS_PIDS_MAX)]
     cgroups_pids_max: u64,
+    /// Run each framework's executors and tasks as the user the framework
+    /// names (needs the agent to run as root); false: as the agent's own
+    /// user.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    switch_user: bool,
+    /// Allow tasks to run as root (uid 0): a framework naming root, or
+    /// naming no user on an agent that runs as root. Refused by default.
+    #[arg(long)]
+    allow_root_tasks: bool,
     /// Log format: text or json (filter with RUST_LOG).
     #[arg(long, default_value = "text", value_parser = ["text", "json"], env = "AGORA_LOG_FORMAT")]
     log_format: String,
@@ -283,6 +292,10 @@ fn main() -> ExitCode {
                 agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS
             });
     config.command_executor_idle = flags.command_executor_idle;
+    config.users = agora_agent::UserPolicy {
+        switch_user: flags.switch_user,
+        allow_root_tasks: flags.allow_root_tasks,
+    };
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -377,7 +390,18 @@ mod tests {
         assert_eq!(f.cgroups_root, "agora");
         assert!(f.cgroups_enable_cfs);
         assert_eq!(f.cgroups_pids_max, 4096);
+        assert!(f.switch_user);
+        assert!(!f.allow_root_tasks);
         assert_eq!(f.command_executor_tasks, None);
+    }
+
+    #[test]
+    fn user_flags() {
+        let f = parse(&["--switch-user=false", "--allow-root-tasks"]).unwrap();
+        assert!(!f.switch_user);
+        assert!(f.allow_root_tasks);
+        assert!(parse(&["--switch-user"]).unwrap().switch_user);
+        assert!(parse(&["--switch-user", "maybe"]).is_err());
     }
 
     #[test]

@@ -31,6 +31,7 @@ use crate::isolation::{Limitation, Limits};
 use crate::launcher::{self, LaunchSpec, Process};
 use crate::shell::CoreEvent;
 use crate::status_updates::StreamKey;
+use crate::users::{RunAs, UserPolicy};
 
 /// What the core asks of the process thread.
 #[derive(Debug)]
@@ -53,14 +54,21 @@ pub enum Request {
     /// Grow the limits of a run's container (a task joined its executor).
     Update { run_id: String, limits: Limits },
     /// Create a directory (a command task's sandbox, which its command
-    /// executor also creates if it gets there first).
-    CreateDir { path: std::path::PathBuf },
-    /// Create command task `key`'s sandbox and fetch `uris` into it, on a
-    /// thread of their own, then tell the core ([`Input::TaskFetched`]).
+    /// executor also creates if it gets there first) for a task of a
+    /// framework naming `user`.
+    CreateDir {
+        path: std::path::PathBuf,
+        user: String,
+    },
+    /// Create command task `key`'s sandbox (owned by the user its
+    /// framework names, when the agent switches users) and fetch `uris`
+    /// into it, on a thread of their own, then tell the core
+    /// ([`Input::TaskFetched`]).
     Fetch {
         key: StreamKey,
         sandbox: std::path::PathBuf,
         uris: Vec<agora_proto::FetchUri>,
+        user: String,
     },
     /// End the executor's whole session: SIGTERM now, SIGKILL once
     /// `grace` has passed with the executor still running.
@@ -115,6 +123,23 @@ struct Keeper {
     /// Containers to remove once their last process is gone: next
     /// attempt, attempts so far.
     removals: Vec<(Instant, u32, Arc<Container>)>,
+    /// Whom executors run as.
+    users: UserPolicy,
+}
+
+/// Creates `sandbox` (and its parents) for an executor or task whose user
+/// was resolved as `user`: owned by that user, with whatever is already
+/// in it, when the agent switches to them; refused with the reason when
+/// the user may not run there.
+fn create_sandbox(
+    sandbox: &std::path::Path,
+    user: Result<Option<RunAs>, String>,
+) -> Result<(), String> {
+    let created = match user? {
+        Some(user) => user.create_dir(sandbox),
+        None => std::fs::create_dir_all(sandbox),
+    };
+    created.map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))
 }
 
 /// Time between attempts to remove a container whose processes are still
@@ -133,6 +158,7 @@ impl Processes {
     pub(crate) fn start(
         core: mpsc::Sender<CoreEvent>,
         cgroups: Option<Arc<Cgroups>>,
+        users: UserPolicy,
         keep: &HashSet<String>,
     ) -> std::io::Result<Processes> {
         let (tx, rx) = std_mpsc::channel();
@@ -145,6 +171,7 @@ impl Processes {
             escalations: Vec::new(),
             cgroups,
             removals: Vec::new(),
+            users,
         };
         keeper.destroy_orphans(keep);
         std::thread::Builder::new()
@@ -204,12 +231,17 @@ impl Keeper {
                     start_time,
                 } => self.adopt(key, run_id, pid, start_time),
                 Request::Update { run_id, limits } => self.update(&run_id, &limits),
-                Request::CreateDir { path } => {
-                    if let Err(e) = std::fs::create_dir_all(&path) {
+                Request::CreateDir { path, user } => {
+                    if let Err(e) = create_sandbox(&path, self.users.resolve(&user)) {
                         tracing::warn!(path = %path.display(), error = %e, "cannot create a task sandbox");
                     }
                 }
-                Request::Fetch { key, sandbox, uris } => self.fetch_task(key, sandbox, uris),
+                Request::Fetch {
+                    key,
+                    sandbox,
+                    uris,
+                    user,
+                } => self.fetch_task(key, sandbox, uris, &user),
                 Request::Terminate { run_id, grace } => {
                     if let Some(entry) = self.processes.get(&run_id) {
                         entry.process.signal_group(Signal::SIGTERM);
@@ -354,13 +386,21 @@ impl Keeper {
         }
     }
 
-    fn launch(&mut self, key: ExecKey, run_id: String, spec: LaunchSpec) {
-        if !spec.fetch.is_empty() {
+    fn launch(&mut self, key: ExecKey, run_id: String, mut spec: LaunchSpec) {
+        let user = self.users.resolve(&spec.user);
+        if user.is_ok() && !spec.fetch.is_empty() {
             return self.fetch(key, run_id, spec);
         }
-        let launched = std::fs::create_dir_all(&spec.sandbox)
-            .map_err(|e| format!("cannot create sandbox {}: {e}", spec.sandbox.display()))
-            .and_then(|()| self.spawn(&run_id, &spec));
+        if let Ok(Some(_)) = &user {
+            // The agent's own TLS key is not the user's to read; the
+            // executor still verifies the agent with the CA.
+            spec.env
+                .retain(|(k, _)| k != agora_proto::env::TLS_CERT && k != agora_proto::env::TLS_KEY);
+        }
+        let launched = user.and_then(|user| {
+            create_sandbox(&spec.sandbox, Ok(user.clone()))?;
+            self.spawn(&run_id, &spec, user.as_ref())
+        });
         let result = match launched {
             Ok((process, container)) => {
                 let started = Started {
@@ -434,15 +474,21 @@ impl Keeper {
         &mut self,
         run_id: &str,
         spec: &LaunchSpec,
+        user: Option<&RunAs>,
     ) -> Result<(Process, Option<(Arc<Container>, Limits)>), String> {
-        let failed = |e: std::io::Error| format!("cannot start {:?}: {e}", spec.program);
+        let failed = |e: std::io::Error| match user {
+            Some(user) => format!("cannot start {:?} as user {:?}: {e}", spec.program, user.name),
+            None => format!("cannot start {:?}: {e}", spec.program),
+        };
         let (Some(cgroups), Some(limits)) = (&self.cgroups, &spec.limits) else {
-            return Process::spawn(spec).map(|p| (p, None)).map_err(failed);
+            return Process::spawn_as(spec, user)
+                .map(|p| (p, None))
+                .map_err(failed);
         };
         let (container, written) = cgroups
             .create(run_id, limits)
             .map_err(|e| format!("cannot create the executor's container: {e}"))?;
-        match cgroups.spawn_inside(&container, || Process::spawn(spec)) {
+        match cgroups.spawn_inside(&container, || Process::spawn_as(spec, user)) {
             Ok(process) => Ok((process, Some((Arc::new(container), written)))),
             Err(e) => {
                 let _ = container.remove();
@@ -458,19 +504,27 @@ impl Keeper {
         key: StreamKey,
         sandbox: std::path::PathBuf,
         uris: Vec<agora_proto::FetchUri>,
+        user: &str,
     ) {
         let core = self.core.clone();
+        let user = self.users.resolve(user);
+        if uris.is_empty() {
+            // Only the sandbox to make: quick enough for this thread.
+            let result = create_sandbox(&sandbox, user);
+            let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
+            return;
+        }
         let runtime = self.runtime.clone();
         let failed = (key.clone(), core.clone());
         let spawned = std::thread::Builder::new()
             .name("agora-fetcher".into())
             .spawn(move || {
-                let result = std::fs::create_dir_all(&sandbox)
-                    .map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))
-                    .and_then(|()| {
-                        crate::fetch::fetch_all(&uris, &sandbox, &runtime)
-                            .map_err(|e| e.to_string())
-                    });
+                let result = user.and_then(|user| {
+                    create_sandbox(&sandbox, Ok(None))?;
+                    crate::fetch::fetch_all(&uris, &sandbox, &runtime)
+                        .map_err(|e| e.to_string())?;
+                    create_sandbox(&sandbox, Ok(user))
+                });
                 let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             });
         if let Err(e) = spawned {

@@ -34,6 +34,9 @@ pub(crate) struct SpawnArgs<'a> {
     /// Files opened (append, created 0644) as stdout and stderr.
     pub(crate) stdout: &'a Path,
     pub(crate) stderr: &'a Path,
+    /// The user to run as (another than the agent's): the child takes its
+    /// groups, gid and uid before it opens its output files.
+    pub(crate) user: Option<&'a crate::users::RunAs>,
 }
 
 /// `CLONE_INTO_CGROUP` (bit 33, which libc's `c_int` constant overflows).
@@ -63,7 +66,7 @@ struct CloneArgs {
     cgroup: u64,
 }
 
-/// What the child of [`clone_into_cgroup`] does before `exec`: the steps
+/// What the child of [`clone_child`] does before `exec`: the steps
 /// `spawn_session` asks of `posix_spawn`, prepared beforehand (the child
 /// may not allocate).
 struct ChildSteps<'a> {
@@ -73,6 +76,8 @@ struct ChildSteps<'a> {
     cwd: &'a CStr,
     stdout: &'a CStr,
     stderr: &'a CStr,
+    /// Groups, gid and uid to switch to.
+    user: Option<(&'a [libc::gid_t], libc::gid_t, libc::uid_t)>,
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
@@ -112,8 +117,9 @@ impl Drop for SpawnSetup {
 /// Starts `args.program` as the leader of a new session (and so of a new
 /// process group) with every signal at its default disposition and none
 /// blocked, stdin from `/dev/null`, stdout and stderr appended to the
-/// given files, in `args.cwd`. Returns its pid; errors of the child
-/// before `exec` (a missing program or directory) are returned here.
+/// given files, in `args.cwd`, as `args.user` when given. Returns its
+/// pid; errors of the child before `exec` (a missing program or
+/// directory, a refused user switch) are returned here.
 pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
     let program = cstring(args.program.as_os_str().as_bytes())?;
     let argv: Vec<CString> = args
@@ -134,7 +140,9 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
     argv_ptrs.push(std::ptr::null_mut());
     let mut envp_ptrs: Vec<*mut libc::c_char> = envp.iter().map(|e| e.as_ptr() as *mut _).collect();
     envp_ptrs.push(std::ptr::null_mut());
-    if let Some(cgroup) = SPAWN_CGROUP.with(Cell::get) {
+    let cgroup = SPAWN_CGROUP.with(Cell::get);
+    // posix_spawn cannot switch users: that takes a clone of our own.
+    if cgroup.is_some() || args.user.is_some() {
         let steps = ChildSteps {
             program: &program,
             argv: &argv_ptrs,
@@ -142,8 +150,9 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
             cwd: &cwd,
             stdout: &stdout,
             stderr: &stderr,
+            user: args.user.map(|u| (&u.groups[..], u.gid, u.uid)),
         };
-        return clone_into_cgroup(&steps, cgroup);
+        return clone_child(&steps, cgroup);
     }
 
     // SAFETY: every pointer handed to libc below points into a CString or
@@ -225,17 +234,17 @@ pub(crate) fn spawn_into_cgroup<T>(cgroup: BorrowedFd<'_>, spawn: impl FnOnce() 
     spawn()
 }
 
-/// [`spawn_session`] into the cgroup v2 directory `cgroup`: `clone3`
-/// with `CLONE_INTO_CGROUP` (Linux 5.7), so the child is in the cgroup
-/// from its first instruction, then in the child the steps `posix_spawn`
-/// would take, and `execve`. The child is a copy of the agent (a fork:
+/// [`spawn_session`] into the cgroup v2 directory `cgroup`, or as another
+/// user: `clone3` (with `CLONE_INTO_CGROUP`, Linux 5.7, so the child is
+/// in the cgroup from its first instruction), then in the child the steps
+/// `posix_spawn` would take, the user switch, and `execve`. The child is a copy of the agent (a fork:
 /// sharing the agent's memory, as `posix_spawn`'s vfork-like clone does,
 /// needs the child to start on a stack of its own, which a raw `clone3`
 /// from Rust cannot give it), so this costs a copy of the agent's page
 /// tables (`spawn_cost_v2` measures it). A step that
 /// fails in the child is reported (its errno) through a close-on-exec
 /// pipe, and the child reaped, as `posix_spawn` does.
-fn clone_into_cgroup(steps: &ChildSteps<'_>, cgroup: RawFd) -> io::Result<u32> {
+fn clone_child(steps: &ChildSteps<'_>, cgroup: Option<RawFd>) -> io::Result<u32> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`, owned below.
     check_errno(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
@@ -243,9 +252,9 @@ fn clone_into_cgroup(steps: &ChildSteps<'_>, cgroup: RawFd) -> io::Result<u32> {
     let (report_read, report_write) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let mut args = CloneArgs {
-        flags: CLONE_INTO_CGROUP,
+        flags: if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 },
         exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup as u64,
+        cgroup: cgroup.map_or(0, |fd| fd as u64),
         ..CloneArgs::default()
     };
     // SAFETY: the signal sets are initialised by sigfillset before use.
@@ -272,14 +281,14 @@ fn clone_into_cgroup(steps: &ChildSteps<'_>, cgroup: RawFd) -> io::Result<u32> {
     drop(report_write);
     if pid < 0 {
         let hint = match clone_error.raw_os_error() {
-            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL) => {
+            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL) if cgroup.is_some() => {
                 " (starting a process in a cgroup v2 container needs Linux 5.7 or later)"
             }
             _ => "",
         };
         return Err(io::Error::new(
             clone_error.kind(),
-            format!("clone3 into the container's cgroup: {clone_error}{hint}"),
+            format!("clone3: {clone_error}{hint}"),
         ));
     }
     let pid = pid as libc::pid_t;
@@ -305,7 +314,7 @@ fn clone_into_cgroup(steps: &ChildSteps<'_>, cgroup: RawFd) -> io::Result<u32> {
     })
 }
 
-/// The child of [`clone_into_cgroup`]: it is a copy of a multithreaded
+/// The child of [`clone_child`]: it is a copy of a multithreaded
 /// process, so only async-signal-safe calls (no allocation, no locks).
 /// Never returns: `execve`, or `_exit` after reporting errno on
 /// `report`.
@@ -356,6 +365,16 @@ unsafe fn exec_child(steps: &ChildSteps<'_>, report: RawFd) -> ! {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // Raw system calls: glibc's set*id wrappers would try to reach
+        // threads of the agent this copy does not have.
+        if let Some((groups, gid, uid)) = steps.user {
+            if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) < 0
+                || libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0
+                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0
+            {
+                fail(report);
+            }
+        }
         let append = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND;
         if !redirect(0, c"/dev/null", libc::O_RDONLY)
             || !redirect(1, steps.stdout, append)

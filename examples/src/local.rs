@@ -156,6 +156,8 @@ impl LocalCluster {
                 None => "localhost".to_string(),
             };
             config.command_executor = opts.command_executor.clone();
+            // A local cluster runs its tasks as whoever starts it.
+            config.users = agora_agent::UserPolicy::agent_user();
             config.credential = opts.credential.clone();
             config.tls = tls_options.clone().unwrap_or_default();
             let shutdown = wait_stop(agents_stopped.clone());
@@ -210,6 +212,19 @@ impl LocalCluster {
         let _ = self.stop_master.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(10), self.master_task).await;
     }
+}
+
+/// The flags that make a real `agora-agent` run every task as the user
+/// who starts it, root included (in process:
+/// [`agora_agent::UserPolicy::agent_user`]), as a local cluster's agents
+/// do: for the clusters of tests and benchmarks, where whoever starts the
+/// cluster is whose tasks run.
+pub fn agent_user_flags() -> Vec<String> {
+    let mut flags = vec!["--switch-user=false".to_string()];
+    if agora_agent::UserPolicy::agent_user().allow_root_tasks {
+        flags.push("--allow-root-tasks".to_string());
+    }
+    flags
 }
 
 /// Number of connected agents in a master's `/state`.

@@ -408,6 +408,7 @@ fn cluster() -> TestCluster {
     .map(|s| s.to_string())
     .collect();
     args.extend(AGENT_FLAGS.iter().map(|s| s.to_string()));
+    args.extend(agora_examples::local::agent_user_flags());
     let log = cluster.dir.path().join("agent-0.log");
     cluster.agents.push(support::Proc::spawn(
         "agent 0",

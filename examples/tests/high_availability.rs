@@ -130,6 +130,7 @@ impl HaCluster {
         .map(|s| s.to_string())
         .collect();
         args.extend(AGENT_FLAGS.iter().map(|s| s.to_string()));
+        args.extend(agora_examples::local::agent_user_flags());
         let log = self.dir.path().join(format!("agent-{i}.log"));
         self.agents.push(Proc::spawn(
             &format!("agent {i}"),

@@ -542,8 +542,9 @@ pub fn mesos_framework_info(info: &agora::FrameworkInfo) -> v1::FrameworkInfo {
 
 /// A Mesos `CommandInfo` (a command task's or a custom executor's) as
 /// Agora's: the agent fetches its `uris` into the sandbox before it starts
-/// the command. Agora runs commands as the agent's user, so `user` and
-/// secret environment variables are refused rather than ignored.
+/// the command. Agora runs a framework's commands as the user its
+/// `FrameworkInfo` names (not one per command), so `user` and secret
+/// environment variables are refused rather than ignored.
 pub fn command_info(command: &v1::CommandInfo) -> Result<agora::CommandInfo, ConvertError> {
     let mut out = command_fields(command)?;
     out.uris.reserve_exact(command.uris.len());
@@ -575,7 +576,7 @@ fn command_fields(command: &v1::CommandInfo) -> Result<agora::CommandInfo, Conve
     use v1::environment::variable::Type;
     if command.user.as_deref().is_some_and(|u| !u.is_empty()) {
         return Err(ConvertError::Unsupported(
-            "CommandInfo.user: Agora runs tasks as the agent's user".into(),
+            "CommandInfo.user: Agora runs a framework's tasks as its FrameworkInfo.user".into(),
         ));
     }
     let mut environment = BTreeMap::new();

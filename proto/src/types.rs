@@ -16,7 +16,10 @@ pub struct Bytes(pub Vec<u8>);
 /// Describes a framework. Sent by the scheduler when it subscribes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FrameworkInfo {
-    /// Unix user tasks run as (informational in Agora: tasks run as the agent's user).
+    /// Unix user the framework's executors and tasks run as, on agents
+    /// that switch users (`--switch-user`, the default, with the agent
+    /// running as root); empty: the agent's own user. Never root unless
+    /// the agent allows it (`--allow-root-tasks`).
     #[serde(default)]
     pub user: String,
     /// Human-readable name.

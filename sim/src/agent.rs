@@ -133,6 +133,7 @@ impl World {
         .expect("valid resources");
         config.hostname = format!("h{i}");
         config.command_executor = vec!["sim-command-executor".into()];
+        config.users = agora_agent::UserPolicy::agent_user();
         config.executor_registration_timeout = Duration::from_secs(20);
         config.executor_shutdown_grace_period = Duration::from_secs(3);
         config.status_update_retry_min = Duration::from_secs(1);
@@ -618,7 +619,7 @@ impl World {
                     }
                 }
             }
-            Request::CreateDir { path } => {
+            Request::CreateDir { path, .. } => {
                 self.agents[i].disk.dirs.insert(path);
             }
             Request::Fetch { key, sandbox, .. } => {

@@ -8,6 +8,14 @@ impl Core {
         self.frameworks.get(fid).is_some_and(|f| f.checkpoint)
     }
 
+    /// The user framework `fid` names (empty when it names none).
+    pub(super) fn framework_user(&self, fid: &FrameworkId) -> String {
+        self.frameworks
+            .get(fid)
+            .map(|f| f.user.clone())
+            .unwrap_or_default()
+    }
+
     /// Starts an executor for tasks `first` (and whatever is queued for
     /// it meanwhile): the process thread creates its sandbox and spawns
     /// it; until [`CoreEvent::ExecutorLaunched`] it has no pid.
@@ -56,6 +64,7 @@ impl Core {
         spec.env
             .extend(self.executor_env(&ekey, &info, &sandbox, &token));
         spec.limits = self.container_limits(&ekey, &info);
+        spec.user = self.framework_user(&ekey.0);
         let executor = Executor {
             info,
             run_id: run_id.clone(),

@@ -394,19 +394,24 @@ impl Core {
             )
         });
         let uris = task.command.as_ref().map_or(&[][..], |c| &c.uris[..]);
-        if uris.is_empty() {
+        let user = self.framework_user(&fid);
+        if uris.is_empty() && !self.shared.config.users.switches() {
             self.process(Request::CreateDir {
                 path: sandbox.clone(),
+                user,
             });
         } else {
-            // The command starts only once its URIs are in its sandbox:
-            // the task waits in `recording` until they are.
+            // The command starts only once its URIs are in its sandbox
+            // (and, when the agent switches users, once the sandbox is the
+            // user's, which the executor could not make it itself): the
+            // task waits in `recording` until then.
             let key = (fid.clone(), task.task_id.clone());
             self.fetching.insert(key.clone(), false);
             self.process(Request::Fetch {
                 key,
                 sandbox: sandbox.clone(),
                 uris: uris.to_vec(),
+                user,
             });
         }
         let checkpointed = self.checkpointing(&fid);

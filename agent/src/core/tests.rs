@@ -44,6 +44,7 @@ impl H {
     fn start(adjust: impl FnOnce(&mut Config), recovered: Option<Recovered>) -> H {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = Config::new("master:5050", dir.path().to_path_buf());
+        config.users = crate::users::UserPolicy::agent_user();
         config.resources = Resources::parse("cpus:8;mem:8192").expect("resources");
         config.command_executor = vec!["command-executor".into()];
         config.executor_shutdown_grace_period = Duration::from_secs(3);

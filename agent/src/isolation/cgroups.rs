@@ -532,6 +532,7 @@ pub(crate) mod tests {
             sandbox: sandbox.to_path_buf(),
             fetch: Vec::new(),
             limits: None,
+            user: String::new(),
         }
     }
 

@@ -246,6 +246,8 @@ pub fn config(master: &str, work_dir: &Path, script: &Path) -> agora_agent::Conf
     c.executor_shutdown_grace_period = Duration::from_millis(500);
     c.status_update_retry_min = Duration::from_secs(30);
     c.reconnect_backoff_max = Duration::from_millis(200);
+    // Tasks run as whoever runs the tests (root under CI).
+    c.users = agora_agent::UserPolicy::agent_user();
     c
 }
 

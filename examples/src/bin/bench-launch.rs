@@ -750,6 +750,7 @@ async fn grid_point(
             "--command-executor".into(),
             bin_dir.join("agora-command-executor").display().to_string(),
         ];
+        agent_args.extend(agora_examples::local::agent_user_flags());
         agent_args.extend(args.agent_flag.iter().cloned());
         if let Some(secure) = &secure {
             agent_args.extend(secure.agent_flags());

@@ -371,6 +371,7 @@ async fn run(
     config.resources = Resources::parse("cpus:64;mem:65536;disk:1024")?;
     config.hostname = "localhost".into();
     config.command_executor = vec![exe.display().to_string(), "__unused".into()];
+    config.users = agora_agent::UserPolicy::agent_user();
     config.status_update_retry_min = args.retry_min;
     config.status_update_retry_max = args.retry_min.max(Duration::from_secs(600));
     if let Some(secure) = &secure {

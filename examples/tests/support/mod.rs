@@ -519,6 +519,7 @@ impl TestCluster {
             "--command-executor".to_string(),
             bin("agora-command-executor").display().to_string(),
         ];
+        args.extend(agora_examples::local::agent_user_flags());
         args.extend(extra.iter().map(|s| s.to_string()));
         let log = self.dir.path().join(format!("agent-{i}.log"));
         self.agents.push(Proc::spawn(

@@ -1,0 +1,218 @@
+//! Which user tasks run as, against a real master and real agents started
+//! with the agent's own defaults (`--switch-user` on, root refused): a
+//! framework naming root gets its task failed with a message naming root
+//! unless the agent runs with `--allow-root-tasks`; an unknown user is
+//! named; and, on an agent running as root, a task runs as the user its
+//! framework names, in a sandbox that user owns, with that user's
+//! environment.
+
+mod support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agora_proto::{
+    CommandInfo, Filters, FrameworkInfo, Reason, Resources, TaskId, TaskInfo, TaskState,
+    TaskStatus,
+};
+use support::{bin, start_framework, wait_for, Proc, SchedEvent, TestCluster};
+
+const AGENT: &str = "cpus:2;mem:1024";
+
+fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+/// Starts an agent with the agent's default user flags plus `extra`,
+/// running `command_executor`, in work dir `work_dir`.
+fn add_agent(cluster: &mut TestCluster, work_dir: &Path, command_executor: &Path, extra: &[&str]) {
+    std::fs::create_dir_all(work_dir).unwrap();
+    let mut args: Vec<String> = [
+        "--master",
+        &cluster.master_address(),
+        "--listen",
+        "127.0.0.1:0",
+        "--work-dir",
+        &work_dir.display().to_string(),
+        "--resources",
+        AGENT,
+        "--command-executor",
+        &command_executor.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let n = cluster.agents.len();
+    let log = cluster.dir.path().join(format!("agent-{n}.log"));
+    let agent = Proc::spawn(
+        &format!("agent {n}"),
+        &bin("agora-agent"),
+        &args,
+        work_dir,
+        &log,
+    );
+    cluster.agents.push(agent);
+    cluster.wait_agents(n + 1);
+}
+
+/// Runs `command` as a command task of a framework naming `user`, on the
+/// agent with the most recent offer; its terminal update.
+fn run_as(cluster: &TestCluster, user: &str, command: &str) -> TaskStatus {
+    let mut info = FrameworkInfo::new(format!("as-{user}"));
+    info.user = user.into();
+    let (driver, events) = start_framework(&cluster.master_address(), info);
+    let offer = wait_for(&events, Duration::from_secs(20), |e| match e {
+        SchedEvent::Offers(offers) => offers.first().cloned(),
+        _ => None,
+    });
+    let task = TaskInfo {
+        launch_stamp: None,
+        name: "whoami".into(),
+        task_id: TaskId::new("whoami"),
+        agent_id: offer.agent_id.clone(),
+        resources: Resources::parse("cpus:0.5;mem:64").unwrap(),
+        executor: None,
+        command: Some(CommandInfo::shell(command)),
+        data: None,
+        kill_grace_period: None,
+        labels: Default::default(),
+        task_group: None,
+    };
+    driver
+        .launch_tasks(
+            std::slice::from_ref(&offer.id),
+            vec![task],
+            Filters::default(),
+        )
+        .unwrap();
+    let status = wait_for(&events, Duration::from_secs(30), |e| match e {
+        SchedEvent::Update(s) if s.state.is_terminal() => Some(s.clone()),
+        _ => None,
+    });
+    let _ = driver.stop(false);
+    status
+}
+
+/// The first file called `name` under `dir`.
+fn find(dir: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.file_name().is_some_and(|n| n == name) {
+            return Some(path);
+        }
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            if let Some(found) = find(&path, name) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn root_tasks_are_refused_unless_the_agent_allows_them() {
+    let mut cluster = TestCluster::start_with(0, AGENT, &[]);
+    let work = cluster.dir.path().join("agent-default");
+    add_agent(&mut cluster, &work, &bin("agora-command-executor"), &[]);
+
+    let status = run_as(&cluster, "root", "id -u");
+    assert_eq!(status.state, TaskState::Failed, "{status:?}");
+    assert_eq!(status.reason, Some(Reason::ReasonExecutorLaunchFailed));
+    let message = status.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("root") && message.contains("--allow-root-tasks"),
+        "{message}"
+    );
+    if is_root() {
+        // A framework naming no user on an agent running as root would run
+        // as root too.
+        let status = run_as(&cluster, "", "id -u");
+        assert_eq!(status.state, TaskState::Failed, "{status:?}");
+        assert!(status.message.unwrap_or_default().contains("root"));
+    }
+
+    // An unknown user is named.
+    let status = run_as(&cluster, "agora-no-such-user", "true");
+    assert_eq!(status.state, TaskState::Failed, "{status:?}");
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("\"agora-no-such-user\" does not exist"),
+        "{status:?}"
+    );
+
+    if !is_root() {
+        eprintln!("skipping the --allow-root-tasks half: the test does not run as root, so its agent cannot run tasks as root");
+        return;
+    }
+    // With --allow-root-tasks, the same task runs as root.
+    let mut cluster = TestCluster::start_with(0, AGENT, &[]);
+    let allowed = cluster.dir.path().join("agent-allowed");
+    add_agent(
+        &mut cluster,
+        &allowed,
+        &bin("agora-command-executor"),
+        &["--allow-root-tasks"],
+    );
+    let status = run_as(&cluster, "root", "id -u > uid");
+    assert_eq!(status.state, TaskState::Finished, "{status:?}\n{}", cluster.logs());
+    let uid = find(&allowed, "uid").expect("the task's uid file");
+    assert_eq!(std::fs::read_to_string(uid).unwrap().trim(), "0");
+}
+
+#[test]
+fn tasks_run_as_the_user_their_framework_names() {
+    if !is_root() {
+        eprintln!("skipping: switching users needs the agent to run as root, and this test does not");
+        return;
+    }
+    let Ok(Some(nobody)) = nix::unistd::User::from_name("nobody") else {
+        eprintln!("skipping: this system has no user nobody");
+        return;
+    };
+    let mut cluster = TestCluster::start_with(0, AGENT, &[]);
+    // The user must reach its sandbox and the command executor: the
+    // cluster's directory is the test's own (0700), and the workspace's
+    // target directory may sit under one nobody cannot enter.
+    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+    open(cluster.dir.path()).unwrap();
+    let tools = cluster.dir.path().join("bin");
+    std::fs::create_dir_all(&tools).unwrap();
+    open(&tools).unwrap();
+    let executor = tools.join("agora-command-executor");
+    std::fs::copy(bin("agora-command-executor"), &executor).unwrap();
+    open(&executor).unwrap();
+    let work = cluster.dir.path().join("agent-switching");
+    add_agent(&mut cluster, &work, &executor, &[]);
+
+    let status = run_as(
+        &cluster,
+        "nobody",
+        "set -e; id -un > who; id -u >> who; stat -c %U . >> who; echo \"$HOME $USER\" >> who",
+    );
+    assert_eq!(status.state, TaskState::Finished, "{status:?}\n{}", cluster.logs());
+    let who = find(&work, "who").expect("the task's output");
+    let lines: Vec<String> = std::fs::read_to_string(&who)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let home = nobody.dir.display().to_string();
+    assert_eq!(
+        lines,
+        [
+            "nobody".to_string(),
+            nobody.uid.to_string(),
+            "nobody".to_string(),
+            format!("{home} nobody"),
+        ]
+    );
+    // What the task wrote is the user's, as is its sandbox's output.
+    assert_eq!(std::fs::metadata(&who).unwrap().uid(), nobody.uid.as_raw());
+    let stdout = who.parent().unwrap().join("stdout");
+    assert_eq!(std::fs::metadata(stdout).unwrap().uid(), nobody.uid.as_raw());
+}
