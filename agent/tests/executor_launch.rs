@@ -47,6 +47,7 @@ fn shell(script: &str, sandbox: &Path) -> LaunchSpec {
         sandbox: sandbox.to_path_buf(),
         fetch: Vec::new(),
         limits: None,
+        user: String::new(),
     }
 }
 
@@ -211,9 +212,69 @@ async fn missing_program_is_a_launch_error() {
         sandbox,
         fetch: Vec::new(),
         limits: None,
+        user: String::new(),
     };
     let err = Process::spawn(&spec).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// Started as another user (the agent being root), the executor has that
+/// user's uid, groups and environment, writes its output files as that
+/// user, and is still signalled and reaped like any other; the agent's
+/// own identity is untouched.
+#[tokio::test]
+async fn an_executor_runs_as_the_user_it_is_given() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipping: starting a process as another user needs root");
+        return;
+    }
+    let policy = agora_agent::UserPolicy {
+        switch_user: true,
+        allow_root_tasks: false,
+    };
+    let nobody = match policy.resolve("nobody") {
+        Ok(Some(user)) => user,
+        other => {
+            eprintln!("skipping: no user nobody to switch to ({other:?})");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sandbox = dir.path().join("runs/r");
+    nobody.create_dir(&sandbox).unwrap();
+    assert_eq!(std::fs::metadata(&sandbox).unwrap().uid(), nobody.uid);
+    let spec = shell("id -u; id -g; id -G; echo \"$USER $HOME\"; touch mine", &sandbox);
+    let mut process = Process::spawn_as(&spec, Some(&nobody)).unwrap();
+    let status = exited(&process, Duration::from_secs(10)).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(process.reap().is_some());
+    let out = std::fs::read_to_string(sandbox.join("stdout")).unwrap();
+    let groups: Vec<String> = nobody.groups.iter().map(u32::to_string).collect();
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            nobody.uid.to_string(),
+            nobody.gid.to_string(),
+            groups.join(" "),
+            format!("nobody {}", nobody.home.display()),
+        ]
+    );
+    for file in ["stdout", "stderr", "mine"] {
+        assert_eq!(
+            std::fs::metadata(sandbox.join(file)).unwrap().uid(),
+            nobody.uid,
+            "{file}"
+        );
+    }
+    // The switch happened in the child only.
+    assert!(nix::unistd::Uid::effective().is_root());
+
+    // Killed as any executor is.
+    let sleeper = Process::spawn_as(&shell("sleep 30", &sandbox), Some(&nobody)).unwrap();
+    let status = terminate(sleeper, Duration::from_secs(5)).await;
+    assert_eq!(launcher::wait_status_code(&status), Some(143));
 }
 
 /// A recorded pid whose start time does not match is another process
