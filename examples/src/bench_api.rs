@@ -323,3 +323,42 @@ impl Framework {
         }
     }
 }
+
+/// Rates of a benchmark point's repeated runs: their median and range
+/// (what a shared, noisy machine can report).
+pub struct Runs {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Runs {
+    /// `None` for no runs.
+    pub fn of(mut rates: Vec<f64>) -> Option<Runs> {
+        if rates.is_empty() {
+            return None;
+        }
+        rates.sort_by(f64::total_cmp);
+        let n = rates.len();
+        let median = if n % 2 == 1 {
+            rates[n / 2]
+        } else {
+            (rates[n / 2 - 1] + rates[n / 2]) / 2.0
+        };
+        Some(Runs {
+            median,
+            min: rates[0],
+            max: rates[n - 1],
+        })
+    }
+}
+
+impl std::fmt::Display for Runs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.min == self.max {
+            write!(f, "{:.0}", self.median)
+        } else {
+            write!(f, "{:.0} [{:.0}-{:.0}]", self.median, self.min, self.max)
+        }
+    }
+}

@@ -127,6 +127,12 @@ struct Args {
     /// native API only.
     #[arg(long, default_value = "plain", value_parser = agora_examples::secure::parse_security)]
     security: std::vec::Vec<Security>,
+    /// Run every point this many times, the compared runs of a point
+    /// (APIs, plain and secure) taking turns; the ratios compare the
+    /// medians, and the range over the runs is printed beside them (on
+    /// a shared machine one run of each is mostly noise).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
 }
 
 /// One grid point's figures.
@@ -204,17 +210,18 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let mut results = Vec::new();
     let mut work_dirs = Vec::new();
     let apis = args.api.0.clone();
+    let rounds = args.repeat;
     for executor in &args.executors {
         for &slots in &args.slots {
-            for (&api, &security) in apis
-                .iter()
-                .flat_map(|a| args.security.iter().map(move |s| (a, s)))
-            {
+            for (round, &api, &security) in (1..=rounds).flat_map(|round| {
+                apis.iter()
+                    .flat_map(move |a| args.security.iter().map(move |s| (round, a, s)))
+            }) {
                 if security == Security::Secure && api == Api::V1 {
                     continue;
                 }
                 eprintln!(
-                    "running {} tasks, {executor} executor, {slots} slots, {api} API, {security}",
+                    "running {} tasks, {executor} executor, {slots} slots, {api} API, {security} (run {round} of {rounds})",
                     args.tasks
                 );
                 let (figures, dir) =
@@ -255,6 +262,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
 }
 
 fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
+    let rounds = args.repeat;
     println!(
         "\nlaunch end to end: {} tasks of /bin/true per point, {} agents, checkpoint {}; spawn ceiling {:.0}/s; v1 codec {}, {} calls in flight",
         args.tasks,
@@ -308,13 +316,19 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
             }
         );
     }
-    let rate_with = |api: Api, executor: &str, slots: usize, security: Security| {
-        results
+    // The median over the point's runs, and their range.
+    let runs_with = |api: Api, executor: &str, slots: usize, security: Security| {
+        let rates: Vec<f64> = results
             .iter()
-            .find(|f| {
+            .filter(|f| {
                 f.api == api && f.executor == executor && f.slots == slots && f.security == security
             })
             .map(|f| f.tasks as f64 / f.secs)
+            .collect();
+        agora_examples::bench_api::Runs::of(rates)
+    };
+    let rate_with = |api: Api, executor: &str, slots: usize, security: Security| {
+        runs_with(api, executor, slots, security).map(|r| r.median)
     };
     let rate_of = |api: Api, executor: &str, slots: usize| {
         rate_with(
@@ -326,21 +340,23 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
     };
     if args.security.len() == 2 && args.api.0.contains(&Api::Native) {
         println!(
-            "\ntls+auth ÷ plain (tasks/s, native API), target ≥ {TARGET_SECURE_RATIO}:\n{:<9} {:>6} {:>10} {:>10} {:>7} {:>6}",
+            "\ntls+auth ÷ plain (tasks/s, native API; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_SECURE_RATIO}:\n{:<9} {:>6} {:>22} {:>22} {:>7} {:>6}",
             "executor", "slots", "plain/s", "secure/s", "ratio", "target"
         );
         for executor in &args.executors {
             for &slots in &args.slots {
                 let (Some(plain), Some(secure)) = (
-                    rate_with(Api::Native, executor, slots, Security::Plain),
-                    rate_with(Api::Native, executor, slots, Security::Secure),
+                    runs_with(Api::Native, executor, slots, Security::Plain),
+                    runs_with(Api::Native, executor, slots, Security::Secure),
                 ) else {
                     continue;
                 };
-                let ratio = secure / plain;
+                let ratio = secure.median / plain.median;
                 met &= ratio >= TARGET_SECURE_RATIO;
                 println!(
-                    "{executor:<9} {slots:>6} {plain:>10.0} {secure:>10.0} {ratio:>7.2} {:>6}",
+                    "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
+                    plain.to_string(),
+                    secure.to_string(),
                     if ratio >= TARGET_SECURE_RATIO {
                         "met"
                     } else {
@@ -377,22 +393,25 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
     }
     let mut v1_met = true;
     if args.api.0.contains(&Api::Native) && args.api.0.contains(&Api::V1) {
+        let first = *args.security.first().unwrap_or(&Security::Plain);
         println!(
-            "\nv1 ÷ native (tasks/s), target ≥ {TARGET_V1_RATIO}:\n{:<9} {:>6} {:>10} {:>10} {:>7} {:>6}",
+            "\nv1 ÷ native (tasks/s; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_V1_RATIO}:\n{:<9} {:>6} {:>22} {:>22} {:>7} {:>6}",
             "executor", "slots", "native/s", "v1/s", "ratio", "target"
         );
         for executor in &args.executors {
             for &slots in &args.slots {
                 let (Some(native), Some(v1)) = (
-                    rate_of(Api::Native, executor, slots),
-                    rate_of(Api::V1, executor, slots),
+                    runs_with(Api::Native, executor, slots, first),
+                    runs_with(Api::V1, executor, slots, first),
                 ) else {
                     continue;
                 };
-                let ratio = v1 / native;
+                let ratio = v1.median / native.median;
                 v1_met &= ratio >= TARGET_V1_RATIO;
                 println!(
-                    "{executor:<9} {slots:>6} {native:>10.0} {v1:>10.0} {ratio:>7.2} {:>6}",
+                    "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
+                    native.to_string(),
+                    v1.to_string(),
                     if ratio >= TARGET_V1_RATIO {
                         "met"
                     } else {

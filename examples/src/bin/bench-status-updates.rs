@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use agora_examples::bench_api::{self, Action, Api, BenchFramework, Framework};
+use agora_examples::bench_api::{self, Action, Api, BenchFramework, Framework, Runs};
 use agora_examples::mesos_v1_client as v1c;
 use agora_examples::secure::{Secure, Security};
 use agora_executor::{Executor, ExecutorDriver};
@@ -120,6 +120,11 @@ struct Args {
     /// API only.
     #[arg(long, default_value = "plain", value_parser = agora_examples::secure::parse_security)]
     security: std::vec::Vec<Security>,
+    /// Run every mode this many times, the compared runs (APIs, plain
+    /// and secure) taking turns; the ratios compare the medians, with the
+    /// range over the runs beside them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
 }
 
 /// One run's figures.
@@ -165,22 +170,25 @@ fn main() -> ExitCode {
         }
     };
     let mut results = Vec::new();
+    let rounds = args.repeat;
     for &checkpoint in &modes {
-        for &security in &args.security {
-            for &api in &args.api.0 {
-                if security == Security::Secure && api == Api::V1 {
-                    continue;
-                }
-                eprintln!(
-                    "running {} updates, checkpoint {}, {api} API, {security}",
-                    args.tasks * args.updates_per_task,
-                    if checkpoint { "on" } else { "off" }
-                );
-                match runtime.block_on(run(&args, checkpoint, api, security)) {
-                    Ok(f) => results.push(f),
-                    Err(e) => {
-                        eprintln!("bench-status-updates: {e:#}");
-                        return ExitCode::FAILURE;
+        for round in 1..=rounds {
+            for &security in &args.security {
+                for &api in &args.api.0 {
+                    if security == Security::Secure && api == Api::V1 {
+                        continue;
+                    }
+                    eprintln!(
+                        "running {} updates, checkpoint {}, {api} API, {security} (run {round} of {rounds})",
+                        args.tasks * args.updates_per_task,
+                        if checkpoint { "on" } else { "off" }
+                    );
+                    match runtime.block_on(run(&args, checkpoint, api, security)) {
+                        Ok(f) => results.push(f),
+                        Err(e) => {
+                            eprintln!("bench-status-updates: {e:#}");
+                            return ExitCode::FAILURE;
+                        }
                     }
                 }
             }
@@ -236,15 +244,19 @@ fn main() -> ExitCode {
     }
     println!("(e2e = executor send -> scheduler callback; ack = executor send -> agent ACKNOWLEDGED; max e2e {:.1} ms)",
         results.iter().map(|f| ms(f.to_scheduler.max_us)).fold(0.0, f64::max));
+    // The median over a mode's runs, and their range.
     let rate_of = |api: Api, checkpoint: bool, security: Security| {
-        results
-            .iter()
-            .find(|f| f.api == api && f.checkpoint == checkpoint && f.security == security)
-            .map(|f| f.total as f64 / f.secs)
+        Runs::of(
+            results
+                .iter()
+                .filter(|f| f.api == api && f.checkpoint == checkpoint && f.security == security)
+                .map(|f| f.total as f64 / f.secs)
+                .collect(),
+        )
     };
     if args.security.len() == 2 && args.api.0.contains(&Api::Native) {
         println!(
-            "\ntls+auth ÷ plain (acked/s, native API), target ≥ {TARGET_SECURE_RATIO}:\n{:<10} {:>10} {:>10} {:>7} {:>7}",
+            "\ntls+auth ÷ plain (acked/s, native API; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_SECURE_RATIO}:\n{:<10} {:>22} {:>22} {:>7} {:>7}",
             "checkpoint", "plain/s", "secure/s", "ratio", "target"
         );
         for &checkpoint in &modes {
@@ -254,10 +266,12 @@ fn main() -> ExitCode {
             ) else {
                 continue;
             };
-            let ratio = secure / plain;
+            let ratio = secure.median / plain.median;
             println!(
-                "{:<10} {plain:>10.0} {secure:>10.0} {ratio:>7.2} {:>7}",
+                "{:<10} {:>22} {:>22} {ratio:>7.2} {:>7}",
                 if checkpoint { "on" } else { "off" },
+                plain.to_string(),
+                secure.to_string(),
                 if ratio >= TARGET_SECURE_RATIO {
                     "met"
                 } else {
@@ -272,7 +286,7 @@ fn main() -> ExitCode {
     {
         let rate_of = |api: Api, checkpoint: bool| rate_of(api, checkpoint, Security::Plain);
         println!(
-            "\nv1 ÷ native (acked/s), target ≥ {TARGET_V1_RATIO}:\n{:<10} {:>10} {:>10} {:>7} {:>7}",
+            "\nv1 ÷ native (acked/s; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_V1_RATIO}:\n{:<10} {:>22} {:>22} {:>7} {:>7}",
             "checkpoint", "native/s", "v1/s", "ratio", "target"
         );
         let mut met = true;
@@ -283,11 +297,13 @@ fn main() -> ExitCode {
             ) else {
                 continue;
             };
-            let ratio = v1 / native;
+            let ratio = v1.median / native.median;
             met &= ratio >= TARGET_V1_RATIO;
             println!(
-                "{:<10} {native:>10.0} {v1:>10.0} {ratio:>7.2} {:>7}",
+                "{:<10} {:>22} {:>22} {ratio:>7.2} {:>7}",
                 if checkpoint { "on" } else { "off" },
+                native.to_string(),
+                v1.to_string(),
                 if ratio >= TARGET_V1_RATIO {
                     "met"
                 } else {
