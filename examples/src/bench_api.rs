@@ -177,7 +177,7 @@ pub async fn drive_v1(
         let event = match events.buffered()? {
             Some(event) => event,
             None => {
-                pipeline.send_all(std::mem::take(&mut calls)).await;
+                pipeline.send_all(calls.drain(..)).await;
                 match events.next().await? {
                     Some(event) => event,
                     None => break,

@@ -164,6 +164,9 @@ pub enum HttpVersion {
 /// [`CallPipeline`].
 pub const PIPELINE_DEPTH: usize = 32;
 
+/// Most calls [`CallPipeline::send_all`] queues as one batch.
+const SEND_BATCH: usize = 16;
+
 /// Calls in flight at once, all taking from one queue: whichever
 /// connection (HTTP/1.1) or stream (HTTP/2) is free makes the next call,
 /// so a slow answer holds up only its own call. Over HTTP/1.1 each call
@@ -623,11 +626,25 @@ impl CallPipeline {
     }
 
     /// Queues `calls` in order. Pipelined, they go out together (one
-    /// write, as far as the window allows); otherwise one by one.
-    pub async fn send_all(&self, calls: Vec<Call>) {
-        if calls.is_empty() {
-        } else if self.batches {
-            self.queue_batch(calls).await;
+    /// write, as far as the window allows: batches queued back to back
+    /// are written together); otherwise one by one.
+    pub async fn send_all<I>(&self, calls: I)
+    where
+        I: IntoIterator<Item = Call>,
+        I::IntoIter: Send,
+    {
+        let mut calls = calls.into_iter();
+        if self.batches {
+            // In batches of a few: a `Call` is over a kilobyte, and one
+            // vector of hundreds of them is fresh memory (pages the
+            // kernel zeroes) every time.
+            loop {
+                let batch: Vec<Call> = calls.by_ref().take(SEND_BATCH).collect();
+                if batch.is_empty() {
+                    break;
+                }
+                self.queue_batch(batch).await;
+            }
         } else {
             for call in calls {
                 self.queue_batch(vec![call]).await;

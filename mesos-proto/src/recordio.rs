@@ -32,6 +32,11 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 #[derive(Debug, Default)]
 pub struct Reader {
     buffer: Vec<u8>,
+    /// Where the unread bytes of `buffer` start: records are taken by
+    /// moving this on, and the bytes before it are dropped only when
+    /// more arrive (so a read holding hundreds of records is not shifted
+    /// once per record).
+    start: usize,
 }
 
 impl Reader {
@@ -42,21 +47,29 @@ impl Reader {
 
     /// Appends bytes read from the stream.
     pub fn feed(&mut self, bytes: &[u8]) {
+        if self.start == self.buffer.len() {
+            self.buffer.clear();
+            self.start = 0;
+        } else if self.start > 0 && self.start >= self.buffer.len() / 2 {
+            self.buffer.drain(..self.start);
+            self.start = 0;
+        }
         self.buffer.extend_from_slice(bytes);
     }
 
     /// The next whole record, if one has arrived.
     pub fn next_record(&mut self) -> Result<Option<Vec<u8>>, RecordIoError> {
         loop {
-            let Some(newline) = self.buffer.iter().position(|b| *b == b'\n') else {
-                if self.buffer.len() > MAX_DIGITS {
+            let unread = &self.buffer[self.start..];
+            let Some(newline) = unread.iter().position(|b| *b == b'\n') else {
+                if unread.len() > MAX_DIGITS {
                     return Err(RecordIoError::BadPrefix(
-                        String::from_utf8_lossy(&self.buffer[..MAX_DIGITS]).into_owned(),
+                        String::from_utf8_lossy(&unread[..MAX_DIGITS]).into_owned(),
                     ));
                 }
                 return Ok(None);
             };
-            let prefix = &self.buffer[..newline];
+            let prefix = &unread[..newline];
             let text = std::str::from_utf8(prefix)
                 .map_err(|_| RecordIoError::BadPrefix(String::from_utf8_lossy(prefix).into()))?
                 .trim();
@@ -73,14 +86,14 @@ impl Reader {
                 return Err(RecordIoError::TooLarge(len));
             }
             if len == 0 {
-                self.buffer.drain(..=newline);
+                self.start += newline + 1;
                 continue;
             }
-            if self.buffer.len() < newline + 1 + len {
+            if unread.len() < newline + 1 + len {
                 return Ok(None);
             }
-            let record = self.buffer[newline + 1..newline + 1 + len].to_vec();
-            self.buffer.drain(..newline + 1 + len);
+            let record = unread[newline + 1..newline + 1 + len].to_vec();
+            self.start += newline + 1 + len;
             return Ok(Some(record));
         }
     }
@@ -107,6 +120,34 @@ mod tests {
             vec![b"{\"type\":\"HEARTBEAT\"}".to_vec(), b"xyz".to_vec()]
         );
         assert_eq!(&frame(b"abc")[..], b"3\nabc");
+    }
+
+    /// Chunks of every size, each holding several records and pieces of
+    /// others (and empty records), give back every record in order.
+    #[test]
+    fn many_records_per_read_in_order() {
+        let payloads: Vec<Vec<u8>> = (0..200)
+            .map(|i| format!("record {i} {}", "x".repeat(i % 37)).into_bytes())
+            .collect();
+        let mut stream = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            if i % 50 == 0 {
+                stream.extend_from_slice(b"0\n");
+            }
+            stream.extend(frame(p));
+        }
+        for size in [1, 7, 64, 1000, stream.len()] {
+            let mut reader = Reader::new();
+            let mut records = Vec::new();
+            for chunk in stream.chunks(size) {
+                reader.feed(chunk);
+                while let Some(r) = reader.next_record().unwrap() {
+                    records.push(r);
+                }
+            }
+            assert_eq!(records, payloads, "chunks of {size}");
+            assert_eq!(reader.next_record().unwrap(), None);
+        }
     }
 
     #[test]
