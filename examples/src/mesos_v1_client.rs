@@ -211,8 +211,8 @@ impl EventDecoder {
 
     /// The next whole event, if one has arrived.
     pub fn next_event(&mut self) -> Result<Option<Event>, V1Error> {
-        match self.reader.next_record()? {
-            Some(record) => Ok(Some(self.codec.decode::<Event>(&record)?)),
+        match self.reader.next_record_ref()? {
+            Some(record) => Ok(Some(self.codec.decode::<Event>(record)?)),
             None => Ok(None),
         }
     }

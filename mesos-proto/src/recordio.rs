@@ -22,10 +22,16 @@ pub enum RecordIoError {
 /// Frames one record: `<len>\n<payload>`.
 pub fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 8);
-    out.extend_from_slice(payload.len().to_string().as_bytes());
-    out.push(b'\n');
-    out.extend_from_slice(payload);
+    frame_into(&mut out, payload);
     out
+}
+
+/// Appends one framed record to `out` (a stream's next chunk).
+pub fn frame_into(out: &mut Vec<u8>, payload: &[u8]) {
+    use std::io::Write as _;
+    out.reserve(payload.len() + 8);
+    let _ = write!(out, "{}\n", payload.len());
+    out.extend_from_slice(payload);
 }
 
 /// Incremental reader: feed bytes as they arrive, take whole records.
@@ -59,6 +65,12 @@ impl Reader {
 
     /// The next whole record, if one has arrived.
     pub fn next_record(&mut self) -> Result<Option<Vec<u8>>, RecordIoError> {
+        Ok(self.next_record_ref()?.map(<[u8]>::to_vec))
+    }
+
+    /// [`Reader::next_record`] without a copy: the record as it lies in
+    /// the reader's buffer, valid until the next call.
+    pub fn next_record_ref(&mut self) -> Result<Option<&[u8]>, RecordIoError> {
         loop {
             let unread = &self.buffer[self.start..];
             let Some(newline) = unread.iter().position(|b| *b == b'\n') else {
@@ -92,9 +104,9 @@ impl Reader {
             if unread.len() < newline + 1 + len {
                 return Ok(None);
             }
-            let record = unread[newline + 1..newline + 1 + len].to_vec();
-            self.start += newline + 1 + len;
-            return Ok(Some(record));
+            let record = self.start + newline + 1..self.start + newline + 1 + len;
+            self.start = record.end;
+            return Ok(Some(&self.buffer[record]));
         }
     }
 }

@@ -212,7 +212,7 @@ pub(crate) enum Kind {
 }
 
 pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/health", get(health))
         .route("/version", get(version))
         .route("/state", get(state_json))
@@ -229,11 +229,17 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/master/teardown", axum::routing::post(teardown_form))
         .route("/teardown", axum::routing::post(teardown_form))
         .with_state(state.clone())
-        .merge(mesos_v1::router(state.clone()))
-        .layer(axum::middleware::from_fn_with_state(
+        .merge(mesos_v1::router(state.clone()));
+    // Without --authenticate-http nothing is checked: no layer, so no
+    // per-request cost (every Mesos v1 call is a request).
+    if state.auth.http {
+        router.layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),
             operator_auth,
         ))
+    } else {
+        router
+    }
 }
 
 /// Mesos's `/version`: `version` is the (numeric) Mesos API version Agora

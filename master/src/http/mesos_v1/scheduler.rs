@@ -374,7 +374,7 @@ impl Subscription {
                 // heartbeat interval.
                 if self.codec == Codec::Json && !self.last_was_heartbeat && !self.closing {
                     if let Ok(bytes) = self.codec.encode(&translate::heartbeat()) {
-                        chunk.extend(recordio::frame(&bytes));
+                        recordio::frame_into(&mut chunk, &bytes);
                         self.last_was_heartbeat = true;
                     }
                 }
@@ -398,7 +398,7 @@ impl Subscription {
         for mesos in translate::translate_event(event, self.caps) {
             self.last_was_heartbeat = mesos.r#type() == v1::scheduler::event::Type::Heartbeat;
             match self.codec.encode(&mesos) {
-                Ok(bytes) => chunk.extend(recordio::frame(&bytes)),
+                Ok(bytes) => recordio::frame_into(chunk, &bytes),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot encode a Mesos scheduler event; dropped")
                 }
