@@ -48,8 +48,8 @@ mod shell;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod status_updates;
-pub mod users;
 mod sys;
+pub mod users;
 mod wal;
 
 pub use agora_proto::{parse_duration, DurationError};
@@ -221,8 +221,7 @@ pub async fn run(
     let recovered = core::Recovered::load(&shared.config.work_dir, streams);
     // Containers of executors found alive are re-adopted; any other under
     // --cgroups-root is an orphan, destroyed before anything starts.
-    let processes =
-        processes::Processes::start(
+    let processes = processes::Processes::start(
         core_tx.clone(),
         cgroups.clone(),
         shared.config.users,

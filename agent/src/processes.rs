@@ -477,7 +477,10 @@ impl Keeper {
         user: Option<&RunAs>,
     ) -> Result<(Process, Option<(Arc<Container>, Limits)>), String> {
         let failed = |e: std::io::Error| match user {
-            Some(user) => format!("cannot start {:?} as user {:?}: {e}", spec.program, user.name),
+            Some(user) => format!(
+                "cannot start {:?} as user {:?}: {e}",
+                spec.program, user.name
+            ),
             None => format!("cannot start {:?}: {e}", spec.program),
         };
         let (Some(cgroups), Some(limits)) = (&self.cgroups, &spec.limits) else {

@@ -252,7 +252,11 @@ fn clone_child(steps: &ChildSteps<'_>, cgroup: Option<RawFd>) -> io::Result<u32>
     let (report_read, report_write) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let mut args = CloneArgs {
-        flags: if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 },
+        flags: if cgroup.is_some() {
+            CLONE_INTO_CGROUP
+        } else {
+            0
+        },
         exit_signal: libc::SIGCHLD as u64,
         cgroup: cgroup.map_or(0, |fd| fd as u64),
         ..CloneArgs::default()

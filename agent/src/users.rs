@@ -180,7 +180,11 @@ impl RunAs {
                 .map_err(|e| {
                     io::Error::new(
                         io::Error::from(e).kind(),
-                        format!("cannot give {} to user {:?}: {e}", path.display(), self.name),
+                        format!(
+                            "cannot give {} to user {:?}: {e}",
+                            path.display(),
+                            self.name
+                        ),
                     )
                 })?;
             }
@@ -272,20 +276,29 @@ mod tests {
 
     #[test]
     fn a_root_agent_switches_to_the_named_user() {
-        assert_eq!(SWITCH.resolve_with("alice", 0, db), Ok(Some(user("alice", 1000))));
+        assert_eq!(
+            SWITCH.resolve_with("alice", 0, db),
+            Ok(Some(user("alice", 1000)))
+        );
     }
 
     #[test]
     fn root_is_refused_unless_allowed() {
         for (requested, agent_uid) in [("root", 0), ("", 0), ("root", 1000)] {
             let refused = SWITCH.resolve_with(requested, agent_uid, db).unwrap_err();
-            assert!(refused.contains("root") && refused.contains("--allow-root-tasks"), "{refused}");
+            assert!(
+                refused.contains("root") && refused.contains("--allow-root-tasks"),
+                "{refused}"
+            );
         }
         let off = UserPolicy {
             switch_user: false,
             ..SWITCH
         };
-        assert!(off.resolve_with("alice", 0, db).unwrap_err().contains("root"));
+        assert!(off
+            .resolve_with("alice", 0, db)
+            .unwrap_err()
+            .contains("root"));
         let allowed = UserPolicy {
             allow_root_tasks: true,
             ..SWITCH

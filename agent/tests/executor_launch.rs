@@ -245,7 +245,10 @@ async fn an_executor_runs_as_the_user_it_is_given() {
     let sandbox = dir.path().join("runs/r");
     nobody.create_dir(&sandbox).unwrap();
     assert_eq!(std::fs::metadata(&sandbox).unwrap().uid(), nobody.uid);
-    let spec = shell("id -u; id -g; id -G; echo \"$USER $HOME\"; touch mine", &sandbox);
+    let spec = shell(
+        "id -u; id -g; id -G; echo \"$USER $HOME\"; touch mine",
+        &sandbox,
+    );
     let mut process = Process::spawn_as(&spec, Some(&nobody)).unwrap();
     let status = exited(&process, Duration::from_secs(10)).await.unwrap();
     assert!(status.success(), "{status:?}");

@@ -1136,9 +1136,7 @@ mod tests {
         // 70 calls in flight: three connections, up to 32 unanswered on each.
         let pipeline = CallPipeline::new(calls_to(master), 70, HttpVersion::Http1Pipelined);
         for _ in 0..10 {
-            pipeline
-                .send_all((0..45).map(|_| suppress()))
-                .await;
+            pipeline.send_all((0..45).map(|_| suppress())).await;
         }
         pipeline.send(teardown()).await;
         pipeline.drain().await;
@@ -1175,9 +1173,7 @@ mod tests {
             }
         });
         let pipeline = CallPipeline::new(calls_to(address), 8, HttpVersion::Http1Pipelined);
-        pipeline
-            .send_all((0..5).map(|_| suppress()))
-            .await;
+        pipeline.send_all((0..5).map(|_| suppress())).await;
         tokio::time::timeout(std::time::Duration::from_secs(10), pipeline.drain())
             .await
             .expect("every call answered or failed");

@@ -159,30 +159,32 @@ fn agents_in_their_own_namespaces_are_reached_at_their_own_addresses() {
     let mut agents = Vec::new();
     for (i, name) in [(1, "agent-one"), (2, "agent-two")] {
         let work = dir.path().join(name);
-        agents.push(net.spawn(
-            i,
-            name,
-            &bin("agora-agent"),
-            &[
-                vec![
-                    "--master".into(),
-                    master.addr.to_string(),
-                    "--listen".into(),
-                    "0.0.0.0:5051".into(),
-                    "--hostname".into(),
-                    name.into(),
-                    "--work-dir".into(),
-                    work.display().to_string(),
-                    "--resources".into(),
-                    "cpus:2;mem:1024;disk:1024".into(),
-                    "--command-executor".into(),
-                    bin("agora-command-executor").display().to_string(),
-                ],
-                agora_examples::local::agent_user_flags(),
-            ]
-            .concat(),
-            &work,
-        ));
+        agents.push(
+            net.spawn(
+                i,
+                name,
+                &bin("agora-agent"),
+                &[
+                    vec![
+                        "--master".into(),
+                        master.addr.to_string(),
+                        "--listen".into(),
+                        "0.0.0.0:5051".into(),
+                        "--hostname".into(),
+                        name.into(),
+                        "--work-dir".into(),
+                        work.display().to_string(),
+                        "--resources".into(),
+                        "cpus:2;mem:1024;disk:1024".into(),
+                        "--command-executor".into(),
+                        bin("agora-command-executor").display().to_string(),
+                    ],
+                    agora_examples::local::agent_user_flags(),
+                ]
+                .concat(),
+                &work,
+            ),
+        );
     }
     let logs = || {
         let mut out = format!("--- master ---\n{}\n", master.log_tail());

@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agora_proto::{
-    CommandInfo, Filters, FrameworkInfo, Reason, Resources, TaskId, TaskInfo, TaskState,
-    TaskStatus,
+    CommandInfo, Filters, FrameworkInfo, Reason, Resources, TaskId, TaskInfo, TaskState, TaskStatus,
 };
 use support::{bin, start_framework, wait_for, Proc, SchedEvent, TestCluster};
 
@@ -159,7 +158,12 @@ fn root_tasks_are_refused_unless_the_agent_allows_them() {
         &["--allow-root-tasks"],
     );
     let status = run_as(&cluster, "root", "id -u > uid");
-    assert_eq!(status.state, TaskState::Finished, "{status:?}\n{}", cluster.logs());
+    assert_eq!(
+        status.state,
+        TaskState::Finished,
+        "{status:?}\n{}",
+        cluster.logs()
+    );
     let uid = find(&allowed, "uid").expect("the task's uid file");
     assert_eq!(std::fs::read_to_string(uid).unwrap().trim(), "0");
 }
@@ -167,7 +171,9 @@ fn root_tasks_are_refused_unless_the_agent_allows_them() {
 #[test]
 fn tasks_run_as_the_user_their_framework_names() {
     if !is_root() {
-        eprintln!("skipping: switching users needs the agent to run as root, and this test does not");
+        eprintln!(
+            "skipping: switching users needs the agent to run as root, and this test does not"
+        );
         return;
     }
     let Ok(Some(nobody)) = nix::unistd::User::from_name("nobody") else {
@@ -194,7 +200,12 @@ fn tasks_run_as_the_user_their_framework_names() {
         "nobody",
         "set -e; id -un > who; id -u >> who; stat -c %U . >> who; echo \"$HOME $USER\" >> who",
     );
-    assert_eq!(status.state, TaskState::Finished, "{status:?}\n{}", cluster.logs());
+    assert_eq!(
+        status.state,
+        TaskState::Finished,
+        "{status:?}\n{}",
+        cluster.logs()
+    );
     let who = find(&work, "who").expect("the task's output");
     let lines: Vec<String> = std::fs::read_to_string(&who)
         .unwrap()
@@ -214,5 +225,8 @@ fn tasks_run_as_the_user_their_framework_names() {
     // What the task wrote is the user's, as is its sandbox's output.
     assert_eq!(std::fs::metadata(&who).unwrap().uid(), nobody.uid.as_raw());
     let stdout = who.parent().unwrap().join("stdout");
-    assert_eq!(std::fs::metadata(stdout).unwrap().uid(), nobody.uid.as_raw());
+    assert_eq!(
+        std::fs::metadata(stdout).unwrap().uid(),
+        nobody.uid.as_raw()
+    );
 }

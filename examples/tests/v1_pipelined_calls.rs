@@ -41,7 +41,7 @@ fn pipelined_calls_to_a_master_are_each_answered_in_order() {
             let pipeline =
                 CallPipeline::new(subscription.calls.clone(), 64, HttpVersion::Http1Pipelined);
             for _ in 0..20 {
-                let batch = (0..50)
+                let batch: Vec<_> = (0..50)
                     .map(|i| {
                         if i % 2 == 0 {
                             v1c::suppress()

@@ -30,7 +30,7 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 pub fn frame_into(out: &mut Vec<u8>, payload: &[u8]) {
     use std::io::Write as _;
     out.reserve(payload.len() + 8);
-    let _ = write!(out, "{}\n", payload.len());
+    let _ = writeln!(out, "{}", payload.len());
     out.extend_from_slice(payload);
 }
 
