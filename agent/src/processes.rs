@@ -127,15 +127,11 @@ struct Keeper {
     users: UserPolicy,
 }
 
-/// Creates `sandbox` (and its parents) for an executor or task whose user
-/// was resolved as `user`: owned by that user, with whatever is already
-/// in it, when the agent switches to them; refused with the reason when
-/// the user may not run there.
-fn create_sandbox(
-    sandbox: &std::path::Path,
-    user: Result<Option<RunAs>, String>,
-) -> Result<(), String> {
-    let created = match user? {
+/// Creates `sandbox` (and its parents) for an executor or task: owned by
+/// `user`, with whatever is already in it, when the agent switches to
+/// that user.
+fn create_sandbox(sandbox: &std::path::Path, user: Option<&RunAs>) -> Result<(), String> {
+    let created = match user {
         Some(user) => user.create_dir(sandbox),
         None => std::fs::create_dir_all(sandbox),
     };
@@ -232,7 +228,11 @@ impl Keeper {
                 } => self.adopt(key, run_id, pid, start_time),
                 Request::Update { run_id, limits } => self.update(&run_id, &limits),
                 Request::CreateDir { path, user } => {
-                    if let Err(e) = create_sandbox(&path, self.users.resolve(&user)) {
+                    let created = self
+                        .users
+                        .resolve(&user)
+                        .and_then(|user| create_sandbox(&path, user.as_ref()));
+                    if let Err(e) = created {
                         tracing::warn!(path = %path.display(), error = %e, "cannot create a task sandbox");
                     }
                 }
@@ -398,7 +398,7 @@ impl Keeper {
                 .retain(|(k, _)| k != agora_proto::env::TLS_CERT && k != agora_proto::env::TLS_KEY);
         }
         let launched = user.and_then(|user| {
-            create_sandbox(&spec.sandbox, Ok(user.clone()))?;
+            create_sandbox(&spec.sandbox, user.as_ref())?;
             self.spawn(&run_id, &spec, user.as_ref())
         });
         let result = match launched {
@@ -513,7 +513,7 @@ impl Keeper {
         let user = self.users.resolve(user);
         if uris.is_empty() {
             // Only the sandbox to make: quick enough for this thread.
-            let result = create_sandbox(&sandbox, user);
+            let result = user.and_then(|user| create_sandbox(&sandbox, user.as_ref()));
             let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             return;
         }
@@ -523,10 +523,10 @@ impl Keeper {
             .name("agora-fetcher".into())
             .spawn(move || {
                 let result = user.and_then(|user| {
-                    create_sandbox(&sandbox, Ok(None))?;
+                    create_sandbox(&sandbox, None)?;
                     crate::fetch::fetch_all(&uris, &sandbox, &runtime)
                         .map_err(|e| e.to_string())?;
-                    create_sandbox(&sandbox, Ok(user))
+                    create_sandbox(&sandbox, user.as_ref())
                 });
                 let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             });

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agora_proto::{
-    CommandInfo, Filters, FrameworkInfo, Reason, Resources, TaskId, TaskInfo, TaskState, TaskStatus,
+    CommandInfo, FetchUri, Filters, FrameworkInfo, Reason, Resources, TaskId, TaskInfo, TaskState,
+    TaskStatus,
 };
 use support::{bin, start_framework, wait_for, Proc, SchedEvent, TestCluster};
 
@@ -59,6 +60,16 @@ fn add_agent(cluster: &mut TestCluster, work_dir: &Path, command_executor: &Path
 /// Runs `command` as a command task of a framework naming `user`, on the
 /// agent with the most recent offer; its terminal update.
 fn run_as(cluster: &TestCluster, user: &str, command: &str) -> TaskStatus {
+    run_with_uris(cluster, user, command, Vec::new())
+}
+
+/// [`run_as`] with `uris` fetched into the task's sandbox first.
+fn run_with_uris(
+    cluster: &TestCluster,
+    user: &str,
+    command: &str,
+    uris: Vec<FetchUri>,
+) -> TaskStatus {
     let mut info = FrameworkInfo::new(format!("as-{user}"));
     info.user = user.into();
     let (driver, events) = start_framework(&cluster.master_address(), info);
@@ -73,7 +84,10 @@ fn run_as(cluster: &TestCluster, user: &str, command: &str) -> TaskStatus {
         agent_id: offer.agent_id.clone(),
         resources: Resources::parse("cpus:0.5;mem:64").unwrap(),
         executor: None,
-        command: Some(CommandInfo::shell(command)),
+        command: Some(CommandInfo {
+            uris,
+            ..CommandInfo::shell(command)
+        }),
         data: None,
         kill_grace_period: None,
         labels: Default::default(),
@@ -195,10 +209,20 @@ fn tasks_run_as_the_user_their_framework_names() {
     let work = cluster.dir.path().join("agent-switching");
     add_agent(&mut cluster, &work, &executor, &[]);
 
-    let status = run_as(
+    // A file fetched into the sandbox is the user's too.
+    let input = tools.join("input.txt");
+    std::fs::write(&input, "fetched\n").unwrap();
+    let status = run_with_uris(
         &cluster,
         "nobody",
-        "set -e; id -un > who; id -u >> who; stat -c %U . >> who; echo \"$HOME $USER\" >> who",
+        "set -e; id -un > who; id -u >> who; stat -c %U . >> who; echo \"$HOME $USER\" >> who; \
+         stat -c %U input.txt >> who; echo more >> input.txt",
+        vec![FetchUri {
+            value: input.display().to_string(),
+            executable: false,
+            extract: false,
+            output_file: None,
+        }],
     );
     assert_eq!(
         status.state,
@@ -220,6 +244,7 @@ fn tasks_run_as_the_user_their_framework_names() {
             nobody.uid.to_string(),
             "nobody".to_string(),
             format!("{home} nobody"),
+            "nobody".to_string(),
         ]
     );
     // What the task wrote is the user's, as is its sandbox's output.
