@@ -220,10 +220,7 @@ impl RunAs {
         let handed = self.own_tree(&staging).and_then(|()| {
             match std::fs::rename(&staging, dir) {
                 // Made meanwhile (by another request for it): use that one.
-                Err(e) if dir.is_dir() => {
-                    let _ = e;
-                    self.own_tree(dir)
-                }
+                Err(_) if dir.is_dir() => self.own_tree(dir),
                 other => other,
             }
         });

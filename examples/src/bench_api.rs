@@ -324,6 +324,15 @@ impl Framework {
     }
 }
 
+/// How a bench's table marks a figure against its target.
+pub fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
 /// Rates of a benchmark point's repeated runs: their median and range
 /// (what a shared, noisy machine can report).
 pub struct Runs {

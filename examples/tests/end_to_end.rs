@@ -4,35 +4,13 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use agora_proto::{
-    CommandInfo, Filters, FrameworkInfo, Reason, Resources, TaskId, TaskInfo, TaskState, TaskStatus,
-};
-use support::{process_alive, start_framework, wait_for, SchedEvent, TestCluster};
+use agora_proto::{Filters, FrameworkInfo, Reason, TaskId, TaskState, TaskStatus};
+use support::{command_task, process_alive, start_framework, wait_for, SchedEvent, TestCluster};
 
 const AGENT: &str = "cpus:4;mem:4096;disk:4096;ports:[31000-32000]";
-
-fn command_task(id: &str, offer: &agora_proto::Offer, command: &str, resources: &str) -> TaskInfo {
-    TaskInfo {
-        launch_stamp: None,
-        name: id.to_string(),
-        task_id: TaskId::new(id),
-        agent_id: offer.agent_id.clone(),
-        resources: Resources::parse(resources).unwrap(),
-        executor: None,
-        command: Some(CommandInfo {
-            value: command.to_string(),
-            shell: true,
-            ..CommandInfo::default()
-        }),
-        data: None,
-        kill_grace_period: Some(1.0),
-        labels: BTreeMap::new(),
-        task_group: None,
-    }
-}
 
 fn next_offers(rx: &std::sync::mpsc::Receiver<SchedEvent>) -> Vec<agora_proto::Offer> {
     wait_for(rx, Duration::from_secs(20), |e| match e {

@@ -26,7 +26,7 @@ use agora_proto::{
     CommandInfo, ExecutorId, ExecutorInfo, Filters, FrameworkInfo, Offer, Reason, Resources,
     TaskId, TaskInfo, TaskState, TaskStatus,
 };
-use support::{bin, http_get, start_framework, wait_for, SchedEvent, TestCluster};
+use support::{bin, command_task, http_get, start_framework, wait_for, SchedEvent, TestCluster};
 
 const AGENT: &str = "cpus:2;mem:1024;disk:1024;ports:[31000-31100]";
 
@@ -220,26 +220,6 @@ fn running(rx: &Receiver<SchedEvent>, task: &str) -> TaskStatus {
         SchedEvent::Update(s) if s.task_id.as_str() == task => Some(s.clone()),
         _ => None,
     })
-}
-
-fn command_task(id: &str, offer: &Offer, command: &str, resources: &str) -> TaskInfo {
-    TaskInfo {
-        launch_stamp: None,
-        name: id.to_string(),
-        task_id: TaskId::new(id),
-        agent_id: offer.agent_id.clone(),
-        resources: Resources::parse(resources).unwrap(),
-        executor: None,
-        command: Some(CommandInfo {
-            value: command.to_string(),
-            shell: true,
-            ..CommandInfo::default()
-        }),
-        data: None,
-        kill_grace_period: Some(1.0),
-        labels: BTreeMap::new(),
-        task_group: None,
-    }
 }
 
 /// The agent still runs tasks: command `command` as task `after` on the

@@ -12,11 +12,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agora_proto::{
-    CommandInfo, FetchUri, Filters, FrameworkInfo, Reason, Resources, TaskId, TaskInfo, TaskState,
-    TaskStatus,
-};
-use support::{bin, start_framework, wait_for, Proc, SchedEvent, TestCluster};
+use agora_proto::{FetchUri, Filters, FrameworkInfo, Reason, TaskState, TaskStatus};
+use support::{bin, command_task, start_framework, wait_for, Proc, SchedEvent, TestCluster};
 
 const AGENT: &str = "cpus:2;mem:1024";
 
@@ -77,22 +74,8 @@ fn run_with_uris(
         SchedEvent::Offers(offers) => offers.first().cloned(),
         _ => None,
     });
-    let task = TaskInfo {
-        launch_stamp: None,
-        name: "whoami".into(),
-        task_id: TaskId::new("whoami"),
-        agent_id: offer.agent_id.clone(),
-        resources: Resources::parse("cpus:0.5;mem:64").unwrap(),
-        executor: None,
-        command: Some(CommandInfo {
-            uris,
-            ..CommandInfo::shell(command)
-        }),
-        data: None,
-        kill_grace_period: None,
-        labels: Default::default(),
-        task_group: None,
-    };
+    let mut task = command_task("whoami", &offer, command, "cpus:0.5;mem:64");
+    task.command.as_mut().expect("a command task").uris = uris;
     driver
         .launch_tasks(
             std::slice::from_ref(&offer.id),

@@ -357,11 +357,7 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
                     "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
                     plain.to_string(),
                     secure.to_string(),
-                    if ratio >= TARGET_SECURE_RATIO {
-                        "met"
-                    } else {
-                        "NOT met"
-                    }
+                    bench_api::verdict(ratio >= TARGET_SECURE_RATIO)
                 );
             }
         }
@@ -412,22 +408,18 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
                     "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
                     native.to_string(),
                     v1.to_string(),
-                    if ratio >= TARGET_V1_RATIO {
-                        "met"
-                    } else {
-                        "NOT met"
-                    }
+                    bench_api::verdict(ratio >= TARGET_V1_RATIO)
                 );
             }
         }
         println!(
             "v1 ÷ native ≥ {TARGET_V1_RATIO} at every point: {}",
-            if v1_met { "met" } else { "NOT met" }
+            bench_api::verdict(v1_met)
         );
     }
     println!(
         "targets: ≥ {TARGET_PER_SEC:.0} tasks/s at every point, flatness ≥ {TARGET_FLATNESS}: {}",
-        if met { "met" } else { "NOT met" }
+        bench_api::verdict(met)
     );
     met && v1_met
 }

@@ -272,11 +272,7 @@ fn main() -> ExitCode {
                 if checkpoint { "on" } else { "off" },
                 plain.to_string(),
                 secure.to_string(),
-                if ratio >= TARGET_SECURE_RATIO {
-                    "met"
-                } else {
-                    "NOT met"
-                }
+                bench_api::verdict(ratio >= TARGET_SECURE_RATIO)
             );
         }
     }
@@ -304,16 +300,12 @@ fn main() -> ExitCode {
                 if checkpoint { "on" } else { "off" },
                 native.to_string(),
                 v1.to_string(),
-                if ratio >= TARGET_V1_RATIO {
-                    "met"
-                } else {
-                    "NOT met"
-                }
+                bench_api::verdict(ratio >= TARGET_V1_RATIO)
             );
         }
         println!(
             "v1 ÷ native ≥ {TARGET_V1_RATIO} in every mode: {}",
-            if met { "met" } else { "NOT met" }
+            bench_api::verdict(met)
         );
     }
     ExitCode::SUCCESS

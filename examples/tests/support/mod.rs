@@ -20,7 +20,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agora_proto::{
-    AgentId, ExecutorId, FrameworkId, FrameworkInfo, MasterInfo, Offer, OfferId, TaskStatus,
+    AgentId, CommandInfo, ExecutorId, FrameworkId, FrameworkInfo, MasterInfo, Offer, OfferId,
+    Resources, TaskId, TaskInfo, TaskStatus,
 };
 use agora_scheduler::{DriverConfig, Scheduler, SchedulerDriver};
 
@@ -779,6 +780,24 @@ impl Scheduler for Recorder {
     }
     fn error(&mut self, _d: &SchedulerDriver, message: &str) {
         let _ = self.0.send(SchedEvent::Error(message.to_string()));
+    }
+}
+
+/// Command task `id` running `command` (`/bin/sh -c`) with `resources` on
+/// `offer`'s agent, killed with a 1 s grace period.
+pub fn command_task(id: &str, offer: &Offer, command: &str, resources: &str) -> TaskInfo {
+    TaskInfo {
+        launch_stamp: None,
+        name: id.to_string(),
+        task_id: TaskId::new(id),
+        agent_id: offer.agent_id.clone(),
+        resources: Resources::parse(resources).unwrap(),
+        executor: None,
+        command: Some(CommandInfo::shell(command)),
+        data: None,
+        kill_grace_period: Some(1.0),
+        labels: Default::default(),
+        task_group: None,
     }
 }
 
