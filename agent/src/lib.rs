@@ -102,6 +102,10 @@ pub(crate) struct Shared {
     /// TLS to the master (`--tls-ca`, with `--tls-cert` as the client
     /// certificate), or plaintext.
     pub(crate) client_tls: Option<Arc<agora_net::tls::rustls::ClientConfig>>,
+    /// Under `--isolation cgroups`, whether the agent can hand a task's
+    /// container to the user the task runs as (cgroup v1: its `tasks`
+    /// files; v2 would need the cgroup above every container).
+    pub(crate) delegates_cgroups: bool,
 }
 
 /// Status update deliveries the core counts for `/metrics`.
@@ -209,6 +213,7 @@ pub async fn run(
         counters: Arc::default(),
         identity: Arc::new(identity),
         client_tls,
+        delegates_cgroups: cgroups.as_ref().is_some_and(|c| c.delegates()),
     };
     let (writer, streams) =
         checkpoint::Writer::start(&shared.config.work_dir).map_err(|source| {
@@ -324,6 +329,7 @@ mod tests {
             counters: Arc::default(),
             identity: Arc::new(identity::ExecutorIdentity::new(&[1; 32])),
             client_tls: None,
+            delegates_cgroups: false,
         }
     }
 

@@ -130,9 +130,10 @@ struct Flags {
     #[arg(long, default_value_t = agora_agent::DEFAULT_MASTER_OUTBOX, value_parser = positive)]
     master_outbox: usize,
     /// Command tasks one command executor process runs at once (1: a
-    /// command executor per task, as in Mesos). Default: 128, or 1 with
-    /// --isolation cgroups, where tasks sharing a command executor share
-    /// its container.
+    /// command executor per task, as in Mesos). Default: 128. With
+    /// --isolation cgroups each command task still gets a container of
+    /// its own (except on cgroup v2 when the agent switches users, where
+    /// each command task gets a command executor of its own).
     #[arg(long, value_parser = positive)]
     command_executor_tasks: Option<usize>,
     /// How long a command executor with no task waits for one before it is
@@ -283,14 +284,9 @@ fn main() -> ExitCode {
         enable_cfs: flags.cgroups_enable_cfs,
         pids_max: flags.cgroups_pids_max,
     };
-    config.command_executor_tasks =
-        flags
-            .command_executor_tasks
-            .unwrap_or(if flags.isolation == Isolation::Cgroups {
-                1
-            } else {
-                agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS
-            });
+    config.command_executor_tasks = flags
+        .command_executor_tasks
+        .unwrap_or(agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS);
     config.command_executor_idle = flags.command_executor_idle;
     config.users = agora_agent::UserPolicy {
         switch_user: flags.switch_user,

@@ -68,6 +68,15 @@ pub fn sandbox_dir(
         .join(run_id))
 }
 
+/// The run id a [`sandbox_dir`] ends with (empty for a path that ends
+/// with none).
+pub fn run_id_of(sandbox: &Path) -> String {
+    sandbox
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// `WORK_DIR/meta/frameworks/FID`.
 pub fn meta_framework_dir(work_dir: &Path, framework_id: &str) -> Result<PathBuf, BadPathId> {
     check("framework", framework_id)?;

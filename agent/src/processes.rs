@@ -64,12 +64,28 @@ pub enum Request {
     /// framework names, when the agent switches users) and fetch `uris`
     /// into it, on a thread of their own, then tell the core
     /// ([`Input::TaskFetched`]).
+    ///
+    /// With `container` (a name and limits), the task also gets a
+    /// container of its own first, which its process enters through the
+    /// files the answer carries.
     Fetch {
         key: StreamKey,
         sandbox: std::path::PathBuf,
         uris: Vec<agora_proto::FetchUri>,
         user: String,
+        container: Option<(String, Limits)>,
     },
+    /// Kill command task `key`'s container whole (its process, and
+    /// whatever left its session), then remove it, and tell the core
+    /// ([`Input::TaskContainerEnded`]).
+    EndTaskContainer { key: StreamKey, name: String },
+    /// Watch again the container `name` of command task `key`, recovered
+    /// alive after a restart.
+    AdoptTaskContainer { key: StreamKey, name: String },
+    /// Command task `key`'s container ran out of memory: it is killed
+    /// whole (the task then ends, and [`Request::EndTaskContainer`]
+    /// reports the limitation).
+    TaskOutOfMemory { key: StreamKey },
     /// End the executor's whole session: SIGTERM now, SIGKILL once
     /// `grace` has passed with the executor still running.
     Terminate { run_id: String, grace: Duration },
@@ -125,6 +141,9 @@ struct Keeper {
     removals: Vec<(Instant, u32, Arc<Container>)>,
     /// Whom executors run as.
     users: UserPolicy,
+    /// The containers of command tasks (that run in a shared command
+    /// executor).
+    task_containers: HashMap<StreamKey, Arc<Container>>,
 }
 
 /// Creates `sandbox` (and its parents) for an executor or task: owned by
@@ -168,6 +187,7 @@ impl Processes {
             cgroups,
             removals: Vec::new(),
             users,
+            task_containers: HashMap::default(),
         };
         keeper.destroy_orphans(keep);
         std::thread::Builder::new()
@@ -241,7 +261,20 @@ impl Keeper {
                     sandbox,
                     uris,
                     user,
-                } => self.fetch_task(key, sandbox, uris, &user),
+                    container,
+                } => self.fetch_task(key, sandbox, uris, &user, container),
+                Request::EndTaskContainer { key, name } => self.end_task_container(key, &name),
+                Request::AdoptTaskContainer { key, name } => {
+                    if let Some(container) = self.cgroups.as_ref().and_then(|c| c.open(&name)) {
+                        self.watch_task_container(key, Arc::new(container));
+                    }
+                }
+                Request::TaskOutOfMemory { key } => {
+                    if let Some(container) = self.task_containers.get(&key) {
+                        let killed = container.kill_all();
+                        tracing::warn!(framework_id = %key.0, task_id = %key.1, container = container.name(), killed, "the task's container ran out of memory; killed");
+                    }
+                }
                 Request::Terminate { run_id, grace } => {
                     if let Some(entry) = self.processes.get(&run_id) {
                         entry.process.signal_group(Signal::SIGTERM);
@@ -500,20 +533,38 @@ impl Keeper {
         }
     }
 
-    /// Fetches a command task's URIs into its sandbox on a thread of its
-    /// own and tells the core how that went.
+    /// Makes a command task's container when it is to have one, then
+    /// fetches its URIs into its sandbox on a thread of its own and tells
+    /// the core how that went.
     fn fetch_task(
         &mut self,
         key: StreamKey,
         sandbox: std::path::PathBuf,
         uris: Vec<agora_proto::FetchUri>,
         user: &str,
+        container: Option<(String, Limits)>,
     ) {
         let core = self.core.clone();
         let user = self.users.resolve(user);
+        let files = match (&user, container) {
+            (Ok(user), Some((name, limits))) => {
+                match self.create_task_container(&key, &name, &limits, user.as_ref()) {
+                    Ok(files) => files,
+                    Err(message) => {
+                        let result = Err(message);
+                        let _ = core
+                            .blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
+                        return;
+                    }
+                }
+            }
+            _ => Vec::new(),
+        };
         if uris.is_empty() {
             // Only the sandbox to make: quick enough for this thread.
-            let result = user.and_then(|user| create_sandbox(&sandbox, user.as_ref()));
+            let result = user
+                .and_then(|user| create_sandbox(&sandbox, user.as_ref()))
+                .map(|()| files);
             let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             return;
         }
@@ -526,7 +577,8 @@ impl Keeper {
                     create_sandbox(&sandbox, None)?;
                     crate::fetch::fetch_all(&uris, &sandbox, &runtime)
                         .map_err(|e| e.to_string())?;
-                    create_sandbox(&sandbox, user.as_ref())
+                    create_sandbox(&sandbox, user.as_ref())?;
+                    Ok(files)
                 });
                 let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             });
@@ -537,6 +589,94 @@ impl Keeper {
                 result: Err(format!("cannot start a fetcher thread: {e}")),
             }));
         }
+    }
+
+    /// Creates command task `key`'s container `name` with `limits`, given
+    /// to `user` when the executor runs as one, and watches it for
+    /// out-of-memory kills. Returns the files its process enters it
+    /// through.
+    fn create_task_container(
+        &mut self,
+        key: &StreamKey,
+        name: &str,
+        limits: &Limits,
+        user: Option<&RunAs>,
+    ) -> Result<Vec<String>, String> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(Vec::new());
+        };
+        let (container, _) = cgroups
+            .create(name, limits)
+            .map_err(|e| format!("cannot create the task's container: {e}"))?;
+        if let Some(user) = user {
+            if let Err(e) = container.delegate(user.uid, user.gid) {
+                let _ = container.remove();
+                return Err(format!(
+                    "cannot give the task's container to user {:?}: {e}",
+                    user.name
+                ));
+            }
+        }
+        let files = container
+            .entry_files()
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        self.watch_task_container(key.clone(), Arc::new(container));
+        Ok(files)
+    }
+
+    /// Keeps command task `key`'s container and, until it is removed,
+    /// has an out-of-memory kill in it kill it whole.
+    fn watch_task_container(&mut self, key: StreamKey, container: Arc<Container>) {
+        let oom = container
+            .oom_fd()
+            .and_then(crate::sys::register_readable)
+            .map_err(|e| {
+                tracing::warn!(framework_id = %key.0, task_id = %key.1, error = %e, "cannot listen for the task container's out-of-memory events; checked when it ends");
+            })
+            .ok();
+        self.task_containers.insert(key.clone(), container.clone());
+        let Some(oom) = oom else {
+            return;
+        };
+        let requests = self.requests.clone();
+        self.runtime.spawn(async move {
+            if out_of_memory(&oom, &container, false).await {
+                if let Some(requests) = requests.upgrade() {
+                    let _ = requests.send(Request::TaskOutOfMemory { key });
+                }
+            }
+        });
+    }
+
+    /// Kills command task `key`'s container whole, has it removed, and
+    /// tells the core whether it had run out of memory.
+    fn end_task_container(&mut self, key: StreamKey, name: &str) {
+        let container = self.task_containers.remove(&key).or_else(|| {
+            self.cgroups
+                .as_ref()
+                .and_then(|c| c.open(name))
+                .map(Arc::new)
+        });
+        let mut limitation = None;
+        if let Some(container) = container {
+            container.kill_all();
+            if container.oom_kills() > 0 {
+                let message = memory_limit_message(&container, "the task's mem");
+                limitation = Some(Limitation {
+                    reason: agora_proto::Reason::ReasonContainerLimitationMemory,
+                    message,
+                });
+            }
+            self.remove_container(container, 0);
+        }
+        let _ = self
+            .core
+            .blocking_send(CoreEvent::Input(Input::TaskContainerEnded {
+                key,
+                limitation,
+            }));
     }
 
     fn adopt(&mut self, key: ExecKey, run_id: String, pid: u32, start_time: Option<u64>) {
@@ -619,7 +759,7 @@ impl Keeper {
             if let (Some(oom), Some(container)) = (&oom, &container) {
                 tokio::select! {
                     _ = watch.exited() => {}
-                    () = out_of_memory(oom, container) => {
+                    _ = out_of_memory(oom, container, true) => {
                         limited = true;
                         report_limitation(&core, &key, &run_id, container).await;
                         watch.exited().await;
@@ -711,29 +851,47 @@ impl Keeper {
     }
 }
 
-/// Completes once the container ran out of memory. On cgroup v1 the
-/// kernel signals the eventfd as its out-of-memory handling starts
+/// Completes once the container ran out of memory (`true`). On cgroup v1
+/// the kernel signals the eventfd as its out-of-memory handling starts
 /// (before it kills a process, so before the executor can see one die);
 /// on v2 `memory.events` changes, and the container tells whether it
 /// counts an out-of-memory kill. Both also fire when the cgroup is
-/// removed, which is not an out-of-memory event.
+/// removed, which is not an out-of-memory event: then it completes with
+/// `false`, or never when `forever`.
 async fn out_of_memory(
     oom: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
     container: &Container,
-) {
+    forever: bool,
+) -> bool {
     use std::os::fd::AsFd;
     loop {
         let Ok(mut guard) = oom.readable().await else {
-            return std::future::pending().await;
+            break;
         };
         let event = container.oom_event(oom.get_ref().as_fd());
         guard.clear_ready();
         match event {
-            OomEvent::OutOfMemory => return,
+            OomEvent::OutOfMemory => return true,
             OomEvent::Nothing => {}
-            OomEvent::Removed => return std::future::pending().await,
+            OomEvent::Removed => break,
         }
     }
+    if forever {
+        std::future::pending().await
+    }
+    false
+}
+
+/// What a container that ran out of memory is told: its limit (made of
+/// `what`) and the most it used.
+fn memory_limit_message(container: &Container, what: &str) -> String {
+    let (limit, peak) = container.memory_limit_and_peak();
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    format!(
+        "Memory limit exceeded: the container's limit is {:.0} MiB ({what}); it used {:.0} MiB at most, and the kernel killed a process of it for lack of memory",
+        mib(limit),
+        mib(peak)
+    )
 }
 
 /// Tells the core that the run's container ran out of memory.
@@ -743,13 +901,7 @@ async fn report_limitation(
     run_id: &str,
     container: &Container,
 ) {
-    let (limit, peak) = container.memory_limit_and_peak();
-    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
-    let message = format!(
-        "Memory limit exceeded: the container's limit is {:.0} MiB (the task's mem plus its executor's); it used {:.0} MiB at most, and the kernel killed a process of it for lack of memory",
-        mib(limit),
-        mib(peak)
-    );
+    let message = memory_limit_message(container, "the task's mem plus its executor's");
     tracing::warn!(framework_id = %key.0, executor_id = %key.1, container = container.name(), %message, "container reached its memory limit and will be destroyed");
     let _ = core
         .send(CoreEvent::Input(Input::ContainerLimited {

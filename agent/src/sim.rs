@@ -52,6 +52,7 @@ impl SimAgent {
                 &seed.to_le_bytes().repeat(4),
             )),
             client_tls: None,
+            delegates_cgroups: false,
         };
         SimAgent {
             core: Core::new(shared, seed, now, wall),

@@ -73,19 +73,37 @@ impl Isolated {
         self.cluster.as_mut().expect("cluster")
     }
 
-    /// The first container that appears under this test's root (waits up
-    /// to 10 s).
-    fn first_container(&self) -> PathBuf {
+    /// The name of the container of command task `task` (its own, apart
+    /// from its command executor's), as the agent's `/monitor/statistics`
+    /// lists it (waits up to 10 s).
+    fn task_container(&self, task: &str) -> String {
+        let agent = self.cluster().agents[0].addr;
         let mut found = None;
         eventually(
             Duration::from_secs(10),
-            || "no container".into(),
+            || format!("no container of {task} in /monitor/statistics"),
             || {
-                found = self.containers().into_iter().next();
+                let (code, body) = http_get(agent, "/monitor/statistics").unwrap();
+                assert_eq!(code, 200, "{body}");
+                let entries: serde_json::Value = serde_json::from_str(&body).unwrap();
+                found = entries
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|e| e["tasks"] == serde_json::json!([task]))
+                    .and_then(|e| e["container_id"].as_str().map(String::from));
                 found.is_some()
             },
         );
         found.unwrap()
+    }
+
+    /// Whether container `name` is gone from every hierarchy.
+    fn container_gone(&self, name: &str) -> bool {
+        ["cpu", "cpuacct", "memory", "pids", "freezer"]
+            .iter()
+            .filter_map(|c| controller_base(c, &self.root))
+            .all(|base| !base.join(name).exists())
     }
 
     /// The containers under this test's root (in the freezer hierarchy).
@@ -283,8 +301,8 @@ fn an_out_of_memory_task_fails_alone_with_the_memory_limitation() {
     );
     let message = failed.message.clone().unwrap_or_default();
     assert!(message.contains("Memory limit exceeded"), "{message}");
-    // mem:64 plus the command executor's 32.
-    assert!(message.contains("96 MiB"), "{message}");
+    // The task's own container: its mem:64 alone.
+    assert!(message.contains("64 MiB"), "{message}");
     assert!(agent_alive(&isolated), "the agent died\n{}", cluster.logs());
 
     // The agent keeps running tasks.
@@ -562,41 +580,37 @@ fn a_killed_task_leaves_no_process_and_no_cgroup() {
         )],
     );
     assert_eq!(running(&rx, "escape").state, TaskState::Running);
-    let container = isolated.first_container();
-    let name = format!("/{}", container.file_name().unwrap().to_string_lossy());
-    // The executor, the shell and both sleeps.
+    // The task has a container of its own (its command executor, which
+    // could run more tasks, has another).
+    let container = isolated.task_container("escape");
+    let name = format!("/{container}");
+    // The shell and both sleeps.
     eventually(
         Duration::from_secs(10),
         || format!("processes: {:?}", processes_in(&name)),
-        || processes_in(&name).len() >= 4,
+        || processes_in(&name).len() >= 3,
     );
     let before = processes_in(&name);
     // What the container uses, as the agent reports it.
     let agent = cluster.agents[0].addr;
-    // (The agent's view of its executors is at most 100 ms old.)
-    let mut body = String::new();
-    eventually(
-        Duration::from_secs(5),
-        || "/monitor/statistics lists no container".into(),
-        || {
-            let (code, text) = http_get(agent, "/monitor/statistics").unwrap();
-            assert_eq!(code, 200, "{text}");
-            body = text;
-            body != "[]"
-        },
-    );
+    let (code, body) = http_get(agent, "/monitor/statistics").unwrap();
+    assert_eq!(code, 200, "{body}");
     let entries: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let entry = &entries[0];
-    assert_eq!(entry["container_id"], name[1..], "{body}");
+    let entry = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["container_id"] == container)
+        .expect("the task's container");
     assert_eq!(entry["tasks"][0], "escape", "{body}");
     let stats = &entry["statistics"];
-    // mem:64 and cpus:0.1, plus the command executor's mem:32, cpus:0.1.
-    assert_eq!(stats["mem_limit_bytes"], 96u64 << 20, "{body}");
+    // The task's mem:64 and cpus:0.1.
+    assert_eq!(stats["mem_limit_bytes"], 64u64 << 20, "{body}");
     assert!(
-        (stats["cpus_limit"].as_f64().unwrap() - 0.2).abs() < 1e-9,
+        (stats["cpus_limit"].as_f64().unwrap() - 0.1).abs() < 1e-9,
         "{body}"
     );
-    assert!(stats["processes"].as_u64().unwrap() >= 4, "{body}");
+    assert!(stats["processes"].as_u64().unwrap() >= 3, "{body}");
     assert!(stats["mem_total_bytes"].as_u64().unwrap() > 0, "{body}");
     assert_eq!(stats["processes_limit"], 4096, "{body}");
     let (_, metrics) = http_get(agent, "/metrics").unwrap();
@@ -622,8 +636,8 @@ fn a_killed_task_leaves_no_process_and_no_cgroup() {
             !usage.is_null()
         },
     );
-    assert_eq!(usage["mem_limit_bytes"], 96u64 << 20, "{usage}");
-    assert!(usage["processes"].as_u64().unwrap() >= 4, "{usage}");
+    assert_eq!(usage["mem_limit_bytes"], 64u64 << 20, "{usage}");
+    assert!(usage["processes"].as_u64().unwrap() >= 3, "{usage}");
     assert_eq!(usage["tasks"][0], "escape", "{usage}");
     driver.kill_task(&TaskId::new("escape")).unwrap();
     let killed = terminal(&rx, "escape");
@@ -639,13 +653,15 @@ fn a_killed_task_leaves_no_process_and_no_cgroup() {
     eventually(
         Duration::from_secs(10),
         || format!("cgroups left: {:?}", isolated.containers()),
+        || isolated.container_gone(&container),
+    );
+    // Its command executor goes too once the framework does.
+    driver.stop(false).unwrap();
+    eventually(
+        Duration::from_secs(20),
+        || format!("cgroups left: {:?}", isolated.containers()),
         || isolated.containers().is_empty(),
     );
-    for controller in ["cpu", "cpuacct", "memory", "pids", "freezer"] {
-        let base = controller_base(controller, &isolated.root).unwrap();
-        assert!(!base.join(&name[1..]).exists(), "{controller} cgroup left");
-    }
-    driver.stop(false).unwrap();
 }
 
 #[test]
@@ -669,18 +685,28 @@ fn a_restarted_agent_keeps_live_containers_and_destroys_orphans() {
         )],
     );
     assert_eq!(running(&rx, "long").state, TaskState::Running);
-    let container = isolated.first_container();
-    let name = format!("/{}", container.file_name().unwrap().to_string_lossy());
-    let members = processes_in(&name);
+    // The task's container and its command executor's.
+    isolated.task_container("long");
+    let containers = isolated.containers();
+    assert_eq!(containers.len(), 2, "{containers:?}");
+    let members: Vec<i32> = containers
+        .iter()
+        .flat_map(|c| processes_in(&format!("/{}", c.file_name().unwrap().to_string_lossy())))
+        .collect();
     assert!(members.len() >= 2, "{members:?}");
 
-    // SIGKILL and restart: the executor is recovered, its container kept.
+    // SIGKILL and restart: the executor is recovered, the containers kept.
     isolated.cluster_mut().agents[0].restart_same_port();
     std::thread::sleep(Duration::from_secs(2));
-    assert!(
-        container.exists(),
-        "the recovered executor's container was removed"
-    );
+    for container in &containers {
+        assert!(
+            container.exists(),
+            "the recovered executor's container {} was removed",
+            container.display()
+        );
+    }
+    // The task's container is still watched and reported.
+    isolated.task_container("long");
     for pid in &members {
         assert!(support::process_alive(*pid), "{pid} died in recovery");
     }
@@ -694,8 +720,8 @@ fn a_restarted_agent_keeps_live_containers_and_destroys_orphans() {
     isolated.cluster_mut().agents[0].restart_same_port();
     eventually(
         Duration::from_secs(10),
-        || format!("orphan container {} still there", container.display()),
-        || !container.exists(),
+        || format!("orphan containers still there: {containers:?}"),
+        || containers.iter().all(|c| !c.exists()),
     );
     for pid in &members {
         assert!(

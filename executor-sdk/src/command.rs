@@ -52,7 +52,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::{DriverStatus, Executor, ExecutorConfig, ExecutorDriver};
+use crate::{DriverStatus, Executor, ExecutorConfig, ExecutorDriver, Placement};
 
 /// Runs the command executor with the configuration from the environment
 /// and returns the process's exit code: success once its tasks' terminal
@@ -136,7 +136,8 @@ impl CommandExecutor {
         }
     }
 
-    fn launch(&mut self, driver: &ExecutorDriver, task: TaskInfo, sandbox: Option<&Path>) {
+    fn launch(&mut self, driver: &ExecutorDriver, task: TaskInfo, placement: &Placement) {
+        let sandbox = placement.sandbox.as_deref();
         let refuse = |state, reason, message: String| {
             refuse(driver, task.task_id.clone(), state, reason, message)
         };
@@ -199,6 +200,7 @@ impl CommandExecutor {
             command,
             sandbox.unwrap_or(&self.sandbox),
             sandbox.map(|s| (s, &task.task_id)),
+            &placement.cgroups,
         );
         let pid = match spawned {
             Ok(pid) => pid,
@@ -234,11 +236,11 @@ impl CommandExecutor {
 
 impl Executor for CommandExecutor {
     fn launch_task(&mut self, driver: &ExecutorDriver, task: TaskInfo) {
-        self.launch(driver, task, None);
+        self.launch(driver, task, &Placement::default());
     }
 
-    fn launch_task_in(&mut self, driver: &ExecutorDriver, task: TaskInfo, sandbox: Option<&Path>) {
-        self.launch(driver, task, sandbox);
+    fn launch_task_in(&mut self, driver: &ExecutorDriver, task: TaskInfo, placement: &Placement) {
+        self.launch(driver, task, placement);
     }
 
     fn kill_task(&mut self, _driver: &ExecutorDriver, task_id: &TaskId) {
@@ -446,11 +448,13 @@ fn plain_words(value: &str) -> Option<Vec<&str>> {
 
 /// Starts `command` in `cwd` as the leader of a new process group; with a
 /// task sandbox, the task's output goes to files there and its
-/// environment names it. Returns the child's pid.
+/// environment names it; with `cgroups`, the child enters the task's
+/// container before it execs. Returns the child's pid.
 fn spawn(
     command: &CommandInfo,
     cwd: &Path,
     task: Option<(&Path, &TaskId)>,
+    cgroups: &[PathBuf],
 ) -> std::io::Result<u32> {
     let mut process = if command.shell {
         match plain_words(&command.value) {
@@ -502,6 +506,9 @@ fn spawn(
         }
         None => (Stdio::inherit(), Stdio::inherit()),
     };
+    if !cgroups.is_empty() {
+        enter_before_exec(&mut process, cgroups)?;
+    }
     let child = process
         .envs(&command.environment)
         .current_dir(cwd)
@@ -512,6 +519,48 @@ fn spawn(
         .spawn()?;
     // Reaped by the reaper thread, not through this handle.
     Ok(child.id())
+}
+
+/// Makes the child write `0` into each of `files` (opened here, before
+/// the fork) before it execs: it enters the task's container, so nothing
+/// of the command runs outside it. On cgroup v1 these are `tasks` files:
+/// the forked child has one thread, and moving the calling thread alone
+/// does not take the kernel's lock on every thread group.
+#[allow(unsafe_code)]
+fn enter_before_exec(
+    process: &mut std::process::Command,
+    files: &[PathBuf],
+) -> std::io::Result<()> {
+    let fds = files
+        .iter()
+        .map(|path| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map(std::os::fd::OwnedFd::from)
+                .map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!(
+                            "cannot enter the task's container ({}): {e}",
+                            path.display()
+                        ),
+                    )
+                })
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    // SAFETY: the closure runs in the forked child before exec, where
+    // only async-signal-safe calls may be made: it makes `write` system
+    // calls on descriptors opened above and allocates nothing.
+    unsafe {
+        process.pre_exec(move || {
+            for fd in &fds {
+                nix::unistd::write(fd, b"0").map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 fn append(path: &Path) -> std::io::Result<std::fs::File> {

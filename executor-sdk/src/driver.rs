@@ -662,8 +662,8 @@ fn callback_loop(
             } => executor.registered(d, &info, &framework, &agent_id),
             Callback::Reregistered(agent_id) => executor.reregistered(d, &agent_id),
             Callback::Disconnected => executor.disconnected(d),
-            Callback::LaunchTask { task, sandbox } => {
-                executor.launch_task_in(d, task, sandbox.as_deref().map(std::path::Path::new))
+            Callback::LaunchTask { task, placement } => {
+                executor.launch_task_in(d, task, &placement)
             }
             Callback::KillTask(task_id) => executor.kill_task(d, &task_id),
             Callback::FrameworkMessage(data) => executor.framework_message(d, &data),

@@ -48,6 +48,19 @@ pub use config::ExecutorConfig;
 pub use driver::ExecutorDriver;
 pub use state::MAX_STATUS_UPDATE_BYTES;
 
+/// Where the agent placed a task apart from its executor (see
+/// [`Executor::launch_task_in`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// A sandbox made for this task alone, to run it in.
+    pub sandbox: Option<std::path::PathBuf>,
+    /// Files the task's process writes `0` into before it runs anything,
+    /// so that it is born in the container the agent made for this task
+    /// alone (cgroup v1 `tasks` files or a cgroup v2 `cgroup.procs`).
+    /// Empty when the task runs in its executor's container.
+    pub cgroups: Vec<std::path::PathBuf>,
+}
+
 /// An executor: the callbacks the [`ExecutorDriver`] makes.
 ///
 /// Callbacks run one at a time on the driver's callback thread, never on
@@ -110,17 +123,13 @@ pub trait Executor: Send + 'static {
     /// terminal update.
     fn launch_task(&mut self, driver: &ExecutorDriver, task: TaskInfo) {}
 
-    /// Run a task, given the sandbox the agent made for it alone when it
-    /// made one (the built-in command executor, which runs many command
-    /// tasks, gets one per task). The default ignores the sandbox and
-    /// calls [`Executor::launch_task`].
-    fn launch_task_in(
-        &mut self,
-        driver: &ExecutorDriver,
-        task: TaskInfo,
-        sandbox: Option<&std::path::Path>,
-    ) {
-        let _ = sandbox;
+    /// Run a task, given where the agent placed it when it placed it
+    /// apart from its executor (the built-in command executor, which runs
+    /// many command tasks, gets a sandbox per task, and under
+    /// `--isolation cgroups` a container per task). The default ignores
+    /// the placement and calls [`Executor::launch_task`].
+    fn launch_task_in(&mut self, driver: &ExecutorDriver, task: TaskInfo, placement: &Placement) {
+        let _ = placement;
         self.launch_task(driver, task)
     }
 

@@ -107,7 +107,7 @@ pub enum Callback {
     Disconnected,
     LaunchTask {
         task: TaskInfo,
-        sandbox: Option<String>,
+        placement: crate::Placement,
     },
     KillTask(TaskId),
     FrameworkMessage(Vec<u8>),
@@ -431,7 +431,11 @@ impl DriverCore {
                 tracing::debug!("ignoring an event received while stopping");
                 Vec::new()
             }
-            Event::Launch { task, sandbox } => {
+            Event::Launch {
+                task,
+                sandbox,
+                cgroups,
+            } => {
                 if !self
                     .unacknowledged_tasks
                     .iter()
@@ -439,7 +443,11 @@ impl DriverCore {
                 {
                     self.unacknowledged_tasks.push(task.clone());
                 }
-                vec![Action::Callback(Callback::LaunchTask { task, sandbox })]
+                let placement = crate::Placement {
+                    sandbox: sandbox.map(std::path::PathBuf::from),
+                    cgroups: cgroups.into_iter().map(std::path::PathBuf::from).collect(),
+                };
+                vec![Action::Callback(Callback::LaunchTask { task, placement })]
             }
             // Agents send Agora executors a group's tasks one LAUNCH
             // each; a LAUNCH_GROUP would be taken so too.
@@ -450,6 +458,7 @@ impl DriverCore {
                         Event::Launch {
                             task,
                             sandbox: None,
+                            cgroups: Vec::new(),
                         },
                         now,
                     )
@@ -933,6 +942,7 @@ mod tests {
             Event::Launch {
                 task: task("t1"),
                 sandbox: None,
+                cgroups: Vec::new(),
             },
             now,
         );
@@ -940,6 +950,7 @@ mod tests {
             Event::Launch {
                 task: task("t2"),
                 sandbox: None,
+                cgroups: Vec::new(),
             },
             now,
         );
@@ -1072,6 +1083,7 @@ mod tests {
             Event::Launch {
                 task: task("t1"),
                 sandbox: None,
+                cgroups: Vec::new(),
             },
             now,
         );
@@ -1401,6 +1413,7 @@ mod tests {
                 Event::Launch {
                     task: t,
                     sandbox: None,
+                    cgroups: Vec::new(),
                 },
                 now,
             );

@@ -82,6 +82,14 @@ pub enum Event {
         /// share their executor's sandbox.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sandbox: Option<String>,
+        /// Files the task's process writes `0` into before it runs its
+        /// command, to be born in the container the agent made for this
+        /// task alone (under `--isolation cgroups`, for the tasks of the
+        /// built-in command executor: a cgroup v1 `tasks` file per
+        /// hierarchy, or the cgroup v2 `cgroup.procs`). Empty when the
+        /// task runs in its executor's container.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        cgroups: Vec<String>,
     },
     /// Launch the tasks of one task group together (see
     /// [`TaskInfo::task_group`]). Sent only to executors of the Mesos v1

@@ -634,7 +634,7 @@ impl World {
                         inc,
                         input: Box::new(Input::TaskFetched {
                             key,
-                            result: Ok(()),
+                            result: Ok(Vec::new()),
                         }),
                     },
                 );
@@ -654,7 +654,23 @@ impl World {
                 }
             }
             // Containers (--isolation cgroups) are not simulated.
-            Request::Update { .. } => {}
+            Request::Update { .. }
+            | Request::AdoptTaskContainer { .. }
+            | Request::TaskOutOfMemory { .. } => {}
+            Request::EndTaskContainer { key, .. } => {
+                let d = self.between(100_000, MS);
+                self.after(
+                    d,
+                    Ev::AgentInput {
+                        agent: i,
+                        inc,
+                        input: Box::new(Input::TaskContainerEnded {
+                            key,
+                            limitation: None,
+                        }),
+                    },
+                );
+            }
             Request::StopAll { .. } => {
                 unreachable!("the core asks for StopExecutors, never StopAll")
             }

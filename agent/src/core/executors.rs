@@ -63,7 +63,7 @@ impl Core {
         let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
         spec.env
             .extend(self.executor_env(&ekey, &info, &sandbox, &token));
-        spec.limits = self.container_limits(&ekey, &info);
+        spec.limits = self.container_limits(&ekey, &info, is_command);
         spec.user = self.framework_user(&ekey.0);
         let executor = Executor {
             info,
@@ -127,16 +127,21 @@ impl Core {
 
     /// Under `--isolation cgroups`, what executor `ekey`'s container is
     /// limited to: the executor's own resources (`info`'s) plus those of
-    /// its tasks that have not ended.
+    /// its tasks that have not ended (unless, as a command executor's,
+    /// they have containers of their own).
     pub(super) fn container_limits(
         &self,
         ekey: &ExecKey,
         info: &ExecutorInfo,
+        is_command: bool,
     ) -> Option<crate::isolation::Limits> {
         if self.shared.config.isolation != crate::isolation::Isolation::Cgroups {
             return None;
         }
         let mut total = info.resources.clone();
+        if is_command && self.task_containers() {
+            return Some(crate::isolation::Limits::of(&total));
+        }
         for (_, task) in self
             .executor_tasks(ekey)
             .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
@@ -152,8 +157,11 @@ impl Core {
         let Some(ex) = self.executors.get(ekey) else {
             return;
         };
+        if ex.is_command && self.task_containers() {
+            return;
+        }
         let run_id = ex.run_id.clone();
-        if let Some(limits) = self.container_limits(ekey, &ex.info) {
+        if let Some(limits) = self.container_limits(ekey, &ex.info, ex.is_command) {
             self.process(Request::Update { run_id, limits });
         }
     }
@@ -607,6 +615,21 @@ impl Core {
         status.agent_id = self.agent_id.clone();
         status.executor_id = self.tasks.get(&tkey).map(Task::reported_executor_id);
         let terminal = status.state.is_terminal();
+        if let Some(task) = self.tasks.get_mut(&tkey) {
+            if task.held.is_some() {
+                // A repeat of the terminal update being held: that one
+                // is acknowledged once it goes on.
+                return;
+            }
+            if terminal && task.container.is_some() {
+                // It goes on once nothing of the task is left in its
+                // container (`task_container_ended`).
+                task.terminal_reported = true;
+                task.held = Some(status);
+                self.end_task_container(&tkey);
+                return;
+            }
+        }
         // A task that failed or was killed in a container that reached a
         // limit ended because of the limit, whatever its executor saw.
         if let Some(limit) = self.executors.get(ekey).and_then(|e| {
@@ -715,6 +738,18 @@ impl Core {
                     code: 1000,
                     reason: "executor exited".into(),
                 });
+            }
+        }
+        // Terminal updates it sent that wait for their task's container to
+        // end go on now: the executor will not be there to hear of it.
+        let held: Vec<StreamKey> = self
+            .executor_tasks(&key)
+            .filter(|(_, t)| t.held.is_some())
+            .map(|(tid, _)| (key.0.clone(), tid.clone()))
+            .collect();
+        for tkey in held {
+            if let Some(status) = self.tasks.get_mut(&tkey).and_then(|t| t.held.take()) {
+                self.enqueue_update(tkey.0, status, None);
             }
         }
         let unfinished: Vec<(TaskId, ExecutorId, bool)> = self

@@ -103,9 +103,18 @@ pub enum Input {
     },
     /// The URIs of command task `key` are in its sandbox, or one could
     /// not be fetched (the message names it).
+    /// With the files its process enters its own container through,
+    /// when it has one (see [`exec_api::Event::Launch`]).
     TaskFetched {
         key: StreamKey,
-        result: Result<(), String>,
+        result: Result<Vec<String>, String>,
+    },
+    /// Command task `key`'s container was killed whole (nothing of the
+    /// task is left) and is being removed; `limitation` says whether it
+    /// had reached its memory limit.
+    TaskContainerEnded {
+        key: StreamKey,
+        limitation: Option<crate::isolation::Limitation>,
     },
     /// An executor process ended.
     ExecutorExited {
@@ -300,6 +309,16 @@ struct Task {
     /// its way to the disk).
     terminal_reported: bool,
     checkpointed: bool,
+    /// Under `--isolation cgroups`, the container of a command task run
+    /// in a shared command executor: its name (the task's sandbox run
+    /// id) until the agent asked for it to be ended.
+    container: Option<String>,
+    /// The files its process enters that container through.
+    container_files: Vec<String>,
+    /// Its executor's terminal update, held until its container is
+    /// ended: nothing of the task is left running when the update goes
+    /// out, and an out-of-memory kill shows in it.
+    held: Option<TaskStatus>,
 }
 
 /// The agent's state and its event handlers.
@@ -366,6 +385,9 @@ impl Task {
             kill_requested: false,
             terminal_reported: false,
             checkpointed,
+            container: None,
+            container_files: Vec::new(),
+            held: None,
         }
     }
 
@@ -492,6 +514,9 @@ impl Core {
                 self.send_master(agent_api::Call::Usage { containers })
             }
             Input::TaskFetched { key, result } => self.task_fetched(key, result),
+            Input::TaskContainerEnded { key, limitation } => {
+                self.task_container_ended(key, limitation)
+            }
             Input::Timer(timer) => self.timer(timer),
             Input::Durable(
                 Durable::Update {
@@ -746,6 +771,7 @@ impl Core {
 
     /// Removes a task, keeping the indexes.
     fn remove_task(&mut self, key: &StreamKey) -> Option<Task> {
+        self.end_task_container(key);
         let task = self.tasks.remove(key)?;
         self.unindex_task(key, &task);
         Some(task)

@@ -24,15 +24,25 @@ impl Recovered {
     pub(crate) fn load(work_dir: &std::path::Path, streams: Vec<StreamState>) -> Recovered {
         let agent_id = checkpoint::read_agent_id(work_dir).map(AgentId::new);
         let (frameworks, orphans) = checkpoint::load(work_dir, streams);
+        // An alive command executor's tasks have containers of their own
+        // (under cgroups), named by their sandboxes' run ids.
         let alive = frameworks
             .iter()
             .flat_map(|f| &f.executors)
-            .filter_map(|e| e.record.as_ref())
-            .filter(|r| {
-                r.pid
-                    .is_some_and(|pid| crate::launcher::is_alive(pid, r.start_time))
+            .filter(|e| {
+                e.record.as_ref().is_some_and(|r| {
+                    r.pid
+                        .is_some_and(|pid| crate::launcher::is_alive(pid, r.start_time))
+                })
             })
-            .map(|r| r.run_id.clone())
+            .flat_map(|e| {
+                let run = e.record.iter().map(|r| r.run_id.clone());
+                let tasks = e
+                    .tasks
+                    .iter()
+                    .filter_map(|t| t.sandbox.as_deref().map(paths::run_id_of));
+                run.chain(tasks).collect::<Vec<_>>()
+            })
             .collect();
         Recovered {
             agent_id,
@@ -148,6 +158,9 @@ impl Core {
                             pid,
                             start_time: record.start_time,
                         });
+                        if record.is_command && self.task_containers() {
+                            self.adopt_task_containers(&ekey);
+                        }
                         match config.recover {
                             RecoverMode::Reconnect => {
                                 self.start_registration_timer(ekey.clone(), record.run_id)
@@ -192,6 +205,32 @@ impl Core {
                 if let Ok(dir) = paths::meta_framework_dir(&config.work_dir, fid.as_str()) {
                     self.checkpoint(vec![Op::RemoveDir { path: dir }]);
                 }
+            }
+        }
+    }
+}
+
+impl Core {
+    /// The containers of the command tasks of executor `ekey`, recovered
+    /// alive, are watched again; those of tasks that ended are ended.
+    fn adopt_task_containers(&mut self, ekey: &ExecKey) {
+        let tasks: Vec<(StreamKey, String, bool)> = self
+            .executor_tasks(ekey)
+            .filter_map(|(tid, t)| {
+                let name = paths::run_id_of(t.sandbox.as_deref()?);
+                Some(((ekey.0.clone(), tid.clone()), name, t.state.is_terminal()))
+            })
+            .collect();
+        for (key, name, ended) in tasks {
+            if let Some(task) = self.tasks.get_mut(&key) {
+                task.container = Some(name.clone());
+            }
+            self.process(Request::AdoptTaskContainer {
+                key: key.clone(),
+                name,
+            });
+            if ended {
+                self.end_task_container(&key);
             }
         }
     }

@@ -81,11 +81,7 @@ impl Core {
                         let Some(t) = self.tasks.get(&(f.clone(), tid.clone())) else {
                             continue;
                         };
-                        let run_id = t
-                            .sandbox
-                            .as_ref()
-                            .and_then(|s| s.file_name())
-                            .map(|n| n.to_string_lossy().into_owned());
+                        let run_id = t.sandbox.as_deref().map(paths::run_id_of);
                         executors.push(json!({
                             "id": tid,
                             "name": format!("Command Executor (Task: {tid})"),

@@ -366,7 +366,15 @@ impl Core {
                 return;
             }
         };
-        let limit = self.shared.config.command_executor_tasks.max(1);
+        let containers = self.task_containers();
+        let limit = if self.shared.config.isolation == crate::isolation::Isolation::Cgroups
+            && !containers
+        {
+            // Its container holds the executor and its one task.
+            1
+        } else {
+            self.shared.config.command_executor_tasks.max(1)
+        };
         // One that runs, or one that starts once a task's checkpoint is
         // durable.
         let starting = self
@@ -395,7 +403,15 @@ impl Core {
         });
         let uris = task.command.as_ref().map_or(&[][..], |c| &c.uris[..]);
         let user = self.framework_user(&fid);
-        if uris.is_empty() && !self.shared.config.users.switches() {
+        // Under cgroups the task gets a container of its own, made with
+        // its sandbox; the executor's container holds only the executor.
+        let container = containers.then(|| {
+            (
+                paths::run_id_of(&sandbox),
+                crate::isolation::Limits::of(&task.resources),
+            )
+        });
+        if uris.is_empty() && !self.shared.config.users.switches() && container.is_none() {
             self.process(Request::CreateDir {
                 path: sandbox.clone(),
                 user,
@@ -412,6 +428,7 @@ impl Core {
                 sandbox: sandbox.clone(),
                 uris: uris.to_vec(),
                 user,
+                container: container.clone(),
             });
         }
         let checkpointed = self.checkpointing(&fid);
@@ -424,7 +441,7 @@ impl Core {
         let info = self.command_executor_info(&ekey);
         let key = (fid, task.task_id.clone());
         self.stage_task(
-            key,
+            key.clone(),
             task,
             Some(sandbox),
             PendingLaunch {
@@ -434,17 +451,71 @@ impl Core {
             },
             checkpointed,
         );
+        if let (Some(task), Some((name, _))) = (self.tasks.get_mut(&key), container) {
+            task.container = Some(name);
+        }
+    }
+
+    /// Whether command tasks get containers of their own, in a command
+    /// executor they share: under `--isolation cgroups`, unless the
+    /// executor runs as a user the agent cannot hand a container to
+    /// (cgroup v2 would need the user to own the cgroup above them all),
+    /// where each command task has a command executor of its own and
+    /// shares its container.
+    pub(super) fn task_containers(&self) -> bool {
+        self.shared.config.isolation == crate::isolation::Isolation::Cgroups
+            && (self.shared.delegates_cgroups || !self.shared.config.users.switches())
+    }
+
+    /// Asks for command task `key`'s container to be killed whole and
+    /// removed, once (the answer is [`Input::TaskContainerEnded`]).
+    pub(super) fn end_task_container(&mut self, key: &StreamKey) {
+        let Some(name) = self.tasks.get_mut(key).and_then(|t| t.container.take()) else {
+            return;
+        };
+        self.process(Request::EndTaskContainer {
+            key: key.clone(),
+            name,
+        });
+    }
+
+    /// Command task `key`'s container is gone: its executor's terminal
+    /// update, held until then, goes on (as the container's limitation
+    /// when it reached one and the command did not finish).
+    pub(super) fn task_container_ended(
+        &mut self,
+        key: StreamKey,
+        limitation: Option<crate::isolation::Limitation>,
+    ) {
+        let Some(task) = self.tasks.get_mut(&key) else {
+            return;
+        };
+        let Some(mut status) = task.held.take() else {
+            return;
+        };
+        let ekey = (key.0.clone(), task.executor_id.clone());
+        if let Some(limitation) = limitation.filter(|_| status.state != TaskState::Finished) {
+            tracing::warn!(framework_id = %key.0, task_id = %key.1, message = %limitation.message, "the task's container reached its limit");
+            status.state = TaskState::Failed;
+            status.reason = Some(limitation.reason);
+            status.message = Some(limitation.message);
+        }
+        self.enqueue_update(key.0, status, Some(ekey.clone()));
+        self.command_executor_maybe_idle(&ekey);
     }
 
     /// The URIs of command task `key` were fetched into its sandbox (it
     /// goes to its executor, once its checkpoint is durable too), or one
     /// could not be: the task fails as a failed executor launch does.
-    pub(super) fn task_fetched(&mut self, key: StreamKey, result: Result<(), String>) {
+    pub(super) fn task_fetched(&mut self, key: StreamKey, result: Result<Vec<String>, String>) {
         let Some(recorded) = self.fetching.remove(&key) else {
             return;
         };
         match result {
-            Ok(()) => {
+            Ok(files) => {
+                if let Some(task) = self.tasks.get_mut(&key) {
+                    task.container_files = files;
+                }
                 if recorded {
                     self.task_recorded(key);
                 }
@@ -580,6 +651,7 @@ impl Core {
                 events.push(exec_api::Event::Launch {
                     task: task.info.clone(),
                     sandbox: task.sandbox.as_ref().map(|s| s.display().to_string()),
+                    cgroups: task.container_files.clone(),
                 });
                 continue;
             };
@@ -693,6 +765,7 @@ impl Core {
         if let Some(task) = self.tasks.get_mut(&key) {
             task.terminal_reported = true;
         }
+        self.end_task_container(&key);
     }
 
     /// Ends `task_id`, which its executor never received, `TASK_KILLED`.

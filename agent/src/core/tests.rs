@@ -58,6 +58,7 @@ impl H {
             counters: Arc::default(),
             identity: Arc::new(crate::identity::ExecutorIdentity::new(&[3; 32])),
             client_tls: None,
+            delegates_cgroups: false,
         };
         let now = Instant::now();
         let mut core = Core::new(shared, 7, now, 1_000.0);
@@ -449,7 +450,7 @@ fn a_command_task_starts_only_once_its_uris_are_fetched_and_its_checkpoint_durab
     assert_eq!(launches(&actions), 0, "{actions:?}");
     let actions = h.input(Input::TaskFetched {
         key: key.clone(),
-        result: Ok(()),
+        result: Ok(Vec::new()),
     });
     assert_eq!(launches(&actions), 1, "{actions:?}");
 
@@ -461,7 +462,7 @@ fn a_command_task_starts_only_once_its_uris_are_fetched_and_its_checkpoint_durab
     });
     let actions = h.input(Input::TaskFetched {
         key: key.clone(),
-        result: Ok(()),
+        result: Ok(Vec::new()),
     });
     assert_eq!(launches(&actions), 0, "{actions:?}");
     let actions = h.input(Input::Durable(Durable::Task { key }, Ok(())));
@@ -643,6 +644,113 @@ fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
     assert_eq!(
         checkpointed[0].message.as_deref(),
         Some("Memory limit exceeded: 96 MiB")
+    );
+}
+
+#[test]
+fn a_command_task_in_a_container_of_its_own_ends_once_the_container_is_gone() {
+    use crate::isolation::{Isolation, Limitation, Limits};
+    let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
+    let mut task = command_task_with_uri("t1");
+    task.command.as_mut().expect("command").uris.clear();
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task,
+    });
+    // The task's container is made with its sandbox, with its resources.
+    let (key, name, limits) = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Process(Request::Fetch {
+                key,
+                sandbox,
+                container: Some((name, limits)),
+                ..
+            }) => {
+                assert_eq!(*name, crate::paths::run_id_of(sandbox));
+                Some((key.clone(), name.clone(), *limits))
+            }
+            _ => None,
+        })
+        .expect("a container for the task");
+    assert_eq!((limits.cpus, limits.mem_mib), (1.0, 64.0));
+    let actions = h.complete(actions);
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let files = vec!["/cgroup/freezer/agora/run/tasks".to_string()];
+    let actions = h.input(Input::TaskFetched {
+        key: key.clone(),
+        result: Ok(files.clone()),
+    });
+    // The command executor's own container holds only the executor.
+    let (ekey, spec) = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Process(Request::Launch { key, spec, .. }) => Some((key.clone(), spec)),
+            _ => None,
+        })
+        .expect("a command executor");
+    let own = Limits::of(&Resources::parse(COMMAND_EXECUTOR_RESOURCES).expect("resources"));
+    assert_eq!(spec.limits, Some(own));
+    let run_id = h.core.executors[&ekey].run_id.clone();
+    let token = h.core.executors[&ekey].token.clone();
+    h.input(Input::ExecutorLaunched {
+        key: ekey.clone(),
+        run_id,
+        result: Ok(Started {
+            pid: 4242,
+            start_time: None,
+        }),
+    });
+    let actions = h.input(Input::ExecutorSubscribe {
+        conn: 10,
+        framework_id: fid(),
+        executor_id: ekey.1.clone(),
+        token: Some(token),
+        updates: Vec::new(),
+        tasks: Vec::new(),
+    });
+    // The executor is told where the task's process goes.
+    let cgroups = actions.iter().find_map(|a| match a {
+        Action::ToExecutor {
+            event: exec_api::Event::Launch { cgroups, .. },
+            ..
+        } => Some(cgroups.clone()),
+        _ => None,
+    });
+    assert_eq!(cgroups, Some(files), "{actions:?}");
+    // Its terminal update waits for the container to be ended (repeats
+    // too), then goes on as the container's limitation.
+    for _ in 0..2 {
+        let actions = h.executor_sends(10, "t1", TaskState::Failed, "u1");
+        assert!(checkpointed_updates(&actions).is_empty(), "{actions:?}");
+        let ends: Vec<_> = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Process(Request::EndTaskContainer { name: n, .. }) if *n == name))
+            .collect();
+        assert!(ends.len() <= 1, "{actions:?}");
+    }
+    let actions = h.input(Input::TaskContainerEnded {
+        key,
+        limitation: Some(Limitation {
+            reason: Reason::ReasonContainerLimitationMemory,
+            message: "Memory limit exceeded: 64 MiB".into(),
+        }),
+    });
+    let checkpointed: Vec<&TaskStatus> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Checkpoint {
+                then: Some(Durable::Update { status, .. }),
+                ..
+            } => Some(status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(checkpointed.len(), 1, "{actions:?}");
+    assert_eq!(checkpointed[0].state, TaskState::Failed);
+    assert_eq!(
+        checkpointed[0].reason,
+        Some(Reason::ReasonContainerLimitationMemory)
     );
 }
 
@@ -1197,6 +1305,7 @@ mod recording {
             counters: Arc::default(),
             identity: Arc::new(crate::identity::ExecutorIdentity::new(&[3; 32])),
             client_tls: None,
+            delegates_cgroups: false,
         };
         Core::new(shared, 7, Instant::now(), 0.0)
     }

@@ -265,6 +265,15 @@ impl Cgroups {
         }
     }
 
+    /// Whether a container can be handed to a user (for a process of
+    /// theirs to enter it, [`Container::delegate`]): on cgroup v1 a
+    /// process may move itself into a cgroup whose `tasks` file it can
+    /// write; on v2 it would also need the `cgroup.procs` of the cgroup
+    /// above every container.
+    pub(crate) fn delegates(&self) -> bool {
+        matches!(self, Cgroups::V1(_))
+    }
+
     /// The directory holding the containers of `controller`.
     pub(crate) fn base(&self, controller: &str) -> Option<&Path> {
         match self {
@@ -378,6 +387,29 @@ impl Container {
             Container::V1(c) => c.name(),
             Container::V2(c) => c.name(),
         }
+    }
+
+    /// The files a process writes `0` into to move itself into the
+    /// container: `tasks` in each v1 hierarchy (which moves the calling
+    /// thread: all of a process that has one, and without the kernel's
+    /// lock on every thread group), `cgroup.procs` on v2.
+    pub(crate) fn entry_files(&self) -> Vec<PathBuf> {
+        match self {
+            Container::V1(c) => c.entry_files(),
+            Container::V2(c) => c.entry_files(),
+        }
+    }
+
+    /// Gives the files of [`Container::entry_files`] to `uid`/`gid`, so a
+    /// process of theirs can enter the container (cgroup v1 only; see
+    /// [`Cgroups::delegates`]).
+    pub(crate) fn delegate(&self, uid: u32, gid: u32) -> io::Result<()> {
+        for file in self.entry_files() {
+            std::os::unix::fs::chown(&file, Some(uid), Some(gid)).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot chown {}: {e}", file.display()))
+            })?;
+        }
+        Ok(())
     }
 
     /// A descriptor that becomes readable when the container may have had

@@ -330,6 +330,14 @@ impl Container {
         dirs
     }
 
+    /// Its `tasks` file in each hierarchy.
+    pub(crate) fn entry_files(&self) -> Vec<PathBuf> {
+        self.unique_dirs()
+            .into_iter()
+            .map(|d| d.join("tasks"))
+            .collect()
+    }
+
     /// An eventfd that becomes readable when the container's memory
     /// cgroup has an out-of-memory event (or is removed).
     pub(crate) fn oom_eventfd(&self) -> io::Result<OwnedFd> {
@@ -385,7 +393,8 @@ impl Container {
     /// Returns how many were signalled.
     pub(crate) fn kill_all(&self) -> usize {
         let freezer = &self.dirs[FREEZER];
-        if !freezer.is_dir() {
+        if !freezer.is_dir() || self.pids().is_empty() {
+            // Nothing to kill, and nothing left to fork.
             return 0;
         }
         let mut signalled = 0;

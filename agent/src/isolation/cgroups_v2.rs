@@ -474,6 +474,11 @@ impl Container {
         signalled
     }
 
+    /// Its `cgroup.procs`.
+    pub(crate) fn entry_files(&self) -> Vec<PathBuf> {
+        vec![self.dir.join("cgroup.procs")]
+    }
+
     /// Removes the container's cgroup: `Ok(false)` while it still holds
     /// processes (retry once they are gone).
     pub(crate) fn remove(&self) -> io::Result<bool> {

@@ -62,7 +62,24 @@ impl Monitor {
                     ))
                 })
                 .collect();
-            // Command executors: each runs the command tasks that name it.
+            // Command tasks: in a container of their own, named by their
+            // run, when they have one.
+            let mut own = std::collections::HashSet::new();
+            for task in executors
+                .clone()
+                .filter(|e| e["running"] == true && e["command_executor"] == true)
+            {
+                let (Some(id), Some(run_id)) = (task["id"].as_str(), task["run_id"].as_str())
+                else {
+                    continue;
+                };
+                if cgroups.open(run_id).is_some() {
+                    own.insert(id.to_string());
+                    containers.push((id.into(), run_id.into(), task_ids(task)));
+                }
+            }
+            // Command executors: each runs the command tasks that name it
+            // (in its own container unless they have one).
             for host in framework["command_executors"]
                 .as_array()
                 .into_iter()
@@ -75,6 +92,7 @@ impl Monitor {
                 let tasks = executors
                     .clone()
                     .filter(|e| e["process"].as_str() == Some(id))
+                    .filter(|e| e["id"].as_str().is_none_or(|t| !own.contains(t)))
                     .flat_map(task_ids)
                     .collect();
                 containers.push((id.into(), run_id.into(), tasks));
