@@ -64,16 +64,23 @@ pub enum Request {
     /// framework names, when the agent switches users) and fetch `uris`
     /// into it, on a thread of their own, then tell the core
     /// ([`Input::TaskFetched`]).
-    ///
-    /// With `container` (a name and limits), the task also gets a
-    /// container of its own first, which its process enters through the
-    /// files the answer carries.
     Fetch {
         key: StreamKey,
         sandbox: std::path::PathBuf,
         uris: Vec<agora_proto::FetchUri>,
         user: String,
-        container: Option<(String, Limits)>,
+    },
+    /// Make command task `key` a container of its own, `name`, with
+    /// `limits` (given to the user its framework names when the agent
+    /// switches users), watched for out-of-memory kills, then tell the
+    /// core ([`Input::TaskFetched`], with the files its process enters it
+    /// through). Handled by the containers thread, apart from sandboxes
+    /// and executors.
+    TaskContainer {
+        key: StreamKey,
+        name: String,
+        limits: Limits,
+        user: String,
     },
     /// Kill command task `key`'s container whole (its process, and
     /// whatever left its session), then remove it, and tell the core
@@ -104,10 +111,12 @@ pub enum Request {
     },
 }
 
-/// The core's handle on the process thread.
+/// The core's handle on the process thread (and the containers thread,
+/// which makes and ends the containers of command tasks).
 #[derive(Clone)]
 pub(crate) struct Processes {
     tx: Arc<std_mpsc::Sender<Request>>,
+    containers: Arc<std_mpsc::Sender<Request>>,
 }
 
 /// What a launch gave the core.
@@ -136,15 +145,29 @@ struct Keeper {
     /// Executors to SIGKILL at these times if still running.
     escalations: Vec<(Instant, String)>,
     cgroups: Option<Arc<Cgroups>>,
-    /// Containers to remove once their last process is gone: next
-    /// attempt, attempts so far.
-    removals: Vec<(Instant, u32, Arc<Container>)>,
+    removals: Removals,
     /// Whom executors run as.
     users: UserPolicy,
-    /// The containers of command tasks (that run in a shared command
-    /// executor).
-    task_containers: HashMap<StreamKey, Arc<Container>>,
 }
+
+/// The thread that makes and ends the containers of command tasks (that
+/// run in a shared command executor): on the launch path of every such
+/// task, so apart from sandboxes and executor spawns.
+struct ContainerKeeper {
+    core: mpsc::Sender<CoreEvent>,
+    /// Its own queue, for out-of-memory watches to report to.
+    requests: Weak<std_mpsc::Sender<Request>>,
+    runtime: tokio::runtime::Handle,
+    cgroups: Option<Arc<Cgroups>>,
+    users: UserPolicy,
+    containers: HashMap<StreamKey, Arc<Container>>,
+    removals: Removals,
+}
+
+/// Containers to remove once their last process is gone: next attempt,
+/// attempts so far.
+#[derive(Default)]
+struct Removals(Vec<(Instant, u32, Arc<Container>)>);
 
 /// Creates `sandbox` (and its parents) for an executor or task: owned by
 /// `user`, with whatever is already in it, when the agent switches to
@@ -185,21 +208,43 @@ impl Processes {
             processes: HashMap::default(),
             escalations: Vec::new(),
             cgroups,
-            removals: Vec::new(),
+            removals: Removals::default(),
             users,
-            task_containers: HashMap::default(),
         };
         keeper.destroy_orphans(keep);
+        let (containers_tx, containers_rx) = std_mpsc::channel();
+        let containers_tx = Arc::new(containers_tx);
+        let containers = ContainerKeeper {
+            core: keeper.core.clone(),
+            requests: Arc::downgrade(&containers_tx),
+            runtime: keeper.runtime.clone(),
+            cgroups: keeper.cgroups.clone(),
+            users,
+            containers: HashMap::default(),
+            removals: Removals::default(),
+        };
+        std::thread::Builder::new()
+            .name("agora-containers".into())
+            .spawn(move || containers.run(containers_rx))?;
         std::thread::Builder::new()
             .name("agora-processes".into())
             .spawn(move || keeper.run(rx))?;
-        Ok(Processes { tx })
+        Ok(Processes {
+            tx,
+            containers: containers_tx,
+        })
     }
 
     pub(crate) fn send(&self, request: Request) {
-        // The thread outlives the core; a send fails only once it is gone,
-        // when nothing is left to do.
-        let _ = self.tx.send(request);
+        // The threads outlive the core; a send fails only once they are
+        // gone, when nothing is left to do.
+        let _ = match request {
+            Request::TaskContainer { .. }
+            | Request::EndTaskContainer { .. }
+            | Request::AdoptTaskContainer { .. }
+            | Request::TaskOutOfMemory { .. } => self.containers.send(request),
+            _ => self.tx.send(request),
+        };
     }
 }
 
@@ -215,7 +260,7 @@ impl Keeper {
                 .escalations
                 .iter()
                 .map(|(at, _)| *at)
-                .chain(self.removals.iter().map(|(at, _, _)| *at))
+                .chain(self.removals.next())
                 .min();
             let first = match next {
                 Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
@@ -261,19 +306,12 @@ impl Keeper {
                     sandbox,
                     uris,
                     user,
-                    container,
-                } => self.fetch_task(key, sandbox, uris, &user, container),
-                Request::EndTaskContainer { key, name } => self.end_task_container(key, &name),
-                Request::AdoptTaskContainer { key, name } => {
-                    if let Some(container) = self.cgroups.as_ref().and_then(|c| c.open(&name)) {
-                        self.watch_task_container(key, Arc::new(container));
-                    }
-                }
-                Request::TaskOutOfMemory { key } => {
-                    if let Some(container) = self.task_containers.get(&key) {
-                        let killed = container.kill_all();
-                        tracing::warn!(framework_id = %key.0, task_id = %key.1, container = container.name(), killed, "the task's container ran out of memory; killed");
-                    }
+                } => self.fetch_task(key, sandbox, uris, &user),
+                Request::TaskContainer { .. }
+                | Request::EndTaskContainer { .. }
+                | Request::AdoptTaskContainer { .. }
+                | Request::TaskOutOfMemory { .. } => {
+                    unreachable!("task containers are the containers thread's")
                 }
                 Request::Terminate { run_id, grace } => {
                     if let Some(entry) = self.processes.get(&run_id) {
@@ -337,47 +375,11 @@ impl Keeper {
             if let Some(mut entry) = self.processes.remove(&run_id) {
                 entry.process.reap();
                 if let Some(container) = entry.container.take() {
-                    self.remove_container(container, 0);
+                    self.removals.remove(container, 0);
                 }
             }
         }
-        self.retry_removals();
-    }
-
-    /// Removes `container`, or schedules another attempt while it still
-    /// holds dying processes.
-    fn remove_container(&mut self, container: Arc<Container>, attempts: u32) {
-        match container.remove() {
-            Ok(true) => {
-                tracing::debug!(container = container.name(), "container removed");
-            }
-            Ok(false) if attempts < REMOVAL_ATTEMPTS => {
-                if attempts % 50 == 49 {
-                    // Something outlived the kill (a process that entered
-                    // the container meanwhile): kill again.
-                    container.kill_all();
-                }
-                self.removals
-                    .push((Instant::now() + REMOVAL_RETRY, attempts + 1, container));
-            }
-            Ok(false) => {
-                tracing::error!(container = container.name(), pids = ?container.pids(), "container still holds processes; left for the next agent start to destroy");
-            }
-            Err(e) => {
-                tracing::error!(container = container.name(), error = %e, "cannot remove container");
-            }
-        }
-    }
-
-    fn retry_removals(&mut self) {
-        let now = Instant::now();
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.removals)
-            .into_iter()
-            .partition(|(at, _, _)| *at <= now);
-        self.removals = later;
-        for (_, attempts, container) in due {
-            self.remove_container(container, attempts);
-        }
+        self.removals.retry();
     }
 
     /// Destroys every container under `--cgroups-root` that is not named
@@ -396,7 +398,7 @@ impl Keeper {
             };
             let killed = container.kill_all();
             tracing::info!(container = %name, killed, "destroying an orphan container");
-            self.remove_container(Arc::new(container), 0);
+            self.removals.remove(Arc::new(container), 0);
         }
     }
 
@@ -533,38 +535,22 @@ impl Keeper {
         }
     }
 
-    /// Makes a command task's container when it is to have one, then
-    /// fetches its URIs into its sandbox on a thread of its own and tells
-    /// the core how that went.
+    /// Fetches a command task's URIs into its sandbox on a thread of its
+    /// own and tells the core how that went.
     fn fetch_task(
         &mut self,
         key: StreamKey,
         sandbox: std::path::PathBuf,
         uris: Vec<agora_proto::FetchUri>,
         user: &str,
-        container: Option<(String, Limits)>,
     ) {
         let core = self.core.clone();
         let user = self.users.resolve(user);
-        let files = match (&user, container) {
-            (Ok(user), Some((name, limits))) => {
-                match self.create_task_container(&key, &name, &limits, user.as_ref()) {
-                    Ok(files) => files,
-                    Err(message) => {
-                        let result = Err(message);
-                        let _ = core
-                            .blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
-                        return;
-                    }
-                }
-            }
-            _ => Vec::new(),
-        };
         if uris.is_empty() {
             // Only the sandbox to make: quick enough for this thread.
             let result = user
                 .and_then(|user| create_sandbox(&sandbox, user.as_ref()))
-                .map(|()| files);
+                .map(|()| Vec::new());
             let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             return;
         }
@@ -578,7 +564,7 @@ impl Keeper {
                     crate::fetch::fetch_all(&uris, &sandbox, &runtime)
                         .map_err(|e| e.to_string())?;
                     create_sandbox(&sandbox, user.as_ref())?;
-                    Ok(files)
+                    Ok(Vec::new())
                 });
                 let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             });
@@ -589,94 +575,6 @@ impl Keeper {
                 result: Err(format!("cannot start a fetcher thread: {e}")),
             }));
         }
-    }
-
-    /// Creates command task `key`'s container `name` with `limits`, given
-    /// to `user` when the executor runs as one, and watches it for
-    /// out-of-memory kills. Returns the files its process enters it
-    /// through.
-    fn create_task_container(
-        &mut self,
-        key: &StreamKey,
-        name: &str,
-        limits: &Limits,
-        user: Option<&RunAs>,
-    ) -> Result<Vec<String>, String> {
-        let Some(cgroups) = &self.cgroups else {
-            return Ok(Vec::new());
-        };
-        let (container, _) = cgroups
-            .create(name, limits)
-            .map_err(|e| format!("cannot create the task's container: {e}"))?;
-        if let Some(user) = user {
-            if let Err(e) = container.delegate(user.uid, user.gid) {
-                let _ = container.remove();
-                return Err(format!(
-                    "cannot give the task's container to user {:?}: {e}",
-                    user.name
-                ));
-            }
-        }
-        let files = container
-            .entry_files()
-            .iter()
-            .map(|f| f.display().to_string())
-            .collect();
-        self.watch_task_container(key.clone(), Arc::new(container));
-        Ok(files)
-    }
-
-    /// Keeps command task `key`'s container and, until it is removed,
-    /// has an out-of-memory kill in it kill it whole.
-    fn watch_task_container(&mut self, key: StreamKey, container: Arc<Container>) {
-        let oom = container
-            .oom_fd()
-            .and_then(crate::sys::register_readable)
-            .map_err(|e| {
-                tracing::warn!(framework_id = %key.0, task_id = %key.1, error = %e, "cannot listen for the task container's out-of-memory events; checked when it ends");
-            })
-            .ok();
-        self.task_containers.insert(key.clone(), container.clone());
-        let Some(oom) = oom else {
-            return;
-        };
-        let requests = self.requests.clone();
-        self.runtime.spawn(async move {
-            if out_of_memory(&oom, &container, false).await {
-                if let Some(requests) = requests.upgrade() {
-                    let _ = requests.send(Request::TaskOutOfMemory { key });
-                }
-            }
-        });
-    }
-
-    /// Kills command task `key`'s container whole, has it removed, and
-    /// tells the core whether it had run out of memory.
-    fn end_task_container(&mut self, key: StreamKey, name: &str) {
-        let container = self.task_containers.remove(&key).or_else(|| {
-            self.cgroups
-                .as_ref()
-                .and_then(|c| c.open(name))
-                .map(Arc::new)
-        });
-        let mut limitation = None;
-        if let Some(container) = container {
-            container.kill_all();
-            if container.oom_kills() > 0 {
-                let message = memory_limit_message(&container, "the task's mem");
-                limitation = Some(Limitation {
-                    reason: agora_proto::Reason::ReasonContainerLimitationMemory,
-                    message,
-                });
-            }
-            self.remove_container(container, 0);
-        }
-        let _ = self
-            .core
-            .blocking_send(CoreEvent::Input(Input::TaskContainerEnded {
-                key,
-                limitation,
-            }));
     }
 
     fn adopt(&mut self, key: ExecKey, run_id: String, pid: u32, start_time: Option<u64>) {
@@ -692,7 +590,7 @@ impl Keeper {
             None => {
                 if let Some(container) = self.cgroups.as_ref().and_then(|c| c.open(&run_id)) {
                     container.kill_all();
-                    self.remove_container(Arc::new(container), 0);
+                    self.removals.remove(Arc::new(container), 0);
                 }
                 let _ = self
                     .core
@@ -838,7 +736,7 @@ impl Keeper {
                 entry.process.signal_group(Signal::SIGKILL);
                 entry.process.reap();
                 if let Some(container) = entry.container.take() {
-                    self.remove_container(container, 0);
+                    self.removals.remove(container, 0);
                 }
             }
         }
@@ -846,8 +744,203 @@ impl Keeper {
         let deadline = Instant::now() + Duration::from_secs(1);
         while !self.removals.is_empty() && Instant::now() < deadline {
             std::thread::sleep(REMOVAL_RETRY);
-            self.retry_removals();
+            self.removals.retry();
         }
+    }
+}
+
+// === impl ContainerKeeper ===
+
+impl ContainerKeeper {
+    fn run(mut self, rx: std_mpsc::Receiver<Request>) {
+        let runtime = self.runtime.clone();
+        let _entered = runtime.enter();
+        loop {
+            let request = match self.removals.next() {
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(request) => Some(request),
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+                },
+                None => match rx.recv() {
+                    Ok(request) => Some(request),
+                    Err(_) => return,
+                },
+            };
+            for request in request.into_iter().chain(rx.try_iter()) {
+                self.handle(request);
+            }
+            self.removals.retry();
+        }
+    }
+
+    fn handle(&mut self, request: Request) {
+        match request {
+            Request::TaskContainer {
+                key,
+                name,
+                limits,
+                user,
+            } => {
+                let result = self
+                    .users
+                    .resolve(&user)
+                    .and_then(|user| self.create(&key, &name, &limits, user.as_ref()));
+                let _ = self
+                    .core
+                    .blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
+            }
+            Request::EndTaskContainer { key, name } => self.end(key, &name),
+            Request::AdoptTaskContainer { key, name } => {
+                if let Some(container) = self.cgroups.as_ref().and_then(|c| c.open(&name)) {
+                    self.watch(key, Arc::new(container));
+                }
+            }
+            Request::TaskOutOfMemory { key } => {
+                if let Some(container) = self.containers.get(&key) {
+                    let killed = container.kill_all();
+                    tracing::warn!(framework_id = %key.0, task_id = %key.1, container = container.name(), killed, "the task's container ran out of memory; killed");
+                }
+            }
+            other => tracing::error!(request = ?other, "not a request for the containers thread"),
+        }
+    }
+
+    /// Creates command task `key`'s container `name` with `limits`, given
+    /// to `user` when the executor runs as one, and watches it for
+    /// out-of-memory kills. Returns the files its process enters it
+    /// through.
+    fn create(
+        &mut self,
+        key: &StreamKey,
+        name: &str,
+        limits: &Limits,
+        user: Option<&RunAs>,
+    ) -> Result<Vec<String>, String> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(Vec::new());
+        };
+        let (container, _) = cgroups
+            .create(name, limits)
+            .map_err(|e| format!("cannot create the task's container: {e}"))?;
+        if let Some(user) = user {
+            if let Err(e) = container.delegate(user.uid, user.gid) {
+                let _ = container.remove();
+                return Err(format!(
+                    "cannot give the task's container to user {:?}: {e}",
+                    user.name
+                ));
+            }
+        }
+        let files = container
+            .entry_files()
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        self.watch(key.clone(), Arc::new(container));
+        Ok(files)
+    }
+
+    /// Keeps command task `key`'s container and, until it is removed,
+    /// has an out-of-memory kill in it kill it whole.
+    fn watch(&mut self, key: StreamKey, container: Arc<Container>) {
+        let oom = container
+            .oom_fd()
+            .and_then(crate::sys::register_readable)
+            .map_err(|e| {
+                tracing::warn!(framework_id = %key.0, task_id = %key.1, error = %e, "cannot listen for the task container's out-of-memory events; checked when it ends");
+            })
+            .ok();
+        self.containers.insert(key.clone(), container.clone());
+        let Some(oom) = oom else {
+            return;
+        };
+        let requests = self.requests.clone();
+        self.runtime.spawn(async move {
+            if out_of_memory(&oom, &container, false).await {
+                if let Some(requests) = requests.upgrade() {
+                    let _ = requests.send(Request::TaskOutOfMemory { key });
+                }
+            }
+        });
+    }
+
+    /// Kills command task `key`'s container whole, has it removed, and
+    /// tells the core whether it had run out of memory.
+    fn end(&mut self, key: StreamKey, name: &str) {
+        let container = self.containers.remove(&key).or_else(|| {
+            self.cgroups
+                .as_ref()
+                .and_then(|c| c.open(name))
+                .map(Arc::new)
+        });
+        let mut limitation = None;
+        if let Some(container) = container {
+            container.kill_all();
+            if container.oom_kills() > 0 {
+                let message = memory_limit_message(&container, "the task's mem");
+                limitation = Some(Limitation {
+                    reason: agora_proto::Reason::ReasonContainerLimitationMemory,
+                    message,
+                });
+            }
+            self.removals.remove(container, 0);
+        }
+        let _ = self
+            .core
+            .blocking_send(CoreEvent::Input(Input::TaskContainerEnded {
+                key,
+                limitation,
+            }));
+    }
+}
+
+// === impl Removals ===
+
+impl Removals {
+    /// Removes `container`, or schedules another attempt while it still
+    /// holds dying processes.
+    fn remove(&mut self, container: Arc<Container>, attempts: u32) {
+        match container.remove() {
+            Ok(true) => {
+                tracing::debug!(container = container.name(), "container removed");
+            }
+            Ok(false) if attempts < REMOVAL_ATTEMPTS => {
+                if attempts % 50 == 49 {
+                    // Something outlived the kill (a process that entered
+                    // the container meanwhile): kill again.
+                    container.kill_all();
+                }
+                self.0
+                    .push((Instant::now() + REMOVAL_RETRY, attempts + 1, container));
+            }
+            Ok(false) => {
+                tracing::error!(container = container.name(), pids = ?container.pids(), "container still holds processes; left for the next agent start to destroy");
+            }
+            Err(e) => {
+                tracing::error!(container = container.name(), error = %e, "cannot remove container");
+            }
+        }
+    }
+
+    fn retry(&mut self) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.0)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.0 = later;
+        for (_, attempts, container) in due {
+            self.remove(container, attempts);
+        }
+    }
+
+    /// When the next attempt is due.
+    fn next(&self) -> Option<Instant> {
+        self.0.iter().map(|(at, _, _)| *at).min()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 

@@ -506,19 +506,77 @@ fn spawn(
         }
         None => (Stdio::inherit(), Stdio::inherit()),
     };
-    if !cgroups.is_empty() {
-        enter_before_exec(&mut process, cgroups)?;
-    }
-    let child = process
+    process
         .envs(&command.environment)
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
-        .process_group(0)
-        .spawn()?;
+        .process_group(0);
+    let child = match cgroup_v1_round_trip(cgroups) {
+        // cgroup v1: this thread enters the task's container, starts the
+        // child there (which keeps the spawn a `posix_spawn`, no copy of
+        // this process), and comes back.
+        Some(back) => {
+            let spawned = move_this_thread(cgroups).and_then(|()| process.spawn());
+            if let Err(e) = move_this_thread(&back) {
+                // Left in the task's container, this thread would die
+                // with it: nothing more may start from here.
+                tracing::error!(error = %e, "cannot return to the executor's own container");
+                std::process::abort();
+            }
+            spawned?
+        }
+        None => {
+            if !cgroups.is_empty() {
+                enter_before_exec(&mut process, cgroups)?;
+            }
+            process.spawn()?
+        }
+    };
     // Reaped by the reaper thread, not through this handle.
     Ok(child.id())
+}
+
+/// When `files` are cgroup v1 `tasks` files of sibling containers (the
+/// task's, next to this executor's own), the `tasks` files of this
+/// executor's own container in the same hierarchies: where a thread that
+/// entered the task's container goes back to.
+fn cgroup_v1_round_trip(files: &[PathBuf]) -> Option<Vec<PathBuf>> {
+    if files.is_empty() || !files.iter().all(|f| f.ends_with("tasks")) {
+        return None;
+    }
+    // This process's container: the last component of its freezer
+    // cgroup (the agent names a container the same in every hierarchy).
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let name = own
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2).zip(l.splitn(3, ':').nth(1)))
+        .find(|(_, controllers)| controllers.split(',').any(|c| c == "freezer"))
+        .and_then(|(path, _)| path.rsplit('/').next())
+        .filter(|n| !n.is_empty())?
+        .to_string();
+    files
+        .iter()
+        .map(|f| {
+            let base = f.parent()?.parent()?;
+            let back = base.join(&name).join("tasks");
+            back.exists().then_some(back)
+        })
+        .collect()
+}
+
+/// Moves the calling thread into the cgroup of each `tasks` file.
+fn move_this_thread(files: &[PathBuf]) -> std::io::Result<()> {
+    for file in files {
+        std::fs::write(file, "0").map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot enter cgroup {}: {e}", file.display()),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Makes the child write `0` into each of `files` (opened here, before

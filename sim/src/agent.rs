@@ -657,6 +657,20 @@ impl World {
             Request::Update { .. }
             | Request::AdoptTaskContainer { .. }
             | Request::TaskOutOfMemory { .. } => {}
+            Request::TaskContainer { key, .. } => {
+                let d = self.between(100_000, MS);
+                self.after(
+                    d,
+                    Ev::AgentInput {
+                        agent: i,
+                        inc,
+                        input: Box::new(Input::TaskFetched {
+                            key,
+                            result: Ok(Vec::new()),
+                        }),
+                    },
+                );
+            }
             Request::EndTaskContainer { key, .. } => {
                 let d = self.between(100_000, MS);
                 self.after(

@@ -127,8 +127,10 @@ impl Core {
 
     /// Under `--isolation cgroups`, what executor `ekey`'s container is
     /// limited to: the executor's own resources (`info`'s) plus those of
-    /// its tasks that have not ended (unless, as a command executor's,
-    /// they have containers of their own).
+    /// its tasks that have not ended. A command executor whose tasks have
+    /// containers of their own gets its own resources once per task it
+    /// runs (as when each command task had a command executor of its
+    /// own, as in Mesos): launching and watching them is its work.
     pub(super) fn container_limits(
         &self,
         ekey: &ExecKey,
@@ -140,7 +142,14 @@ impl Core {
         }
         let mut total = info.resources.clone();
         if is_command && self.task_containers() {
-            return Some(crate::isolation::Limits::of(&total));
+            let own = crate::isolation::Limits::of(&total);
+            // In powers of two: a limit is not rewritten for every task.
+            let tasks = self.live_tasks(ekey).max(1).next_power_of_two() as f64;
+            return Some(crate::isolation::Limits {
+                cpus: own.cpus * tasks,
+                mem_mib: own.mem_mib * tasks,
+                pids: own.pids,
+            });
         }
         for (_, task) in self
             .executor_tasks(ekey)
@@ -157,9 +166,6 @@ impl Core {
         let Some(ex) = self.executors.get(ekey) else {
             return;
         };
-        if ex.is_command && self.task_containers() {
-            return;
-        }
         let run_id = ex.run_id.clone();
         if let Some(limits) = self.container_limits(ekey, &ex.info, ex.is_command) {
             self.process(Request::Update { run_id, limits });

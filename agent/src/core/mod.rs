@@ -102,9 +102,9 @@ pub enum Input {
         result: Result<Started, String>,
     },
     /// The URIs of command task `key` are in its sandbox, or one could
-    /// not be fetched (the message names it).
-    /// With the files its process enters its own container through,
-    /// when it has one (see [`exec_api::Event::Launch`]).
+    /// not be fetched (the message names it); or its container is made,
+    /// with the files its process enters it through (see
+    /// [`exec_api::Event::Launch`]), or could not be.
     TaskFetched {
         key: StreamKey,
         result: Result<Vec<String>, String>,
@@ -261,6 +261,16 @@ struct ExecConn {
     key: ExecKey,
 }
 
+/// A command task waiting for what it needs before it starts.
+#[derive(Debug, Clone, Copy)]
+struct Preparing {
+    /// Its checkpoint is durable.
+    recorded: bool,
+    /// Answers still to come ([`Input::TaskFetched`]): its URIs fetched
+    /// (or its sandbox handed to its user), its container made.
+    waiting: u8,
+}
+
 /// The terminal update an executor's unfinished tasks get when it ends.
 #[derive(Debug, Clone)]
 struct Termination {
@@ -345,7 +355,7 @@ pub(crate) struct Core {
     /// Command tasks whose URIs are being fetched into their sandbox
     /// (they stay in `recording` meanwhile and reach their executor only
     /// once fetched); `true` once their checkpoint is durable too.
-    fetching: HashMap<StreamKey, bool>,
+    fetching: HashMap<StreamKey, Preparing>,
     /// Status updates whose acknowledgement came back from the master.
     acknowledged: u64,
     /// The local IP of the latest connection to the master.

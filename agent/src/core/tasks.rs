@@ -283,9 +283,10 @@ impl Core {
     /// Task `key` is on disk (or needs not be): it goes to its executor,
     /// starting the executor if it is not there.
     pub(super) fn task_recorded(&mut self, key: StreamKey) {
-        if let Some(recorded) = self.fetching.get_mut(&key) {
-            // It goes once its URIs are fetched too (`task_fetched`).
-            *recorded = true;
+        if let Some(preparing) = self.fetching.get_mut(&key) {
+            // It goes once its URIs are fetched and its container made
+            // too (`task_fetched`).
+            preparing.recorded = true;
             return;
         }
         self.tasks_recorded(vec![key]);
@@ -411,24 +412,41 @@ impl Core {
                 crate::isolation::Limits::of(&task.resources),
             )
         });
-        if uris.is_empty() && !self.shared.config.users.switches() && container.is_none() {
-            self.process(Request::CreateDir {
-                path: sandbox.clone(),
-                user,
+        // The command starts only once its URIs are in its sandbox (and,
+        // when the agent switches users, once the sandbox is the user's,
+        // which the executor could not make it itself), and once its
+        // container is made: the task waits in `recording` until then.
+        let key = (fid.clone(), task.task_id.clone());
+        let fetch = !uris.is_empty() || self.shared.config.users.switches();
+        let waiting = u8::from(fetch) + u8::from(container.is_some());
+        if waiting > 0 {
+            self.fetching.insert(
+                key.clone(),
+                Preparing {
+                    recorded: false,
+                    waiting,
+                },
+            );
+        }
+        if let Some((name, limits)) = &container {
+            self.process(Request::TaskContainer {
+                key: key.clone(),
+                name: name.clone(),
+                limits: *limits,
+                user: user.clone(),
             });
-        } else {
-            // The command starts only once its URIs are in its sandbox
-            // (and, when the agent switches users, once the sandbox is the
-            // user's, which the executor could not make it itself): the
-            // task waits in `recording` until then.
-            let key = (fid.clone(), task.task_id.clone());
-            self.fetching.insert(key.clone(), false);
+        }
+        if fetch {
             self.process(Request::Fetch {
                 key,
                 sandbox: sandbox.clone(),
                 uris: uris.to_vec(),
                 user,
-                container: container.clone(),
+            });
+        } else {
+            self.process(Request::CreateDir {
+                path: sandbox.clone(),
+                user,
             });
         }
         let checkpointed = self.checkpointing(&fid);
@@ -504,23 +522,32 @@ impl Core {
         self.command_executor_maybe_idle(&ekey);
     }
 
-    /// The URIs of command task `key` were fetched into its sandbox (it
-    /// goes to its executor, once its checkpoint is durable too), or one
-    /// could not be: the task fails as a failed executor launch does.
+    /// The URIs of command task `key` were fetched into its sandbox, or
+    /// its container made (it goes to its executor once both are done
+    /// and its checkpoint is durable), or one could not be: the task
+    /// fails as a failed executor launch does.
     pub(super) fn task_fetched(&mut self, key: StreamKey, result: Result<Vec<String>, String>) {
-        let Some(recorded) = self.fetching.remove(&key) else {
+        let Some(preparing) = self.fetching.get_mut(&key) else {
             return;
         };
         match result {
             Ok(files) => {
-                if let Some(task) = self.tasks.get_mut(&key) {
-                    task.container_files = files;
+                preparing.waiting = preparing.waiting.saturating_sub(1);
+                let Preparing { recorded, waiting } = *preparing;
+                if !files.is_empty() {
+                    if let Some(task) = self.tasks.get_mut(&key) {
+                        task.container_files = files;
+                    }
                 }
-                if recorded {
-                    self.task_recorded(key);
+                if waiting == 0 {
+                    self.fetching.remove(&key);
+                    if recorded {
+                        self.task_recorded(key);
+                    }
                 }
             }
             Err(message) => {
+                self.fetching.remove(&key);
                 let Some(launch) = self.recording.remove(&key) else {
                     return;
                 };
@@ -533,7 +560,7 @@ impl Core {
                 if task.kill_requested {
                     return self.kill_undelivered(&launch.ekey, &key.1);
                 }
-                tracing::warn!(framework_id = %key.0, task_id = %key.1, %message, "fetching the task's URIs failed");
+                tracing::warn!(framework_id = %key.0, task_id = %key.1, %message, "preparing the task failed");
                 self.end_task(
                     &key.0,
                     &key.1,

@@ -657,22 +657,25 @@ fn a_command_task_in_a_container_of_its_own_ends_once_the_container_is_gone() {
         framework: framework(),
         task,
     });
-    // The task's container is made with its sandbox, with its resources.
+    // The task's container is named by its sandbox's run, with its
+    // resources.
+    let sandbox = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Process(Request::CreateDir { path, .. }) => Some(path.clone()),
+            _ => None,
+        })
+        .expect("a sandbox for the task");
     let (key, name, limits) = actions
         .iter()
         .find_map(|a| match a {
-            Action::Process(Request::Fetch {
-                key,
-                sandbox,
-                container: Some((name, limits)),
-                ..
-            }) => {
-                assert_eq!(*name, crate::paths::run_id_of(sandbox));
-                Some((key.clone(), name.clone(), *limits))
-            }
+            Action::Process(Request::TaskContainer {
+                key, name, limits, ..
+            }) => Some((key.clone(), name.clone(), *limits)),
             _ => None,
         })
         .expect("a container for the task");
+    assert_eq!(name, crate::paths::run_id_of(&sandbox));
     assert_eq!((limits.cpus, limits.mem_mib), (1.0, 64.0));
     let actions = h.complete(actions);
     assert_eq!(launches(&actions), 0, "{actions:?}");

@@ -65,6 +65,33 @@ const TARGET_FLATNESS: f64 = 0.8;
 const TARGET_V1_RATIO: f64 = 0.8;
 /// Issue 15: with TLS and authentication, within 0.8x of plain.
 const TARGET_SECURE_RATIO: f64 = 0.8;
+/// Issue 14: with `--isolation cgroups`, within 0.8x of posix.
+const TARGET_CGROUPS_RATIO: f64 = 0.8;
+
+/// How the agents isolate executors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isolation {
+    Posix,
+    Cgroups,
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Isolation::Posix => "posix",
+            Isolation::Cgroups => "cgroups",
+        })
+    }
+}
+
+fn parse_isolation(value: &str) -> Result<Vec<Isolation>, String> {
+    match value {
+        "posix" => Ok(vec![Isolation::Posix]),
+        "cgroups" => Ok(vec![Isolation::Cgroups]),
+        "both" => Ok(vec![Isolation::Posix, Isolation::Cgroups]),
+        other => Err(format!("{other:?}: use posix, cgroups or both")),
+    }
+}
 
 /// End-to-end launch throughput through real processes.
 #[derive(Parser, Debug, Clone)]
@@ -133,6 +160,13 @@ struct Args {
     /// a shared machine one run of each is mostly noise).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
+    /// How the agents isolate executors: posix, cgroups (a cgroup
+    /// container per executor and per command task, under a
+    /// `--cgroups-root` of the run's own, removed after it; needs root)
+    /// or both (each point run both ways, taking turns, with cgroups ÷
+    /// posix against 0.8).
+    #[arg(long, default_value = "posix", value_parser = parse_isolation)]
+    isolation: std::vec::Vec<Isolation>,
 }
 
 /// One grid point's figures.
@@ -140,6 +174,7 @@ struct Args {
 struct Figures {
     api: Api,
     security: Security,
+    isolation: Isolation,
     executor: String,
     slots: usize,
     tasks: usize,
@@ -213,19 +248,23 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let rounds = args.repeat;
     for executor in &args.executors {
         for &slots in &args.slots {
-            for (round, &api, &security) in (1..=rounds).flat_map(|round| {
-                apis.iter()
-                    .flat_map(move |a| args.security.iter().map(move |s| (round, a, s)))
+            for (round, &api, &security, &isolation) in (1..=rounds).flat_map(|round| {
+                apis.iter().flat_map(move |a| {
+                    args.security
+                        .iter()
+                        .flat_map(move |s| args.isolation.iter().map(move |i| (round, a, s, i)))
+                })
             }) {
                 if security == Security::Secure && api == Api::V1 {
                     continue;
                 }
                 eprintln!(
-                    "running {} tasks, {executor} executor, {slots} slots, {api} API, {security} (run {round} of {rounds})",
+                    "running {} tasks, {executor} executor, {slots} slots, {api} API, {security}, {isolation} (run {round} of {rounds})",
                     args.tasks
                 );
-                let (figures, dir) =
-                    runtime.block_on(grid_point(args, &bin_dir, executor, slots, api, security))?;
+                let (figures, dir) = runtime.block_on(grid_point(
+                    args, &bin_dir, executor, slots, api, security, isolation,
+                ))?;
                 // Removed at the end: deleting 10,000 sandboxes makes the file
                 // system's next inode allocations slower for a while (ext4
                 // checks recently freed inodes), which would be charged to the
@@ -237,6 +276,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
                         serde_json::json!({
                             "api": figures.api.to_string(),
                             "security": figures.security.to_string(),
+                            "isolation": figures.isolation.to_string(),
                             "executor": figures.executor,
                             "slots": figures.slots,
                             "tasks": figures.tasks,
@@ -273,9 +313,10 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
         args.calls_in_flight,
     );
     println!(
-        "{:<6} {:<8} {:<9} {:>6} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>8}",
+        "{:<6} {:<8} {:<8} {:<9} {:>6} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>8}",
         "api",
         "security",
+        "isolate",
         "executor",
         "slots",
         "secs",
@@ -294,9 +335,10 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
         let rate = f.tasks as f64 / f.secs;
         met &= rate >= TARGET_PER_SEC && f.failed == 0;
         println!(
-            "{:<6} {:<8} {:<9} {:>6} {:>8.2} {:>9.0} {:>7.2}x {:>8.0}% {:>7.1}ms {:>7.1}ms {:>7.1}ms {:>8.1}ms {:>8.2}KiB {:>5.0}KiB{}",
+            "{:<6} {:<8} {:<8} {:<9} {:>6} {:>8.2} {:>9.0} {:>7.2}x {:>8.0}% {:>7.1}ms {:>7.1}ms {:>7.1}ms {:>8.1}ms {:>8.2}KiB {:>5.0}KiB{}",
             f.api,
             f.security,
+            f.isolation,
             f.executor,
             f.slots,
             f.secs,
@@ -316,16 +358,26 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
             }
         );
     }
-    // The median over the point's runs, and their range.
+    // The median over the point's runs, and their range (of the first
+    // isolation asked for, unless one is named).
+    let first_isolation = *args.isolation.first().unwrap_or(&Isolation::Posix);
+    let runs_isolated =
+        |api: Api, executor: &str, slots: usize, security: Security, isolation: Isolation| {
+            let rates: Vec<f64> = results
+                .iter()
+                .filter(|f| {
+                    f.api == api
+                        && f.executor == executor
+                        && f.slots == slots
+                        && f.security == security
+                        && f.isolation == isolation
+                })
+                .map(|f| f.tasks as f64 / f.secs)
+                .collect();
+            agora_examples::bench_api::Runs::of(rates)
+        };
     let runs_with = |api: Api, executor: &str, slots: usize, security: Security| {
-        let rates: Vec<f64> = results
-            .iter()
-            .filter(|f| {
-                f.api == api && f.executor == executor && f.slots == slots && f.security == security
-            })
-            .map(|f| f.tasks as f64 / f.secs)
-            .collect();
-        agora_examples::bench_api::Runs::of(rates)
+        runs_isolated(api, executor, slots, security, first_isolation)
     };
     let rate_with = |api: Api, executor: &str, slots: usize, security: Security| {
         runs_with(api, executor, slots, security).map(|r| r.median)
@@ -358,6 +410,32 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
                     plain.to_string(),
                     secure.to_string(),
                     bench_api::verdict(ratio >= TARGET_SECURE_RATIO)
+                );
+            }
+        }
+    }
+    if args.isolation.len() == 2 {
+        let api = *args.api.0.first().unwrap_or(&Api::Native);
+        let security = *args.security.first().unwrap_or(&Security::Plain);
+        println!(
+            "\ncgroups ÷ posix (tasks/s, {api} API, {security}; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_CGROUPS_RATIO}:\n{:<9} {:>6} {:>22} {:>22} {:>7} {:>6}",
+            "executor", "slots", "posix/s", "cgroups/s", "ratio", "target"
+        );
+        for executor in &args.executors {
+            for &slots in &args.slots {
+                let (Some(posix), Some(cgroups)) = (
+                    runs_isolated(api, executor, slots, security, Isolation::Posix),
+                    runs_isolated(api, executor, slots, security, Isolation::Cgroups),
+                ) else {
+                    continue;
+                };
+                let ratio = cgroups.median / posix.median;
+                met &= ratio >= TARGET_CGROUPS_RATIO;
+                println!(
+                    "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
+                    posix.to_string(),
+                    cgroups.to_string(),
+                    bench_api::verdict(ratio >= TARGET_CGROUPS_RATIO)
                 );
             }
         }
@@ -719,6 +797,7 @@ async fn grid_point(
     slots: usize,
     api: Api,
     security: Security,
+    isolation: Isolation,
 ) -> anyhow::Result<(Figures, tempfile::TempDir)> {
     let dir = tempfile::Builder::new()
         .prefix("agora-bench-launch-")
@@ -742,6 +821,21 @@ async fn grid_point(
         &master_args,
         &dir.path().join("master.log"),
     )?;
+    // Under cgroups, a root of this run's own, removed after it.
+    let cgroups_root = (isolation == Isolation::Cgroups).then(|| CgroupsRoot {
+        name: format!(
+            "agora-bench-launch-{}-{}",
+            std::process::id(),
+            dir.path()
+                .file_name()
+                .map(|n| n.to_string_lossy().replace('.', ""))
+                .unwrap_or_default()
+        ),
+    });
+    if let Some(root) = &cgroups_root {
+        agora_agent::isolation::check_cgroups(&root.name)
+            .map_err(|why| anyhow::anyhow!("--isolation cgroups cannot run here: {why}"))?;
+    }
     // Each task takes one cpu; the agents' cpus add up to `slots` (the
     // custom executor's own share comes on top, once per agent).
     let mut agents = Vec::new();
@@ -762,6 +856,12 @@ async fn grid_point(
             bin_dir.join("agora-command-executor").display().to_string(),
         ];
         agent_args.extend(agora_examples::local::agent_user_flags());
+        if let Some(root) = &cgroups_root {
+            agent_args.extend([
+                "--isolation=cgroups".to_string(),
+                format!("--cgroups-root={}/agent-{i}", root.name),
+            ]);
+        }
         agent_args.extend(args.agent_flag.iter().cloned());
         if let Some(secure) = &secure {
             agent_args.extend(secure.agent_flags());
@@ -892,8 +992,10 @@ async fn grid_point(
     }
     drop(agents);
     drop(master);
+    drop(cgroups_root);
     let figures = Figures {
         security,
+        isolation,
         api,
         executor: executor.to_string(),
         slots,
@@ -906,6 +1008,20 @@ async fn grid_point(
         failed,
     };
     Ok((figures, dir))
+}
+
+/// A `--cgroups-root` the agents of one run share: destroyed (with
+/// whatever is left in it) when dropped.
+struct CgroupsRoot {
+    name: String,
+}
+
+impl Drop for CgroupsRoot {
+    fn drop(&mut self) {
+        if let Err(e) = agora_agent::isolation::destroy_cgroups_root(&self.name) {
+            eprintln!("cannot remove cgroups root {}: {e}", self.name);
+        }
+    }
 }
 
 fn percentiles(mut v: Vec<f64>) -> Percentiles {
