@@ -72,13 +72,25 @@ pub enum Framework {
     /// On the native SDK.
     Native(SchedulerDriver),
     /// On the Mesos v1 API: the task reading the event stream, and the
-    /// calls it makes.
+    /// calls it makes, on a thread of their own.
     V1 {
         /// Runs [`drive_v1`].
         task: tokio::task::JoinHandle<anyhow::Result<()>>,
         /// Its calls.
         pipeline: CallPipeline,
+        /// The thread they run on.
+        thread: FrameworkThread,
     },
+}
+
+/// A thread running a single-threaded runtime for one v1 framework, as
+/// the native SDK runs its connection on a thread of its own: the
+/// framework's work is not queued among the master's and the agent's
+/// tasks (in a deployment it is another process). The runtime stops when
+/// this is dropped, and every task on it with it.
+pub struct FrameworkThread {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Parses `--api`: `native`, `v1` or `both`.
@@ -264,30 +276,39 @@ impl Framework {
                 if secure.is_some() {
                     anyhow::bail!("the v1 benchmark client speaks plaintext only: run --security secure with --api native");
                 }
-                let http = agora_client::Http::new();
-                let mut subscription = v1c::subscribe(
-                    &http,
-                    &master.to_string(),
-                    v1.codec,
-                    convert::mesos_framework_info(&info),
-                )
-                .await
-                .context("subscribing through the Mesos v1 API")?;
-                let pipeline =
-                    CallPipeline::new(subscription.calls.clone(), v1.calls_in_flight, v1.http);
-                let calls = pipeline.clone();
-                let task = tokio::spawn(async move {
-                    let mut bench = bench;
-                    let result = drive_v1(&mut bench, &mut subscription.events, &calls).await;
-                    // The ERROR that answers our own TEARDOWN is no news.
-                    if let Err(e) = &result {
-                        if !calls.stopping() {
-                            eprintln!("v1 framework: {e:#}");
+                let thread = FrameworkThread::start()?;
+                let started = thread.handle.spawn(async move {
+                    let http = agora_client::Http::new();
+                    let mut subscription = v1c::subscribe(
+                        &http,
+                        &master.to_string(),
+                        v1.codec,
+                        convert::mesos_framework_info(&info),
+                    )
+                    .await
+                    .context("subscribing through the Mesos v1 API")?;
+                    let pipeline =
+                        CallPipeline::new(subscription.calls.clone(), v1.calls_in_flight, v1.http);
+                    let calls = pipeline.clone();
+                    let task = tokio::spawn(async move {
+                        let mut bench = bench;
+                        let result = drive_v1(&mut bench, &mut subscription.events, &calls).await;
+                        // The ERROR that answers our own TEARDOWN is no news.
+                        if let Err(e) = &result {
+                            if !calls.stopping() {
+                                eprintln!("v1 framework: {e:#}");
+                            }
                         }
-                    }
-                    result
+                        result
+                    });
+                    anyhow::Ok((task, pipeline))
                 });
-                Ok(Framework::V1 { task, pipeline })
+                let (task, pipeline) = started.await.context("the v1 framework thread")??;
+                Ok(Framework::V1 {
+                    task,
+                    pipeline,
+                    thread,
+                })
             }
         }
     }
@@ -297,7 +318,7 @@ impl Framework {
     pub fn failed(&self) -> Option<anyhow::Error> {
         match self {
             Framework::Native(_) => None,
-            Framework::V1 { task, pipeline } => pipeline
+            Framework::V1 { task, pipeline, .. } => pipeline
                 .failure()
                 .map(|f| anyhow::anyhow!("a Mesos call failed: {f}"))
                 .or_else(|| {
@@ -314,12 +335,50 @@ impl Framework {
             Framework::Native(driver) => {
                 let _ = driver.stop(false);
             }
-            Framework::V1 { task, pipeline } => {
+            Framework::V1 {
+                task,
+                pipeline,
+                thread,
+            } => {
                 pipeline.stop();
                 pipeline.send(v1c::teardown()).await;
                 pipeline.drain().await;
                 task.abort();
+                drop(thread);
             }
+        }
+    }
+}
+
+// === impl FrameworkThread ===
+
+impl FrameworkThread {
+    fn start() -> anyhow::Result<FrameworkThread> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("building the v1 framework's runtime")?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("v1-framework".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .context("starting the v1 framework's thread")?;
+        Ok(FrameworkThread {
+            handle,
+            stop: Some(stop),
+        })
+    }
+}
+
+impl Drop for FrameworkThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
         }
     }
 }

@@ -43,20 +43,62 @@ pub fn write_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) {
-    out.extend_from_slice(b"POST ");
-    out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-    out.extend_from_slice(host.as_bytes());
-    for (name, value) in headers {
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+    RequestHead::new(host, path, headers).write(out, body);
+}
+
+/// The head every request of a connection shares (method, path, `Host`
+/// and the other fixed headers), written once: a request is then this,
+/// its `Content-Length` and its body.
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    /// Everything up to the `Content-Length` value.
+    prefix: Vec<u8>,
+}
+
+// === impl RequestHead ===
+
+impl RequestHead {
+    /// The head of a `POST` to `path` at `host` with `headers` (name,
+    /// value).
+    pub fn new(host: &str, path: &str, headers: &[(&str, &str)]) -> Self {
+        let mut prefix = Vec::new();
+        prefix.extend_from_slice(b"POST ");
+        prefix.extend_from_slice(path.as_bytes());
+        prefix.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        prefix.extend_from_slice(host.as_bytes());
+        for (name, value) in headers {
+            prefix.extend_from_slice(b"\r\n");
+            prefix.extend_from_slice(name.as_bytes());
+            prefix.extend_from_slice(b": ");
+            prefix.extend_from_slice(value.as_bytes());
+        }
+        prefix.extend_from_slice(b"\r\nContent-Length: ");
+        RequestHead { prefix }
     }
-    out.extend_from_slice(b"\r\nContent-Length: ");
-    out.extend_from_slice(body.len().to_string().as_bytes());
-    out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(body);
+
+    /// Appends a request with this head and `body` to `out`.
+    pub fn write(&self, out: &mut Vec<u8>, body: &[u8]) {
+        out.reserve(self.prefix.len() + 24 + body.len());
+        out.extend_from_slice(&self.prefix);
+        write_decimal(out, body.len());
+        out.extend_from_slice(b"\r\n\r\n");
+        out.extend_from_slice(body);
+    }
+}
+
+/// Appends `n` in decimal ASCII.
+fn write_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Takes the first whole answer off `buf`: `Ok(None)` until one has
@@ -120,7 +162,7 @@ pub async fn drive<R, T, E, F>(
 where
     R: Send + 'static,
     T: Send + 'static,
-    E: Fn(R, &mut Vec<u8>) -> Option<T> + Send + 'static,
+    E: FnMut(R, &mut Vec<u8>) -> Option<T> + Send + 'static,
     F: Fn(T, Result<Answer, String>),
 {
     let (read, write) = stream.into_split();
@@ -154,10 +196,10 @@ async fn write_bursts<R, T, E>(
     queue: Arc<Mutex<mpsc::Receiver<Vec<R>>>>,
     window: Arc<Semaphore>,
     in_flight: Arc<std::sync::Mutex<VecDeque<T>>>,
-    encode: E,
+    mut encode: E,
 ) -> Result<(), String>
 where
-    E: Fn(R, &mut Vec<u8>) -> Option<T>,
+    E: FnMut(R, &mut Vec<u8>) -> Option<T>,
 {
     let mut burst = Vec::new();
     let mut tags = Vec::new();
@@ -280,6 +322,20 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "POST /api/v1/scheduler HTTP/1.1\r\nHost: 127.0.0.1:5050\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
         );
+    }
+
+    #[test]
+    fn a_shared_head_writes_each_body_with_its_own_length() {
+        let head = RequestHead::new("h:1", "/p", &[("A", "b")]);
+        let mut out = Vec::new();
+        head.write(&mut out, b"");
+        head.write(&mut out, &[b'x'; 1234]);
+        let text = String::from_utf8(out).unwrap();
+        let expected = format!(
+            "POST /p HTTP/1.1\r\nHost: h:1\r\nA: b\r\nContent-Length: 0\r\n\r\nPOST /p HTTP/1.1\r\nHost: h:1\r\nA: b\r\nContent-Length: 1234\r\n\r\n{}",
+            "x".repeat(1234)
+        );
+        assert_eq!(text, expected);
     }
 
     #[test]

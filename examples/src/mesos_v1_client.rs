@@ -162,7 +162,7 @@ pub enum HttpVersion {
 
 /// Most calls unanswered at once on one connection of a pipelined
 /// [`CallPipeline`].
-pub const PIPELINE_DEPTH: usize = 32;
+pub const PIPELINE_DEPTH: usize = 128;
 
 /// Most calls [`CallPipeline::send_all`] queues as one batch.
 const SEND_BATCH: usize = 16;
@@ -760,23 +760,24 @@ async fn pipelined_connection(
     };
     let encode = {
         let (calls, shared) = (calls.clone(), shared.clone());
+        let head = http1_pipeline::RequestHead::new(
+            &calls.master,
+            SCHEDULER_PATH,
+            &[
+                (CONTENT_TYPE.as_str(), calls.codec.media_type()),
+                (ACCEPT.as_str(), calls.codec.media_type()),
+                (STREAM_ID, &calls.stream_id),
+            ],
+        );
+        // One call's body, reused from call to call.
+        let mut body = Vec::new();
         move |mut call: Call, out: &mut Vec<u8>| {
             call.framework_id = Some(calls.framework_id.clone());
             let kind = call.r#type();
-            match calls.codec.encode(&call) {
-                Ok(body) => {
-                    let headers = [
-                        (CONTENT_TYPE.as_str(), calls.codec.media_type()),
-                        (ACCEPT.as_str(), calls.codec.media_type()),
-                        (STREAM_ID, &*calls.stream_id),
-                    ];
-                    http1_pipeline::write_request(
-                        out,
-                        &calls.master,
-                        SCHEDULER_PATH,
-                        &headers,
-                        &body,
-                    );
+            body.clear();
+            match calls.codec.encode_into(&call, &mut body) {
+                Ok(()) => {
+                    head.write(out, &body);
                     Some(kind)
                 }
                 Err(e) => {
@@ -1133,7 +1134,7 @@ mod tests {
     async fn a_pipelined_pipeline_writes_batches_back_to_back_and_gets_every_answer() {
         let (master, seen) =
             fake_master("HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n").await;
-        // 70 calls in flight: three connections, up to 32 unanswered on each.
+        // 70 calls in flight: one connection, all 70 unanswered at once.
         let pipeline = CallPipeline::new(calls_to(master), 70, HttpVersion::Http1Pipelined);
         for _ in 0..10 {
             pipeline.send_all((0..45).map(|_| suppress())).await;

@@ -198,6 +198,27 @@ impl Codec {
             Codec::Json => to_json(message),
         }
     }
+
+    /// Encodes `message` at the end of `out` (a buffer reused from one
+    /// message to the next costs no allocation per message). On an error
+    /// `out` is as it was.
+    pub fn encode_into<T: ReflectMessage>(
+        self,
+        message: &T,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        match self {
+            Codec::Protobuf => {
+                out.reserve(message.encoded_len());
+                message.encode_raw(out);
+                Ok(())
+            }
+            Codec::Json => {
+                out.extend_from_slice(&to_json(message)?);
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Mesos-style JSON for any message (see the module documentation).

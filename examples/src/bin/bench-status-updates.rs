@@ -108,7 +108,7 @@ struct Args {
     #[arg(long, default_value_t = v1c::DEFAULT_CALLS_IN_FLIGHT)]
     calls_in_flight: usize,
     /// v1 API: the HTTP of its calls: 1.1-pipelined (calls written back
-    /// to back on keep-alive connections, up to 32 unanswered on each),
+    /// to back on keep-alive connections, up to 128 unanswered on each),
     /// 1.1 (as most Mesos clients speak it: a keep-alive connection per
     /// call in flight) or 2 (cleartext, every call a stream of one
     /// connection).

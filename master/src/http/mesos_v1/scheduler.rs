@@ -216,6 +216,7 @@ async fn subscribe(
         caps,
         guard,
         pending: VecDeque::new(),
+        record: Vec::new(),
         closing: false,
         last_was_heartbeat: false,
     };
@@ -233,8 +234,12 @@ async fn subscribe(
     response
 }
 
-async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler::Call) -> Response {
-    let Some(framework_id) = call.framework_id.clone() else {
+async fn other_call(
+    state: MesosState,
+    headers: &HeaderMap,
+    mut call: v1::scheduler::Call,
+) -> Response {
+    let Some(framework_id) = call.framework_id.take() else {
         return error(
             StatusCode::BAD_REQUEST,
             "Expecting 'framework_id' to be present",
@@ -279,7 +284,16 @@ async fn other_call(state: MesosState, headers: &HeaderMap, call: v1::scheduler:
     }
     for call in translated.calls {
         let input = Input::Scheduler { conn, call };
-        if state.app.inputs.send(input).await.is_err() {
+        // Most calls find room in the queue: no permit future to build
+        // and poll for them; a full queue is waited on (backpressure).
+        let sent = match state.app.inputs.try_send(input) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(input)) => {
+                state.app.inputs.send(input).await.map_err(drop)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+        };
+        if sent.is_err() {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the master is shutting down",
@@ -324,6 +338,8 @@ struct Subscription {
     caps: Capabilities,
     guard: StreamGuard,
     pending: VecDeque<Bytes>,
+    /// One event's encoding, reused from event to event.
+    record: Vec<u8>,
     closing: bool,
     last_was_heartbeat: bool,
 }
@@ -397,8 +413,9 @@ impl Subscription {
         }
         for mesos in translate::translate_event(event, self.caps) {
             self.last_was_heartbeat = mesos.r#type() == v1::scheduler::event::Type::Heartbeat;
-            match self.codec.encode(&mesos) {
-                Ok(bytes) => recordio::frame_into(chunk, &bytes),
+            self.record.clear();
+            match self.codec.encode_into(&mesos, &mut self.record) {
+                Ok(()) => recordio::frame_into(chunk, &self.record),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot encode a Mesos scheduler event; dropped")
                 }
