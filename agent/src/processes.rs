@@ -526,6 +526,17 @@ impl Keeper {
         let (container, written) = cgroups
             .create(run_id, limits)
             .map_err(|e| format!("cannot create the executor's container: {e}"))?;
+        if let Some(user) = user.filter(|_| cgroups.delegates()) {
+            // A command executor moves its spawning thread into its
+            // tasks' containers and back into its own.
+            if let Err(e) = container.delegate(user.uid, user.gid) {
+                let _ = container.remove();
+                return Err(format!(
+                    "cannot give the executor's container to user {:?}: {e}",
+                    user.name
+                ));
+            }
+        }
         match cgroups.spawn_inside(&container, || Process::spawn_as(spec, user)) {
             Ok(process) => Ok((process, Some((Arc::new(container), written)))),
             Err(e) => {

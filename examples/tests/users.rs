@@ -238,3 +238,76 @@ fn tasks_run_as_the_user_their_framework_names() {
         nobody.uid.as_raw()
     );
 }
+
+#[test]
+fn a_task_of_another_user_runs_in_a_container_of_its_own() {
+    if !is_root() {
+        eprintln!(
+            "skipping: switching users needs the agent to run as root, and this test does not"
+        );
+        return;
+    }
+    let Ok(Some(_)) = nix::unistd::User::from_name("nobody") else {
+        eprintln!("skipping: this system has no user nobody");
+        return;
+    };
+    let root = format!("agora-test-{}-users", std::process::id());
+    if let Err(why) = agora_agent::isolation::check_cgroups(&root) {
+        eprintln!("skipping: cgroups isolation cannot run here: {why}");
+        return;
+    }
+    let mut cluster = TestCluster::start_with(0, AGENT, &[]);
+    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+    open(cluster.dir.path()).unwrap();
+    let tools = cluster.dir.path().join("bin");
+    std::fs::create_dir_all(&tools).unwrap();
+    open(&tools).unwrap();
+    let executor = tools.join("agora-command-executor");
+    std::fs::copy(bin("agora-command-executor"), &executor).unwrap();
+    open(&executor).unwrap();
+    let work = cluster.dir.path().join("agent-isolating");
+    add_agent(
+        &mut cluster,
+        &work,
+        &executor,
+        &["--isolation", "cgroups", "--cgroups-root", &root],
+    );
+    // Two tasks one after the other share the user's command executor;
+    // each is in its own container, entered by a thread of that
+    // executor, which runs as the user.
+    for _ in 0..2 {
+        let status = run_as(
+            &cluster,
+            "nobody",
+            "set -e; id -un > who; cat /proc/self/cgroup > cgroups",
+        );
+        assert_eq!(
+            status.state,
+            TaskState::Finished,
+            "{status:?}\n{}",
+            cluster.logs()
+        );
+    }
+    let who = find(&work, "who").expect("the task's output");
+    assert_eq!(std::fs::read_to_string(&who).unwrap().trim(), "nobody");
+    // The container is named by the task's run (its sandbox's name).
+    let run = who.parent().unwrap().file_name().unwrap().to_string_lossy();
+    let cgroups = std::fs::read_to_string(who.parent().unwrap().join("cgroups")).unwrap();
+    let freezer = cgroups
+        .lines()
+        .find(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "freezer"))
+        })
+        .or_else(|| cgroups.lines().find(|l| l.starts_with("0::")))
+        .expect("a freezer or unified cgroup line");
+    assert!(
+        freezer.ends_with(&format!("{root}/{run}")),
+        "{freezer} is not the task's own container {root}/{run}"
+    );
+    drop(cluster);
+    if let Err(e) = agora_agent::isolation::destroy_cgroups_root(&root) {
+        eprintln!("cleaning up cgroups root {root}: {e}");
+    }
+}

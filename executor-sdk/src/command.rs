@@ -561,7 +561,12 @@ fn cgroup_v1_round_trip(files: &[PathBuf]) -> Option<Vec<PathBuf>> {
         .map(|f| {
             let base = f.parent()?.parent()?;
             let back = base.join(&name).join("tasks");
-            back.exists().then_some(back)
+            // Only where this thread can surely come back.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&back)
+                .is_ok()
+                .then_some(back)
         })
         .collect()
 }
