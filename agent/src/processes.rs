@@ -160,9 +160,32 @@ struct ContainerKeeper {
     runtime: tokio::runtime::Handle,
     cgroups: Option<Arc<Cgroups>>,
     users: UserPolicy,
-    containers: HashMap<StreamKey, Arc<Container>>,
+    containers: HashMap<StreamKey, TaskContainer>,
+    /// Empty containers kept for reuse (cgroup v1), with their limits
+    /// and when they were last used, oldest first.
+    spares: std::collections::VecDeque<(Arc<Container>, Limits, Instant)>,
+    /// Names given to spares.
+    next_spare: u64,
     removals: Removals,
 }
+
+/// A command task's container.
+struct TaskContainer {
+    container: Arc<Container>,
+    limits: Limits,
+    /// Out-of-memory kills it had counted before the task (a reused
+    /// container's).
+    oom_base: u64,
+    /// Given to the task's user: not reused.
+    delegated: bool,
+    /// Its out-of-memory watch.
+    watch: Option<tokio::task::AbortHandle>,
+}
+
+/// Spare containers an agent keeps at most.
+const MAX_SPARES: usize = 256;
+/// How long a spare container is kept unused.
+const SPARE_IDLE: Duration = Duration::from_secs(5);
 
 /// Containers to remove once their last process is gone: next attempt,
 /// attempts so far.
@@ -221,6 +244,8 @@ impl Processes {
             cgroups: keeper.cgroups.clone(),
             users,
             containers: HashMap::default(),
+            spares: Default::default(),
+            next_spare: 0,
             removals: Removals::default(),
         };
         std::thread::Builder::new()
@@ -767,7 +792,9 @@ impl ContainerKeeper {
         let runtime = self.runtime.clone();
         let _entered = runtime.enter();
         loop {
-            let request = match self.removals.next() {
+            let expiry = self.spares.front().map(|(_, _, at)| *at + SPARE_IDLE);
+            let next = self.removals.next().into_iter().chain(expiry).min();
+            let request = match next {
                 Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
                     Ok(request) => Some(request),
                     Err(std_mpsc::RecvTimeoutError::Timeout) => None,
@@ -780,6 +807,16 @@ impl ContainerKeeper {
             };
             for request in request.into_iter().chain(rx.try_iter()) {
                 self.handle(request);
+            }
+            let now = Instant::now();
+            while self
+                .spares
+                .front()
+                .is_some_and(|(_, _, at)| *at + SPARE_IDLE <= now)
+            {
+                if let Some((spare, _, _)) = self.spares.pop_front() {
+                    self.removals.remove(spare, 0);
+                }
             }
             self.removals.retry();
         }
@@ -804,11 +841,12 @@ impl ContainerKeeper {
             Request::EndTaskContainer { key, name } => self.end(key, &name),
             Request::AdoptTaskContainer { key, name } => {
                 if let Some(container) = self.cgroups.as_ref().and_then(|c| c.open(&name)) {
-                    self.watch(key, Arc::new(container));
+                    // Its limits are unknown here: not reused.
+                    self.watch(key, Arc::new(container), Limits::default(), true);
                 }
             }
             Request::TaskOutOfMemory { key } => {
-                if let Some(container) = self.containers.get(&key) {
+                if let Some(TaskContainer { container, .. }) = self.containers.get(&key) {
                     let killed = container.kill_all();
                     tracing::warn!(framework_id = %key.0, task_id = %key.1, container = container.name(), killed, "the task's container ran out of memory; killed");
                 }
@@ -828,12 +866,36 @@ impl ContainerKeeper {
         limits: &Limits,
         user: Option<&RunAs>,
     ) -> Result<Vec<String>, String> {
-        let Some(cgroups) = &self.cgroups else {
+        let Some(cgroups) = self.cgroups.clone() else {
             return Ok(Vec::new());
         };
-        let (container, _) = cgroups
-            .create(name, limits)
-            .map_err(|e| format!("cannot create the task's container: {e}"))?;
+        // A spare with the same limits, renamed, when the task's user
+        // is the agent's.
+        let spare = user
+            .is_none()
+            .then(|| self.spares.iter().rposition(|(_, l, _)| l == limits))
+            .flatten()
+            .and_then(|i| self.spares.remove(i));
+        let reused = spare.and_then(|(spare, _, _)| match cgroups.rename(&spare, name) {
+            Ok(container) => {
+                container.reset_usage();
+                Some(container)
+            }
+            Err(e) => {
+                tracing::warn!(container = spare.name(), error = %e, "cannot reuse a spare container; removing it");
+                self.removals.remove(spare, 0);
+                None
+            }
+        });
+        let container = match reused {
+            Some(container) => container,
+            None => {
+                let (container, _) = cgroups
+                    .create(name, limits)
+                    .map_err(|e| format!("cannot create the task's container: {e}"))?;
+                container
+            }
+        };
         if let Some(user) = user {
             if let Err(e) = container.delegate(user.uid, user.gid) {
                 let _ = container.remove();
@@ -848,13 +910,19 @@ impl ContainerKeeper {
             .iter()
             .map(|f| f.display().to_string())
             .collect();
-        self.watch(key.clone(), Arc::new(container));
+        self.watch(key.clone(), Arc::new(container), *limits, user.is_some());
         Ok(files)
     }
 
-    /// Keeps command task `key`'s container and, until it is removed,
+    /// Keeps command task `key`'s container and, until the task ends,
     /// has an out-of-memory kill in it kill it whole.
-    fn watch(&mut self, key: StreamKey, container: Arc<Container>) {
+    fn watch(
+        &mut self,
+        key: StreamKey,
+        container: Arc<Container>,
+        limits: Limits,
+        delegated: bool,
+    ) {
         let oom = container
             .oom_fd()
             .and_then(crate::sys::register_readable)
@@ -862,40 +930,71 @@ impl ContainerKeeper {
                 tracing::warn!(framework_id = %key.0, task_id = %key.1, error = %e, "cannot listen for the task container's out-of-memory events; checked when it ends");
             })
             .ok();
-        self.containers.insert(key.clone(), container.clone());
-        let Some(oom) = oom else {
-            return;
-        };
-        let requests = self.requests.clone();
-        self.runtime.spawn(async move {
-            if out_of_memory(&oom, &container, false).await {
-                if let Some(requests) = requests.upgrade() {
-                    let _ = requests.send(Request::TaskOutOfMemory { key });
-                }
-            }
+        let watch = oom.map(|oom| {
+            let requests = self.requests.clone();
+            let (key, container) = (key.clone(), container.clone());
+            self.runtime
+                .spawn(async move {
+                    if out_of_memory(&oom, &container, false).await {
+                        if let Some(requests) = requests.upgrade() {
+                            let _ = requests.send(Request::TaskOutOfMemory { key });
+                        }
+                    }
+                })
+                .abort_handle()
         });
+        let oom_base = container.oom_kills();
+        self.containers.insert(
+            key,
+            TaskContainer {
+                container,
+                limits,
+                oom_base,
+                delegated,
+                watch,
+            },
+        );
     }
 
     /// Kills command task `key`'s container whole, has it removed, and
     /// tells the core whether it had run out of memory.
     fn end(&mut self, key: StreamKey, name: &str) {
-        let container = self.containers.remove(&key).or_else(|| {
-            self.cgroups
-                .as_ref()
-                .and_then(|c| c.open(name))
-                .map(Arc::new)
+        let task = self.containers.remove(&key).or_else(|| {
+            // Not watched (an agent restarted meanwhile): ended all the
+            // same.
+            let container = self.cgroups.as_ref()?.open(name)?;
+            Some(TaskContainer {
+                container: Arc::new(container),
+                limits: Limits::default(),
+                oom_base: 0,
+                delegated: true,
+                watch: None,
+            })
         });
         let mut limitation = None;
-        if let Some(container) = container {
-            container.kill_all();
-            if container.oom_kills() > 0 {
+        if let Some(task) = task {
+            if let Some(watch) = &task.watch {
+                // Its eventfd closes with it.
+                watch.abort();
+            }
+            let container = task.container;
+            let killed = container.kill_all();
+            let oom_kills = container.oom_kills();
+            if oom_kills > task.oom_base {
                 let message = memory_limit_message(&container, "the task's mem");
                 limitation = Some(Limitation {
                     reason: agora_proto::Reason::ReasonContainerLimitationMemory,
                     message,
                 });
             }
-            self.removals.remove(container, 0);
+            // Kept for another task if nothing is left in it and nothing
+            // of this task shows in it.
+            let clean = killed == 0
+                && !task.delegated
+                && oom_kills == 0
+                && container.pids_limit_hits() == 0
+                && container.pids().is_empty();
+            self.retire(container, task.limits, clean);
         }
         let _ = self
             .core
@@ -903,6 +1002,33 @@ impl ContainerKeeper {
                 key,
                 limitation,
             }));
+    }
+
+    /// Keeps an ended task's empty container as a spare (cgroup v1, when
+    /// `clean`), else removes it; the oldest spare goes when there are
+    /// too many.
+    fn retire(&mut self, container: Arc<Container>, limits: Limits, clean: bool) {
+        let spare = match &self.cgroups {
+            Some(cgroups) if clean && cgroups.delegates() => {
+                self.next_spare += 1;
+                cgroups
+                    .rename(&container, &format!("spare-{}", self.next_spare))
+                    .ok()
+            }
+            _ => None,
+        };
+        match spare {
+            Some(spare) => {
+                self.spares
+                    .push_back((Arc::new(spare), limits, Instant::now()));
+                if self.spares.len() > MAX_SPARES {
+                    if let Some((oldest, _, _)) = self.spares.pop_front() {
+                        self.removals.remove(oldest, 0);
+                    }
+                }
+            }
+            None => self.removals.remove(container, 0),
+        }
     }
 }
 

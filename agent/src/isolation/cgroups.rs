@@ -290,6 +290,22 @@ impl Cgroups {
         }
     }
 
+    /// Renames an empty `container` to `name` (cgroup v1, where a cgroup
+    /// may be renamed within its parent; v2 refuses): a container kept
+    /// for reuse costs a rename, not the kernel's making and freeing of
+    /// a cgroup in every hierarchy.
+    pub(crate) fn rename(&self, container: &Container, name: &str) -> io::Result<Container> {
+        match (self, container) {
+            (Cgroups::V1(c), Container::V1(container)) => {
+                c.rename(container, name).map(Container::V1)
+            }
+            _ => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "only cgroup v1 renames cgroups",
+            )),
+        }
+    }
+
     /// The container `name` if it exists (after an agent restart).
     pub(crate) fn open(&self, name: &str) -> Option<Container> {
         match self {
@@ -429,6 +445,19 @@ impl Container {
             Container::V1(c) => c.oom_event(fd),
             Container::V2(c) => c.oom_event(fd),
         }
+    }
+
+    /// Forgets the peaks and CPU time counted so far (for a container
+    /// reused for another task; v1 only, where they can be reset).
+    pub(crate) fn reset_usage(&self) {
+        if let Container::V1(c) = self {
+            c.reset_usage();
+        }
+    }
+
+    /// Forks refused at the container's pids limit so far.
+    pub(crate) fn pids_limit_hits(&self) -> u64 {
+        self.stats().processes_limit_hits
     }
 
     /// Out-of-memory kills in the container so far.

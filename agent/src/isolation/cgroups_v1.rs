@@ -165,6 +165,29 @@ impl Cgroups {
         }
     }
 
+    /// Renames `container` to `name` in every hierarchy (back to its
+    /// old name everywhere if one refuses).
+    pub(crate) fn rename(&self, container: &Container, name: &str) -> io::Result<Container> {
+        let renamed = self.container(name);
+        let mut done: Vec<usize> = Vec::new();
+        for (i, dir) in container.dirs.iter().enumerate() {
+            if container.dirs[..i].contains(dir) {
+                continue;
+            }
+            if let Err(e) = std::fs::rename(dir, &renamed.dirs[i]) {
+                for j in done {
+                    let _ = std::fs::rename(&renamed.dirs[j], &container.dirs[j]);
+                }
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot rename cgroup {}: {e}", dir.display()),
+                ));
+            }
+            done.push(i);
+        }
+        Ok(renamed)
+    }
+
     /// The container `name` if it exists (after an agent restart).
     pub(crate) fn open(&self, name: &str) -> Option<Container> {
         let container = self.container(name);
@@ -328,6 +351,12 @@ impl Container {
             }
         }
         dirs
+    }
+
+    /// Forgets its memory peak and CPU time so far.
+    pub(crate) fn reset_usage(&self) {
+        let _ = write(&self.dirs[MEMORY], "memory.max_usage_in_bytes", 0);
+        let _ = write(&self.dirs[CPUACCT], "cpuacct.usage", 0);
     }
 
     /// Its `tasks` file in each hierarchy.

@@ -54,7 +54,7 @@ pub const DEFAULT_CGROUPS_PIDS_MAX: u64 = 4096;
 
 /// What a container is limited to, from the resources of its executor and
 /// tasks.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Limits {
     /// CPUs (shares and, with CFS, quota).
     pub cpus: f64,
