@@ -116,8 +116,14 @@ pub enum Request {
 #[derive(Clone)]
 pub(crate) struct Processes {
     tx: Arc<std_mpsc::Sender<Request>>,
-    containers: Arc<std_mpsc::Sender<Request>>,
+    /// The containers threads; a task's requests all go to one of them.
+    containers: Arc<Vec<Arc<std_mpsc::Sender<Request>>>>,
 }
+
+/// Threads that make and end task containers: the kernel sometimes takes
+/// milliseconds over a cgroup operation (waiting, not computing), which
+/// one thread would make every task wait for.
+const CONTAINER_THREADS: usize = 4;
 
 /// What a launch gave the core.
 #[derive(Debug, Clone, Copy)]
@@ -161,13 +167,15 @@ struct ContainerKeeper {
     cgroups: Option<Arc<Cgroups>>,
     users: UserPolicy,
     containers: HashMap<StreamKey, TaskContainer>,
-    /// Empty containers kept for reuse (cgroup v1), with their limits
-    /// and when they were last used, oldest first.
-    spares: std::collections::VecDeque<(Arc<Container>, Limits, Instant)>,
-    /// Names given to spares.
-    next_spare: u64,
+    /// Empty containers kept for reuse (cgroup v1), shared by the
+    /// containers threads.
+    spares: Arc<std::sync::Mutex<Spares>>,
     removals: Removals,
 }
+
+/// Empty containers kept for reuse, with their limits and when they were
+/// last used, oldest first.
+type Spares = std::collections::VecDeque<(Arc<Container>, Limits, Instant)>;
 
 /// A command task's container.
 struct TaskContainer {
@@ -235,39 +243,49 @@ impl Processes {
             users,
         };
         keeper.destroy_orphans(keep);
-        let (containers_tx, containers_rx) = std_mpsc::channel();
-        let containers_tx = Arc::new(containers_tx);
-        let containers = ContainerKeeper {
-            core: keeper.core.clone(),
-            requests: Arc::downgrade(&containers_tx),
-            runtime: keeper.runtime.clone(),
-            cgroups: keeper.cgroups.clone(),
-            users,
-            containers: HashMap::default(),
-            spares: Default::default(),
-            next_spare: 0,
-            removals: Removals::default(),
-        };
-        std::thread::Builder::new()
-            .name("agora-containers".into())
-            .spawn(move || containers.run(containers_rx))?;
+        let mut containers_txs = Vec::with_capacity(CONTAINER_THREADS);
+        let spares = Arc::new(std::sync::Mutex::new(Spares::new()));
+        for _ in 0..CONTAINER_THREADS {
+            let (containers_tx, containers_rx) = std_mpsc::channel();
+            let containers_tx = Arc::new(containers_tx);
+            let containers = ContainerKeeper {
+                core: keeper.core.clone(),
+                requests: Arc::downgrade(&containers_tx),
+                runtime: keeper.runtime.clone(),
+                cgroups: keeper.cgroups.clone(),
+                users,
+                containers: HashMap::default(),
+                spares: spares.clone(),
+                removals: Removals::default(),
+            };
+            std::thread::Builder::new()
+                .name("agora-containers".into())
+                .spawn(move || containers.run(containers_rx))?;
+            containers_txs.push(containers_tx);
+        }
         std::thread::Builder::new()
             .name("agora-processes".into())
             .spawn(move || keeper.run(rx))?;
         Ok(Processes {
             tx,
-            containers: containers_tx,
+            containers: Arc::new(containers_txs),
         })
     }
 
     pub(crate) fn send(&self, request: Request) {
         // The threads outlive the core; a send fails only once they are
         // gone, when nothing is left to do.
-        let _ = match request {
-            Request::TaskContainer { .. }
-            | Request::EndTaskContainer { .. }
-            | Request::AdoptTaskContainer { .. }
-            | Request::TaskOutOfMemory { .. } => self.containers.send(request),
+        let _ = match &request {
+            Request::TaskContainer { key, .. }
+            | Request::EndTaskContainer { key, .. }
+            | Request::AdoptTaskContainer { key, .. }
+            | Request::TaskOutOfMemory { key } => {
+                use std::hash::{BuildHasher, BuildHasherDefault};
+                let hash =
+                    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+                        .hash_one(key);
+                self.containers[hash as usize % self.containers.len()].send(request)
+            }
             _ => self.tx.send(request),
         };
     }
@@ -792,7 +810,7 @@ impl ContainerKeeper {
         let runtime = self.runtime.clone();
         let _entered = runtime.enter();
         loop {
-            let expiry = self.spares.front().map(|(_, _, at)| *at + SPARE_IDLE);
+            let expiry = self.spares().front().map(|(_, _, at)| *at + SPARE_IDLE);
             let next = self.removals.next().into_iter().chain(expiry).min();
             let request = match next {
                 Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
@@ -809,17 +827,28 @@ impl ContainerKeeper {
                 self.handle(request);
             }
             let now = Instant::now();
-            while self
-                .spares
-                .front()
-                .is_some_and(|(_, _, at)| *at + SPARE_IDLE <= now)
-            {
-                if let Some((spare, _, _)) = self.spares.pop_front() {
-                    self.removals.remove(spare, 0);
+            let expired: Vec<Arc<Container>> = {
+                let mut spares = self.spares();
+                let mut expired = Vec::new();
+                while spares
+                    .front()
+                    .is_some_and(|(_, _, at)| *at + SPARE_IDLE <= now)
+                {
+                    expired.extend(spares.pop_front().map(|(spare, _, _)| spare));
                 }
+                expired
+            };
+            for spare in expired {
+                self.removals.remove(spare, 0);
             }
             self.removals.retry();
         }
+    }
+
+    fn spares(&self) -> std::sync::MutexGuard<'_, Spares> {
+        self.spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn handle(&mut self, request: Request) {
@@ -873,9 +902,12 @@ impl ContainerKeeper {
         // is the agent's.
         let spare = user
             .is_none()
-            .then(|| self.spares.iter().rposition(|(_, l, _)| l == limits))
-            .flatten()
-            .and_then(|i| self.spares.remove(i));
+            .then(|| {
+                let mut spares = self.spares();
+                let i = spares.iter().rposition(|(_, l, _)| l == limits)?;
+                spares.remove(i)
+            })
+            .flatten();
         let reused = spare.and_then(|(spare, _, _)| match cgroups.rename(&spare, name) {
             Ok(container) => {
                 container.reset_usage();
@@ -1008,26 +1040,21 @@ impl ContainerKeeper {
     /// `clean`), else removes it; the oldest spare goes when there are
     /// too many.
     fn retire(&mut self, container: Arc<Container>, limits: Limits, clean: bool) {
-        let spare = match &self.cgroups {
-            Some(cgroups) if clean && cgroups.delegates() => {
-                self.next_spare += 1;
-                cgroups
-                    .rename(&container, &format!("spare-{}", self.next_spare))
-                    .ok()
-            }
-            _ => None,
+        // Kept under the ended task's name (a run id no task has now):
+        // renamed once, when it is reused. An agent that restarts
+        // destroys it as an orphan.
+        if !clean || !self.cgroups.as_ref().is_some_and(|c| c.delegates()) {
+            return self.removals.remove(container, 0);
+        }
+        let oldest = {
+            let mut spares = self.spares();
+            spares.push_back((container, limits, Instant::now()));
+            (spares.len() > MAX_SPARES)
+                .then(|| spares.pop_front())
+                .flatten()
         };
-        match spare {
-            Some(spare) => {
-                self.spares
-                    .push_back((Arc::new(spare), limits, Instant::now()));
-                if self.spares.len() > MAX_SPARES {
-                    if let Some((oldest, _, _)) = self.spares.pop_front() {
-                        self.removals.remove(oldest, 0);
-                    }
-                }
-            }
-            None => self.removals.remove(container, 0),
+        if let Some((oldest, _, _)) = oldest {
+            self.removals.remove(oldest, 0);
         }
     }
 }

@@ -492,8 +492,9 @@ fn unconfined_spin_secs(wall: Duration) -> f64 {
 
 #[test]
 fn a_fork_bomb_stays_inside_its_pids_limit() {
-    // The bomb's shell gives up once a fork fails; its container (and
-    // so its pids.events) stays for the idle time of its executor.
+    // The bomb's subshell gives up once a fork fails; the task then
+    // stays (exec, no fork), and so does its container with its
+    // pids.events, until it is killed.
     let flags = ["--cgroups-pids-max", "64", "--command-executor-idle", "5s"];
     let Some(isolated) = Isolated::start("pids", &flags) else {
         return;
@@ -507,7 +508,7 @@ fn a_fork_bomb_stays_inside_its_pids_limit() {
         vec![command_task(
             "bomb",
             &offer,
-            "for i in $(seq 1 300); do sleep 60 & done; wait",
+            "(for i in $(seq 1 300); do sleep 60 & done); exec sleep 60",
             "cpus:0.1;mem:64",
         )],
     );
@@ -528,16 +529,13 @@ fn a_fork_bomb_stays_inside_its_pids_limit() {
                 })
         },
     );
-    // The agent keeps serving, and runs another task.
+    // The agent keeps serving; the bomb is killed whole, and the agent
+    // runs another task.
     assert!(agent_alive(&isolated), "the agent died\n{}", cluster.logs());
-    another_task_finishes(&driver, &rx, "echo fine");
-    // Ended by a failed fork, or killed now.
     driver.kill_task(&TaskId::new("bomb")).unwrap();
     let ended = terminal(&rx, "bomb");
-    assert!(
-        matches!(ended.state, TaskState::Failed | TaskState::Killed),
-        "{ended:?}"
-    );
+    assert_eq!(ended.state, TaskState::Killed, "{ended:?}");
+    another_task_finishes(&driver, &rx, "echo fine");
     eventually(
         Duration::from_secs(20),
         || format!("containers left: {:?}", isolated.containers()),
@@ -792,5 +790,58 @@ fn cgroup_v2_is_tested_where_the_host_offers_it() {
         "the tests above ran against cgroup v2 at {} (controllers {:?})",
         unified.display(),
         controllers.trim()
+    );
+}
+
+#[test]
+fn the_next_task_with_the_same_resources_reuses_an_ended_tasks_container() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(isolated) = Isolated::start("reuse", &[]) else {
+        return;
+    };
+    if driven_as_v2() {
+        eprintln!("skipping: cgroup v2 cannot rename a cgroup, so containers are not reused");
+        return;
+    }
+    let cluster = isolated.cluster();
+    let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new("reuse"));
+    let memory = controller_base("memory", &isolated.root).expect("memory hierarchy");
+    let mut inodes = Vec::new();
+    for (task, command) in [
+        (
+            "first",
+            "head -c 20000000 /dev/zero | tail -c 1 > /dev/null; sleep 1",
+        ),
+        ("second", "sleep 1"),
+    ] {
+        let offer = next_offer(&rx);
+        launch(
+            &driver,
+            &offer,
+            vec![command_task(task, &offer, command, "cpus:0.1;mem:64")],
+        );
+        assert_eq!(running(&rx, task).state, TaskState::Running);
+        // Named by this task's run, wherever it came from.
+        let container = isolated.task_container(task);
+        let dir = memory.join(&container);
+        inodes.push(std::fs::metadata(&dir).unwrap().ino());
+        if task == "second" {
+            // What the first task used does not show as the second's.
+            let peak = read_number(&dir.join("memory.max_usage_in_bytes"), None);
+            assert!(peak < 10 << 20, "the second task's peak is {peak} bytes");
+        }
+        let done = terminal(&rx, task);
+        assert_eq!(done.state, TaskState::Finished, "{done:?}");
+    }
+    assert_eq!(
+        inodes[0], inodes[1],
+        "the second task got a new container, not the first one's"
+    );
+    driver.stop(false).unwrap();
+    // Spares go after a while unused.
+    eventually(
+        Duration::from_secs(20),
+        || format!("cgroups left: {:?}", isolated.containers()),
+        || isolated.containers().is_empty(),
     );
 }
