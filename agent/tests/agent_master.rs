@@ -179,7 +179,7 @@ async fn registers_pongs_launches_and_delivers_updates() {
         e => panic!("{e:?}"),
     }
     match exec.recv().await {
-        ExecEvent::Launch { task, sandbox } => {
+        ExecEvent::Launch { task, sandbox, .. } => {
             assert_eq!(task.task_id.as_str(), "task-1");
             assert_eq!(sandbox.as_deref(), Some(task_sandbox.as_str()));
         }

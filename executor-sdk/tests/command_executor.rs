@@ -77,6 +77,7 @@ async fn launch(run: &Run, task: agora_executor::TaskInfo) -> Conn {
         &Event::Launch {
             task,
             sandbox: None,
+            cgroups: Vec::new(),
         },
     )
     .await;
@@ -282,6 +283,7 @@ async fn task_without_command_and_second_launch_are_errors() {
         &Event::Launch {
             task: command_task("task-2", None),
             sandbox: None,
+            cgroups: Vec::new(),
         },
     )
     .await;
@@ -335,6 +337,7 @@ async fn many_tasks_run_in_their_own_sandboxes_until_shutdown() {
             &Event::Launch {
                 task: command_task(&format!("t{i}"), Some(shell(script))),
                 sandbox: Some(dirs[i].path().display().to_string()),
+                cgroups: Vec::new(),
             },
         )
         .await;

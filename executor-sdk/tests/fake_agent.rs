@@ -136,6 +136,7 @@ async fn resends_unacknowledged_updates_in_order_after_reconnect() {
             &Event::Launch {
                 task: command_task(id, None),
                 sandbox: None,
+                cgroups: Vec::new(),
             },
         )
         .await;
