@@ -551,7 +551,11 @@ fn cgroup_v1_round_trip(files: &[PathBuf]) -> Option<Vec<PathBuf>> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let name = own
         .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2).zip(l.splitn(3, ':').nth(1)))
+        .filter_map(|l| {
+            let mut fields = l.splitn(3, ':');
+            let controllers = fields.nth(1)?;
+            Some((fields.next()?, controllers))
+        })
         .find(|(_, controllers)| controllers.split(',').any(|c| c == "freezer"))
         .and_then(|(path, _)| path.rsplit('/').next())
         .filter(|n| !n.is_empty())?
