@@ -305,16 +305,8 @@ impl Keeper {
                 .map(|(at, _)| *at)
                 .chain(self.removals.next())
                 .min();
-            let first = match next {
-                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                    Ok(request) => Some(request),
-                    Err(std_mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
-                },
-                None => match rx.recv() {
-                    Ok(request) => Some(request),
-                    Err(_) => return,
-                },
+            let Ok(first) = next_request(&rx, next) else {
+                return;
             };
             let batch: Vec<Request> = first.into_iter().chain(rx.try_iter()).collect();
             self.handle(batch);
@@ -812,16 +804,8 @@ impl ContainerKeeper {
         loop {
             let expiry = self.spares().front().map(|(_, _, at)| *at + SPARE_IDLE);
             let next = self.removals.next().into_iter().chain(expiry).min();
-            let request = match next {
-                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                    Ok(request) => Some(request),
-                    Err(std_mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
-                },
-                None => match rx.recv() {
-                    Ok(request) => Some(request),
-                    Err(_) => return,
-                },
+            let Ok(request) = next_request(&rx, next) else {
+                return;
             };
             for request in request.into_iter().chain(rx.try_iter()) {
                 self.handle(request);
@@ -1105,6 +1089,22 @@ impl Removals {
 
     fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+/// The next request, waiting at most until `deadline` (`None` when it
+/// passed first); `Err` once every sender is gone.
+fn next_request(
+    rx: &std_mpsc::Receiver<Request>,
+    deadline: Option<Instant>,
+) -> Result<Option<Request>, ()> {
+    match deadline {
+        Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+            Ok(request) => Ok(Some(request)),
+            Err(std_mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(std_mpsc::RecvTimeoutError::Disconnected) => Err(()),
+        },
+        None => rx.recv().map(Some).map_err(drop),
     }
 }
 

@@ -54,6 +54,27 @@ fn add_agent(cluster: &mut TestCluster, work_dir: &Path, command_executor: &Path
     cluster.wait_agents(n + 1);
 }
 
+/// A cluster with one agent that switches users (the default flags, plus
+/// `extra`), whose command executor and directory other users can reach;
+/// the agent's work directory.
+fn switching_cluster(extra: &[&str]) -> (TestCluster, PathBuf) {
+    let mut cluster = TestCluster::start_with(0, AGENT, &[]);
+    // The user must reach its sandbox and the command executor: the
+    // cluster's directory is the test's own (0700), and the workspace's
+    // target directory may sit under one nobody cannot enter.
+    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+    open(cluster.dir.path()).unwrap();
+    let tools = cluster.dir.path().join("bin");
+    std::fs::create_dir_all(&tools).unwrap();
+    open(&tools).unwrap();
+    let executor = tools.join("agora-command-executor");
+    std::fs::copy(bin("agora-command-executor"), &executor).unwrap();
+    open(&executor).unwrap();
+    let work = cluster.dir.path().join("agent-switching");
+    add_agent(&mut cluster, &work, &executor, extra);
+    (cluster, work)
+}
+
 /// Runs `command` as a command task of a framework naming `user`, on the
 /// agent with the most recent offer; its terminal update.
 fn run_as(cluster: &TestCluster, user: &str, command: &str) -> TaskStatus {
@@ -177,20 +198,8 @@ fn tasks_run_as_the_user_their_framework_names() {
         eprintln!("skipping: this system has no user nobody");
         return;
     };
-    let mut cluster = TestCluster::start_with(0, AGENT, &[]);
-    // The user must reach its sandbox and the command executor: the
-    // cluster's directory is the test's own (0700), and the workspace's
-    // target directory may sit under one nobody cannot enter.
-    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
-    open(cluster.dir.path()).unwrap();
+    let (cluster, work) = switching_cluster(&[]);
     let tools = cluster.dir.path().join("bin");
-    std::fs::create_dir_all(&tools).unwrap();
-    open(&tools).unwrap();
-    let executor = tools.join("agora-command-executor");
-    std::fs::copy(bin("agora-command-executor"), &executor).unwrap();
-    open(&executor).unwrap();
-    let work = cluster.dir.path().join("agent-switching");
-    add_agent(&mut cluster, &work, &executor, &[]);
 
     // A file fetched into the sandbox is the user's too.
     let input = tools.join("input.txt");
@@ -256,22 +265,7 @@ fn a_task_of_another_user_runs_in_a_container_of_its_own() {
         eprintln!("skipping: cgroups isolation cannot run here: {why}");
         return;
     }
-    let mut cluster = TestCluster::start_with(0, AGENT, &[]);
-    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
-    open(cluster.dir.path()).unwrap();
-    let tools = cluster.dir.path().join("bin");
-    std::fs::create_dir_all(&tools).unwrap();
-    open(&tools).unwrap();
-    let executor = tools.join("agora-command-executor");
-    std::fs::copy(bin("agora-command-executor"), &executor).unwrap();
-    open(&executor).unwrap();
-    let work = cluster.dir.path().join("agent-isolating");
-    add_agent(
-        &mut cluster,
-        &work,
-        &executor,
-        &["--isolation", "cgroups", "--cgroups-root", &root],
-    );
+    let (cluster, work) = switching_cluster(&["--isolation", "cgroups", "--cgroups-root", &root]);
     // Two tasks one after the other share the user's command executor;
     // each is in its own container, entered by a thread of that
     // executor, which runs as the user.

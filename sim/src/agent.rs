@@ -566,6 +566,18 @@ impl World {
 
     // --- the process thread ---
 
+    /// Delivers `input` to agent `i` (incarnation `inc`) after `d`.
+    fn agent_input_after(&mut self, d: Time, i: usize, inc: u64, input: Input) {
+        self.after(
+            d,
+            Ev::AgentInput {
+                agent: i,
+                inc,
+                input: Box::new(input),
+            },
+        );
+    }
+
     fn agent_process(&mut self, i: usize, inc: u64, request: Request) {
         match request {
             Request::Launch { key, run_id, spec } => {
@@ -657,33 +669,16 @@ impl World {
             Request::Update { .. }
             | Request::AdoptTaskContainer { .. }
             | Request::TaskOutOfMemory { .. } => {}
+            // A made or ended one is answered for after a moment.
             Request::TaskContainer { key, .. } => {
                 let d = self.between(100_000, MS);
-                self.after(
-                    d,
-                    Ev::AgentInput {
-                        agent: i,
-                        inc,
-                        input: Box::new(Input::TaskFetched {
-                            key,
-                            result: Ok(Vec::new()),
-                        }),
-                    },
-                );
+                let result = Ok(Vec::new());
+                self.agent_input_after(d, i, inc, Input::TaskFetched { key, result });
             }
             Request::EndTaskContainer { key, .. } => {
                 let d = self.between(100_000, MS);
-                self.after(
-                    d,
-                    Ev::AgentInput {
-                        agent: i,
-                        inc,
-                        input: Box::new(Input::TaskContainerEnded {
-                            key,
-                            limitation: None,
-                        }),
-                    },
-                );
+                let limitation = None;
+                self.agent_input_after(d, i, inc, Input::TaskContainerEnded { key, limitation });
             }
             Request::StopAll { .. } => {
                 unreachable!("the core asks for StopExecutors, never StopAll")

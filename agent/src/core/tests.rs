@@ -574,6 +574,20 @@ fn a_kill_of_a_launch_lost_with_the_connection_ends_the_task_killed() {
     );
 }
 
+/// The updates among `actions` that go to disk.
+fn checkpointed_statuses(actions: &[Action]) -> Vec<&TaskStatus> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Checkpoint {
+                then: Some(Durable::Update { status, .. }),
+                ..
+            } => Some(status),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
     use crate::isolation::{Isolation, Limitation, Limits};
@@ -625,16 +639,7 @@ fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
         conn: 10,
         call: exec_api::Call::Update { status },
     });
-    let checkpointed: Vec<&TaskStatus> = actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Checkpoint {
-                then: Some(Durable::Update { status, .. }),
-                ..
-            } => Some(status),
-            _ => None,
-        })
-        .collect();
+    let checkpointed = checkpointed_statuses(&actions);
     assert_eq!(checkpointed.len(), 1, "{actions:?}");
     assert_eq!(checkpointed[0].state, TaskState::Failed);
     assert_eq!(
@@ -739,16 +744,7 @@ fn a_command_task_in_a_container_of_its_own_ends_once_the_container_is_gone() {
             message: "Memory limit exceeded: 64 MiB".into(),
         }),
     });
-    let checkpointed: Vec<&TaskStatus> = actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Checkpoint {
-                then: Some(Durable::Update { status, .. }),
-                ..
-            } => Some(status),
-            _ => None,
-        })
-        .collect();
+    let checkpointed = checkpointed_statuses(&actions);
     assert_eq!(checkpointed.len(), 1, "{actions:?}");
     assert_eq!(checkpointed[0].state, TaskState::Failed);
     assert_eq!(
