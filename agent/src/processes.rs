@@ -1003,13 +1003,13 @@ impl ContainerKeeper {
                     message,
                 });
             }
-            // Kept for another task if nothing is left in it and nothing
-            // of this task shows in it.
+            // Kept for another task if nothing was left in it (`kill_all`
+            // finds no process before it signals any) and nothing of
+            // this task shows in it.
             let clean = killed == 0
                 && !task.delegated
                 && oom_kills == 0
-                && container.pids_limit_hits() == 0
-                && container.pids().is_empty();
+                && container.pids_limit_hits() == 0;
             self.retire(container, task.limits, clean);
         }
         let _ = self

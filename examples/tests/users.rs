@@ -54,6 +54,23 @@ fn add_agent(cluster: &mut TestCluster, work_dir: &Path, command_executor: &Path
     cluster.wait_agents(n + 1);
 }
 
+/// User `nobody`, where a test can have an agent switch to it (it runs as
+/// root and the system has that user); else `None`, with the reason
+/// printed.
+fn nobody_on_a_root_agent() -> Option<nix::unistd::User> {
+    if !is_root() {
+        eprintln!(
+            "skipping: switching users needs the agent to run as root, and this test does not"
+        );
+        return None;
+    }
+    let Ok(Some(nobody)) = nix::unistd::User::from_name("nobody") else {
+        eprintln!("skipping: this system has no user nobody");
+        return None;
+    };
+    Some(nobody)
+}
+
 /// A cluster with one agent that switches users (the default flags, plus
 /// `extra`), whose command executor and directory other users can reach;
 /// the agent's work directory.
@@ -188,14 +205,7 @@ fn root_tasks_are_refused_unless_the_agent_allows_them() {
 
 #[test]
 fn tasks_run_as_the_user_their_framework_names() {
-    if !is_root() {
-        eprintln!(
-            "skipping: switching users needs the agent to run as root, and this test does not"
-        );
-        return;
-    }
-    let Ok(Some(nobody)) = nix::unistd::User::from_name("nobody") else {
-        eprintln!("skipping: this system has no user nobody");
+    let Some(nobody) = nobody_on_a_root_agent() else {
         return;
     };
     let (cluster, work) = switching_cluster(&[]);
@@ -250,16 +260,9 @@ fn tasks_run_as_the_user_their_framework_names() {
 
 #[test]
 fn a_task_of_another_user_runs_in_a_container_of_its_own() {
-    if !is_root() {
-        eprintln!(
-            "skipping: switching users needs the agent to run as root, and this test does not"
-        );
+    if nobody_on_a_root_agent().is_none() {
         return;
     }
-    let Ok(Some(_)) = nix::unistd::User::from_name("nobody") else {
-        eprintln!("skipping: this system has no user nobody");
-        return;
-    };
     let root = format!("agora-test-{}-users", std::process::id());
     if let Err(why) = agora_agent::isolation::check_cgroups(&root) {
         eprintln!("skipping: cgroups isolation cannot run here: {why}");

@@ -546,25 +546,12 @@ fn cgroup_v1_round_trip(files: &[PathBuf]) -> Option<Vec<PathBuf>> {
     if files.is_empty() || !files.iter().all(|f| f.ends_with("tasks")) {
         return None;
     }
-    // This process's container: the last component of its freezer
-    // cgroup (the agent names a container the same in every hierarchy).
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let name = own
-        .lines()
-        .filter_map(|l| {
-            let mut fields = l.splitn(3, ':');
-            let controllers = fields.nth(1)?;
-            Some((fields.next()?, controllers))
-        })
-        .find(|(_, controllers)| controllers.split(',').any(|c| c == "freezer"))
-        .and_then(|(path, _)| path.rsplit('/').next())
-        .filter(|n| !n.is_empty())?
-        .to_string();
+    let name = own_container()?;
     files
         .iter()
         .map(|f| {
             let base = f.parent()?.parent()?;
-            let back = base.join(&name).join("tasks");
+            let back = base.join(name).join("tasks");
             // Only where this thread can surely come back.
             std::fs::OpenOptions::new()
                 .write(true)
@@ -573,6 +560,27 @@ fn cgroup_v1_round_trip(files: &[PathBuf]) -> Option<Vec<PathBuf>> {
                 .then_some(back)
         })
         .collect()
+}
+
+/// This process's container: the last component of its freezer cgroup
+/// (the agent names a container the same in every hierarchy). Read once:
+/// the executor stays in the container it was born in.
+fn own_container() -> Option<&'static str> {
+    static OWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        own.lines()
+            .filter_map(|l| {
+                let mut fields = l.splitn(3, ':');
+                let controllers = fields.nth(1)?;
+                Some((fields.next()?, controllers))
+            })
+            .find(|(_, controllers)| controllers.split(',').any(|c| c == "freezer"))
+            .and_then(|(path, _)| path.rsplit('/').next())
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+    })
+    .as_deref()
 }
 
 /// Moves the calling thread into the cgroup of each `tasks` file.

@@ -309,17 +309,26 @@ fn launched_to(actions: &[Action], conn: u64) -> Vec<String> {
         .collect()
 }
 
-/// Updates the core asked to checkpoint (its own, e.g. `TASK_KILLED`).
-fn checkpointed_updates(actions: &[Action]) -> Vec<(String, TaskState)> {
+/// The updates among `actions` that go to disk.
+fn checkpointed_statuses(actions: &[Action]) -> Vec<&TaskStatus> {
     actions
         .iter()
         .filter_map(|a| match a {
             Action::Checkpoint {
                 then: Some(Durable::Update { status, .. }),
                 ..
-            } => Some((status.task_id.to_string(), status.state)),
+            } => Some(status),
             _ => None,
         })
+        .collect()
+}
+
+/// Updates the core asked to checkpoint (its own, e.g. `TASK_KILLED`):
+/// task and state.
+fn checkpointed_updates(actions: &[Action]) -> Vec<(String, TaskState)> {
+    checkpointed_statuses(actions)
+        .into_iter()
+        .map(|status| (status.task_id.to_string(), status.state))
         .collect()
 }
 
@@ -496,16 +505,7 @@ fn a_command_task_whose_uri_cannot_be_fetched_fails_without_starting() {
         result: Err("failed to fetch URI '/srv/run.sh': gone".into()),
     });
     assert_eq!(launches(&actions), 0, "{actions:?}");
-    let failed = actions
-        .iter()
-        .find_map(|a| match a {
-            Action::Checkpoint {
-                then: Some(Durable::Update { status, .. }),
-                ..
-            } => Some(status),
-            _ => None,
-        })
-        .expect("an update");
+    let failed = *checkpointed_statuses(&actions).first().expect("an update");
     assert_eq!(failed.state, TaskState::Failed);
     assert_eq!(failed.reason, Some(Reason::ReasonExecutorLaunchFailed));
     assert_eq!(
@@ -572,20 +572,6 @@ fn a_kill_of_a_launch_lost_with_the_connection_ends_the_task_killed() {
         checkpointed_updates(&actions),
         [("t1".to_string(), TaskState::Killed)]
     );
-}
-
-/// The updates among `actions` that go to disk.
-fn checkpointed_statuses(actions: &[Action]) -> Vec<&TaskStatus> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Checkpoint {
-                then: Some(Durable::Update { status, .. }),
-                ..
-            } => Some(status),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
@@ -1546,15 +1532,10 @@ mod recording {
 
         let actions = recorded(&mut core, "t2");
         assert!(to_executor(&actions, 50).is_empty());
-        let ended: Vec<(TaskState, Source)> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Checkpoint {
-                    then: Some(Durable::Update { status, .. }),
-                    ..
-                } if status.task_id.as_str() == "t2" => Some((status.state, status.source)),
-                _ => None,
-            })
+        let ended: Vec<(TaskState, Source)> = super::checkpointed_statuses(&actions)
+            .into_iter()
+            .filter(|status| status.task_id.as_str() == "t2")
+            .map(|status| (status.state, status.source))
             .collect();
         assert_eq!(ended, [(TaskState::Killed, Source::SourceAgent)]);
     }

@@ -457,7 +457,10 @@ impl Container {
 
     /// Forks refused at the container's pids limit so far.
     pub(crate) fn pids_limit_hits(&self) -> u64 {
-        self.stats().processes_limit_hits
+        match self {
+            Container::V1(c) => c.pids_limit_hits(),
+            Container::V2(c) => c.pids_limit_hits(),
+        }
     }
 
     /// Out-of-memory kills in the container so far.

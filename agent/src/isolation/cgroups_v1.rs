@@ -395,6 +395,11 @@ impl Container {
         }
     }
 
+    /// Forks refused at its `pids.max` so far.
+    pub(crate) fn pids_limit_hits(&self) -> u64 {
+        read_keyed(&self.dirs[PIDS].join("pids.events"), "max").unwrap_or(0)
+    }
+
     /// Out-of-memory kills in the container so far.
     pub(crate) fn oom_kills(&self) -> u64 {
         read_keyed(&self.dirs[MEMORY].join("memory.oom_control"), "oom_kill").unwrap_or(0)
@@ -495,7 +500,7 @@ impl Container {
             mem_oom_kills: self.oom_kills(),
             processes: read_u64(&pids.join("pids.current")).unwrap_or(0),
             processes_limit: read_u64(&pids.join("pids.max")).unwrap_or(0),
-            processes_limit_hits: read_keyed(&pids.join("pids.events"), "max").unwrap_or(0),
+            processes_limit_hits: self.pids_limit_hits(),
         }
     }
 }

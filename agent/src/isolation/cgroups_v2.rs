@@ -474,6 +474,11 @@ impl Container {
         signalled
     }
 
+    /// Forks refused at its `pids.max` so far.
+    pub(crate) fn pids_limit_hits(&self) -> u64 {
+        read_keyed(&self.dir.join("pids.events"), "max").unwrap_or(0)
+    }
+
     /// Its `cgroup.procs`.
     pub(crate) fn entry_files(&self) -> Vec<PathBuf> {
         vec![self.dir.join("cgroup.procs")]
@@ -509,7 +514,7 @@ impl Container {
             mem_oom_kills: self.oom_kills(),
             processes: read_u64(&dir.join("pids.current")).unwrap_or(0),
             processes_limit: read_limit(&dir.join("pids.max")).unwrap_or(0),
-            processes_limit_hits: read_keyed(&dir.join("pids.events"), "max").unwrap_or(0),
+            processes_limit_hits: self.pids_limit_hits(),
         }
     }
 
