@@ -391,54 +391,34 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
         )
     };
     if args.security.len() == 2 && args.api.0.contains(&Api::Native) {
-        println!(
-            "\ntls+auth ÷ plain (tasks/s, native API; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_SECURE_RATIO}:\n{:<9} {:>6} {:>22} {:>22} {:>7} {:>6}",
-            "executor", "slots", "plain/s", "secure/s", "ratio", "target"
+        met &= ratio_table(
+            args,
+            &format!("tls+auth ÷ plain (tasks/s, native API; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_SECURE_RATIO}"),
+            ("plain/s", "secure/s"),
+            TARGET_SECURE_RATIO,
+            |executor, slots| {
+                Some((
+                    runs_with(Api::Native, executor, slots, Security::Plain)?,
+                    runs_with(Api::Native, executor, slots, Security::Secure)?,
+                ))
+            },
         );
-        for executor in &args.executors {
-            for &slots in &args.slots {
-                let (Some(plain), Some(secure)) = (
-                    runs_with(Api::Native, executor, slots, Security::Plain),
-                    runs_with(Api::Native, executor, slots, Security::Secure),
-                ) else {
-                    continue;
-                };
-                let ratio = secure.median / plain.median;
-                met &= ratio >= TARGET_SECURE_RATIO;
-                println!(
-                    "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
-                    plain.to_string(),
-                    secure.to_string(),
-                    bench_api::verdict(ratio >= TARGET_SECURE_RATIO)
-                );
-            }
-        }
     }
     if args.isolation.len() == 2 {
         let api = *args.api.0.first().unwrap_or(&Api::Native);
         let security = *args.security.first().unwrap_or(&Security::Plain);
-        println!(
-            "\ncgroups ÷ posix (tasks/s, {api} API, {security}; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_CGROUPS_RATIO}:\n{:<9} {:>6} {:>22} {:>22} {:>7} {:>6}",
-            "executor", "slots", "posix/s", "cgroups/s", "ratio", "target"
+        met &= ratio_table(
+            args,
+            &format!("cgroups ÷ posix (tasks/s, {api} API, {security}; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_CGROUPS_RATIO}"),
+            ("posix/s", "cgroups/s"),
+            TARGET_CGROUPS_RATIO,
+            |executor, slots| {
+                Some((
+                    runs_isolated(api, executor, slots, security, Isolation::Posix)?,
+                    runs_isolated(api, executor, slots, security, Isolation::Cgroups)?,
+                ))
+            },
         );
-        for executor in &args.executors {
-            for &slots in &args.slots {
-                let (Some(posix), Some(cgroups)) = (
-                    runs_isolated(api, executor, slots, security, Isolation::Posix),
-                    runs_isolated(api, executor, slots, security, Isolation::Cgroups),
-                ) else {
-                    continue;
-                };
-                let ratio = cgroups.median / posix.median;
-                met &= ratio >= TARGET_CGROUPS_RATIO;
-                println!(
-                    "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
-                    posix.to_string(),
-                    cgroups.to_string(),
-                    bench_api::verdict(ratio >= TARGET_CGROUPS_RATIO)
-                );
-            }
-        }
     }
     for &api in &args.api.0 {
         for executor in &args.executors {
@@ -468,28 +448,18 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
     let mut v1_met = true;
     if args.api.0.contains(&Api::Native) && args.api.0.contains(&Api::V1) {
         let first = *args.security.first().unwrap_or(&Security::Plain);
-        println!(
-            "\nv1 ÷ native (tasks/s; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_V1_RATIO}:\n{:<9} {:>6} {:>22} {:>22} {:>7} {:>6}",
-            "executor", "slots", "native/s", "v1/s", "ratio", "target"
+        v1_met = ratio_table(
+            args,
+            &format!("v1 ÷ native (tasks/s; medians of {rounds} run(s), range in brackets), target ≥ {TARGET_V1_RATIO}"),
+            ("native/s", "v1/s"),
+            TARGET_V1_RATIO,
+            |executor, slots| {
+                Some((
+                    runs_with(Api::Native, executor, slots, first)?,
+                    runs_with(Api::V1, executor, slots, first)?,
+                ))
+            },
         );
-        for executor in &args.executors {
-            for &slots in &args.slots {
-                let (Some(native), Some(v1)) = (
-                    runs_with(Api::Native, executor, slots, first),
-                    runs_with(Api::V1, executor, slots, first),
-                ) else {
-                    continue;
-                };
-                let ratio = v1.median / native.median;
-                v1_met &= ratio >= TARGET_V1_RATIO;
-                println!(
-                    "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
-                    native.to_string(),
-                    v1.to_string(),
-                    bench_api::verdict(ratio >= TARGET_V1_RATIO)
-                );
-            }
-        }
         println!(
             "v1 ÷ native ≥ {TARGET_V1_RATIO} at every point: {}",
             bench_api::verdict(v1_met)
@@ -500,6 +470,39 @@ fn print_table(args: &Args, ceiling: f64, results: &[Figures]) -> bool {
         bench_api::verdict(met)
     );
     met && v1_met
+}
+
+/// Prints `heading` and, per executor and slot count that `runs` has
+/// figures for, the base and compared runs and compared ÷ base against
+/// `target`; whether every row meets it.
+fn ratio_table(
+    args: &Args,
+    heading: &str,
+    (base, compared): (&str, &str),
+    target: f64,
+    runs: impl Fn(&str, usize) -> Option<(bench_api::Runs, bench_api::Runs)>,
+) -> bool {
+    println!(
+        "\n{heading}:\n{:<9} {:>6} {base:>22} {compared:>22} {:>7} {:>6}",
+        "executor", "slots", "ratio", "target"
+    );
+    let mut met = true;
+    for executor in &args.executors {
+        for &slots in &args.slots {
+            let Some((a, b)) = runs(executor, slots) else {
+                continue;
+            };
+            let ratio = b.median / a.median;
+            met &= ratio >= target;
+            println!(
+                "{executor:<9} {slots:>6} {:>22} {:>22} {ratio:>7.2} {:>6}",
+                a.to_string(),
+                b.to_string(),
+                bench_api::verdict(ratio >= target)
+            );
+        }
+    }
+    met
 }
 
 /// `posix_spawn` + `waitpid` of `/bin/true` from two threads, per second.
