@@ -28,6 +28,10 @@ use crate::processes::{Processes, Request};
 /// Most often the `/state` snapshot is rebuilt while the agent is busy.
 pub(crate) const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 
+/// Events the core takes in one turn before what they ask for is
+/// carried out.
+const EVENTS_PER_TURN: usize = 64;
+
 /// What is posted to the shell.
 pub(crate) enum CoreEvent {
     /// A new master connection; `tx` writes to it.
@@ -131,7 +135,7 @@ impl Shell {
                 _ = &mut shutdown => break Stop::Requested,
                 event = rx.recv() => match event {
                     Some(event) => {
-                        if let Some(stop) = self.event(event) {
+                        if let Some(stop) = self.events(event, &mut rx) {
                             break stop;
                         }
                     }
@@ -172,6 +176,24 @@ impl Shell {
             let snapshot = self.core.snapshot(self.writer.stats());
             self.snapshots.send_replace(Arc::new(snapshot));
         }
+    }
+
+    /// Feeds the core `first` and whatever else is already queued (at
+    /// most [`EVENTS_PER_TURN`]), so what they ask for is carried out
+    /// together: one wake-up of each connection for a burst of events.
+    fn events(&mut self, first: CoreEvent, rx: &mut mpsc::Receiver<CoreEvent>) -> Option<Stop> {
+        if let Some(stop) = self.event(first) {
+            return Some(stop);
+        }
+        for _ in 1..EVENTS_PER_TURN {
+            let Ok(event) = rx.try_recv() else {
+                return None;
+            };
+            if let Some(stop) = self.event(event) {
+                return Some(stop);
+            }
+        }
+        None
     }
 
     fn event(&mut self, event: CoreEvent) -> Option<Stop> {

@@ -40,6 +40,7 @@
 //! sent only to groups whose leader is known unreaped.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
@@ -519,7 +520,8 @@ fn spawn(
         // this process), and comes back.
         Some(back) => {
             let spawned = move_this_thread(cgroups).and_then(|()| process.spawn());
-            if let Err(e) = move_this_thread(&back) {
+            let returned = back.iter().try_for_each(|home| (&**home).write_all(b"0"));
+            if let Err(e) = returned {
                 // Left in the task's container, this thread would die
                 // with it: nothing more may start from here.
                 tracing::error!(error = %e, "cannot return to the executor's own container");
@@ -540,24 +542,35 @@ fn spawn(
 
 /// When `files` are cgroup v1 `tasks` files of sibling containers (the
 /// task's, next to this executor's own), the `tasks` files of this
-/// executor's own container in the same hierarchies: where a thread that
-/// entered the task's container goes back to.
-fn cgroup_v1_round_trip(files: &[PathBuf]) -> Option<Vec<PathBuf>> {
+/// executor's own container in the same hierarchies, open: where a
+/// thread that entered the task's container goes back to. Each is opened
+/// once and kept (opening a cgroup file costs more than the move).
+fn cgroup_v1_round_trip(files: &[PathBuf]) -> Option<Vec<Arc<std::fs::File>>> {
+    type Homes = HashMap<PathBuf, Option<Arc<std::fs::File>>>;
+    static HOMES: std::sync::OnceLock<Mutex<Homes>> = std::sync::OnceLock::new();
     if files.is_empty() || !files.iter().all(|f| f.ends_with("tasks")) {
         return None;
     }
     let name = own_container()?;
+    let mut homes = HOMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     files
         .iter()
         .map(|f| {
             let base = f.parent()?.parent()?;
-            let back = base.join(name).join("tasks");
-            // Only where this thread can surely come back.
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&back)
-                .is_ok()
-                .then_some(back)
+            homes
+                .entry(base.to_path_buf())
+                .or_insert_with(|| {
+                    // Only where this thread can surely come back.
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(base.join(name).join("tasks"))
+                        .ok()
+                        .map(Arc::new)
+                })
+                .clone()
         })
         .collect()
 }

@@ -609,21 +609,14 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// Processes whose parent is `pid` (an agent's running executors).
 fn children_of(pid: u32) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    // Each thread's children (the agent spawns from several threads).
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let rest = &s[s.rfind(')')? + 1..];
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(pid)
-        })
-        .count()
+    threads
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .map(|children| children.split_whitespace().count())
+        .sum()
 }
 
 // --- the framework ---
@@ -943,6 +936,7 @@ async fn grid_point(
     // Sample memory and executors while the tasks run.
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
     let (mut master_peak, mut agent_peak, mut executors_peak) = (master_base, 0u64, 0usize);
+    let mut sampled: Option<Instant> = None;
     loop {
         let done = {
             let run = shared.run.lock().unwrap_or_else(|e| e.into_inner());
@@ -952,10 +946,15 @@ async fn grid_point(
                 .unwrap_or_else(|e| e.into_inner());
             run.done
         };
-        master_peak = master_peak.max(master.rss_kib());
-        if let Some((agent, base)) = agents.first().zip(agent_base.first()) {
-            agent_peak = agent_peak.max(agent.rss_kib().saturating_sub(*base));
-            executors_peak = executors_peak.max(children_of(agent.child.id()));
+        // Every 100 ms, not at every task's end: the sampling is not
+        // what is measured.
+        if sampled.is_none_or(|at| at.elapsed() >= Duration::from_millis(100)) {
+            sampled = Some(Instant::now());
+            master_peak = master_peak.max(master.rss_kib());
+            if let Some((agent, base)) = agents.first().zip(agent_base.first()) {
+                agent_peak = agent_peak.max(agent.rss_kib().saturating_sub(*base));
+                executors_peak = executors_peak.max(children_of(agent.child.id()));
+            }
         }
         if done >= args.tasks {
             break;
