@@ -827,6 +827,7 @@ async fn grid_point(
                 .map(|n| n.to_string_lossy().replace('.', ""))
                 .unwrap_or_default()
         ),
+        agents: args.agents,
     });
     if let Some(root) = &cgroups_root {
         agora_agent::isolation::check_cgroups(&root.name)
@@ -855,7 +856,7 @@ async fn grid_point(
         if let Some(root) = &cgroups_root {
             agent_args.extend([
                 "--isolation=cgroups".to_string(),
-                format!("--cgroups-root={}/agent-{i}", root.name),
+                format!("--cgroups-root={}", root.agent_root(i)),
             ]);
         }
         agent_args.extend(args.agent_flag.iter().cloned());
@@ -1016,13 +1017,26 @@ async fn grid_point(
 /// whatever is left in it) when dropped.
 struct CgroupsRoot {
     name: String,
+    /// Agents with a root of their own under it (`agent-{i}`).
+    agents: usize,
 }
 
 impl Drop for CgroupsRoot {
+    /// Each agent's root first (with what its agent left: spare
+    /// containers, or those of executors still dying), then the run's.
     fn drop(&mut self) {
-        if let Err(e) = agora_agent::isolation::destroy_cgroups_root(&self.name) {
-            eprintln!("cannot remove cgroups root {}: {e}", self.name);
+        let roots = (0..self.agents).map(|i| self.agent_root(i));
+        for root in roots.chain([self.name.clone()]) {
+            if let Err(e) = agora_agent::isolation::destroy_cgroups_root(&root) {
+                eprintln!("cannot remove cgroups root {root}: {e}");
+            }
         }
+    }
+}
+
+impl CgroupsRoot {
+    fn agent_root(&self, i: usize) -> String {
+        format!("{}/agent-{i}", self.name)
     }
 }
 
