@@ -98,6 +98,17 @@ fn run_as(cluster: &TestCluster, user: &str, command: &str) -> TaskStatus {
     run_with_uris(cluster, user, command, Vec::new())
 }
 
+/// Fails the test with the cluster's logs unless `status` is
+/// `TASK_FINISHED`.
+fn assert_finished(cluster: &TestCluster, status: &TaskStatus) {
+    assert_eq!(
+        status.state,
+        TaskState::Finished,
+        "{status:?}\n{}",
+        cluster.logs()
+    );
+}
+
 /// [`run_as`] with `uris` fetched into the task's sandbox first.
 fn run_with_uris(
     cluster: &TestCluster,
@@ -193,12 +204,7 @@ fn root_tasks_are_refused_unless_the_agent_allows_them() {
         &["--allow-root-tasks"],
     );
     let status = run_as(&cluster, "root", "id -u > uid");
-    assert_eq!(
-        status.state,
-        TaskState::Finished,
-        "{status:?}\n{}",
-        cluster.logs()
-    );
+    assert_finished(&cluster, &status);
     let uid = find(&allowed, "uid").expect("the task's uid file");
     assert_eq!(std::fs::read_to_string(uid).unwrap().trim(), "0");
 }
@@ -226,12 +232,7 @@ fn tasks_run_as_the_user_their_framework_names() {
             output_file: None,
         }],
     );
-    assert_eq!(
-        status.state,
-        TaskState::Finished,
-        "{status:?}\n{}",
-        cluster.logs()
-    );
+    assert_finished(&cluster, &status);
     let who = find(&work, "who").expect("the task's output");
     let lines: Vec<String> = std::fs::read_to_string(&who)
         .unwrap()
@@ -278,12 +279,7 @@ fn a_task_of_another_user_runs_in_a_container_of_its_own() {
             "nobody",
             "set -e; id -un > who; cat /proc/self/cgroup > cgroups",
         );
-        assert_eq!(
-            status.state,
-            TaskState::Finished,
-            "{status:?}\n{}",
-            cluster.logs()
-        );
+        assert_finished(&cluster, &status);
     }
     let who = find(&work, "who").expect("the task's output");
     assert_eq!(std::fs::read_to_string(&who).unwrap().trim(), "nobody");
