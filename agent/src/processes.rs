@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::core::{ExecKey, Input};
+use crate::core::{ExecKey, Input, TaskEntry};
 use crate::isolation::cgroups::{Cgroups, Container, OomEvent};
 use crate::isolation::{Limitation, Limits};
 use crate::launcher::{self, LaunchSpec, Process};
@@ -173,9 +173,27 @@ struct ContainerKeeper {
     removals: Removals,
 }
 
-/// Empty containers kept for reuse, with their limits and when they were
-/// last used, oldest first.
-type Spares = std::collections::VecDeque<(Arc<Container>, Limits, Instant)>;
+/// Empty containers kept for reuse, oldest first.
+type Spares = std::collections::VecDeque<Spare>;
+
+/// An empty container kept for reuse.
+struct Spare {
+    container: Arc<Container>,
+    limits: Limits,
+    /// When it was last used.
+    at: Instant,
+    /// Its out-of-memory watch, kept for the next task.
+    watch: Option<OomWatch>,
+}
+
+/// A task container's out-of-memory watch, kept with the container from
+/// one task to the next (registering one costs an eventfd, two opens and
+/// a write). Dropping it ends the watch and closes its eventfd.
+struct OomWatch {
+    /// The task it reports to; `None` while the container is a spare.
+    task: Arc<std::sync::Mutex<Option<StreamKey>>>,
+    handle: tokio::task::AbortHandle,
+}
 
 /// A command task's container.
 struct TaskContainer {
@@ -187,7 +205,7 @@ struct TaskContainer {
     /// Given to the task's user: not reused.
     delegated: bool,
     /// Its out-of-memory watch.
-    watch: Option<tokio::task::AbortHandle>,
+    watch: Option<OomWatch>,
 }
 
 /// Spare containers an agent keeps at most.
@@ -596,7 +614,7 @@ impl Keeper {
             // Only the sandbox to make: quick enough for this thread.
             let result = user
                 .and_then(|user| create_sandbox(&sandbox, user.as_ref()))
-                .map(|()| Vec::new());
+                .map(|()| TaskEntry::default());
             let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             return;
         }
@@ -610,7 +628,7 @@ impl Keeper {
                     crate::fetch::fetch_all(&uris, &sandbox, &runtime)
                         .map_err(|e| e.to_string())?;
                     create_sandbox(&sandbox, user.as_ref())?;
-                    Ok(Vec::new())
+                    Ok(TaskEntry::default())
                 });
                 let _ = core.blocking_send(CoreEvent::Input(Input::TaskFetched { key, result }));
             });
@@ -802,7 +820,7 @@ impl ContainerKeeper {
         let runtime = self.runtime.clone();
         let _entered = runtime.enter();
         loop {
-            let expiry = self.spares().front().map(|(_, _, at)| *at + SPARE_IDLE);
+            let expiry = self.spares().front().map(|spare| spare.at + SPARE_IDLE);
             let next = self.removals.next().into_iter().chain(expiry).min();
             let Ok(request) = next_request(&rx, next) else {
                 return;
@@ -816,9 +834,9 @@ impl ContainerKeeper {
                 let mut expired = Vec::new();
                 while spares
                     .front()
-                    .is_some_and(|(_, _, at)| *at + SPARE_IDLE <= now)
+                    .is_some_and(|spare| spare.at + SPARE_IDLE <= now)
                 {
-                    expired.extend(spares.pop_front().map(|(spare, _, _)| spare));
+                    expired.extend(spares.pop_front().map(|spare| spare.container));
                 }
                 expired
             };
@@ -855,7 +873,7 @@ impl ContainerKeeper {
             Request::AdoptTaskContainer { key, name } => {
                 if let Some(container) = self.cgroups.as_ref().and_then(|c| c.open(&name)) {
                     // Its limits are unknown here: not reused.
-                    self.watch(key, Arc::new(container), Limits::default(), true);
+                    self.watch(key, Arc::new(container), Limits::default(), true, None);
                 }
             }
             Request::TaskOutOfMemory { key } => {
@@ -878,9 +896,9 @@ impl ContainerKeeper {
         name: &str,
         limits: &Limits,
         user: Option<&RunAs>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<TaskEntry, String> {
         let Some(cgroups) = self.cgroups.clone() else {
-            return Ok(Vec::new());
+            return Ok(TaskEntry::default());
         };
         // A spare with the same limits, renamed, when the task's user
         // is the agent's.
@@ -888,28 +906,28 @@ impl ContainerKeeper {
             .is_none()
             .then(|| {
                 let mut spares = self.spares();
-                let i = spares.iter().rposition(|(_, l, _)| l == limits)?;
+                let i = spares.iter().rposition(|spare| spare.limits == *limits)?;
                 spares.remove(i)
             })
             .flatten();
-        let reused = spare.and_then(|(spare, _, _)| match cgroups.rename(&spare, name) {
+        let reused = spare.and_then(|spare| match cgroups.rename(&spare.container, name) {
             Ok(container) => {
                 container.reset_usage();
-                Some(container)
+                Some((container, spare.watch))
             }
             Err(e) => {
-                tracing::warn!(container = spare.name(), error = %e, "cannot reuse a spare container; removing it");
-                self.removals.remove(spare, 0);
+                tracing::warn!(container = spare.container.name(), error = %e, "cannot reuse a spare container; removing it");
+                self.removals.remove(spare.container, 0);
                 None
             }
         });
-        let container = match reused {
-            Some(container) => container,
+        let (container, watch) = match reused {
+            Some(reused) => reused,
             None => {
                 let (container, _) = cgroups
                     .create(name, limits)
                     .map_err(|e| format!("cannot create the task's container: {e}"))?;
-                container
+                (container, None)
             }
         };
         if let Some(user) = user {
@@ -921,44 +939,49 @@ impl ContainerKeeper {
                 ));
             }
         }
-        let files = container
-            .entry_files()
-            .iter()
-            .map(|f| f.display().to_string())
-            .collect();
-        self.watch(key.clone(), Arc::new(container), *limits, user.is_some());
-        Ok(files)
+        let entry = TaskEntry {
+            files: container
+                .entry_files()
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect(),
+            // A container given to a user is never reused.
+            lasting: user
+                .is_none()
+                .then(|| container.lasting_name().map(str::to_string))
+                .flatten(),
+        };
+        self.watch(
+            key.clone(),
+            Arc::new(container),
+            *limits,
+            user.is_some(),
+            watch,
+        );
+        Ok(entry)
     }
 
     /// Keeps command task `key`'s container and, until the task ends,
-    /// has an out-of-memory kill in it kill it whole.
+    /// has an out-of-memory kill in it kill it whole: through `watch`,
+    /// the container's watch from its previous task, or a new one.
     fn watch(
         &mut self,
         key: StreamKey,
         container: Arc<Container>,
         limits: Limits,
         delegated: bool,
+        watch: Option<OomWatch>,
     ) {
-        let oom = container
-            .oom_fd()
-            .and_then(crate::sys::register_readable)
-            .map_err(|e| {
-                tracing::warn!(framework_id = %key.0, task_id = %key.1, error = %e, "cannot listen for the task container's out-of-memory events; checked when it ends");
-            })
-            .ok();
-        let watch = oom.map(|oom| {
-            let requests = self.requests.clone();
-            let (key, container) = (key.clone(), container.clone());
-            self.runtime
-                .spawn(async move {
-                    if out_of_memory(&oom, &container, false).await {
-                        if let Some(requests) = requests.upgrade() {
-                            let _ = requests.send(Request::TaskOutOfMemory { key });
-                        }
-                    }
-                })
-                .abort_handle()
-        });
+        let watch = match watch {
+            Some(watch) => {
+                *watch
+                    .task
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(key.clone());
+                Some(watch)
+            }
+            None => self.watch_out_of_memory(&key, &container),
+        };
         let oom_base = container.oom_kills();
         self.containers.insert(
             key,
@@ -990,8 +1013,11 @@ impl ContainerKeeper {
         let mut limitation = None;
         if let Some(task) = task {
             if let Some(watch) = &task.watch {
-                // Its eventfd closes with it.
-                watch.abort();
+                // No longer the task's, whatever comes.
+                *watch
+                    .task
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
             }
             let container = task.container;
             let killed = container.kill_all();
@@ -1010,7 +1036,7 @@ impl ContainerKeeper {
                 && !task.delegated
                 && oom_kills == 0
                 && container.pids_limit_hits() == 0;
-            self.retire(container, task.limits, clean);
+            self.retire(container, task.limits, clean, task.watch);
         }
         let _ = self
             .core
@@ -1023,23 +1049,79 @@ impl ContainerKeeper {
     /// Keeps an ended task's empty container as a spare (cgroup v1, when
     /// `clean`), else removes it; the oldest spare goes when there are
     /// too many.
-    fn retire(&mut self, container: Arc<Container>, limits: Limits, clean: bool) {
+    fn retire(
+        &mut self,
+        container: Arc<Container>,
+        limits: Limits,
+        clean: bool,
+        watch: Option<OomWatch>,
+    ) {
         // Kept under the ended task's name (a run id no task has now):
         // renamed once, when it is reused. An agent that restarts
         // destroys it as an orphan.
         if !clean || !self.cgroups.as_ref().is_some_and(|c| c.delegates()) {
+            drop(watch);
             return self.removals.remove(container, 0);
         }
         let oldest = {
             let mut spares = self.spares();
-            spares.push_back((container, limits, Instant::now()));
+            spares.push_back(Spare {
+                container,
+                limits,
+                at: Instant::now(),
+                watch,
+            });
             (spares.len() > MAX_SPARES)
                 .then(|| spares.pop_front())
                 .flatten()
         };
-        if let Some((oldest, _, _)) = oldest {
-            self.removals.remove(oldest, 0);
+        if let Some(oldest) = oldest {
+            self.removals.remove(oldest.container, 0);
         }
+    }
+
+    /// A new out-of-memory watch of command task `key`'s container
+    /// (`None`, logged, when the kernel will not give one: the container
+    /// is then checked when the task ends).
+    fn watch_out_of_memory(&self, key: &StreamKey, container: &Arc<Container>) -> Option<OomWatch> {
+        let oom = container
+            .oom_fd()
+            .and_then(crate::sys::register_readable)
+            .map_err(|e| {
+                tracing::warn!(framework_id = %key.0, task_id = %key.1, error = %e, "cannot listen for the task container's out-of-memory events; checked when it ends");
+            })
+            .ok()?;
+        let task = Arc::new(std::sync::Mutex::new(Some(key.clone())));
+        let requests = self.requests.clone();
+        let (owner, container) = (task.clone(), container.clone());
+        let handle = self
+            .runtime
+            .spawn(async move {
+                while out_of_memory(&oom, &container, false).await {
+                    let key = owner
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone();
+                    match (key, requests.upgrade()) {
+                        (Some(key), Some(requests)) => {
+                            let _ = requests.send(Request::TaskOutOfMemory { key });
+                        }
+                        (_, None) => break,
+                        (None, Some(_)) => {}
+                    }
+                }
+            })
+            .abort_handle();
+        Some(OomWatch { task, handle })
+    }
+}
+
+// === impl OomWatch ===
+
+impl Drop for OomWatch {
+    fn drop(&mut self) {
+        // Its eventfd closes with the watch's task.
+        self.handle.abort();
     }
 }
 

@@ -443,12 +443,6 @@ pub(crate) fn register_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd
         .map_err(|e| e.into_parts().1)
 }
 
-/// The calling thread's id (the id a cgroup v1 `tasks` file takes).
-pub(crate) fn gettid() -> u32 {
-    // SAFETY: gettid takes no arguments and cannot fail.
-    unsafe { libc::gettid() as u32 }
-}
-
 /// A new non-blocking, close-on-exec eventfd (for cgroup v1 memory
 /// events).
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {

@@ -202,6 +202,7 @@ impl CommandExecutor {
             sandbox.unwrap_or(&self.sandbox),
             sandbox.map(|s| (s, &task.task_id)),
             &placement.cgroups,
+            placement.container.as_deref(),
         );
         let pid = match spawned {
             Ok(pid) => pid,
@@ -450,12 +451,15 @@ fn plain_words(value: &str) -> Option<Vec<&str>> {
 /// Starts `command` in `cwd` as the leader of a new process group; with a
 /// task sandbox, the task's output goes to files there and its
 /// environment names it; with `cgroups`, the child enters the task's
-/// container before it execs. Returns the child's pid.
+/// container before it execs (`container`: the name the container keeps
+/// through renames, under which its files stay open). Returns the
+/// child's pid.
 fn spawn(
     command: &CommandInfo,
     cwd: &Path,
     task: Option<(&Path, &TaskId)>,
     cgroups: &[PathBuf],
+    container: Option<&str>,
 ) -> std::io::Result<u32> {
     let mut process = if command.shell {
         match plain_words(&command.value) {
@@ -519,7 +523,7 @@ fn spawn(
         // child there (which keeps the spawn a `posix_spawn`, no copy of
         // this process), and comes back.
         Some(back) => {
-            let spawned = move_this_thread(cgroups).and_then(|()| process.spawn());
+            let spawned = move_this_thread(cgroups, container).and_then(|()| process.spawn());
             let returned = back.iter().try_for_each(|home| (&**home).write_all(b"0"));
             if let Err(e) = returned {
                 // Left in the task's container, this thread would die
@@ -596,17 +600,85 @@ fn own_container() -> Option<&'static str> {
     .as_deref()
 }
 
-/// Moves the calling thread into the cgroup of each `tasks` file.
-fn move_this_thread(files: &[PathBuf]) -> std::io::Result<()> {
-    for file in files {
-        std::fs::write(file, "0").map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot enter cgroup {}: {e}", file.display()),
-            )
-        })?;
+/// Moves the calling thread into the cgroup of each `tasks` file. With
+/// `container` (the name the agent's container keeps through renames),
+/// the files are kept open under it for the next task the agent puts in
+/// that container: opening a cgroup file costs more than the move.
+fn move_this_thread(files: &[PathBuf], container: Option<&str>) -> std::io::Result<()> {
+    let Some(container) = container else {
+        return files.iter().try_for_each(|file| {
+            std::fs::write(file, "0").map_err(|e| cannot_enter(file, e))
+        });
+    };
+    let mut kept = ENTRIES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(open) = kept.get(container) {
+        if open.len() == files.len() && open.iter().all(|f| (&*f).write_all(b"0").is_ok()) {
+            return Ok(());
+        }
+        // Gone, or not the files the agent names now: opened again.
+        kept.remove(container);
     }
+    let open = files
+        .iter()
+        .map(|file| {
+            let open = std::fs::OpenOptions::new()
+                .write(true)
+                .open(file)
+                .map_err(|e| cannot_enter(file, e))?;
+            (&open).write_all(b"0").map_err(|e| cannot_enter(file, e))?;
+            Ok(open)
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    kept.insert(container.to_string(), open);
     Ok(())
+}
+
+/// The `tasks` files of task containers, open, by the name each
+/// container keeps through renames (see [`move_this_thread`]); the oldest
+/// go when there are [`MAX_KEPT_ENTRIES`].
+static ENTRIES: std::sync::OnceLock<Mutex<KeptEntries>> = std::sync::OnceLock::new();
+
+/// Task containers whose files an executor keeps open at most (five
+/// descriptors each on cgroup v1).
+const MAX_KEPT_ENTRIES: usize = 512;
+
+/// Open `tasks` files by container, oldest first.
+#[derive(Default)]
+struct KeptEntries {
+    files: HashMap<String, Vec<std::fs::File>>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl KeptEntries {
+    fn get(&self, container: &str) -> Option<&Vec<std::fs::File>> {
+        self.files.get(container)
+    }
+
+    fn remove(&mut self, container: &str) {
+        self.files.remove(container);
+        self.order.retain(|c| c != container);
+    }
+
+    fn insert(&mut self, container: String, files: Vec<std::fs::File>) {
+        while self.files.len() >= MAX_KEPT_ENTRIES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.files.remove(&oldest);
+        }
+        self.order.push_back(container.clone());
+        self.files.insert(container, files);
+    }
+}
+
+fn cannot_enter(file: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(
+        e.kind(),
+        format!("cannot enter cgroup {}: {e}", file.display()),
+    )
 }
 
 /// Makes the child write `0` into each of `files` (opened here, before

@@ -59,6 +59,10 @@ pub struct Placement {
     /// alone (cgroup v1 `tasks` files or a cgroup v2 `cgroup.procs`).
     /// Empty when the task runs in its executor's container.
     pub cgroups: Vec<std::path::PathBuf>,
+    /// A name that container keeps while the agent renames it from one
+    /// task to the next: the files of `cgroups` can be kept open under
+    /// it. `None` for a container that is never reused.
+    pub container: Option<String>,
 }
 
 /// An executor: the callbacks the [`ExecutorDriver`] makes.

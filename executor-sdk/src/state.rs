@@ -435,6 +435,7 @@ impl DriverCore {
                 task,
                 sandbox,
                 cgroups,
+                container,
             } => {
                 if !self
                     .unacknowledged_tasks
@@ -446,6 +447,7 @@ impl DriverCore {
                 let placement = crate::Placement {
                     sandbox: sandbox.map(std::path::PathBuf::from),
                     cgroups: cgroups.into_iter().map(std::path::PathBuf::from).collect(),
+                    container,
                 };
                 vec![Action::Callback(Callback::LaunchTask { task, placement })]
             }
@@ -459,6 +461,7 @@ impl DriverCore {
                             task,
                             sandbox: None,
                             cgroups: Vec::new(),
+                            container: None,
                         },
                         now,
                     )
@@ -943,6 +946,7 @@ mod tests {
                 task: task("t1"),
                 sandbox: None,
                 cgroups: Vec::new(),
+                container: None,
             },
             now,
         );
@@ -951,6 +955,7 @@ mod tests {
                 task: task("t2"),
                 sandbox: None,
                 cgroups: Vec::new(),
+                container: None,
             },
             now,
         );
@@ -1084,6 +1089,7 @@ mod tests {
                 task: task("t1"),
                 sandbox: None,
                 cgroups: Vec::new(),
+                container: None,
             },
             now,
         );
@@ -1414,6 +1420,7 @@ mod tests {
                     task: t,
                     sandbox: None,
                     cgroups: Vec::new(),
+                    container: None,
                 },
                 now,
             );

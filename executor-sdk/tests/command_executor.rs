@@ -78,6 +78,7 @@ async fn launch(run: &Run, task: agora_executor::TaskInfo) -> Conn {
             task,
             sandbox: None,
             cgroups: Vec::new(),
+            container: None,
         },
     )
     .await;
@@ -284,6 +285,7 @@ async fn task_without_command_and_second_launch_are_errors() {
             task: command_task("task-2", None),
             sandbox: None,
             cgroups: Vec::new(),
+            container: None,
         },
     )
     .await;
@@ -338,6 +340,7 @@ async fn many_tasks_run_in_their_own_sandboxes_until_shutdown() {
                 task: command_task(&format!("t{i}"), Some(shell(script))),
                 sandbox: Some(dirs[i].path().display().to_string()),
                 cgroups: Vec::new(),
+                container: None,
             },
         )
         .await;

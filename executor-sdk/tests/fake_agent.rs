@@ -137,6 +137,7 @@ async fn resends_unacknowledged_updates_in_order_after_reconnect() {
                 task: command_task(id, None),
                 sandbox: None,
                 cgroups: Vec::new(),
+                container: None,
             },
         )
         .await;

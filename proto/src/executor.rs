@@ -90,6 +90,12 @@ pub enum Event {
         /// task runs in its executor's container.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         cgroups: Vec<String>,
+        /// A name the container of `cgroups` keeps while the agent
+        /// renames it from one task to the next (an ended task's empty
+        /// container is reused): an executor may keep the files open
+        /// under it. Absent for a container that is never reused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        container: Option<String>,
     },
     /// Launch the tasks of one task group together (see
     /// [`TaskInfo::task_group`]). Sent only to executors of the Mesos v1

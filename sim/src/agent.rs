@@ -646,7 +646,7 @@ impl World {
                         inc,
                         input: Box::new(Input::TaskFetched {
                             key,
-                            result: Ok(Vec::new()),
+                            result: Ok(Default::default()),
                         }),
                     },
                 );
@@ -672,7 +672,7 @@ impl World {
             // A made or ended one is answered for after a moment.
             Request::TaskContainer { key, .. } => {
                 let d = self.between(100_000, MS);
-                let result = Ok(Vec::new());
+                let result = Ok(Default::default());
                 self.agent_input_after(d, i, inc, Input::TaskFetched { key, result });
             }
             Request::EndTaskContainer { key, .. } => {

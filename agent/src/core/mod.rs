@@ -107,7 +107,7 @@ pub enum Input {
     /// [`exec_api::Event::Launch`]), or could not be.
     TaskFetched {
         key: StreamKey,
-        result: Result<Vec<String>, String>,
+        result: Result<TaskEntry, String>,
     },
     /// Command task `key`'s container was killed whole (nothing of the
     /// task is left) and is being removed; `limitation` says whether it
@@ -137,6 +137,17 @@ pub enum Input {
     Timer(Timer),
     /// A checkpoint the core asked for reached the disk (or failed to).
     Durable(Durable, Result<(), String>),
+}
+
+/// How a command task's process enters the container made for it alone
+/// (see [`exec_api::Event::Launch`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskEntry {
+    /// The files it writes `0` into; empty when it has no container.
+    pub files: Vec<String>,
+    /// The name the container keeps through its renames, for an
+    /// executor that keeps the files open.
+    pub lasting: Option<String>,
 }
 
 /// A timer the core sets (with [`Action::Timer`]) and is told of when it
@@ -323,8 +334,8 @@ struct Task {
     /// in a shared command executor: its name (the task's sandbox run
     /// id) until the agent asked for it to be ended.
     container: Option<String>,
-    /// The files its process enters that container through.
-    container_files: Vec<String>,
+    /// How its process enters that container.
+    container_entry: TaskEntry,
     /// Its executor's terminal update, held until its container is
     /// ended: nothing of the task is left running when the update goes
     /// out, and an out-of-memory kill shows in it.
@@ -396,7 +407,7 @@ impl Task {
             terminal_reported: false,
             checkpointed,
             container: None,
-            container_files: Vec::new(),
+            container_entry: TaskEntry::default(),
             held: None,
         }
     }

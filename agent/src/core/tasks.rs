@@ -526,17 +526,17 @@ impl Core {
     /// its container made (it goes to its executor once both are done
     /// and its checkpoint is durable), or one could not be: the task
     /// fails as a failed executor launch does.
-    pub(super) fn task_fetched(&mut self, key: StreamKey, result: Result<Vec<String>, String>) {
+    pub(super) fn task_fetched(&mut self, key: StreamKey, result: Result<TaskEntry, String>) {
         let Some(preparing) = self.fetching.get_mut(&key) else {
             return;
         };
         match result {
-            Ok(files) => {
+            Ok(entry) => {
                 preparing.waiting = preparing.waiting.saturating_sub(1);
                 let Preparing { recorded, waiting } = *preparing;
-                if !files.is_empty() {
+                if !entry.files.is_empty() {
                     if let Some(task) = self.tasks.get_mut(&key) {
-                        task.container_files = files;
+                        task.container_entry = entry;
                     }
                 }
                 if waiting == 0 {
@@ -678,7 +678,8 @@ impl Core {
                 events.push(exec_api::Event::Launch {
                     task: task.info.clone(),
                     sandbox: task.sandbox.as_ref().map(|s| s.display().to_string()),
-                    cgroups: task.container_files.clone(),
+                    cgroups: task.container_entry.files.clone(),
+                    container: task.container_entry.lasting.clone(),
                 });
                 continue;
             };

@@ -459,7 +459,7 @@ fn a_command_task_starts_only_once_its_uris_are_fetched_and_its_checkpoint_durab
     assert_eq!(launches(&actions), 0, "{actions:?}");
     let actions = h.input(Input::TaskFetched {
         key: key.clone(),
-        result: Ok(Vec::new()),
+        result: Ok(TaskEntry::default()),
     });
     assert_eq!(launches(&actions), 1, "{actions:?}");
 
@@ -471,7 +471,7 @@ fn a_command_task_starts_only_once_its_uris_are_fetched_and_its_checkpoint_durab
     });
     let actions = h.input(Input::TaskFetched {
         key: key.clone(),
-        result: Ok(Vec::new()),
+        result: Ok(TaskEntry::default()),
     });
     assert_eq!(launches(&actions), 0, "{actions:?}");
     let actions = h.input(Input::Durable(Durable::Task { key }, Ok(())));
@@ -673,7 +673,10 @@ fn a_command_task_in_a_container_of_its_own_ends_once_the_container_is_gone() {
     let files = vec!["/cgroup/freezer/agora/run/tasks".to_string()];
     let actions = h.input(Input::TaskFetched {
         key: key.clone(),
-        result: Ok(files.clone()),
+        result: Ok(TaskEntry {
+            files: files.clone(),
+            lasting: Some("first-run".into()),
+        }),
     });
     // The command executor's own container holds only the executor.
     let (ekey, spec) = actions
@@ -704,14 +707,20 @@ fn a_command_task_in_a_container_of_its_own_ends_once_the_container_is_gone() {
         tasks: Vec::new(),
     });
     // The executor is told where the task's process goes.
-    let cgroups = actions.iter().find_map(|a| match a {
+    let entry = actions.iter().find_map(|a| match a {
         Action::ToExecutor {
-            event: exec_api::Event::Launch { cgroups, .. },
+            event: exec_api::Event::Launch {
+                cgroups, container, ..
+            },
             ..
-        } => Some(cgroups.clone()),
+        } => Some((cgroups.clone(), container.clone())),
         _ => None,
     });
-    assert_eq!(cgroups, Some(files), "{actions:?}");
+    assert_eq!(
+        entry,
+        Some((files, Some("first-run".to_string()))),
+        "{actions:?}"
+    );
     // Its terminal update waits for the container to be ended (repeats
     // too), then goes on as the container's limitation.
     for _ in 0..2 {

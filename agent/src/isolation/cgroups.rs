@@ -416,6 +416,15 @@ impl Container {
         }
     }
 
+    /// The name it keeps through renames (the one it was created with),
+    /// where it can be renamed (cgroup v1).
+    pub(crate) fn lasting_name(&self) -> Option<&str> {
+        match self {
+            Container::V1(c) => Some(c.lasting_name()),
+            Container::V2(_) => None,
+        }
+    }
+
     /// Gives the files of [`Container::entry_files`] to `uid`/`gid`, so a
     /// process of theirs can enter the container (cgroup v1 only; see
     /// [`Cgroups::delegates`]).

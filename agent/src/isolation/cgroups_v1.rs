@@ -10,7 +10,7 @@
 //! `cpu` and `cpuacct` are on some hosts) or together both work.
 //!
 //! An executor is born inside its container: the process thread moves
-//! itself (its own thread id, through each `tasks` file) into the
+//! itself (writing `0`, the calling thread, into each `tasks` file) into the
 //! container, spawns the executor, which inherits the thread's cgroups at
 //! `clone`, and moves itself back. So no instruction of the executor ever
 //! runs outside the container, and the spawn stays a `posix_spawn`.
@@ -21,16 +21,19 @@
 //! layout under `/sys/fs/cgroup`), and the launch path must stay a few
 //! writes long.
 
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::cgroups::{
-    read_i64, read_keyed, read_u64, write, CgroupsError, ContainerStats, OomEvent, CFS_PERIOD_US,
+    parse_keyed, read_i64, read_keyed, read_u64, write, CgroupsError, ContainerStats, OomEvent, CFS_PERIOD_US,
     FREEZE_TIMEOUT, MIN_CFS_QUOTA_US, MIN_MEMORY_BYTES, MIN_SHARES,
 };
 use super::mountinfo::{self, CgroupMount};
@@ -53,6 +56,9 @@ pub(crate) struct Cgroups {
     /// Per controller, the agent's own cgroup (where the process thread
     /// returns after a spawn).
     own: [PathBuf; 5],
+    /// `base`, open: containers are renamed relative to it, one path
+    /// component each rather than the whole path.
+    base_dirs: [OwnedFd; 5],
     config: CgroupsConfig,
 }
 
@@ -61,6 +67,32 @@ pub(crate) struct Cgroups {
 pub(crate) struct Container {
     name: String,
     dirs: [PathBuf; 5],
+    /// Its files used on every task's way, open; shared with the same
+    /// container under its later names (an open cgroup file follows its
+    /// directory through a rename).
+    kept: Arc<Kept>,
+}
+
+/// The files of a container read or written for every task it holds,
+/// each opened the first time it is used and then kept: opening a cgroup
+/// file costs about ten times reading or writing an open one, which is
+/// what the launch path of a command task in a reused container is made
+/// of.
+#[derive(Debug, Default)]
+struct Kept {
+    /// The name the container was created with.
+    first_name: String,
+    /// `pids.current`. (Not `cgroup.procs`: on cgroup v1 an open
+    /// `cgroup.procs` goes on reading the list it loaded first.)
+    pids_current: OnceLock<File>,
+    /// `memory.oom_control`.
+    oom_control: OnceLock<File>,
+    /// `memory.max_usage_in_bytes`.
+    max_usage: OnceLock<File>,
+    /// `cpuacct.usage`.
+    cpu_usage: OnceLock<File>,
+    /// `pids.events`.
+    pids_events: OnceLock<File>,
 }
 
 // === impl Cgroups ===
@@ -127,9 +159,33 @@ impl Cgroups {
                     " (a kernel without CFS bandwidth control); run with --cgroups-enable-cfs=false",
             });
         }
+        let mut base_dirs = Vec::with_capacity(5);
+        for (i, dir) in base.iter().enumerate() {
+            let opened = nix::fcntl::open(
+                dir,
+                nix::fcntl::OFlag::O_RDONLY
+                    | nix::fcntl::OFlag::O_DIRECTORY
+                    | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            );
+            match opened {
+                Ok(fd) => base_dirs.push(fd),
+                Err(e) => {
+                    return Err(CgroupsError::NotWritable {
+                        controller: CONTROLLERS[i],
+                        path: dir.clone(),
+                        source: e.into(),
+                    })
+                }
+            }
+        }
+        let Ok(base_dirs) = <[OwnedFd; 5]>::try_from(base_dirs) else {
+            unreachable!("one per controller")
+        };
         Ok(Cgroups {
             base,
             own: own_dirs,
+            base_dirs,
             config: config.clone(),
         })
     }
@@ -168,18 +224,22 @@ impl Cgroups {
     /// Renames `container` to `name` in every hierarchy (back to its
     /// old name everywhere if one refuses).
     pub(crate) fn rename(&self, container: &Container, name: &str) -> io::Result<Container> {
-        let renamed = self.container(name);
+        let mut renamed = self.container(name);
+        renamed.kept = container.kept.clone();
+        let at = |i: usize, from: &str, to: &str| {
+            nix::fcntl::renameat(&self.base_dirs[i], from, &self.base_dirs[i], to)
+        };
         let mut done: Vec<usize> = Vec::new();
         for (i, dir) in container.dirs.iter().enumerate() {
             if container.dirs[..i].contains(dir) {
                 continue;
             }
-            if let Err(e) = std::fs::rename(dir, &renamed.dirs[i]) {
+            if let Err(e) = at(i, &container.name, name) {
                 for j in done {
-                    let _ = std::fs::rename(&renamed.dirs[j], &container.dirs[j]);
+                    let _ = at(j, name, &container.name);
                 }
                 return Err(io::Error::new(
-                    e.kind(),
+                    io::Error::from(e).kind(),
                     format!("cannot rename cgroup {}: {e}", dir.display()),
                 ));
             }
@@ -226,14 +286,17 @@ impl Cgroups {
         container: &Container,
         spawn: impl FnOnce() -> io::Result<T>,
     ) -> io::Result<T> {
-        let tid = sys::gettid().to_string();
+        // `0` is the calling thread: moving it alone does not take the
+        // kernel's lock on every thread group of the machine, which
+        // naming it by its id does.
+        let tid = "0";
         let mut entered = Vec::new();
         for (i, dir) in container.dirs.iter().enumerate() {
             if entered.iter().any(|j: &usize| container.dirs[*j] == *dir) {
                 continue;
             }
-            if let Err(e) = std::fs::write(dir.join("tasks"), &tid) {
-                self.leave(&tid, &entered);
+            if let Err(e) = std::fs::write(dir.join("tasks"), tid) {
+                self.leave(tid, &entered);
                 return Err(io::Error::new(
                     e.kind(),
                     format!("cannot enter cgroup {}: {e}", dir.display()),
@@ -242,7 +305,7 @@ impl Cgroups {
             entered.push(i);
         }
         let result = spawn();
-        self.leave(&tid, &entered);
+        self.leave(tid, &entered);
         result
     }
 
@@ -324,6 +387,10 @@ impl Cgroups {
         Container {
             name: name.to_string(),
             dirs: std::array::from_fn(|i| self.base[i].join(name)),
+            kept: Arc::new(Kept {
+                first_name: name.to_string(),
+                ..Kept::default()
+            }),
         }
     }
 }
@@ -353,10 +420,58 @@ impl Container {
         dirs
     }
 
+    /// The name it was created with, whatever it is called now.
+    pub(crate) fn lasting_name(&self) -> &str {
+        &self.kept.first_name
+    }
+
+    /// Its file `file` of controller `i`, open for reading or writing
+    /// (`write`), kept in `slot`.
+    fn kept<'a>(
+        &self,
+        slot: &'a OnceLock<File>,
+        i: usize,
+        file: &str,
+        write: bool,
+    ) -> io::Result<&'a File> {
+        if let Some(open) = slot.get() {
+            return Ok(open);
+        }
+        let open = std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .open(self.dirs[i].join(file))?;
+        Ok(slot.get_or_init(|| open))
+    }
+
+    /// The text of a kept file, read from its start again (`None` once
+    /// the cgroup is gone).
+    fn read_kept(&self, slot: &OnceLock<File>, i: usize, file: &str) -> Option<String> {
+        let file = self.kept(slot, i, file, false).ok()?;
+        let mut text = Vec::with_capacity(256);
+        let mut chunk = [0u8; 4096];
+        loop {
+            match file.read_at(&mut chunk, text.len() as u64) {
+                Ok(0) => break,
+                Ok(n) => text.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        String::from_utf8(text).ok()
+    }
+
     /// Forgets its memory peak and CPU time so far.
     pub(crate) fn reset_usage(&self) {
-        let _ = write(&self.dirs[MEMORY], "memory.max_usage_in_bytes", 0);
-        let _ = write(&self.dirs[CPUACCT], "cpuacct.usage", 0);
+        let kept = &self.kept;
+        for (slot, i, file) in [
+            (&kept.max_usage, MEMORY, "memory.max_usage_in_bytes"),
+            (&kept.cpu_usage, CPUACCT, "cpuacct.usage"),
+        ] {
+            if let Ok(file) = self.kept(slot, i, file, true) {
+                let _ = file.write_at(b"0", 0);
+            }
+        }
     }
 
     /// Its `tasks` file in each hierarchy.
@@ -386,7 +501,9 @@ impl Container {
     pub(crate) fn oom_event(&self, eventfd: BorrowedFd<'_>) -> OomEvent {
         let mut counter = [0u8; 8];
         let signalled = nix::unistd::read(eventfd, &mut counter).is_ok_and(|n| n == 8);
-        if !self.dirs[MEMORY].exists() {
+        // Through its kept file, which follows the container's renames.
+        let oom_control = (&self.kept.oom_control, MEMORY, "memory.oom_control");
+        if self.read_kept(oom_control.0, oom_control.1, oom_control.2).is_none() {
             OomEvent::Removed
         } else if signalled {
             OomEvent::OutOfMemory
@@ -397,12 +514,16 @@ impl Container {
 
     /// Forks refused at its `pids.max` so far.
     pub(crate) fn pids_limit_hits(&self) -> u64 {
-        read_keyed(&self.dirs[PIDS].join("pids.events"), "max").unwrap_or(0)
+        self.read_kept(&self.kept.pids_events, PIDS, "pids.events")
+            .and_then(|text| parse_keyed(&text, "max"))
+            .unwrap_or(0)
     }
 
     /// Out-of-memory kills in the container so far.
     pub(crate) fn oom_kills(&self) -> u64 {
-        read_keyed(&self.dirs[MEMORY].join("memory.oom_control"), "oom_kill").unwrap_or(0)
+        self.read_kept(&self.kept.oom_control, MEMORY, "memory.oom_control")
+            .and_then(|text| parse_keyed(&text, "oom_kill"))
+            .unwrap_or(0)
     }
 
     /// The hard memory limit and the most memory used at once, in bytes.
@@ -421,13 +542,21 @@ impl Container {
             .unwrap_or_default()
     }
 
+    /// Whether it surely holds no process (not even one exited and not
+    /// yet reaped), from its kept `pids.current`.
+    fn surely_empty(&self) -> bool {
+        self.read_kept(&self.kept.pids_current, PIDS, "pids.current")
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            == Some(0)
+    }
+
     /// Kills every process of the container, including those that left
     /// its session or double-forked: freeze (so none can fork or be
     /// missed), SIGKILL each, thaw (so the signals are delivered).
     /// Returns how many were signalled.
     pub(crate) fn kill_all(&self) -> usize {
         let freezer = &self.dirs[FREEZER];
-        if !freezer.is_dir() || self.pids().is_empty() {
+        if self.surely_empty() || !freezer.is_dir() || self.pids().is_empty() {
             // Nothing to kill, and nothing left to fork.
             return 0;
         }
