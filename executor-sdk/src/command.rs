@@ -40,7 +40,6 @@
 //! sent only to groups whose leader is known unreaped.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
@@ -461,6 +460,7 @@ fn spawn(
     cgroups: &[PathBuf],
     container: Option<&str>,
 ) -> std::io::Result<u32> {
+    let mut argv0 = None;
     let mut process = if command.shell {
         match plain_words(&command.value) {
             Some(words) => {
@@ -476,8 +476,9 @@ fn spawn(
         }
     } else {
         let mut process = std::process::Command::new(&command.value);
-        if let Some((argv0, rest)) = command.arguments.split_first() {
-            process.arg0(argv0).args(rest);
+        if let Some((first, rest)) = command.arguments.split_first() {
+            argv0 = Some(std::ffi::OsStr::new(first.as_str()));
+            process.args(rest);
         }
         process
     };
@@ -505,147 +506,90 @@ fn spawn(
                 process.env(name, task_id.as_str());
             }
             (
-                Stdio::from(append(&sandbox.join("stdout"))?),
-                Stdio::from(append(&sandbox.join("stderr"))?),
+                Some(append(&sandbox.join("stdout"))?),
+                Some(append(&sandbox.join("stderr"))?),
             )
         }
-        None => (Stdio::inherit(), Stdio::inherit()),
+        None => (None, None),
     };
-    process
-        .envs(&command.environment)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0);
-    let child = match cgroup_v1_round_trip(cgroups) {
-        // cgroup v1: this thread enters the task's container, starts the
-        // child there (which keeps the spawn a `posix_spawn`, no copy of
-        // this process), and comes back.
-        Some(back) => {
-            let spawned = move_this_thread(cgroups, container).and_then(|()| process.spawn());
-            let returned = back.iter().try_for_each(|home| (&**home).write_all(b"0"));
-            if let Err(e) = returned {
-                // Left in the task's container, this thread would die
-                // with it: nothing more may start from here.
-                tracing::error!(error = %e, "cannot return to the executor's own container");
-                std::process::abort();
-            }
-            spawned?
-        }
-        None => {
-            if !cgroups.is_empty() {
-                enter_before_exec(&mut process, cgroups)?;
-            }
-            process.spawn()?
-        }
-    };
-    // Reaped by the reaper thread, not through this handle.
-    Ok(child.id())
-}
-
-/// When `files` are cgroup v1 `tasks` files of sibling containers (the
-/// task's, next to this executor's own), the `tasks` files of this
-/// executor's own container in the same hierarchies, open: where a
-/// thread that entered the task's container goes back to. Each is opened
-/// once and kept (opening a cgroup file costs more than the move).
-fn cgroup_v1_round_trip(files: &[PathBuf]) -> Option<Vec<Arc<std::fs::File>>> {
-    type Homes = HashMap<PathBuf, Option<Arc<std::fs::File>>>;
-    static HOMES: std::sync::OnceLock<Mutex<Homes>> = std::sync::OnceLock::new();
-    if files.is_empty() || !files.iter().all(|f| f.ends_with("tasks")) {
-        return None;
-    }
-    let name = own_container()?;
-    let mut homes = HOMES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    files
-        .iter()
-        .map(|f| {
-            let base = f.parent()?.parent()?;
-            homes
-                .entry(base.to_path_buf())
-                .or_insert_with(|| {
-                    // Only where this thread can surely come back.
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(base.join(name).join("tasks"))
-                        .ok()
-                        .map(Arc::new)
-                })
-                .clone()
-        })
-        .collect()
-}
-
-/// This process's container: the last component of its freezer cgroup
-/// (the agent names a container the same in every hierarchy). Read once:
-/// the executor stays in the container it was born in.
-fn own_container() -> Option<&'static str> {
-    static OWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    OWN.get_or_init(|| {
-        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        own.lines()
-            .filter_map(|l| {
-                let mut fields = l.splitn(3, ':');
-                let controllers = fields.nth(1)?;
-                Some((fields.next()?, controllers))
-            })
-            .find(|(_, controllers)| controllers.split(',').any(|c| c == "freezer"))
-            .and_then(|(path, _)| path.rsplit('/').next())
-            .filter(|n| !n.is_empty())
-            .map(str::to_string)
-    })
-    .as_deref()
-}
-
-/// Moves the calling thread into the cgroup of each `tasks` file. With
-/// `container` (the name the agent's container keeps through renames),
-/// the files are kept open under it for the next task the agent puts in
-/// that container: opening a cgroup file costs more than the move.
-fn move_this_thread(files: &[PathBuf], container: Option<&str>) -> std::io::Result<()> {
-    let Some(container) = container else {
-        return files.iter().try_for_each(|file| {
-            std::fs::write(file, "0").map_err(|e| cannot_enter(file, e))
+    process.envs(&command.environment).current_dir(cwd);
+    if !cgroups.is_empty() {
+        // The child enters the task's container itself, before it execs:
+        // this thread stays where it is.
+        return with_entry_files(cgroups, container, |files| {
+            crate::spawn::spawn_entering(&process, argv0, stdout.as_ref(), stderr.as_ref(), files)
         });
+    }
+    if let Some(argv0) = argv0 {
+        process.arg0(argv0);
+    }
+    let output = |file: Option<std::fs::File>| file.map_or_else(Stdio::inherit, Stdio::from);
+    process
+        .stdin(Stdio::null())
+        .stdout(output(stdout))
+        .stderr(output(stderr))
+        .process_group(0);
+    // Reaped by the reaper thread, not through this handle.
+    Ok(process.spawn()?.id())
+}
+
+/// Runs `spawn` with each of `files` (the task container's `tasks` files
+/// on cgroup v1, its `cgroup.procs` on v2) open for writing. With
+/// `container` (the name the agent's container keeps through renames)
+/// they are kept open under it for the next task the agent puts in that
+/// container (opening a cgroup file costs more than the move), and
+/// opened again once if the kept ones no longer take a process.
+fn with_entry_files<T>(
+    files: &[PathBuf],
+    container: Option<&str>,
+    spawn: impl Fn(&[std::fs::File]) -> Result<T, crate::spawn::Failed>,
+) -> std::io::Result<T> {
+    let open = || -> std::io::Result<Vec<std::fs::File>> {
+        files
+            .iter()
+            .map(|file| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(file)
+                    .map_err(|e| cannot_enter(file, e))
+            })
+            .collect()
+    };
+    let Some(container) = container else {
+        return spawn(&open()?).map_err(crate::spawn::Failed::into_error);
     };
     let mut kept = ENTRIES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    if let Some(open) = kept.get(container) {
-        if open.len() == files.len() && open.iter().all(|f| (&*f).write_all(b"0").is_ok()) {
-            return Ok(());
+    if let Some(entry) = kept.get(container).filter(|e| e.len() == files.len()) {
+        match spawn(entry) {
+            Err(crate::spawn::Failed::Entering(_)) => {
+                // Gone: opened again below.
+                kept.remove(container);
+            }
+            done => return done.map_err(crate::spawn::Failed::into_error),
         }
-        // Gone, or not the files the agent names now: opened again.
-        kept.remove(container);
     }
-    let open = files
-        .iter()
-        .map(|file| {
-            let open = std::fs::OpenOptions::new()
-                .write(true)
-                .open(file)
-                .map_err(|e| cannot_enter(file, e))?;
-            (&open).write_all(b"0").map_err(|e| cannot_enter(file, e))?;
-            Ok(open)
-        })
-        .collect::<std::io::Result<Vec<_>>>()?;
-    kept.insert(container.to_string(), open);
-    Ok(())
+    let entry = open()?;
+    let spawned = spawn(&entry).map_err(crate::spawn::Failed::into_error);
+    if spawned.is_ok() {
+        kept.insert(container.to_string(), entry);
+    }
+    spawned
 }
 
-/// The `tasks` files of task containers, open, by the name each
-/// container keeps through renames (see [`move_this_thread`]); the oldest
-/// go when there are [`MAX_KEPT_ENTRIES`].
+/// The entry files of task containers, open, by the name each container
+/// keeps through renames (see [`with_entry_files`]); the oldest go when
+/// there are [`MAX_KEPT_ENTRIES`].
 static ENTRIES: std::sync::OnceLock<Mutex<KeptEntries>> = std::sync::OnceLock::new();
 
-/// Task containers whose files an executor keeps open at most (five
-/// descriptors each on cgroup v1).
-const MAX_KEPT_ENTRIES: usize = 512;
+/// Task containers whose entry files an executor keeps open at most (five
+/// descriptors each on cgroup v1; each open descriptor is also copied
+/// into, and closed in, every command this executor starts).
+const MAX_KEPT_ENTRIES: usize = 256;
 
-/// Open `tasks` files by container, oldest first.
+/// Open entry files by container, oldest first.
 #[derive(Default)]
 struct KeptEntries {
     files: HashMap<String, Vec<std::fs::File>>,
@@ -677,50 +621,11 @@ impl KeptEntries {
 fn cannot_enter(file: &Path, e: std::io::Error) -> std::io::Error {
     std::io::Error::new(
         e.kind(),
-        format!("cannot enter cgroup {}: {e}", file.display()),
+        format!(
+            "cannot enter the task's container ({}): {e}",
+            file.display()
+        ),
     )
-}
-
-/// Makes the child write `0` into each of `files` (opened here, before
-/// the fork) before it execs: it enters the task's container, so nothing
-/// of the command runs outside it. On cgroup v1 these are `tasks` files:
-/// the forked child has one thread, and moving the calling thread alone
-/// does not take the kernel's lock on every thread group.
-#[allow(unsafe_code)]
-fn enter_before_exec(
-    process: &mut std::process::Command,
-    files: &[PathBuf],
-) -> std::io::Result<()> {
-    let fds = files
-        .iter()
-        .map(|path| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map(std::os::fd::OwnedFd::from)
-                .map_err(|e| {
-                    std::io::Error::new(
-                        e.kind(),
-                        format!(
-                            "cannot enter the task's container ({}): {e}",
-                            path.display()
-                        ),
-                    )
-                })
-        })
-        .collect::<std::io::Result<Vec<_>>>()?;
-    // SAFETY: the closure runs in the forked child before exec, where
-    // only async-signal-safe calls may be made: it makes `write` system
-    // calls on descriptors opened above and allocates nothing.
-    unsafe {
-        process.pre_exec(move || {
-            for fd in &fds {
-                nix::unistd::write(fd, b"0").map_err(std::io::Error::from)?;
-            }
-            Ok(())
-        });
-    }
-    Ok(())
 }
 
 fn append(path: &Path) -> std::io::Result<std::fs::File> {

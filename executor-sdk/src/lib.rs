@@ -37,6 +37,7 @@ mod driver;
 #[allow(missing_docs)]
 pub mod sim;
 #[cfg_attr(feature = "sim", allow(missing_docs))]
+mod spawn;
 mod state;
 
 pub use agora_proto as proto;

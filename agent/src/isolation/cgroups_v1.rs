@@ -33,8 +33,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::cgroups::{
-    parse_keyed, read_i64, read_keyed, read_u64, write, CgroupsError, ContainerStats, OomEvent, CFS_PERIOD_US,
-    FREEZE_TIMEOUT, MIN_CFS_QUOTA_US, MIN_MEMORY_BYTES, MIN_SHARES,
+    parse_keyed, read_i64, read_keyed, read_u64, write, CgroupsError, ContainerStats, OomEvent,
+    CFS_PERIOD_US, FREEZE_TIMEOUT, MIN_CFS_QUOTA_US, MIN_MEMORY_BYTES, MIN_SHARES,
 };
 use super::mountinfo::{self, CgroupMount};
 use super::{CgroupsConfig, Limits};
@@ -503,7 +503,10 @@ impl Container {
         let signalled = nix::unistd::read(eventfd, &mut counter).is_ok_and(|n| n == 8);
         // Through its kept file, which follows the container's renames.
         let oom_control = (&self.kept.oom_control, MEMORY, "memory.oom_control");
-        if self.read_kept(oom_control.0, oom_control.1, oom_control.2).is_none() {
+        if self
+            .read_kept(oom_control.0, oom_control.1, oom_control.2)
+            .is_none()
+        {
             OomEvent::Removed
         } else if signalled {
             OomEvent::OutOfMemory
