@@ -36,8 +36,8 @@ mod driver;
 #[cfg(feature = "sim")]
 #[allow(missing_docs)]
 pub mod sim;
-#[cfg_attr(feature = "sim", allow(missing_docs))]
 mod spawn;
+#[cfg_attr(feature = "sim", allow(missing_docs))]
 mod state;
 
 pub use agora_proto as proto;
