@@ -551,6 +551,7 @@ fn with_entry_files<T>(
                 std::fs::OpenOptions::new()
                     .write(true)
                     .open(file)
+                    .map(crate::spawn::keep_high)
                     .map_err(|e| cannot_enter(file, e))
             })
             .collect()

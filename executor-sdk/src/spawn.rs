@@ -6,6 +6,13 @@
 //! runs. The thread that starts it never leaves its own cgroups: on
 //! cgroup v1 that is half the moves of entering the container, spawning
 //! and coming back.
+//!
+//! The entry files an executor keeps open ([`keep_high`]) sit at or above
+//! a floor of descriptor numbers. The child shares this process's
+//! descriptor table until it has entered its container, then takes a
+//! table of its own holding only the descriptors below the floor
+//! (`close_range` with `CLOSE_RANGE_UNSHARE`): each kept file would
+//! otherwise be copied into, and closed again in, every command started.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, RawFd};
@@ -72,7 +79,9 @@ pub(crate) fn spawn_entering(
     env_ptrs.push(std::ptr::null());
     let enter_fds: Vec<RawFd> = enter.iter().map(AsRawFd::as_raw_fd).collect();
     let own = |file: Option<&std::fs::File>, fd: RawFd| file.map_or(fd, AsRawFd::as_raw_fd);
+    let floor = kept_floor();
     let mut child = Child {
+        floor: floor.unwrap_or(0),
         program: program.as_ptr(),
         argv: argv_ptrs.as_ptr(),
         env: env_ptrs.as_ptr(),
@@ -104,6 +113,8 @@ const ENTERING: &str = "cannot enter the task's container";
 /// What the child needs, prepared beforehand: it allocates nothing.
 #[repr(C)]
 struct Child {
+    /// The descriptors it keeps are those below this (0: all).
+    floor: RawFd,
     program: *const libc::c_char,
     argv: *const *const libc::c_char,
     env: *const *const libc::c_char,
@@ -142,7 +153,7 @@ fn start(child: &mut Child, stack: &mut [u8]) -> std::io::Result<libc::pid_t> {
         libc::clone(
             child_main,
             top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD,
             child as *mut Child as *mut libc::c_void,
         )
     };
@@ -181,6 +192,19 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             if libc::write(*child.enter.add(i), b"0".as_ptr().cast(), 1) != 1 {
                 fail(child, ENTERING);
             }
+        }
+        // A descriptor table of its own (it shares the parent's until
+        // here): without the kept files where it can.
+        let below = child.floor > 0 && child.stdio.iter().all(|fd| *fd < child.floor);
+        let unshared = below
+            && libc::syscall(
+                libc::SYS_close_range,
+                child.floor as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_UNSHARE,
+            ) == 0;
+        if !unshared && libc::unshare(libc::CLONE_FILES) != 0 {
+            fail(child, "cannot set up the command's descriptors");
         }
         for (target, fd) in child.stdio.into_iter().enumerate() {
             let target = target as RawFd;
@@ -226,6 +250,44 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         libc::execve(child.program, child.argv, child.env);
     }
     fail(child, "cannot run the command")
+}
+
+/// The floor of the descriptor numbers of kept files (see [`keep_high`]):
+/// half this process's limit on open files, at most 1024, once the soft
+/// limit is raised to the hard one; `None` when the limit is too low to
+/// keep any apart.
+fn kept_floor() -> Option<RawFd> {
+    static FLOOR: std::sync::OnceLock<Option<RawFd>> = std::sync::OnceLock::new();
+    *FLOOR.get_or_init(|| {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+        let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+            hard
+        } else {
+            soft
+        };
+        let floor = (limit / 2).min(1024);
+        (floor >= 64).then_some(floor as RawFd)
+    })
+}
+
+/// `file`, moved to a descriptor at or above the floor of kept files,
+/// which the commands this process starts never get a copy of (as
+/// `file` if there is no such floor or no free descriptor there).
+#[allow(unsafe_code)]
+pub(crate) fn keep_high(file: std::fs::File) -> std::fs::File {
+    use std::os::fd::FromRawFd;
+    let Some(floor) = kept_floor() else {
+        return file;
+    };
+    // SAFETY: F_DUPFD_CLOEXEC duplicates an open descriptor this
+    // function owns (through `file`) and returns a new one or -1.
+    let high = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+    if high < 0 {
+        return file;
+    }
+    // SAFETY: `high` is a new open descriptor nothing else owns.
+    unsafe { std::fs::File::from_raw_fd(high) }
 }
 
 /// The program to exec: as given when it names a path, else the first
@@ -342,6 +404,30 @@ mod tests {
         assert_eq!(ignored & (1 << 12), 0, "{text}");
         let ids: Vec<&str> = text.lines().last().unwrap().split_whitespace().collect();
         assert_eq!(ids[0], ids[1], "{text}");
+    }
+
+    #[test]
+    fn kept_files_are_above_the_floor_and_not_in_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = keep_high(std::fs::File::create(dir.path().join("tasks")).unwrap());
+        let floor = kept_floor().expect("a limit on open files of at least 128");
+        assert!(entry.as_raw_fd() >= floor);
+        let out = std::fs::File::create(dir.path().join("out")).unwrap();
+        let mut command = Command::new("/bin/sh");
+        command.args(["-c", "ls /proc/self/fd"]);
+        let pid = spawn_entering(&command, None, Some(&out), None, &[entry]).unwrap();
+        wait(pid);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("tasks")).unwrap(),
+            "0"
+        );
+        let fds: Vec<RawFd> = std::fs::read_to_string(dir.path().join("out"))
+            .unwrap()
+            .split_whitespace()
+            .map(|fd| fd.parse().unwrap())
+            .collect();
+        // None of the kept ones (the test harness may pass on others).
+        assert!(fds.iter().all(|fd| *fd < floor), "{fds:?}");
     }
 
     #[test]
