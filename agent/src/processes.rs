@@ -138,6 +138,9 @@ struct Entry {
     container: Option<Arc<Container>>,
     /// The container's limits as written.
     limits: Option<Limits>,
+    /// Whether the container was given to the executor's user (then it
+    /// is not reused).
+    delegated: bool,
 }
 
 struct Keeper {
@@ -154,6 +157,9 @@ struct Keeper {
     removals: Removals,
     /// Whom executors run as.
     users: UserPolicy,
+    /// Empty containers kept for reuse, shared with the containers
+    /// threads.
+    spares: SparePool,
 }
 
 /// The thread that makes and ends the containers of command tasks (that
@@ -168,13 +174,16 @@ struct ContainerKeeper {
     users: UserPolicy,
     containers: HashMap<StreamKey, TaskContainer>,
     /// Empty containers kept for reuse (cgroup v1), shared by the
-    /// containers threads.
-    spares: Arc<std::sync::Mutex<Spares>>,
+    /// containers threads and the process thread.
+    spares: SparePool,
     removals: Removals,
 }
 
-/// Empty containers kept for reuse, oldest first.
-type Spares = std::collections::VecDeque<Spare>;
+/// Empty containers kept for reuse (cgroup v1), oldest first: an ended
+/// task's or executor's, for the next task or executor with the same
+/// limits.
+#[derive(Clone, Default)]
+struct SparePool(Arc<std::sync::Mutex<std::collections::VecDeque<Spare>>>);
 
 /// An empty container kept for reuse.
 struct Spare {
@@ -259,10 +268,11 @@ impl Processes {
             cgroups,
             removals: Removals::default(),
             users,
+            spares: SparePool::default(),
         };
         keeper.destroy_orphans(keep);
         let mut containers_txs = Vec::with_capacity(CONTAINER_THREADS);
-        let spares = Arc::new(std::sync::Mutex::new(Spares::new()));
+        let spares = keeper.spares.clone();
         for _ in 0..CONTAINER_THREADS {
             let (containers_tx, containers_rx) = std_mpsc::channel();
             let containers_tx = Arc::new(containers_tx);
@@ -322,12 +332,16 @@ impl Keeper {
                 .iter()
                 .map(|(at, _)| *at)
                 .chain(self.removals.next())
+                .chain(self.spares.next_expiry())
                 .min();
             let Ok(first) = next_request(&rx, next) else {
                 return;
             };
             let batch: Vec<Request> = first.into_iter().chain(rx.try_iter()).collect();
             self.handle(batch);
+            for spare in self.spares.expired() {
+                self.removals.remove(spare.container, 0);
+            }
         }
     }
 
@@ -428,11 +442,30 @@ impl Keeper {
             if let Some(mut entry) = self.processes.remove(&run_id) {
                 entry.process.reap();
                 if let Some(container) = entry.container.take() {
-                    self.removals.remove(container, 0);
+                    self.retire(container, entry.limits, entry.delegated);
                 }
             }
         }
         self.removals.retry();
+    }
+
+    /// Keeps an ended executor's container as a spare (cgroup v1) when
+    /// nothing is left in it and nothing of the executor shows in it,
+    /// else removes it.
+    fn retire(&mut self, container: Arc<Container>, limits: Option<Limits>, delegated: bool) {
+        let reusable = !delegated
+            && self.cgroups.as_ref().is_some_and(|c| c.delegates())
+            && container.surely_empty()
+            && container.oom_kills() == 0
+            && container.pids_limit_hits() == 0;
+        match limits.filter(|_| reusable) {
+            Some(limits) => {
+                if let Some(oldest) = self.spares.put(container, limits, None) {
+                    self.removals.remove(oldest.container, 0);
+                }
+            }
+            None => self.removals.remove(container, 0),
+        }
     }
 
     /// Destroys every container under `--cgroups-root` that is not named
@@ -487,15 +520,18 @@ impl Keeper {
         }
         let launched = user.and_then(|user| {
             create_sandbox(&spec.sandbox, user.as_ref())?;
-            self.spawn(&run_id, &spec, user.as_ref())
+            let (process, container) = self.spawn(&run_id, &spec, user.as_ref())?;
+            Ok((process, container, user.is_some()))
         });
         let result = match launched {
-            Ok((process, container)) => {
+            Ok((process, container, delegated)) => {
                 let started = Started {
                     pid: process.pid(),
                     start_time: process.start_time(),
                 };
-                let container = container.map(|(c, limits)| (c, Some(limits)));
+                // Given to the user it runs as (`delegated`): never
+                // reused.
+                let container = container.map(|(c, limits)| (c, Some(limits), delegated));
                 self.watch(key.clone(), run_id.clone(), process, container);
                 Ok(started)
             }
@@ -576,12 +612,32 @@ impl Keeper {
                 .map(|p| (p, None))
                 .map_err(failed);
         };
-        let (container, written) = cgroups
-            .create(run_id, limits)
-            .map_err(|e| format!("cannot create the executor's container: {e}"))?;
+        // An ended executor's or task's empty container with the same
+        // limits, renamed, when the executor runs as the agent's user.
+        let reused = user
+            .is_none()
+            .then(|| self.spares.take(limits))
+            .flatten()
+            .and_then(|spare| match cgroups.rename(&spare.container, run_id) {
+                Ok(container) => {
+                    container.reset_usage();
+                    Some(container)
+                }
+                Err(e) => {
+                    tracing::warn!(container = spare.container.name(), error = %e, "cannot reuse a spare container; removing it");
+                    self.removals.remove(spare.container, 0);
+                    None
+                }
+            });
+        let (container, written) = match reused {
+            Some(container) => (container, *limits),
+            None => cgroups
+                .create(run_id, limits)
+                .map_err(|e| format!("cannot create the executor's container: {e}"))?,
+        };
         if let Some(user) = user.filter(|_| cgroups.delegates()) {
-            // A command executor moves its spawning thread into its
-            // tasks' containers and back into its own.
+            // The user's processes may then move between it and their
+            // tasks' containers.
             if let Err(e) = container.delegate(user.uid, user.gid) {
                 let _ = container.remove();
                 return Err(format!(
@@ -648,7 +704,8 @@ impl Keeper {
                     .cgroups
                     .as_ref()
                     .and_then(|c| c.open(&run_id))
-                    .map(|c| (Arc::new(c), None));
+                    // Its limits are unknown here: not reused.
+                    .map(|c| (Arc::new(c), None, true));
                 self.watch(key, run_id, process, container)
             }
             None => {
@@ -675,13 +732,13 @@ impl Keeper {
         key: ExecKey,
         run_id: String,
         process: Process,
-        container: Option<(Arc<Container>, Option<Limits>)>,
+        container: Option<(Arc<Container>, Option<Limits>, bool)>,
     ) {
         let watch = process.exit_watch();
         let child = process.is_child();
-        let (container, limits) = match container {
-            Some((c, l)) => (Some(c), l),
-            None => (None, None),
+        let (container, limits, delegated) = match container {
+            Some((c, l, d)) => (Some(c), l, d),
+            None => (None, None, false),
         };
         let oom = container.as_ref().and_then(|c| {
             c.oom_fd()
@@ -698,6 +755,7 @@ impl Keeper {
                 process,
                 container: container.clone(),
                 limits,
+                delegated,
             },
         );
         let core = self.core.clone();
@@ -820,7 +878,7 @@ impl ContainerKeeper {
         let runtime = self.runtime.clone();
         let _entered = runtime.enter();
         loop {
-            let expiry = self.spares().front().map(|spare| spare.at + SPARE_IDLE);
+            let expiry = self.spares.next_expiry();
             let next = self.removals.next().into_iter().chain(expiry).min();
             let Ok(request) = next_request(&rx, next) else {
                 return;
@@ -828,29 +886,11 @@ impl ContainerKeeper {
             for request in request.into_iter().chain(rx.try_iter()) {
                 self.handle(request);
             }
-            let now = Instant::now();
-            let expired: Vec<Arc<Container>> = {
-                let mut spares = self.spares();
-                let mut expired = Vec::new();
-                while spares
-                    .front()
-                    .is_some_and(|spare| spare.at + SPARE_IDLE <= now)
-                {
-                    expired.extend(spares.pop_front().map(|spare| spare.container));
-                }
-                expired
-            };
-            for spare in expired {
-                self.removals.remove(spare, 0);
+            for spare in self.spares.expired() {
+                self.removals.remove(spare.container, 0);
             }
             self.removals.retry();
         }
-    }
-
-    fn spares(&self) -> std::sync::MutexGuard<'_, Spares> {
-        self.spares
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn handle(&mut self, request: Request) {
@@ -902,14 +942,7 @@ impl ContainerKeeper {
         };
         // A spare with the same limits, renamed, when the task's user
         // is the agent's.
-        let spare = user
-            .is_none()
-            .then(|| {
-                let mut spares = self.spares();
-                let i = spares.iter().rposition(|spare| spare.limits == *limits)?;
-                spares.remove(i)
-            })
-            .flatten();
+        let spare = user.is_none().then(|| self.spares.take(limits)).flatten();
         let reused = spare.and_then(|spare| match cgroups.rename(&spare.container, name) {
             Ok(container) => {
                 container.reset_usage();
@@ -1063,19 +1096,7 @@ impl ContainerKeeper {
             drop(watch);
             return self.removals.remove(container, 0);
         }
-        let oldest = {
-            let mut spares = self.spares();
-            spares.push_back(Spare {
-                container,
-                limits,
-                at: Instant::now(),
-                watch,
-            });
-            (spares.len() > MAX_SPARES)
-                .then(|| spares.pop_front())
-                .flatten()
-        };
-        if let Some(oldest) = oldest {
+        if let Some(oldest) = self.spares.put(container, limits, watch) {
             self.removals.remove(oldest.container, 0);
         }
     }
@@ -1113,6 +1134,62 @@ impl ContainerKeeper {
             })
             .abort_handle();
         Some(OomWatch { task, handle })
+    }
+}
+
+// === impl SparePool ===
+
+impl SparePool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Spare>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The most recently kept spare with `limits`.
+    fn take(&self, limits: &Limits) -> Option<Spare> {
+        let mut spares = self.lock();
+        let i = spares.iter().rposition(|spare| spare.limits == *limits)?;
+        spares.remove(i)
+    }
+
+    /// Keeps `container`; returns the oldest spare when there are too
+    /// many, for removal.
+    fn put(
+        &self,
+        container: Arc<Container>,
+        limits: Limits,
+        watch: Option<OomWatch>,
+    ) -> Option<Spare> {
+        let mut spares = self.lock();
+        spares.push_back(Spare {
+            container,
+            limits,
+            at: Instant::now(),
+            watch,
+        });
+        (spares.len() > MAX_SPARES)
+            .then(|| spares.pop_front())
+            .flatten()
+    }
+
+    /// When the oldest spare has been unused too long.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.lock().front().map(|spare| spare.at + SPARE_IDLE)
+    }
+
+    /// The spares unused too long, taken out for removal.
+    fn expired(&self) -> Vec<Spare> {
+        let now = Instant::now();
+        let mut spares = self.lock();
+        let mut expired = Vec::new();
+        while spares
+            .front()
+            .is_some_and(|spare| spare.at + SPARE_IDLE <= now)
+        {
+            expired.extend(spares.pop_front());
+        }
+        expired
     }
 }
 

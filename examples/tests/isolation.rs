@@ -1,8 +1,9 @@
 //! Resource isolation on real agents (`--isolation cgroups`): an
 //! out-of-memory task fails alone with `REASON_CONTAINER_LIMITATION_MEMORY`,
 //! CPU is capped by the CFS quota, a fork bomb stays inside its pids
-//! limit, a kill leaves no process and no cgroup behind, and a restarted
-//! agent keeps live containers and destroys orphans.
+//! limit, a kill leaves no process and no cgroup behind, a restarted
+//! agent keeps live containers and destroys orphans, and an ended task's
+//! or executor's empty container is reused by the next one.
 //!
 //! Each test needs root and either the cgroup v1 controllers (cpu,
 //! cpuacct, memory, pids, freezer) or, where v1 does not have them all, a
@@ -215,6 +216,22 @@ fn cpu_usage_secs(root: &str, name: &std::ffi::OsStr) -> f64 {
         .join(name)
         .join("cpuacct.usage");
     read_number(&usage, None) as f64 / 1e9
+}
+
+/// Marks the cgroup v1 directory `dir` (a new cgroup takes its parent's
+/// `cgroup.clone_children`, 0 here, and the flag does nothing outside
+/// cpuset): inode numbers cannot tell a reused cgroup from a new one,
+/// since the kernel gives a removed cgroup's number to the next.
+fn mark(dir: &Path) {
+    std::fs::write(dir.join("cgroup.clone_children"), "1").unwrap();
+}
+
+/// Whether `dir` is a cgroup [`mark`]ed before.
+fn marked(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.clone_children"))
+        .unwrap()
+        .trim()
+        == "1"
 }
 
 fn next_offer(rx: &Receiver<SchedEvent>) -> Offer {
@@ -795,7 +812,6 @@ fn cgroup_v2_is_tested_where_the_host_offers_it() {
 
 #[test]
 fn the_next_task_with_the_same_resources_reuses_an_ended_tasks_container() {
-    use std::os::unix::fs::MetadataExt;
     let Some(isolated) = Isolated::start("reuse", &[]) else {
         return;
     };
@@ -806,7 +822,7 @@ fn the_next_task_with_the_same_resources_reuses_an_ended_tasks_container() {
     let cluster = isolated.cluster();
     let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new("reuse"));
     let memory = controller_base("memory", &isolated.root).expect("memory hierarchy");
-    let mut inodes = Vec::new();
+    let mut reused = Vec::new();
     for (task, command) in [
         (
             "first",
@@ -827,7 +843,11 @@ fn the_next_task_with_the_same_resources_reuses_an_ended_tasks_container() {
         // Named by this task's run, wherever it came from.
         let container = isolated.task_container(task);
         let dir = memory.join(&container);
-        inodes.push(std::fs::metadata(&dir).unwrap().ino());
+        if task == "first" {
+            mark(&dir);
+        } else {
+            reused.push(marked(&dir));
+        }
         // The task's process runs in it, under its name of now.
         eventually(
             Duration::from_secs(5),
@@ -843,8 +863,8 @@ fn the_next_task_with_the_same_resources_reuses_an_ended_tasks_container() {
         assert_eq!(done.state, TaskState::Finished, "{done:?}");
     }
     assert!(
-        inodes.iter().all(|i| *i == inodes[0]),
-        "a later task got a new container, not the first one's: {inodes:?}"
+        reused == [true, true],
+        "a later task got a new container, not the first one's: {reused:?}"
     );
     driver.stop(false).unwrap();
     // Spares go after a while unused.
@@ -852,5 +872,76 @@ fn the_next_task_with_the_same_resources_reuses_an_ended_tasks_container() {
         Duration::from_secs(20),
         || format!("cgroups left: {:?}", isolated.containers()),
         || isolated.containers().is_empty(),
+    );
+}
+
+#[test]
+fn an_ended_executors_container_is_reused_by_the_next_executor() {
+    let Some(isolated) = Isolated::start("executor-reuse", &[]) else {
+        return;
+    };
+    if driven_as_v2() {
+        eprintln!("skipping: cgroup v2 cannot rename a cgroup, so containers are not reused");
+        return;
+    }
+    let cluster = isolated.cluster();
+    let memory = controller_base("memory", &isolated.root).expect("memory hierarchy");
+    let program = bin("test-executor").display().to_string();
+    let mut reused = false;
+    for name in ["first", "second"] {
+        let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new(name));
+        let offer = next_offer(&rx);
+        let task = TaskInfo {
+            launch_stamp: None,
+            name: name.into(),
+            task_id: TaskId::new(name),
+            agent_id: offer.agent_id.clone(),
+            resources: Resources::parse("cpus:0.1;mem:64").unwrap(),
+            executor: Some(ExecutorInfo {
+                executor_id: ExecutorId::new(format!("executor-{name}")),
+                framework_id: None,
+                command: CommandInfo {
+                    value: program.clone(),
+                    shell: false,
+                    arguments: vec![program.clone()],
+                    environment: BTreeMap::new(),
+                    uris: Vec::new(),
+                },
+                resources: Resources::parse("cpus:0.01;mem:32").unwrap(),
+                name: name.into(),
+                source: "isolation".into(),
+                api: Default::default(),
+                shutdown_grace_period: None,
+                data: None,
+                labels: Default::default(),
+            }),
+            command: None,
+            data: Some(b"run /bin/sleep 1".to_vec().into()),
+            kill_grace_period: None,
+            labels: BTreeMap::new(),
+            task_group: None,
+        };
+        launch(&driver, &offer, vec![task]);
+        assert_eq!(running(&rx, name).state, TaskState::Running);
+        // Named by the executor's run, wherever it came from.
+        let container = isolated.task_container(name);
+        match name {
+            "first" => mark(&memory.join(&container)),
+            _ => reused = marked(&memory.join(&container)),
+        }
+        let done = terminal(&rx, name);
+        assert_eq!(done.state, TaskState::Finished, "{done:?}");
+        // The framework's end ends its executor, whose container is then
+        // kept empty for the next one.
+        driver.stop(false).unwrap();
+        eventually(
+            Duration::from_secs(20),
+            || format!("the executor of {name} still runs in {container}"),
+            || processes_in(&container).is_empty(),
+        );
+    }
+    assert!(
+        reused,
+        "the second executor got a new container, not the first one's"
     );
 }

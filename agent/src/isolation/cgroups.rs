@@ -488,6 +488,16 @@ impl Container {
         }
     }
 
+    /// Whether it surely holds no process, not even one exited and not
+    /// yet reaped (cgroup v1; `false` on v2, whose containers are not
+    /// reused).
+    pub(crate) fn surely_empty(&self) -> bool {
+        match self {
+            Container::V1(c) => c.surely_empty(),
+            Container::V2(_) => false,
+        }
+    }
+
     /// The pids in the container.
     pub(crate) fn pids(&self) -> Vec<i32> {
         match self {

@@ -547,7 +547,7 @@ impl Container {
 
     /// Whether it surely holds no process (not even one exited and not
     /// yet reaped), from its kept `pids.current`.
-    fn surely_empty(&self) -> bool {
+    pub(crate) fn surely_empty(&self) -> bool {
         self.read_kept(&self.kept.pids_current, PIDS, "pids.current")
             .and_then(|text| text.trim().parse::<u64>().ok())
             == Some(0)
