@@ -64,6 +64,7 @@ impl Core {
         spec.env
             .extend(self.executor_env(&ekey, &info, &sandbox, &token));
         spec.limits = self.container_limits(&ekey, &info, is_command);
+        let limits_asked = spec.limits;
         spec.user = self.framework_user(&ekey.0);
         let executor = Executor {
             info,
@@ -80,6 +81,7 @@ impl Core {
             termination: None,
             exited: None,
             assignments: 0,
+            limits_asked,
         };
         self.executors.insert(ekey.clone(), executor);
         self.process(Request::Launch {
@@ -140,9 +142,8 @@ impl Core {
         if self.shared.config.isolation != crate::isolation::Isolation::Cgroups {
             return None;
         }
-        let mut total = info.resources.clone();
         if is_command && self.task_containers() {
-            let own = crate::isolation::Limits::of(&total);
+            let own = crate::isolation::Limits::of(&info.resources);
             // In powers of two: a limit is not rewritten for every task.
             let tasks = self.live_tasks(ekey).max(1).next_power_of_two() as f64;
             return Some(crate::isolation::Limits {
@@ -151,13 +152,24 @@ impl Core {
                 pids: own.pids,
             });
         }
+        // The scalars summed as `Limits::of` reads them from the sum of
+        // the resources, without building that sum.
+        let scalars = |r: &agora_proto::Resources| [r.cpus(), r.mem(), r.scalar("pids")];
+        let mut total = scalars(&info.resources);
         for (_, task) in self
             .executor_tasks(ekey)
             .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
         {
-            total.add_all(&task.info.resources);
+            for (sum, value) in total.iter_mut().zip(scalars(&task.info.resources)) {
+                *sum += value;
+            }
         }
-        Some(crate::isolation::Limits::of(&total))
+        let [cpus, mem_mib, pids] = total;
+        Some(crate::isolation::Limits {
+            cpus,
+            mem_mib,
+            pids: (pids >= 1.0).then_some(pids as u64),
+        })
     }
 
     /// A task joined running executor `ekey`: its container grows to
@@ -166,10 +178,24 @@ impl Core {
         let Some(ex) = self.executors.get(ekey) else {
             return;
         };
-        let run_id = ex.run_id.clone();
-        if let Some(limits) = self.container_limits(ekey, &ex.info, ex.is_command) {
-            self.process(Request::Update { run_id, limits });
+        let Some(limits) = self.container_limits(ekey, &ex.info, ex.is_command) else {
+            return;
+        };
+        let Some(ex) = self.executors.get_mut(ekey) else {
+            return;
+        };
+        // The container keeps the largest limits it was given: only more
+        // is worth asking for.
+        let asked = ex.limits_asked.map_or(limits, |asked| asked.max(&limits));
+        if ex.limits_asked == Some(asked) {
+            return;
         }
+        ex.limits_asked = Some(asked);
+        let run_id = ex.run_id.clone();
+        self.process(Request::Update {
+            run_id,
+            limits: asked,
+        });
     }
 
     /// Executor run `run_id`'s container reached a limit: its tasks end

@@ -313,6 +313,9 @@ struct Executor {
     /// Bumped whenever a command executor is given a task, so an idle
     /// timer set before knows it is stale.
     assignments: u64,
+    /// The largest limits its container was asked for (the container
+    /// keeps the largest): a task that needs no more asks for nothing.
+    limits_asked: Option<crate::isolation::Limits>,
 }
 
 struct Task {
@@ -816,13 +819,17 @@ impl Core {
 
     /// The tasks of executor `ekey`.
     fn executor_tasks(&self, ekey: &ExecKey) -> impl Iterator<Item = (&TaskId, &Task)> + '_ {
-        let fid = ekey.0.clone();
+        // One key, its task id rewritten in place for each task: no
+        // allocation per task (this runs on every task's launch).
+        let mut key: StreamKey = (ekey.0.clone(), TaskId::default());
         self.tasks_by_executor
             .get(ekey)
             .into_iter()
             .flatten()
             .filter_map(move |tid| {
-                let task = self.tasks.get(&(fid.clone(), tid.clone()))?;
+                key.1 .0.clear();
+                key.1 .0.push_str(tid.as_str());
+                let task = self.tasks.get(&key)?;
                 Some((tid, task))
             })
     }

@@ -150,6 +150,8 @@ impl Core {
                                 termination: None,
                                 exited: None,
                                 assignments: 0,
+                                // Unknown: the first task asks.
+                                limits_asked: None,
                             },
                         );
                         self.process(Request::Adopt {

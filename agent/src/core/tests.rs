@@ -1549,3 +1549,52 @@ mod recording {
         assert_eq!(ended, [(TaskState::Killed, Source::SourceAgent)]);
     }
 }
+
+#[test]
+fn a_task_that_needs_no_more_than_its_executors_container_had_asks_for_nothing() {
+    use crate::isolation::{Isolation, Limits};
+    let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
+    h.run("t1");
+    h.launched_ok("t1");
+    h.subscribe(10, "t1", Vec::new());
+    let updates = |actions: &[Action]| -> Vec<Limits> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Process(Request::Update { limits, .. }) => Some(*limits),
+                _ => None,
+            })
+            .collect()
+    };
+    let join = |h: &mut H, id: &str| {
+        let mut task = custom_task(id);
+        task.executor.as_mut().expect("executor").executor_id = ekey("t1").1;
+        let actions = h.master(agent_api::Event::RunTask {
+            framework: framework(),
+            task,
+        });
+        h.complete(actions)
+    };
+    // A second task grows the container to hold both.
+    let grown = updates(&join(&mut h, "t2"));
+    assert_eq!(grown.len(), 1, "{grown:?}");
+    assert!((grown[0].cpus - 2.1).abs() < 1e-9, "{grown:?}");
+    assert_eq!(grown[0].mem_mib, 160.0);
+    // The first ends; a third then needs what the two needed.
+    let mut status = TaskStatus::new(
+        TaskId::new("t1"),
+        TaskState::Finished,
+        Source::SourceExecutor,
+    );
+    status.uuid = Some("u1".into());
+    let actions = h.input(Input::ExecutorCall {
+        conn: 10,
+        call: exec_api::Call::Update { status },
+    });
+    h.complete(actions);
+    assert_eq!(updates(&join(&mut h, "t3")), Vec::<Limits>::new());
+    // A fourth, with three running, grows it again.
+    let grown = updates(&join(&mut h, "t4"));
+    assert_eq!(grown.len(), 1, "{grown:?}");
+    assert!((grown[0].cpus - 3.1).abs() < 1e-9, "{grown:?}");
+}
