@@ -92,8 +92,10 @@ pub(crate) fn spawn_entering(
         error: 0,
         step: "",
     };
-    let mut stack = vec![0u8; CHILD_STACK_BYTES];
-    let pid = start(&mut child, &mut stack)?;
+    // Not zeroed: the child writes what it reads (zeroing 64 KiB was a
+    // visible share of a spawn).
+    let mut stack = Vec::<u8>::with_capacity(CHILD_STACK_BYTES);
+    let pid = start(&mut child, stack.spare_capacity_mut())?;
     if child.error != 0 {
         // It exited (with 127) without running anything.
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
@@ -134,7 +136,7 @@ struct Child {
 /// handler of this process runs in the child, which shares its memory)
 /// and waits for it to exec or exit.
 #[allow(unsafe_code)]
-fn start(child: &mut Child, stack: &mut [u8]) -> std::io::Result<libc::pid_t> {
+fn start(child: &mut Child, stack: &mut [std::mem::MaybeUninit<u8>]) -> std::io::Result<libc::pid_t> {
     // SAFETY: sigset_t is plain data; sigfillset and pthread_sigmask
     // only write the sets passed.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
