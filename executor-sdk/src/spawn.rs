@@ -136,7 +136,10 @@ struct Child {
 /// handler of this process runs in the child, which shares its memory)
 /// and waits for it to exec or exit.
 #[allow(unsafe_code)]
-fn start(child: &mut Child, stack: &mut [std::mem::MaybeUninit<u8>]) -> std::io::Result<libc::pid_t> {
+fn start(
+    child: &mut Child,
+    stack: &mut [std::mem::MaybeUninit<u8>],
+) -> std::io::Result<libc::pid_t> {
     // SAFETY: sigset_t is plain data; sigfillset and pthread_sigmask
     // only write the sets passed.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
