@@ -616,21 +616,15 @@ impl Keeper {
         // limits, renamed, when the executor runs as the agent's user.
         let reused = user
             .is_none()
-            .then(|| self.spares.take(limits))
-            .flatten()
-            .and_then(|spare| match cgroups.rename(&spare.container, run_id) {
-                Ok(container) => {
-                    container.reset_usage();
-                    Some(container)
-                }
-                Err(e) => {
-                    tracing::warn!(container = spare.container.name(), error = %e, "cannot reuse a spare container; removing it");
-                    self.removals.remove(spare.container, 0);
-                    None
-                }
-            });
+            .then(|| {
+                self.spares
+                    .reuse(cgroups, limits, run_id, &mut self.removals)
+            })
+            .flatten();
         let (container, written) = match reused {
-            Some(container) => (container, *limits),
+            // A task's spare's out-of-memory watch ends here (dropped):
+            // an executor's container is not watched that way.
+            Some((container, _watch)) => (container, *limits),
             None => cgroups
                 .create(run_id, limits)
                 .map_err(|e| format!("cannot create the executor's container: {e}"))?,
@@ -942,18 +936,13 @@ impl ContainerKeeper {
         };
         // A spare with the same limits, renamed, when the task's user
         // is the agent's.
-        let spare = user.is_none().then(|| self.spares.take(limits)).flatten();
-        let reused = spare.and_then(|spare| match cgroups.rename(&spare.container, name) {
-            Ok(container) => {
-                container.reset_usage();
-                Some((container, spare.watch))
-            }
-            Err(e) => {
-                tracing::warn!(container = spare.container.name(), error = %e, "cannot reuse a spare container; removing it");
-                self.removals.remove(spare.container, 0);
-                None
-            }
-        });
+        let reused = user
+            .is_none()
+            .then(|| {
+                self.spares
+                    .reuse(&cgroups, limits, name, &mut self.removals)
+            })
+            .flatten();
         let (container, watch) = match reused {
             Some(reused) => reused,
             None => {
@@ -1146,11 +1135,32 @@ impl SparePool {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The most recently kept spare with `limits`.
-    fn take(&self, limits: &Limits) -> Option<Spare> {
-        let mut spares = self.lock();
-        let i = spares.iter().rposition(|spare| spare.limits == *limits)?;
-        spares.remove(i)
+    /// The most recently kept spare with `limits`, renamed `name`, its
+    /// usage reset, with its out-of-memory watch. One that cannot be
+    /// renamed goes to `removals`.
+    fn reuse(
+        &self,
+        cgroups: &Cgroups,
+        limits: &Limits,
+        name: &str,
+        removals: &mut Removals,
+    ) -> Option<(Container, Option<OomWatch>)> {
+        let spare = {
+            let mut spares = self.lock();
+            let i = spares.iter().rposition(|spare| spare.limits == *limits)?;
+            spares.remove(i)?
+        };
+        match cgroups.rename(&spare.container, name) {
+            Ok(container) => {
+                container.reset_usage();
+                Some((container, spare.watch))
+            }
+            Err(e) => {
+                tracing::warn!(container = spare.container.name(), error = %e, "cannot reuse a spare container; removing it");
+                removals.remove(spare.container, 0);
+                None
+            }
+        }
     }
 
     /// Keeps `container`; returns the oldest spare when there are too
