@@ -39,6 +39,18 @@ struct Isolated {
 }
 
 impl Isolated {
+    /// As [`Isolated::start`], for a test of container reuse (cgroup v1
+    /// only), with the memory hierarchy's directory of its root.
+    fn start_reusing(test: &str) -> Option<(Isolated, PathBuf)> {
+        let isolated = Isolated::start(test, &[])?;
+        if driven_as_v2() {
+            eprintln!("skipping: cgroup v2 cannot rename a cgroup, so containers are not reused");
+            return None;
+        }
+        let memory = controller_base("memory", &isolated.root).expect("memory hierarchy");
+        Some((isolated, memory))
+    }
+
     /// `None` (with the reason printed) where cgroups cannot be used.
     fn start(test: &str, extra: &[&str]) -> Option<Isolated> {
         let root = format!("agora-test-{}-{test}", std::process::id());
@@ -812,16 +824,11 @@ fn cgroup_v2_is_tested_where_the_host_offers_it() {
 
 #[test]
 fn the_next_task_with_the_same_resources_reuses_an_ended_tasks_container() {
-    let Some(isolated) = Isolated::start("reuse", &[]) else {
+    let Some((isolated, memory)) = Isolated::start_reusing("reuse") else {
         return;
     };
-    if driven_as_v2() {
-        eprintln!("skipping: cgroup v2 cannot rename a cgroup, so containers are not reused");
-        return;
-    }
     let cluster = isolated.cluster();
     let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new("reuse"));
-    let memory = controller_base("memory", &isolated.root).expect("memory hierarchy");
     let mut reused = Vec::new();
     for (task, command) in [
         (
@@ -877,15 +884,10 @@ fn the_next_task_with_the_same_resources_reuses_an_ended_tasks_container() {
 
 #[test]
 fn an_ended_executors_container_is_reused_by_the_next_executor() {
-    let Some(isolated) = Isolated::start("executor-reuse", &[]) else {
+    let Some((isolated, memory)) = Isolated::start_reusing("executor-reuse") else {
         return;
     };
-    if driven_as_v2() {
-        eprintln!("skipping: cgroup v2 cannot rename a cgroup, so containers are not reused");
-        return;
-    }
     let cluster = isolated.cluster();
-    let memory = controller_base("memory", &isolated.root).expect("memory hierarchy");
     let program = bin("test-executor").display().to_string();
     let mut reused = false;
     for name in ["first", "second"] {
