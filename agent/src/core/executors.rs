@@ -156,10 +156,7 @@ impl Core {
         // the resources, without building that sum.
         let scalars = |r: &agora_proto::Resources| [r.cpus(), r.mem(), r.scalar("pids")];
         let mut total = scalars(&info.resources);
-        for (_, task) in self
-            .executor_tasks(ekey)
-            .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
-        {
+        for (_, task) in self.executor_tasks(ekey).filter(|(_, t)| t.is_live()) {
             for (sum, value) in total.iter_mut().zip(scalars(&task.info.resources)) {
                 *sum += value;
             }
@@ -786,7 +783,7 @@ impl Core {
         }
         let unfinished: Vec<(TaskId, ExecutorId, bool)> = self
             .executor_tasks(&key)
-            .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
+            .filter(|(_, t)| t.is_live())
             .map(|(tid, t)| (tid.clone(), t.reported_executor_id(), t.kill_requested))
             .collect();
         let who = if ex.is_command {
@@ -844,7 +841,7 @@ impl Core {
         else {
             return;
         };
-        if self.live_tasks(ekey) > 0 {
+        if self.has_live_tasks(ekey) {
             return;
         }
         let (key, run_id, assignments) = (ekey.clone(), ex.run_id.clone(), ex.assignments);
@@ -865,7 +862,7 @@ impl Core {
             .executors
             .get(&key)
             .is_some_and(|e| e.run_id == run_id && e.assignments == assignments && !e.killing)
-            && self.live_tasks(&key) == 0;
+            && !self.has_live_tasks(&key);
         if still_idle {
             tracing::debug!(framework_id = %key.0, executor_id = %key.1, "command executor idle; shutting it down");
             self.kill_executor(&key, None);

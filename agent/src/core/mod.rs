@@ -415,10 +415,16 @@ impl Task {
         }
     }
 
+    /// Whether it has not ended: not terminal, and no terminal update
+    /// made for it.
+    fn is_live(&self) -> bool {
+        !self.state.is_terminal() && !self.terminal_reported
+    }
+
     /// Whether it goes to its executor once its checkpoint is durable (see
     /// [`Core::task_recorded`]): it neither ended nor was killed meanwhile.
     fn will_run_on_recording(&self) -> bool {
-        !self.state.is_terminal() && !self.terminal_reported && !self.kill_requested
+        self.is_live() && !self.kill_requested
     }
 
     /// Whether it runs in one of the agent's command executors (whose ids

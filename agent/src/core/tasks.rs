@@ -205,7 +205,7 @@ impl Core {
     fn task_is_live(&self, fid: &FrameworkId, task_id: &TaskId) -> bool {
         self.tasks
             .get(&(fid.clone(), task_id.clone()))
-            .is_some_and(|t| !t.state.is_terminal() && !t.terminal_reported)
+            .is_some_and(|t| t.is_live())
     }
 
     /// Answers a launch the agent does not run.
@@ -578,8 +578,15 @@ impl Core {
     /// Tasks of executor `ekey` without a terminal state, reported or not.
     pub(super) fn live_tasks(&self, ekey: &ExecKey) -> usize {
         self.executor_tasks(ekey)
-            .filter(|(_, t)| !t.state.is_terminal() && !t.terminal_reported)
+            .filter(|(_, t)| t.is_live())
             .count()
+    }
+
+    /// Whether executor `ekey` runs a task that has not ended: stops at
+    /// the first (a command executor may hold a hundred and more, and
+    /// this runs as each ends).
+    pub(super) fn has_live_tasks(&self, ekey: &ExecKey) -> bool {
+        self.executor_tasks(ekey).any(|(_, t)| t.is_live())
     }
 
     /// An agent-generated update for a task the agent does not run.
@@ -807,7 +814,7 @@ impl Core {
         );
         if self.executors.get(ekey).is_some_and(|ex| ex.is_command) {
             self.command_executor_maybe_idle(ekey);
-        } else if self.live_tasks(ekey) == 0 {
+        } else if !self.has_live_tasks(ekey) {
             self.kill_executor(ekey, None);
         }
     }
