@@ -303,6 +303,49 @@ fn agent_alive(isolated: &Isolated) -> bool {
     support::process_alive(agent.pid()) && matches!(http_get(agent.addr, "/health"), Ok((200, _)))
 }
 
+/// Task `name` with `resources` on `offer`'s agent, run by executor
+/// `executor_id` (`test-executor`, cpus:0.01;mem:32 of its own), which
+/// acts on `data` (`run PROGRAM ARGS...`).
+fn executor_task(
+    name: &str,
+    executor_id: &str,
+    offer: &Offer,
+    resources: &str,
+    data: String,
+) -> TaskInfo {
+    let program = bin("test-executor").display().to_string();
+    TaskInfo {
+        launch_stamp: None,
+        name: name.into(),
+        task_id: TaskId::new(name),
+        agent_id: offer.agent_id.clone(),
+        resources: Resources::parse(resources).unwrap(),
+        executor: Some(ExecutorInfo {
+            executor_id: ExecutorId::new(executor_id),
+            framework_id: None,
+            command: CommandInfo {
+                value: program.clone(),
+                shell: false,
+                arguments: vec![program],
+                environment: BTreeMap::new(),
+                uris: Vec::new(),
+            },
+            resources: Resources::parse("cpus:0.01;mem:32").unwrap(),
+            name: executor_id.into(),
+            source: "isolation".into(),
+            api: Default::default(),
+            shutdown_grace_period: None,
+            data: None,
+            labels: Default::default(),
+        }),
+        command: None,
+        data: Some(data.into_bytes().into()),
+        kill_grace_period: None,
+        labels: BTreeMap::new(),
+        task_group: None,
+    }
+}
+
 #[test]
 fn an_out_of_memory_task_fails_alone_with_the_memory_limitation() {
     let Some(isolated) = Isolated::start("oom", &[]) else {
@@ -410,41 +453,13 @@ fn cpu_is_capped_by_the_cfs_quota() {
     .unwrap();
     let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new("spin"));
     let offer = next_offer(&rx);
-    let program = bin("test-executor").display().to_string();
-    let task = TaskInfo {
-        launch_stamp: None,
-        name: "spin".into(),
-        task_id: TaskId::new("spin"),
-        agent_id: offer.agent_id.clone(),
-        resources: Resources::parse("cpus:0.5;mem:64").unwrap(),
-        executor: Some(ExecutorInfo {
-            executor_id: ExecutorId::new("spinner"),
-            framework_id: None,
-            command: CommandInfo {
-                value: program.clone(),
-                shell: false,
-                arguments: vec![program],
-                environment: BTreeMap::new(),
-                uris: Vec::new(),
-            },
-            resources: Resources::parse("cpus:0.01;mem:32").unwrap(),
-            name: "spinner".into(),
-            source: "isolation".into(),
-            api: Default::default(),
-            shutdown_grace_period: None,
-            data: None,
-            labels: Default::default(),
-        }),
-        command: None,
-        data: Some(
-            format!("run /bin/sh {} {}", script.display(), started.display())
-                .into_bytes()
-                .into(),
-        ),
-        kill_grace_period: None,
-        labels: BTreeMap::new(),
-        task_group: None,
-    };
+    let task = executor_task(
+        "spin",
+        "spinner",
+        &offer,
+        "cpus:0.5;mem:64",
+        format!("run /bin/sh {} {}", script.display(), started.display()),
+    );
     launch(&driver, &offer, vec![task]);
     // The same spin unconfined, at the same time: how much CPU this
     // machine gives a spinning process now.
@@ -888,41 +903,17 @@ fn an_ended_executors_container_is_reused_by_the_next_executor() {
         return;
     };
     let cluster = isolated.cluster();
-    let program = bin("test-executor").display().to_string();
     let mut reused = false;
     for name in ["first", "second"] {
         let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new(name));
         let offer = next_offer(&rx);
-        let task = TaskInfo {
-            launch_stamp: None,
-            name: name.into(),
-            task_id: TaskId::new(name),
-            agent_id: offer.agent_id.clone(),
-            resources: Resources::parse("cpus:0.1;mem:64").unwrap(),
-            executor: Some(ExecutorInfo {
-                executor_id: ExecutorId::new(format!("executor-{name}")),
-                framework_id: None,
-                command: CommandInfo {
-                    value: program.clone(),
-                    shell: false,
-                    arguments: vec![program.clone()],
-                    environment: BTreeMap::new(),
-                    uris: Vec::new(),
-                },
-                resources: Resources::parse("cpus:0.01;mem:32").unwrap(),
-                name: name.into(),
-                source: "isolation".into(),
-                api: Default::default(),
-                shutdown_grace_period: None,
-                data: None,
-                labels: Default::default(),
-            }),
-            command: None,
-            data: Some(b"run /bin/sleep 1".to_vec().into()),
-            kill_grace_period: None,
-            labels: BTreeMap::new(),
-            task_group: None,
-        };
+        let task = executor_task(
+            name,
+            &format!("executor-{name}"),
+            &offer,
+            "cpus:0.1;mem:64",
+            "run /bin/sleep 1".into(),
+        );
         launch(&driver, &offer, vec![task]);
         assert_eq!(running(&rx, name).state, TaskState::Running);
         // Named by the executor's run, wherever it came from.
