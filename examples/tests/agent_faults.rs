@@ -111,13 +111,7 @@ impl Job {
             executor: Some(ExecutorInfo {
                 executor_id: ExecutorId::new(self.executor_of(i)),
                 framework_id: None,
-                command: CommandInfo {
-                    value: program.clone(),
-                    shell: false,
-                    arguments: vec![program],
-                    environment: BTreeMap::new(),
-                    uris: Vec::new(),
-                },
+                command: CommandInfo::program(program),
                 resources: Resources::parse("cpus:0.1;mem:16").unwrap(),
                 name: "ledger".into(),
                 source: self.name.into(),

@@ -323,13 +323,7 @@ fn executor_task(
         executor: Some(ExecutorInfo {
             executor_id: ExecutorId::new(executor_id),
             framework_id: None,
-            command: CommandInfo {
-                value: program.clone(),
-                shell: false,
-                arguments: vec![program],
-                environment: BTreeMap::new(),
-                uris: Vec::new(),
-            },
+            command: CommandInfo::program(program),
             resources: Resources::parse("cpus:0.01;mem:32").unwrap(),
             name: executor_id.into(),
             source: "isolation".into(),

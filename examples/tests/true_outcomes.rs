@@ -62,13 +62,7 @@ impl Scheduler for Hasty {
                     executor: Some(ExecutorInfo {
                         executor_id: ExecutorId::new(&id),
                         framework_id: None,
-                        command: CommandInfo {
-                            value: self.executor.clone(),
-                            shell: false,
-                            arguments: vec![self.executor.clone()],
-                            environment: BTreeMap::new(),
-                            uris: Vec::new(),
-                        },
+                        command: CommandInfo::program(self.executor.clone()),
                         resources: executor_resources.clone(),
                         name: "hasty".into(),
                         source: "true_outcomes".into(),

@@ -465,6 +465,18 @@ impl CommandInfo {
             ..CommandInfo::default()
         }
     }
+
+    /// Program `path` exec'd directly (no shell), with no argument but
+    /// itself as argv\[0\].
+    pub fn program(path: impl Into<String>) -> Self {
+        let path = path.into();
+        CommandInfo {
+            value: path.clone(),
+            shell: false,
+            arguments: vec![path],
+            ..CommandInfo::default()
+        }
+    }
 }
 
 // === impl Bytes ===

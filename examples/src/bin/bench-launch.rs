@@ -886,13 +886,7 @@ async fn grid_point(
             ExecutorKind::Custom(Box::new(ExecutorInfo {
                 executor_id: ExecutorId::new("bench-executor"),
                 framework_id: None,
-                command: CommandInfo {
-                    value: program.clone(),
-                    shell: false,
-                    arguments: vec![program],
-                    environment: BTreeMap::new(),
-                    uris: Vec::new(),
-                },
+                command: CommandInfo::program(program),
                 resources: Resources::parse("cpus:0.5;mem:64")?,
                 name: "bench executor".into(),
                 source: "bench-launch".into(),

@@ -62,12 +62,7 @@ impl TestScheduler {
         ExecutorInfo {
             executor_id: ExecutorId::new("test-executor"),
             framework_id: None,
-            command: CommandInfo {
-                value: path.clone(),
-                shell: false,
-                arguments: vec![path],
-                ..CommandInfo::default()
-            },
+            command: CommandInfo::program(path),
             resources: self.args.executor_resources.clone(),
             name: "Test Executor (Rust)".to_string(),
             source: "test-framework".to_string(),
