@@ -458,14 +458,12 @@ impl Keeper {
             && container.surely_empty()
             && container.oom_kills() == 0
             && container.pids_limit_hits() == 0;
-        match limits.filter(|_| reusable) {
-            Some(limits) => {
-                if let Some(oldest) = self.spares.put(container, limits, None) {
-                    self.removals.remove(oldest.container, 0);
-                }
-            }
-            None => self.removals.remove(container, 0),
-        }
+        self.spares.keep(
+            container,
+            limits.filter(|_| reusable),
+            None,
+            &mut self.removals,
+        );
     }
 
     /// Destroys every container under `--cgroups-root` that is not named
@@ -996,10 +994,7 @@ impl ContainerKeeper {
     ) {
         let watch = match watch {
             Some(watch) => {
-                *watch
-                    .task
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(key.clone());
+                watch.report_to(Some(key.clone()));
                 Some(watch)
             }
             None => self.watch_out_of_memory(&key, &container),
@@ -1036,10 +1031,7 @@ impl ContainerKeeper {
         if let Some(task) = task {
             if let Some(watch) = &task.watch {
                 // No longer the task's, whatever comes.
-                *watch
-                    .task
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                watch.report_to(None);
             }
             let container = task.container;
             let killed = container.kill_all();
@@ -1081,13 +1073,13 @@ impl ContainerKeeper {
         // Kept under the ended task's name (a run id no task has now):
         // renamed once, when it is reused. An agent that restarts
         // destroys it as an orphan.
-        if !clean || !self.cgroups.as_ref().is_some_and(|c| c.delegates()) {
-            drop(watch);
-            return self.removals.remove(container, 0);
-        }
-        if let Some(oldest) = self.spares.put(container, limits, watch) {
-            self.removals.remove(oldest.container, 0);
-        }
+        let reusable = clean && self.cgroups.as_ref().is_some_and(|c| c.delegates());
+        self.spares.keep(
+            container,
+            reusable.then_some(limits),
+            watch,
+            &mut self.removals,
+        );
     }
 
     /// A new out-of-memory watch of command task `key`'s container
@@ -1163,24 +1155,35 @@ impl SparePool {
         }
     }
 
-    /// Keeps `container`; returns the oldest spare when there are too
-    /// many, for removal.
-    fn put(
+    /// Keeps `container` (with `watch`) for the next one with `limits`;
+    /// without `limits` (not reusable) it goes to `removals`, as does the
+    /// oldest spare when there are too many.
+    fn keep(
         &self,
         container: Arc<Container>,
-        limits: Limits,
+        limits: Option<Limits>,
         watch: Option<OomWatch>,
-    ) -> Option<Spare> {
-        let mut spares = self.lock();
-        spares.push_back(Spare {
-            container,
-            limits,
-            at: Instant::now(),
-            watch,
-        });
-        (spares.len() > MAX_SPARES)
-            .then(|| spares.pop_front())
-            .flatten()
+        removals: &mut Removals,
+    ) {
+        let Some(limits) = limits else {
+            drop(watch);
+            return removals.remove(container, 0);
+        };
+        let oldest = {
+            let mut spares = self.lock();
+            spares.push_back(Spare {
+                container,
+                limits,
+                at: Instant::now(),
+                watch,
+            });
+            (spares.len() > MAX_SPARES)
+                .then(|| spares.pop_front())
+                .flatten()
+        };
+        if let Some(oldest) = oldest {
+            removals.remove(oldest.container, 0);
+        }
     }
 
     /// When the oldest spare has been unused too long.
@@ -1204,6 +1207,16 @@ impl SparePool {
 }
 
 // === impl OomWatch ===
+
+impl OomWatch {
+    /// Has the watch report to task `task` (`None`: to nobody).
+    fn report_to(&self, task: Option<StreamKey>) {
+        *self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = task;
+    }
+}
 
 impl Drop for OomWatch {
     fn drop(&mut self) {

@@ -586,8 +586,9 @@ fn with_entry_files<T>(
 static ENTRIES: std::sync::OnceLock<Mutex<KeptEntries>> = std::sync::OnceLock::new();
 
 /// Task containers whose entry files an executor keeps open at most (five
-/// descriptors each on cgroup v1; each open descriptor is also copied
-/// into, and closed in, every command this executor starts).
+/// descriptors each on cgroup v1, above the floor of [`crate::spawn`]'s
+/// kept descriptors, where it can, so the commands it starts get no copy
+/// of them).
 const MAX_KEPT_ENTRIES: usize = 256;
 
 /// Open entry files by container, oldest first.

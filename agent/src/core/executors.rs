@@ -152,21 +152,13 @@ impl Core {
                 pids: own.pids,
             });
         }
-        // The scalars summed as `Limits::of` reads them from the sum of
-        // the resources, without building that sum.
-        let scalars = |r: &agora_proto::Resources| [r.cpus(), r.mem(), r.scalar("pids")];
-        let mut total = scalars(&info.resources);
-        for (_, task) in self.executor_tasks(ekey).filter(|(_, t)| t.is_live()) {
-            for (sum, value) in total.iter_mut().zip(scalars(&task.info.resources)) {
-                *sum += value;
-            }
-        }
-        let [cpus, mem_mib, pids] = total;
-        Some(crate::isolation::Limits {
-            cpus,
-            mem_mib,
-            pids: (pids >= 1.0).then_some(pids as u64),
-        })
+        let tasks = self
+            .executor_tasks(ekey)
+            .filter(|(_, t)| t.is_live())
+            .map(|(_, t)| &t.info.resources);
+        Some(crate::isolation::Limits::of_all(
+            std::iter::once(&info.resources).chain(tasks),
+        ))
     }
 
     /// A task joined running executor `ekey`: its container grows to

@@ -502,17 +502,19 @@ impl Container {
         let mut counter = [0u8; 8];
         let signalled = nix::unistd::read(eventfd, &mut counter).is_ok_and(|n| n == 8);
         // Through its kept file, which follows the container's renames.
-        let oom_control = (&self.kept.oom_control, MEMORY, "memory.oom_control");
-        if self
-            .read_kept(oom_control.0, oom_control.1, oom_control.2)
-            .is_none()
-        {
+        if self.oom_control().is_none() {
             OomEvent::Removed
         } else if signalled {
             OomEvent::OutOfMemory
         } else {
             OomEvent::Nothing
         }
+    }
+
+    /// Its `memory.oom_control`, through the kept file (`None` once the
+    /// cgroup is gone).
+    fn oom_control(&self) -> Option<String> {
+        self.read_kept(&self.kept.oom_control, MEMORY, "memory.oom_control")
     }
 
     /// Forks refused at its `pids.max` so far.
@@ -524,7 +526,7 @@ impl Container {
 
     /// Out-of-memory kills in the container so far.
     pub(crate) fn oom_kills(&self) -> u64 {
-        self.read_kept(&self.kept.oom_control, MEMORY, "memory.oom_control")
+        self.oom_control()
             .and_then(|text| parse_keyed(&text, "oom_kill"))
             .unwrap_or(0)
     }

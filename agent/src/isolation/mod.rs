@@ -140,12 +140,24 @@ impl Default for CgroupsConfig {
 // === impl Limits ===
 
 impl Limits {
-    /// The limits of `resources` (an executor's plus its tasks').
+    /// The limits of `resources`.
     pub fn of(resources: &Resources) -> Limits {
-        let pids = resources.scalar("pids");
+        Limits::of_all([resources])
+    }
+
+    /// The limits of all of `resources` together (an executor's plus its
+    /// tasks'): their cpus, mem and pids summed, without building the
+    /// sum of the resources.
+    pub fn of_all<'a>(resources: impl IntoIterator<Item = &'a Resources>) -> Limits {
+        let (mut cpus, mut mem_mib, mut pids) = (0.0, 0.0, 0.0);
+        for r in resources {
+            cpus += r.cpus();
+            mem_mib += r.mem();
+            pids += r.scalar("pids");
+        }
         Limits {
-            cpus: resources.cpus(),
-            mem_mib: resources.mem(),
+            cpus,
+            mem_mib,
             pids: (pids >= 1.0).then_some(pids as u64),
         }
     }
