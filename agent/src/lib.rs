@@ -185,7 +185,9 @@ pub async fn run(
         }
         Isolation::Cgroups => {
             let cgroups = isolation::cgroups::Cgroups::discover(&config.cgroups)?;
-            tracing::info!(cgroups = cgroups.version(), memory = %cgroups.base("memory").map(|p| p.display().to_string()).unwrap_or_default(), cfs = config.cgroups.enable_cfs, pids_max = config.cgroups.pids_max, "--isolation cgroups: each executor run gets a cgroup of its own");
+            // The containers together weigh the cpus the agent offers.
+            let root_weight = cgroups.weigh_root(config.resources.cpus())?;
+            tracing::info!(cgroups = cgroups.version(), root_weight, memory = %cgroups.base("memory").map(|p| p.display().to_string()).unwrap_or_default(), cfs = config.cgroups.enable_cfs, pids_max = config.cgroups.pids_max, "--isolation cgroups: each executor run gets a cgroup of its own");
             Some(Arc::new(cgroups))
         }
     };

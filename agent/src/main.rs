@@ -149,7 +149,9 @@ struct Flags {
     isolation: Isolation,
     /// With --isolation cgroups: the cgroup that holds the containers,
     /// under the agent's own in each v1 hierarchy, or under the cgroup2
-    /// mount point on v2.
+    /// mount point on v2. The agent gives it the CPU weight of the cpus it
+    /// offers (cpu.shares 1024 per cpu, or the cpu.weight mapped from
+    /// them).
     #[arg(long, default_value = agora_agent::isolation::DEFAULT_CGROUPS_ROOT)]
     cgroups_root: String,
     /// With --isolation cgroups: enforce a hard CFS quota of the cpus a

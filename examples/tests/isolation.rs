@@ -431,6 +431,24 @@ fn read_number(path: &Path, key: Option<&str>) -> u64 {
 }
 
 #[test]
+fn the_containers_root_weighs_the_agents_cpus() {
+    let Some(isolated) = Isolated::start("weight", &[]) else {
+        return;
+    };
+    // `AGENT` offers cpus:2: the root weighs two processes' worth
+    // (cpu.shares 2048 on v1; on v2 its cpu.weight, mapped as runc maps
+    // shares), not one for all the containers together.
+    let base = controller_base("cpu", &isolated.root).expect("cpu hierarchy");
+    let (file, expected) = if driven_as_v2() {
+        ("cpu.weight", 1 + (2048 - 2) * 9_999 / (262_144 - 2))
+    } else {
+        ("cpu.shares", 2048)
+    };
+    let written = std::fs::read_to_string(base.join(file)).unwrap();
+    assert_eq!(written.trim(), expected.to_string(), "{}", base.display());
+}
+
+#[test]
 fn cpu_is_capped_by_the_cfs_quota() {
     let Some(isolated) = Isolated::start("cpu", &[]) else {
         return;

@@ -43,6 +43,9 @@ pub(super) const CFS_PERIOD_US: u64 = 100_000;
 pub(super) const MIN_CFS_QUOTA_US: u64 = 1_000;
 /// Smallest `cpu.shares` (v1; v2's `cpu.weight` is mapped from it).
 pub(super) const MIN_SHARES: u64 = 2;
+/// Largest `cpu.shares` (the kernel's; v2's largest `cpu.weight` is
+/// mapped from it).
+pub(super) const MAX_SHARES: u64 = 262_144;
 /// Smallest memory limit, as in Mesos.
 pub(super) const MIN_MEMORY_BYTES: u64 = 32 << 20;
 /// How long a freeze may take before the kill goes ahead without it.
@@ -121,6 +124,9 @@ pub enum CgroupsError {
         /// The OS error.
         source: io::Error,
     },
+    /// `--cgroups-root` cannot be given the agent's CPU weight.
+    #[error("--isolation cgroups cannot give --cgroups-root the weight of the agent's cpus: {0}")]
+    RootWeight(io::Error),
     /// `--cgroups-root` is not a plain name.
     #[error("invalid --cgroups-root {0:?}: use names of letters, digits, '-', '_' and '.' separated by '/'")]
     BadRoot(String),
@@ -255,6 +261,25 @@ impl Cgroups {
             controller: missing,
             hint,
         })
+    }
+
+    /// Gives `--cgroups-root` the CPU weight of `cpus`, the CPUs the
+    /// agent offers (`cpu.shares` on v1, `cpu.weight` on v2), and returns
+    /// what it wrote.
+    ///
+    /// Left at the default, every container of the agent together would
+    /// weigh as much as one process outside it: whenever the machine is
+    /// busy, the tasks that were given `cpus` CPUs would share about one
+    /// CPU's worth of time against the agent's, the master's or any
+    /// daemon's threads. Kubernetes gives its `kubepods` cgroup the
+    /// node's allocatable CPUs the same way. Each container's own shares
+    /// (and CFS quota) still divide the root's time among the tasks.
+    pub(crate) fn weigh_root(&self, cpus: f64) -> Result<u64, CgroupsError> {
+        match self {
+            Cgroups::V1(c) => c.weigh_root(cpus),
+            Cgroups::V2(c) => c.weigh_root(cpus),
+        }
+        .map_err(CgroupsError::RootWeight)
     }
 
     /// `"v1"` or `"v2"`.
@@ -531,6 +556,12 @@ impl Container {
             Container::V2(c) => c.stats(),
         }
     }
+}
+
+/// The `cpu.shares` that stand for `cpus` (v2's `cpu.weight` is mapped
+/// from them).
+pub(super) fn shares_of(cpus: f64) -> u64 {
+    ((1024.0 * cpus).floor() as u64).clamp(MIN_SHARES, MAX_SHARES)
 }
 
 pub(super) fn write(dir: &Path, file: &str, value: impl std::fmt::Display) -> io::Result<()> {

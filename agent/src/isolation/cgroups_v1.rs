@@ -33,8 +33,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::cgroups::{
-    parse_keyed, read_i64, read_keyed, read_u64, write, CgroupsError, ContainerStats, OomEvent,
-    CFS_PERIOD_US, FREEZE_TIMEOUT, MIN_CFS_QUOTA_US, MIN_MEMORY_BYTES, MIN_SHARES,
+    parse_keyed, read_i64, read_keyed, read_u64, shares_of, write, CgroupsError, ContainerStats,
+    OomEvent, CFS_PERIOD_US, FREEZE_TIMEOUT, MIN_CFS_QUOTA_US, MIN_MEMORY_BYTES,
 };
 use super::mountinfo::{self, CgroupMount};
 use super::{CgroupsConfig, Limits};
@@ -317,6 +317,14 @@ impl Cgroups {
         }
     }
 
+    /// Writes the `cpu.shares` of `cpus` into `--cgroups-root` (see
+    /// [`super::cgroups::Cgroups::weigh_root`]).
+    pub(crate) fn weigh_root(&self, cpus: f64) -> io::Result<u64> {
+        let shares = shares_of(cpus);
+        write(&self.base[CPU], "cpu.shares", shares)?;
+        Ok(shares)
+    }
+
     /// Writes `limits`, grown to at least `written` (the ones written
     /// before, if any), and returns what is now written.
     pub(crate) fn set_limits(
@@ -333,8 +341,7 @@ impl Cgroups {
             return Ok(limits);
         }
         let first = written.is_none();
-        let shares = ((1024.0 * limits.cpus).floor() as u64).max(MIN_SHARES);
-        write(&container.dirs[CPU], "cpu.shares", shares)?;
+        write(&container.dirs[CPU], "cpu.shares", shares_of(limits.cpus))?;
         if self.config.enable_cfs {
             let quota = ((CFS_PERIOD_US as f64 * limits.cpus).round() as u64).max(MIN_CFS_QUOTA_US);
             if first {

@@ -41,8 +41,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::cgroups::{
-    parse_keyed, read_keyed, read_small, read_u64, write, CgroupsError, ContainerStats, OomEvent,
-    CFS_PERIOD_US, FREEZE_TIMEOUT, MIN_CFS_QUOTA_US, MIN_MEMORY_BYTES, MIN_SHARES,
+    parse_keyed, read_keyed, read_small, read_u64, shares_of, write, CgroupsError, ContainerStats,
+    OomEvent, CFS_PERIOD_US, FREEZE_TIMEOUT, MAX_SHARES, MIN_CFS_QUOTA_US, MIN_MEMORY_BYTES,
+    MIN_SHARES,
 };
 use super::cgroups_v1;
 use super::mountinfo::{self, CgroupMount};
@@ -52,8 +53,6 @@ use crate::sys;
 /// The controllers a container needs.
 pub(crate) const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 
-/// Largest v1 `cpu.shares`, mapped to the largest `cpu.weight`.
-const MAX_SHARES: u64 = 262_144;
 /// Largest `cpu.weight`.
 const MAX_WEIGHT: u64 = 10_000;
 
@@ -245,6 +244,14 @@ impl Cgroups {
             .then_some(self.base.as_path())
     }
 
+    /// Writes the `cpu.weight` of `cpus` into `--cgroups-root` (see
+    /// [`super::cgroups::Cgroups::weigh_root`]).
+    pub(crate) fn weigh_root(&self, cpus: f64) -> io::Result<u64> {
+        let weight = weight_of_shares(shares_of(cpus));
+        write(&self.base, "cpu.weight", weight)?;
+        Ok(weight)
+    }
+
     /// Creates the container `name` (an executor's run id) with `limits`.
     pub(crate) fn create(&self, name: &str, limits: &Limits) -> io::Result<(Container, Limits)> {
         let container = self.container(name);
@@ -320,8 +327,7 @@ impl Cgroups {
             return Ok(limits);
         }
         let dir = &container.dir;
-        let shares = ((1024.0 * limits.cpus).floor() as u64).max(MIN_SHARES);
-        write(dir, "cpu.weight", weight_of_shares(shares))?;
+        write(dir, "cpu.weight", weight_of_shares(shares_of(limits.cpus)))?;
         if self.config.enable_cfs {
             let quota = ((CFS_PERIOD_US as f64 * limits.cpus).round() as u64).max(MIN_CFS_QUOTA_US);
             write(dir, "cpu.max", format!("{quota} {CFS_PERIOD_US}"))?;

@@ -817,7 +817,7 @@ async fn grid_point(
         &master_args,
         &dir.path().join("master.log"),
     )?;
-    // Under cgroups, a root of this run's own, removed after it.
+    // Under cgroups, roots of this run's own, removed after it.
     let cgroups_root = (isolation == Isolation::Cgroups).then(|| CgroupsRoot {
         name: format!(
             "agora-bench-launch-{}-{}",
@@ -830,7 +830,7 @@ async fn grid_point(
         agents: args.agents,
     });
     if let Some(root) = &cgroups_root {
-        agora_agent::isolation::check_cgroups(&root.name)
+        agora_agent::isolation::check_cgroups(&root.agent_root(0))
             .map_err(|why| anyhow::anyhow!("--isolation cgroups cannot run here: {why}"))?;
     }
     // Each task takes one cpu; the agents' cpus add up to `slots` (the
@@ -1007,20 +1007,22 @@ async fn grid_point(
     Ok((figures, dir))
 }
 
-/// A `--cgroups-root` the agents of one run share: destroyed (with
-/// whatever is left in it) when dropped.
+/// The `--cgroups-root`s of one run's agents, each a cgroup of its own
+/// next to the agents' (not under a parent of the run's, which would weigh
+/// as much as one process for all the agents' containers together: each
+/// agent gives its own root the weight of its cpus). Destroyed (with
+/// whatever is left in them) when dropped.
 struct CgroupsRoot {
+    /// What the agents' roots are named after (`{name}-agent-{i}`).
     name: String,
-    /// Agents with a root of their own under it (`agent-{i}`).
     agents: usize,
 }
 
 impl Drop for CgroupsRoot {
-    /// Each agent's root first (with what its agent left: spare
-    /// containers, or those of executors still dying), then the run's.
+    /// Each agent's root, with what its agent left: spare containers, or
+    /// those of executors still dying.
     fn drop(&mut self) {
-        let roots = (0..self.agents).map(|i| self.agent_root(i));
-        for root in roots.chain([self.name.clone()]) {
+        for root in (0..self.agents).map(|i| self.agent_root(i)) {
             if let Err(e) = agora_agent::isolation::destroy_cgroups_root(&root) {
                 eprintln!("cannot remove cgroups root {root}: {e}");
             }
@@ -1030,7 +1032,7 @@ impl Drop for CgroupsRoot {
 
 impl CgroupsRoot {
     fn agent_root(&self, i: usize) -> String {
-        format!("{}/agent-{i}", self.name)
+        format!("{}-agent-{i}", self.name)
     }
 }
 

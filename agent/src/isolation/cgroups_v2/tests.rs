@@ -97,6 +97,20 @@ fn cpu_weight_maps_shares_as_runc_does() {
 }
 
 #[test]
+fn the_root_weighs_the_agents_cpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cgroups = fake(tmp.path(), &CgroupsConfig::default());
+    let weight = tmp.path().join("agora/cpu.weight");
+    assert_eq!(cgroups.weigh_root(2.0).unwrap(), 79);
+    assert_eq!(read(&weight), "79");
+    // Past the largest shares: the largest weight.
+    assert_eq!(cgroups.weigh_root(1000.0).unwrap(), MAX_WEIGHT);
+    assert_eq!(read(&weight), MAX_WEIGHT.to_string());
+    // No cpus to offer: the smallest.
+    assert_eq!(cgroups.weigh_root(0.0).unwrap(), 1);
+}
+
+#[test]
 fn limits_are_written_and_only_grow() {
     let tmp = tempfile::tempdir().unwrap();
     let cgroups = fake(tmp.path(), &CgroupsConfig::default());
