@@ -144,8 +144,11 @@ impl Core {
         }
         if is_command && self.task_containers() {
             let own = crate::isolation::Limits::of(&info.resources);
-            // In powers of two: a limit is not rewritten for every task.
-            let tasks = self.live_tasks(ekey).max(1).next_power_of_two() as f64;
+            // The tasks it holds, ended ones not yet forgotten included
+            // (it keeps them too): counted in O(1), as this runs on every
+            // task's launch. In powers of two: a limit is not rewritten
+            // for every task.
+            let tasks = self.held_tasks(ekey).max(1).next_power_of_two() as f64;
             return Some(crate::isolation::Limits {
                 cpus: own.cpus * tasks,
                 mem_mib: own.mem_mib * tasks,

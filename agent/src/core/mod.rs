@@ -823,6 +823,12 @@ impl Core {
         }
     }
 
+    /// How many tasks executor `ekey` holds, ended ones it has not
+    /// forgotten included.
+    fn held_tasks(&self, ekey: &ExecKey) -> usize {
+        self.tasks_by_executor.get(ekey).map_or(0, HashSet::len)
+    }
+
     /// The tasks of executor `ekey`.
     fn executor_tasks(&self, ekey: &ExecKey) -> impl Iterator<Item = (&TaskId, &Task)> + '_ {
         // One key, its task id rewritten in place for each task: no
