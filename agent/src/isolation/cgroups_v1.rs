@@ -59,6 +59,10 @@ pub(crate) struct Cgroups {
     /// `base`, open: containers are renamed relative to it, one path
     /// component each rather than the whole path.
     base_dirs: [OwnedFd; 5],
+    /// Which controllers' hierarchies are the first with their directory
+    /// (bit `i` for controller `i`; controllers mounted together share
+    /// one): what is created, renamed, entered or removed once.
+    distinct: u8,
     config: CgroupsConfig,
 }
 
@@ -67,6 +71,8 @@ pub(crate) struct Cgroups {
 pub(crate) struct Container {
     name: String,
     dirs: [PathBuf; 5],
+    /// [`Cgroups::distinct`].
+    distinct: u8,
     /// Its files used on every task's way, open; shared with the same
     /// container under its later names (an open cgroup file follows its
     /// directory through a rename).
@@ -182,7 +188,11 @@ impl Cgroups {
         let Ok(base_dirs) = <[OwnedFd; 5]>::try_from(base_dirs) else {
             unreachable!("one per controller")
         };
+        let distinct = (0..base.len())
+            .filter(|&i| !base[..i].contains(&base[i]))
+            .fold(0, |mask, i| mask | 1 << i);
         Ok(Cgroups {
+            distinct,
             base,
             own: own_dirs,
             base_dirs,
@@ -224,28 +234,27 @@ impl Cgroups {
     /// Renames `container` to `name` in every hierarchy (back to its
     /// old name everywhere if one refuses).
     pub(crate) fn rename(&self, container: &Container, name: &str) -> io::Result<Container> {
-        let mut renamed = self.container(name);
-        renamed.kept = container.kept.clone();
         let at = |i: usize, from: &str, to: &str| {
             nix::fcntl::renameat(&self.base_dirs[i], from, &self.base_dirs[i], to)
         };
-        let mut done: Vec<usize> = Vec::new();
-        for (i, dir) in container.dirs.iter().enumerate() {
-            if container.dirs[..i].contains(dir) {
-                continue;
-            }
+        let indices = container.distinct_indices();
+        for (n, i) in indices.clone().enumerate() {
             if let Err(e) = at(i, &container.name, name) {
-                for j in done {
+                for j in indices.take(n) {
                     let _ = at(j, name, &container.name);
                 }
                 return Err(io::Error::new(
                     io::Error::from(e).kind(),
-                    format!("cannot rename cgroup {}: {e}", dir.display()),
+                    format!("cannot rename cgroup {}: {e}", container.dirs[i].display()),
                 ));
             }
-            done.push(i);
         }
-        Ok(renamed)
+        Ok(Container {
+            name: name.to_string(),
+            dirs: std::array::from_fn(|i| self.base[i].join(name)),
+            distinct: container.distinct,
+            kept: container.kept.clone(),
+        })
     }
 
     /// The container `name` if it exists (after an agent restart).
@@ -291,10 +300,8 @@ impl Cgroups {
         // naming it by its id does.
         let tid = "0";
         let mut entered = Vec::new();
-        for (i, dir) in container.dirs.iter().enumerate() {
-            if entered.iter().any(|j: &usize| container.dirs[*j] == *dir) {
-                continue;
-            }
+        for i in container.distinct_indices() {
+            let dir = &container.dirs[i];
             if let Err(e) = std::fs::write(dir.join("tasks"), tid) {
                 self.leave(tid, &entered);
                 return Err(io::Error::new(
@@ -394,6 +401,7 @@ impl Cgroups {
         Container {
             name: name.to_string(),
             dirs: std::array::from_fn(|i| self.base[i].join(name)),
+            distinct: self.distinct,
             kept: Arc::new(Kept {
                 first_name: name.to_string(),
                 ..Kept::default()
@@ -417,14 +425,15 @@ impl Container {
         Some(&self.dirs[i])
     }
 
-    fn unique_dirs(&self) -> Vec<&PathBuf> {
-        let mut dirs: Vec<&PathBuf> = Vec::with_capacity(5);
-        for dir in &self.dirs {
-            if !dirs.contains(&dir) {
-                dirs.push(dir);
-            }
-        }
-        dirs
+    /// The controllers whose directories are its distinct ones.
+    fn distinct_indices(&self) -> impl Iterator<Item = usize> + Clone {
+        let distinct = self.distinct;
+        (0..self.dirs.len()).filter(move |i| distinct & (1 << i) != 0)
+    }
+
+    /// Its directories, each once.
+    fn unique_dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        self.distinct_indices().map(|i| &self.dirs[i])
     }
 
     /// The name it was created with, whatever it is called now.
@@ -483,10 +492,7 @@ impl Container {
 
     /// Its `tasks` file in each hierarchy.
     pub(crate) fn entry_files(&self) -> Vec<PathBuf> {
-        self.unique_dirs()
-            .into_iter()
-            .map(|d| d.join("tasks"))
-            .collect()
+        self.unique_dirs().map(|d| d.join("tasks")).collect()
     }
 
     /// An eventfd that becomes readable when the container's memory
@@ -841,7 +847,7 @@ mod tests {
             let mut spawn_only = Duration::ZERO;
             for i in 0..n {
                 let (c, _) = cg.create(&format!("{tag}{i}"), &limits).unwrap();
-                let dirs: Vec<PathBuf> = c.unique_dirs().into_iter().cloned().collect();
+                let dirs: Vec<PathBuf> = c.unique_dirs().cloned().collect();
                 let t = Instant::now();
                 // SAFETY: the pre-exec step only writes files (open,
                 // write, close), all async-signal-safe system calls.
