@@ -611,7 +611,7 @@ impl Keeper {
                 .map_err(failed);
         };
         // An ended executor's or task's empty container with the same
-        // limits, renamed, when the executor runs as the agent's user.
+        // limits, when the executor runs as the agent's user.
         let reused = user
             .is_none()
             .then(|| {
@@ -932,7 +932,7 @@ impl ContainerKeeper {
         let Some(cgroups) = self.cgroups.clone() else {
             return Ok(TaskEntry::default());
         };
-        // A spare with the same limits, renamed, when the task's user
+        // A spare with the same limits, when the task's user
         // is the agent's.
         let reused = user
             .is_none()
@@ -1070,9 +1070,8 @@ impl ContainerKeeper {
         clean: bool,
         watch: Option<OomWatch>,
     ) {
-        // Kept under the ended task's name (a run id no task has now):
-        // renamed once, when it is reused. An agent that restarts
-        // destroys it as an orphan.
+        // Held by the ended task's run (which no task has now) until it
+        // is reused. An agent that restarts destroys it as an orphan.
         let reusable = clean && self.cgroups.as_ref().is_some_and(|c| c.delegates());
         self.spares.keep(
             container,
@@ -1127,9 +1126,9 @@ impl SparePool {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The most recently kept spare with `limits`, renamed `name`, its
-    /// usage reset, with its out-of-memory watch. One that cannot be
-    /// renamed goes to `removals`.
+    /// The most recently kept spare with `limits`, now holding run
+    /// `name`, its usage reset, with its out-of-memory watch. One that
+    /// cannot be given to it goes to `removals`.
     fn reuse(
         &self,
         cgroups: &Cgroups,
@@ -1142,7 +1141,7 @@ impl SparePool {
             let i = spares.iter().rposition(|spare| spare.limits == *limits)?;
             spares.remove(i)?
         };
-        match cgroups.rename(&spare.container, name) {
+        match cgroups.reassign(&spare.container, name) {
             Ok(container) => {
                 container.reset_usage();
                 Some((container, spare.watch))

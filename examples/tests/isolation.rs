@@ -86,10 +86,10 @@ impl Isolated {
         self.cluster.as_mut().expect("cluster")
     }
 
-    /// The name of the container of command task `task` (its own, apart
-    /// from its command executor's), as the agent's `/monitor/statistics`
-    /// lists it (waits up to 10 s).
-    fn task_container(&self, task: &str) -> String {
+    /// The `/monitor/statistics` entry of the container of command task
+    /// `task` (its own, apart from its command executor's; waits up to
+    /// 10 s).
+    fn task_entry(&self, task: &str) -> serde_json::Value {
         let agent = self.cluster().agents[0].addr;
         let mut found = None;
         eventually(
@@ -104,11 +104,18 @@ impl Isolated {
                     .into_iter()
                     .flatten()
                     .find(|e| e["tasks"] == serde_json::json!([task]))
-                    .and_then(|e| e["container_id"].as_str().map(String::from));
+                    .cloned();
                 found.is_some()
             },
         );
         found.unwrap()
+    }
+
+    /// The name of the directories of command task `task`'s container (as
+    /// [`Isolated::task_entry`] gives it).
+    fn task_container(&self, task: &str) -> String {
+        let entry = self.task_entry(task);
+        entry["cgroup"].as_str().expect("cgroup").to_string()
     }
 
     /// Whether container `name` is gone from every hierarchy.
@@ -654,7 +661,7 @@ fn a_killed_task_leaves_no_process_and_no_cgroup() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["container_id"] == container)
+        .find(|e| e["cgroup"] == container)
         .expect("the task's container");
     assert_eq!(entry["tasks"][0], "escape", "{body}");
     let stats = &entry["statistics"];
@@ -727,6 +734,25 @@ fn a_restarted_agent_keeps_live_containers_and_destroys_orphans() {
     info.checkpoint = true;
     info.failover_timeout = 60.0;
     let (driver, rx) = start_framework(&isolated.cluster().master_address(), info);
+    // A first task, whose ended container (and its command executor's,
+    // once idle) the second reuses.
+    let offer = next_offer(&rx);
+    launch(
+        &driver,
+        &offer,
+        vec![command_task("short", &offer, "true", "cpus:0.1;mem:64")],
+    );
+    assert_eq!(terminal(&rx, "short").state, TaskState::Finished);
+    let spares = isolated.containers();
+    eventually(
+        Duration::from_secs(10),
+        || "the first task's containers still hold processes".into(),
+        || {
+            spares.iter().all(|c| {
+                processes_in(&format!("/{}", c.file_name().unwrap().to_string_lossy())).is_empty()
+            })
+        },
+    );
     let offer = next_offer(&rx);
     launch(
         &driver,
@@ -739,8 +765,11 @@ fn a_restarted_agent_keeps_live_containers_and_destroys_orphans() {
         )],
     );
     assert_eq!(running(&rx, "long").state, TaskState::Running);
-    // The task's container and its command executor's.
-    isolated.task_container("long");
+    // The task's container and its command executor's: the first task's
+    // reused, which keeps its directories' name and holds the second's
+    // run.
+    let entry = isolated.task_entry("long");
+    assert_ne!(entry["container_id"], entry["cgroup"], "{entry}");
     let containers = isolated.containers();
     assert_eq!(containers.len(), 2, "{containers:?}");
     let members: Vec<i32> = containers
@@ -759,8 +788,11 @@ fn a_restarted_agent_keeps_live_containers_and_destroys_orphans() {
             container.display()
         );
     }
-    // The task's container is still watched and reported.
-    isolated.task_container("long");
+    // The task's container is still watched and reported, found by the
+    // run it holds.
+    let after = isolated.task_entry("long");
+    assert_eq!(after["container_id"], entry["container_id"], "{after}");
+    assert_eq!(after["cgroup"], entry["cgroup"], "{after}");
     for pid in &members {
         assert!(support::process_alive(*pid), "{pid} died in recovery");
     }

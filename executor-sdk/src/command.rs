@@ -450,8 +450,9 @@ fn plain_words(value: &str) -> Option<Vec<&str>> {
 /// Starts `command` in `cwd` as the leader of a new process group; with a
 /// task sandbox, the task's output goes to files there and its
 /// environment names it; with `cgroups`, the child enters the task's
-/// container before it execs (`container`: the name the container keeps
-/// through renames, under which its files stay open). Returns the
+/// container before it execs (`container`: the name of the container's
+/// directories, which the agent keeps when it reuses the container, under
+/// which its files stay open). Returns the
 /// child's pid.
 fn spawn(
     command: &CommandInfo,
@@ -535,7 +536,7 @@ fn spawn(
 
 /// Runs `spawn` with each of `files` (the task container's `tasks` files
 /// on cgroup v1, its `cgroup.procs` on v2) open for writing. With
-/// `container` (the name the agent's container keeps through renames)
+/// `container` (the name the agent's reused container keeps)
 /// they are kept open under it for the next task the agent puts in that
 /// container (opening a cgroup file costs more than the move), and
 /// opened again once if the kept ones no longer take a process.
@@ -581,7 +582,7 @@ fn with_entry_files<T>(
 }
 
 /// The entry files of task containers, open, by the name each container
-/// keeps through renames (see [`with_entry_files`]); the oldest go when
+/// keeps when reused (see [`with_entry_files`]); the oldest go when
 /// there are [`MAX_KEPT_ENTRIES`].
 static ENTRIES: std::sync::OnceLock<Mutex<KeptEntries>> = std::sync::OnceLock::new();
 

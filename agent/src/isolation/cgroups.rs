@@ -315,23 +315,24 @@ impl Cgroups {
         }
     }
 
-    /// Renames an empty `container` to `name` (cgroup v1, where a cgroup
-    /// may be renamed within its parent; v2 refuses): a container kept
-    /// for reuse costs a rename, not the kernel's making and freeing of
-    /// a cgroup in every hierarchy.
-    pub(crate) fn rename(&self, container: &Container, name: &str) -> io::Result<Container> {
+    /// An empty `container`, now holding run `run` (cgroup v1): a
+    /// container kept for reuse costs an extended attribute, not the
+    /// kernel's making and freeing of a cgroup in every hierarchy. (Not
+    /// on v2 yet, whose containers are not reused.)
+    pub(crate) fn reassign(&self, container: &Container, run: &str) -> io::Result<Container> {
         match (self, container) {
             (Cgroups::V1(c), Container::V1(container)) => {
-                c.rename(container, name).map(Container::V1)
+                c.reassign(container, run).map(Container::V1)
             }
             _ => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
-                "only cgroup v1 renames cgroups",
+                "only cgroup v1 containers are reused",
             )),
         }
     }
 
-    /// The container `name` if it exists (after an agent restart).
+    /// The container run `name` holds, if it exists (after an agent
+    /// restart, once [`Cgroups::names`] has been read).
     pub(crate) fn open(&self, name: &str) -> Option<Container> {
         match self {
             Cgroups::V1(c) => c.open(name).map(Container::V1),
@@ -339,7 +340,8 @@ impl Cgroups {
         }
     }
 
-    /// The names of every container under `--cgroups-root`.
+    /// The runs that hold the containers under `--cgroups-root` (a
+    /// container not reused: the run it is named after).
     pub(crate) fn names(&self) -> Vec<String> {
         match self {
             Cgroups::V1(c) => c.names(),
@@ -422,7 +424,7 @@ fn mismatch() -> io::Error {
 // === impl Container ===
 
 impl Container {
-    /// Its name (the executor's run id).
+    /// The run it holds (an executor's or a command task's run id).
     pub(crate) fn name(&self) -> &str {
         match self {
             Container::V1(c) => c.name(),
@@ -441,8 +443,16 @@ impl Container {
         }
     }
 
-    /// The name it keeps through renames (the one it was created with),
-    /// where it can be renamed (cgroup v1).
+    /// The name of its directories: that of the run it was made for,
+    /// which a reused container keeps.
+    pub(crate) fn dir_name(&self) -> &str {
+        match self {
+            Container::V1(c) => c.lasting_name(),
+            Container::V2(c) => c.name(),
+        }
+    }
+
+    /// [`Container::dir_name`], where it can be reused (cgroup v1).
     pub(crate) fn lasting_name(&self) -> Option<&str> {
         match self {
             Container::V1(c) => Some(c.lasting_name()),

@@ -1,13 +1,19 @@
 //! The cgroup v1 driver behind [`super::cgroups`]: containers as cgroup
 //! v1 directories, written directly through the cgroup file system.
 //!
-//! Each container is a directory named after its executor run under
+//! Each container is a directory named after the run it was made for under
 //! `<hierarchy>/<agent's own cgroup>/<--cgroups-root>/` of each controller
 //! the agent needs: `cpu` (shares, CFS quota), `cpuacct` (CPU time),
 //! `memory` (hard limit, out-of-memory events), `pids` (`pids.max`) and
 //! `freezer` (a kill that reaches every process). The hierarchies are
 //! found in `/proc/self/mountinfo`, so controllers mounted separately (as
 //! `cpu` and `cpuacct` are on some hosts) or together both work.
+//!
+//! A container kept for reuse keeps its directories' name: the run it
+//! holds next is written in its `cpu` directory's extended attribute
+//! [`RUN_XATTR`] (renaming five directories cost half of what a reused
+//! container costs the agent), and the agent finds it by that run through
+//! [`Holders`], which it learns again from the attributes when it starts.
 //!
 //! An executor is born inside its container: the process thread moves
 //! itself (writing `0`, the calling thread, into each `tasks` file) into the
@@ -21,12 +27,13 @@
 //! layout under `/sys/fs/cgroup`), and the launch path must stay a few
 //! writes long.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -48,6 +55,22 @@ const MEMORY: usize = 2;
 const PIDS: usize = 3;
 const FREEZER: usize = 4;
 
+/// The extended attribute of a reused container's `cpu` directory that
+/// names the run it holds now (`trusted.`: only a process with
+/// `CAP_SYS_ADMIN` can write it).
+const RUN_XATTR: &str = "trusted.agora.run";
+
+/// Which runs hold containers made for other runs, both ways: a
+/// container is found by the run it holds, and a directory named after
+/// a run that no longer holds it is not that run's.
+#[derive(Debug, Default)]
+struct Holders {
+    /// Run → the directories' name of the container it holds.
+    dir_of: HashMap<String, String>,
+    /// Directories' name → the run that holds it now.
+    run_in: HashMap<String, String>,
+}
+
 /// The cgroup hierarchies the agent puts containers in.
 #[derive(Debug)]
 pub(crate) struct Cgroups {
@@ -56,13 +79,13 @@ pub(crate) struct Cgroups {
     /// Per controller, the agent's own cgroup (where the process thread
     /// returns after a spawn).
     own: [PathBuf; 5],
-    /// `base`, open: containers are renamed relative to it, one path
-    /// component each rather than the whole path.
-    base_dirs: [OwnedFd; 5],
     /// Which controllers' hierarchies are the first with their directory
     /// (bit `i` for controller `i`; controllers mounted together share
-    /// one): what is created, renamed, entered or removed once.
+    /// one): what is created, entered or removed once.
     distinct: u8,
+    /// Reused containers, by the run they hold (shared with each
+    /// container, which forgets itself when removed).
+    holders: Arc<Mutex<Holders>>,
     config: CgroupsConfig,
 }
 
@@ -73,9 +96,10 @@ pub(crate) struct Container {
     dirs: [PathBuf; 5],
     /// [`Cgroups::distinct`].
     distinct: u8,
+    /// [`Cgroups::holders`].
+    holders: Arc<Mutex<Holders>>,
     /// Its files used on every task's way, open; shared with the same
-    /// container under its later names (an open cgroup file follows its
-    /// directory through a rename).
+    /// container holding later runs.
     kept: Arc<Kept>,
 }
 
@@ -165,37 +189,14 @@ impl Cgroups {
                     " (a kernel without CFS bandwidth control); run with --cgroups-enable-cfs=false",
             });
         }
-        let mut base_dirs = Vec::with_capacity(5);
-        for (i, dir) in base.iter().enumerate() {
-            let opened = nix::fcntl::open(
-                dir,
-                nix::fcntl::OFlag::O_RDONLY
-                    | nix::fcntl::OFlag::O_DIRECTORY
-                    | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            );
-            match opened {
-                Ok(fd) => base_dirs.push(fd),
-                Err(e) => {
-                    return Err(CgroupsError::NotWritable {
-                        controller: CONTROLLERS[i],
-                        path: dir.clone(),
-                        source: e.into(),
-                    })
-                }
-            }
-        }
-        let Ok(base_dirs) = <[OwnedFd; 5]>::try_from(base_dirs) else {
-            unreachable!("one per controller")
-        };
         let distinct = (0..base.len())
             .filter(|&i| !base[..i].contains(&base[i]))
             .fold(0, |mask, i| mask | 1 << i);
         Ok(Cgroups {
             distinct,
+            holders: Arc::default(),
             base,
             own: own_dirs,
-            base_dirs,
             config: config.clone(),
         })
     }
@@ -231,35 +232,45 @@ impl Cgroups {
         }
     }
 
-    /// Renames `container` to `name` in every hierarchy (back to its
-    /// old name everywhere if one refuses).
-    pub(crate) fn rename(&self, container: &Container, name: &str) -> io::Result<Container> {
-        let at = |i: usize, from: &str, to: &str| {
-            nix::fcntl::renameat(&self.base_dirs[i], from, &self.base_dirs[i], to)
-        };
-        let indices = container.distinct_indices();
-        for (n, i) in indices.clone().enumerate() {
-            if let Err(e) = at(i, &container.name, name) {
-                for j in indices.take(n) {
-                    let _ = at(j, name, &container.name);
-                }
-                return Err(io::Error::new(
-                    io::Error::from(e).kind(),
-                    format!("cannot rename cgroup {}: {e}", container.dirs[i].display()),
-                ));
+    /// `container` (empty), now holding run `run`: its directories keep
+    /// their name, the run goes into [`RUN_XATTR`].
+    pub(crate) fn reassign(&self, container: &Container, run: &str) -> io::Result<Container> {
+        let dir = container.lasting_name();
+        set_xattr(&container.dirs[CPU], RUN_XATTR, run)?;
+        {
+            let mut holders = lock(&self.holders);
+            if holders
+                .dir_of
+                .get(&container.name)
+                .is_some_and(|d| d == dir)
+            {
+                holders.dir_of.remove(&container.name);
             }
+            holders.dir_of.insert(run.to_string(), dir.to_string());
+            holders.run_in.insert(dir.to_string(), run.to_string());
         }
         Ok(Container {
-            name: name.to_string(),
-            dirs: std::array::from_fn(|i| self.base[i].join(name)),
+            name: run.to_string(),
+            dirs: container.dirs.clone(),
             distinct: container.distinct,
+            holders: container.holders.clone(),
             kept: container.kept.clone(),
         })
     }
 
-    /// The container `name` if it exists (after an agent restart).
+    /// The container run `name` holds, if it exists.
     pub(crate) fn open(&self, name: &str) -> Option<Container> {
-        let container = self.container(name);
+        let dir = {
+            let holders = lock(&self.holders);
+            match holders.dir_of.get(name) {
+                Some(dir) => dir.clone(),
+                // Made for `name`, and held by another run now.
+                None if holders.run_in.contains_key(name) => return None,
+                None => name.to_string(),
+            }
+        };
+        let mut container = self.container(&dir);
+        container.name = name.to_string();
         container
             .dirs
             .iter()
@@ -267,10 +278,11 @@ impl Cgroups {
             .then_some(container)
     }
 
-    /// The names of every container under `--cgroups-root`, in any
-    /// controller.
+    /// The runs that hold the containers under `--cgroups-root` (found
+    /// in any controller): a reused container's from its [`RUN_XATTR`],
+    /// learnt for [`Cgroups::open`]; another's is its name.
     pub(crate) fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
+        let mut dirs: Vec<String> = self
             .base
             .iter()
             .filter_map(|base| std::fs::read_dir(base).ok())
@@ -282,9 +294,24 @@ impl Cgroups {
                 })
             })
             .collect();
-        names.sort();
-        names.dedup();
-        names
+        dirs.sort();
+        dirs.dedup();
+        let mut holders = lock(&self.holders);
+        let mut runs: Vec<String> = dirs
+            .into_iter()
+            .map(
+                |dir| match get_xattr(&self.base[CPU].join(&dir), RUN_XATTR) {
+                    Some(run) if run != dir => {
+                        holders.dir_of.insert(run.clone(), dir.clone());
+                        holders.run_in.insert(dir, run.clone());
+                        run
+                    }
+                    _ => dir,
+                },
+            )
+            .collect();
+        runs.sort();
+        runs
     }
 
     /// Runs `spawn` on this thread while the thread is in `container`,
@@ -402,6 +429,7 @@ impl Cgroups {
             name: name.to_string(),
             dirs: std::array::from_fn(|i| self.base[i].join(name)),
             distinct: self.distinct,
+            holders: self.holders.clone(),
             kept: Arc::new(Kept {
                 first_name: name.to_string(),
                 ..Kept::default()
@@ -413,7 +441,7 @@ impl Cgroups {
 // === impl Container ===
 
 impl Container {
-    /// Its name (the executor's run id).
+    /// The run it holds.
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
@@ -436,7 +464,8 @@ impl Container {
         self.distinct_indices().map(|i| &self.dirs[i])
     }
 
-    /// The name it was created with, whatever it is called now.
+    /// The name of its directories: the run it was made for, whichever
+    /// it holds now.
     pub(crate) fn lasting_name(&self) -> &str {
         &self.kept.first_name
     }
@@ -514,7 +543,7 @@ impl Container {
     pub(crate) fn oom_event(&self, eventfd: BorrowedFd<'_>) -> OomEvent {
         let mut counter = [0u8; 8];
         let signalled = nix::unistd::read(eventfd, &mut counter).is_ok_and(|n| n == 8);
-        // Through its kept file, which follows the container's renames.
+        // Through its kept file.
         if self.oom_control().is_none() {
             OomEvent::Removed
         } else if signalled {
@@ -611,6 +640,15 @@ impl Container {
                 Err(e) => return Err(e),
             }
         }
+        if !busy {
+            let dir = self.lasting_name();
+            let mut holders = lock(&self.holders);
+            if let Some(run) = holders.run_in.remove(dir) {
+                if holders.dir_of.get(&run).is_some_and(|d| d == dir) {
+                    holders.dir_of.remove(&run);
+                }
+            }
+        }
         Ok(!busy)
     }
 
@@ -693,6 +731,26 @@ pub(crate) fn missing_controller(mounts: &[CgroupMount]) -> Option<&'static str>
     })
 }
 
+fn lock(holders: &Mutex<Holders>) -> std::sync::MutexGuard<'_, Holders> {
+    holders.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Sets extended attribute `name` of `path` to `value`.
+fn set_xattr(path: &Path, name: &str, value: &str) -> io::Result<()> {
+    xattr::set(path, name, value.as_bytes()).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot set {name} of {}: {e}", path.display()),
+        )
+    })
+}
+
+/// Extended attribute `name` of `path`, if it has it (as text).
+fn get_xattr(path: &Path, name: &str) -> Option<String> {
+    let value = xattr::get(path, name).ok()??;
+    String::from_utf8(value).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -709,6 +767,49 @@ mod tests {
                 None
             }
         }
+    }
+
+    #[test]
+    fn a_reused_container_is_found_by_the_run_it_holds_after_a_restart() {
+        let Some(cg) = TestCgroups::new("holders") else {
+            return;
+        };
+        let Some(cg) = v1(&cg, "holders") else {
+            return;
+        };
+        let limits = Limits {
+            cpus: 0.1,
+            mem_mib: 32.0,
+            pids: None,
+        };
+        let (first, _) = cg.create("run-a", &limits).unwrap();
+        let second = cg.reassign(&first, "run-b").unwrap();
+        let third = cg.reassign(&second, "run-c").unwrap();
+        assert_eq!(third.name(), "run-c");
+        assert_eq!(third.lasting_name(), "run-a");
+        assert_eq!(third.dirs, first.dirs, "the directories keep their name");
+        // Found by the run it holds, not by those it held.
+        assert_eq!(cg.open("run-c").unwrap().dirs, first.dirs);
+        assert!(cg.open("run-b").is_none());
+        assert!(cg.open("run-a").is_none());
+        // An agent that starts again (knowing nothing of the reuse)
+        // learns it from the attribute.
+        let again = Cgroups {
+            base: cg.base.clone(),
+            own: cg.own.clone(),
+            distinct: cg.distinct,
+            holders: Arc::default(),
+            config: cg.config.clone(),
+        };
+        assert_eq!(again.names(), vec!["run-c".to_string()]);
+        let found = again.open("run-c").expect("found by its run");
+        assert_eq!(found.dirs, first.dirs);
+        assert!(again.open("run-a").is_none());
+        // Removed, it is forgotten.
+        assert!(found.remove().unwrap());
+        assert!(again.open("run-c").is_none());
+        assert!(lock(&again.holders).dir_of.is_empty());
+        assert!(lock(&again.holders).run_in.is_empty());
     }
 
     #[test]

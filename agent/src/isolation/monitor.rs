@@ -25,6 +25,8 @@ pub(crate) struct Usage {
     framework_id: String,
     executor_id: String,
     container_id: String,
+    /// The name of its directories (the run it was made for).
+    cgroup: String,
     tasks: Vec<String>,
     stats: ContainerStats,
 }
@@ -105,6 +107,7 @@ impl Monitor {
                     framework_id: fid.to_string(),
                     executor_id,
                     container_id: run_id,
+                    cgroup: container.dir_name().to_string(),
                     tasks,
                     stats: container.stats(),
                 });
@@ -190,6 +193,7 @@ impl Usage {
             "framework_id": self.framework_id,
             "executor_id": self.executor_id,
             "container_id": self.container_id,
+            "cgroup": self.cgroup,
             "tasks": self.tasks,
             "statistics": statistics,
         })
@@ -286,6 +290,7 @@ mod tests {
             framework_id: "F0".into(),
             executor_id: "e1".into(),
             container_id: "run".into(),
+            cgroup: "run".into(),
             tasks: vec!["t1".into()],
             stats: ContainerStats {
                 mem_total_bytes: 42,
