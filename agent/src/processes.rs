@@ -454,7 +454,7 @@ impl Keeper {
     /// else removes it.
     fn retire(&mut self, container: Arc<Container>, limits: Option<Limits>, delegated: bool) {
         let reusable = !delegated
-            && self.cgroups.as_ref().is_some_and(|c| c.delegates())
+            && self.cgroups.as_ref().is_some_and(|c| c.reuses())
             && container.surely_empty()
             && container.oom_kills() == 0
             && container.pids_limit_hits() == 0;
@@ -1072,7 +1072,7 @@ impl ContainerKeeper {
     ) {
         // Held by the ended task's run (which no task has now) until it
         // is reused. An agent that restarts destroys it as an orphan.
-        let reusable = clean && self.cgroups.as_ref().is_some_and(|c| c.delegates());
+        let reusable = clean && self.cgroups.as_ref().is_some_and(|c| c.reuses());
         self.spares.keep(
             container,
             reusable.then_some(limits),

@@ -299,6 +299,17 @@ impl Cgroups {
         matches!(self, Cgroups::V1(_))
     }
 
+    /// Whether ended containers are kept for reuse: on cgroup v1 where
+    /// its directories take the extended attribute that names the run a
+    /// reused container holds (v2 would need its memory peak and CPU time
+    /// counted from a base: not yet).
+    pub(crate) fn reuses(&self) -> bool {
+        match self {
+            Cgroups::V1(c) => c.reuses(),
+            Cgroups::V2(_) => false,
+        }
+    }
+
     /// The directory holding the containers of `controller`.
     pub(crate) fn base(&self, controller: &str) -> Option<&Path> {
         match self {

@@ -86,6 +86,9 @@ pub(crate) struct Cgroups {
     /// Reused containers, by the run they hold (shared with each
     /// container, which forgets itself when removed).
     holders: Arc<Mutex<Holders>>,
+    /// Whether the `cpu` hierarchy takes [`RUN_XATTR`] (found at
+    /// discovery): without it, containers are not reused.
+    xattrs: bool,
     config: CgroupsConfig,
 }
 
@@ -192,13 +195,26 @@ impl Cgroups {
         let distinct = (0..base.len())
             .filter(|&i| !base[..i].contains(&base[i]))
             .fold(0, |mask, i| mask | 1 << i);
+        // Whether a directory there takes the run attribute (kernfs has
+        // taken `trusted.` attributes since cgroups were built on it).
+        let xattrs = set_xattr(&base[CPU], RUN_XATTR, "").is_ok()
+            && xattr::remove(&base[CPU], RUN_XATTR).is_ok();
+        if !xattrs {
+            tracing::warn!(dir = %base[CPU].display(), "the cgroup file system takes no {RUN_XATTR} extended attribute: ended containers are removed, not reused");
+        }
         Ok(Cgroups {
             distinct,
+            xattrs,
             holders: Arc::default(),
             base,
             own: own_dirs,
             config: config.clone(),
         })
+    }
+
+    /// See [`super::cgroups::Cgroups::reuses`].
+    pub(crate) fn reuses(&self) -> bool {
+        self.xattrs
     }
 
     /// The directory holding the containers of `controller`.
@@ -782,6 +798,10 @@ mod tests {
             mem_mib: 32.0,
             pids: None,
         };
+        assert!(
+            cg.reuses(),
+            "this kernel's cgroup v1 takes trusted. attributes"
+        );
         let (first, _) = cg.create("run-a", &limits).unwrap();
         let second = cg.reassign(&first, "run-b").unwrap();
         let third = cg.reassign(&second, "run-c").unwrap();
@@ -798,6 +818,7 @@ mod tests {
             base: cg.base.clone(),
             own: cg.own.clone(),
             distinct: cg.distinct,
+            xattrs: cg.xattrs,
             holders: Arc::default(),
             config: cg.config.clone(),
         };
