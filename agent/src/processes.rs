@@ -965,11 +965,9 @@ impl ContainerKeeper {
                 .iter()
                 .map(|f| f.display().to_string())
                 .collect(),
-            // A container given to a user is never reused.
-            lasting: user
-                .is_none()
-                .then(|| container.lasting_name().map(str::to_string))
-                .flatten(),
+            // Only for a container that may be reused: never one given to
+            // a user, nor any where the agent reuses none.
+            lasting: (user.is_none() && cgroups.reuses()).then(|| container.dir_name().to_string()),
         };
         self.watch(
             key.clone(),

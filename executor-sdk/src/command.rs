@@ -452,8 +452,7 @@ fn plain_words(value: &str) -> Option<Vec<&str>> {
 /// environment names it; with `cgroups`, the child enters the task's
 /// container before it execs (`container`: the name of the container's
 /// directories, which the agent keeps when it reuses the container, under
-/// which its files stay open). Returns the
-/// child's pid.
+/// which its files stay open). Returns the child's pid.
 fn spawn(
     command: &CommandInfo,
     cwd: &Path,

@@ -463,14 +463,6 @@ impl Container {
         }
     }
 
-    /// [`Container::dir_name`], where it can be reused (cgroup v1).
-    pub(crate) fn lasting_name(&self) -> Option<&str> {
-        match self {
-            Container::V1(c) => Some(c.lasting_name()),
-            Container::V2(_) => None,
-        }
-    }
-
     /// Gives the files of [`Container::entry_files`] to `uid`/`gid`, so a
     /// process of theirs can enter the container (cgroup v1 only; see
     /// [`Cgroups::delegates`]).
