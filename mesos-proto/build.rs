@@ -13,6 +13,10 @@ const FILES: &[&str] = &[
     "mesos/v1/scheduler/scheduler.proto",
     "mesos/v1/executor/executor.proto",
     "mesos/v1/master/master.proto",
+    "mesos/v1/agent/agent.proto",
+    "mesos/v1/quota/quota.proto",
+    "mesos/v1/maintenance/maintenance.proto",
+    "mesos/v1/allocator/allocator.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,6 +31,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut impls = String::new();
     for file in &descriptors.file {
         let package = file.package();
+        // Imported well-known types (`google.protobuf.Duration`) are
+        // prost-types' own.
+        if !package.starts_with("mesos.") {
+            continue;
+        }
         let module = format!("crate::{}", package.replace('.', "::"));
         for message in &file.message_type {
             reflect_impl(&mut impls, package, &module, message);
@@ -34,7 +43,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     std::fs::write(out.join("mesos_v1_reflect.rs"), impls)?;
 
-    prost_build::Config::new().compile_fds(descriptors)?;
+    // Mesos's comments hold indented examples that rustdoc would run as
+    // doc-tests; the `.proto` files are the documentation.
+    prost_build::Config::new()
+        .disable_comments(["."])
+        .compile_fds(descriptors)?;
     Ok(())
 }
 

@@ -70,7 +70,7 @@ fn subscribe_call_named(framework_id: Option<&str>, name: &str) -> v1::scheduler
                 id: framework_id.map(|v| v1::FrameworkId { value: v.into() }),
                 ..Default::default()
             },
-            suppressed_roles: vec![],
+            ..Default::default()
         }),
         ..Default::default()
     };

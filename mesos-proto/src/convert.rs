@@ -680,6 +680,7 @@ pub fn mesos_command_info(command: &agora::CommandInfo) -> v1::CommandInfo {
             name: name.clone(),
             value: Some(value.clone()),
             r#type: Some(v1::environment::variable::Type::Value as i32),
+            ..Default::default()
         })
         .collect();
     v1::CommandInfo {
@@ -716,6 +717,7 @@ pub fn mesos_executor_info(executor: &agora::ExecutorInfo) -> v1::ExecutorInfo {
         shutdown_grace_period: executor.shutdown_grace_period.map(mesos_duration),
         data: executor.data.as_ref().map(|d| d.0.clone()),
         labels: mesos_labels(&executor.labels),
+        ..Default::default()
     }
 }
 

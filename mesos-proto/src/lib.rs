@@ -2,11 +2,11 @@
 //! master's `/api/v1/scheduler` and `/api/v1`, and the agent's
 //! `/api/v1/executor`).
 //!
-//! - [`v1`]: the `mesos.v1` messages (and the `scheduler`, `executor` and
-//!   `master` packages), generated at build time from the `.proto` files in
-//!   `proto/` by prost, compiled by protox: no system `protoc` is needed.
-//!   Field names and numbers are Mesos's, so Mesos clients' bytes decode
-//!   unchanged. Every message implements `prost_reflect::ReflectMessage`.
+//! - [`v1`]: the complete `mesos.v1` messages of Mesos 1.11 (and the
+//!   `scheduler`, `executor`, `master`, `agent`, `quota`, `maintenance` and
+//!   `allocator` packages), generated at build time from the `.proto` files
+//!   vendored verbatim in `proto/` by prost, compiled by protox: no system
+//!   `protoc` is needed. Every field a Mesos client sends decodes. Every message implements `prost_reflect::ReflectMessage`.
 //! - [`codec`]: the two encodings a Mesos client may pick,
 //!   `application/json` (written exactly as Mesos writes it: proto field
 //!   names, enum names, standard base64, 64-bit integers as numbers,
@@ -49,6 +49,26 @@ pub mod mesos {
         /// `mesos.v1.master`: the master's operator API.
         pub mod master {
             include!(concat!(env!("OUT_DIR"), "/mesos.v1.master.rs"));
+        }
+
+        /// `mesos.v1.agent`: the agent's operator API.
+        pub mod agent {
+            include!(concat!(env!("OUT_DIR"), "/mesos.v1.agent.rs"));
+        }
+
+        /// `mesos.v1.quota`: quota configurations of the operator API.
+        pub mod quota {
+            include!(concat!(env!("OUT_DIR"), "/mesos.v1.quota.rs"));
+        }
+
+        /// `mesos.v1.maintenance`: maintenance schedules of the operator API.
+        pub mod maintenance {
+            include!(concat!(env!("OUT_DIR"), "/mesos.v1.maintenance.rs"));
+        }
+
+        /// `mesos.v1.allocator`: inverse offer statuses.
+        pub mod allocator {
+            include!(concat!(env!("OUT_DIR"), "/mesos.v1.allocator.rs"));
         }
     }
 }

@@ -278,6 +278,7 @@ pub(crate) fn get_frameworks(s: &StateSnapshot) -> response::GetFrameworks {
             .rev()
             .map(|f| mesos_completed_framework(f))
             .collect(),
+        ..Default::default()
     }
 }
 
@@ -298,7 +299,10 @@ pub(crate) fn get_executors(s: &StateSnapshot) -> response::GetExecutors {
             }
         }
     }
-    response::GetExecutors { executors }
+    response::GetExecutors {
+        executors,
+        ..Default::default()
+    }
 }
 
 pub(crate) fn mesos_task(t: &TaskView) -> v1::Task {
