@@ -6,11 +6,13 @@
 //! (`"TASK_RUNNING"`), `bytes` are standard padded base64, 64-bit integers
 //! are JSON numbers, and the output is one compact line of ASCII (other
 //! characters as `\uXXXX` escapes), because line-splitting clients such as
-//! mesoshttp slice decoded text by byte counts. Unknown keys are ignored on
-//! input and proto2 `required` fields are enforced after parsing, as
-//! Mesos does (a call that lacks one is refused with the field's path).
-//! Protobuf is the `mesos.v1` binary encoding, with the same required-field
-//! check.
+//! mesoshttp slice decoded text by byte counts. On input, a key that is
+//! not a field of its message (or an enum name that is not a value of its
+//! enum) is an error naming it, never dropped (the protos are Mesos's
+//! complete ones), and proto2 `required` fields are enforced after
+//! parsing, as Mesos does (a call that lacks one is refused with the
+//! field's path). Protobuf is the `mesos.v1` binary encoding, with the
+//! same checks: a field number the message does not have is an error.
 
 use prost_reflect::{
     Cardinality, DeserializeOptions, DynamicMessage, Kind, ReflectMessage, SerializeOptions, Value,
@@ -50,6 +52,17 @@ pub enum CodecError {
         message: String,
         /// What the parser said.
         reason: String,
+    },
+    /// A protobuf field number that is not a field of its message (its
+    /// path, e.g. `subscribe.framework_info`, and the number).
+    #[error("{message}{}: field number {number} is not a field of the message", if .path.is_empty() { String::new() } else { format!(" at {}", .path) })]
+    UnknownField {
+        /// The type of the message that holds it.
+        message: String,
+        /// Where that message is in the decoded one (empty: at its top).
+        path: String,
+        /// The field number.
+        number: u32,
     },
     /// Required fields are missing (their paths, e.g. `subscribe.framework_info.user`).
     #[error("missing required fields: {}", .0.join(", "))]
@@ -161,15 +174,25 @@ impl Codec {
         let dynamic = match self {
             Codec::Json => {
                 let mut de = serde_json::Deserializer::from_slice(body);
-                let options = DeserializeOptions::new().deny_unknown_fields(false);
-                let message =
-                    DynamicMessage::deserialize_with_options(descriptor.clone(), &mut de, &options)
-                        .and_then(|m| de.end().map(|()| m))
-                        .map_err(|e| CodecError::Json {
+                let options = DeserializeOptions::new().deny_unknown_fields(true);
+                match DynamicMessage::deserialize_with_options(
+                    descriptor.clone(),
+                    &mut de,
+                    &options,
+                )
+                .and_then(|m| de.end().map(|()| m))
+                {
+                    Ok(message) => message,
+                    // Only when the strict parse fails: the body may use
+                    // a Mesos 0.x name of a field (mesoshttp sends
+                    // `TaskInfo.slave_id` beside `agent_id`).
+                    Err(e) => with_v0_names(body, &descriptor, &options)?.ok_or_else(|| {
+                        CodecError::Json {
                             message: name(),
                             reason: e.to_string(),
-                        })?;
-                message
+                        }
+                    })?,
+                }
             }
             Codec::Protobuf => DynamicMessage::decode(descriptor.clone(), body).map_err(|e| {
                 CodecError::Protobuf {
@@ -178,6 +201,9 @@ impl Codec {
                 }
             })?,
         };
+        if let Some(unknown) = unknown_field(&dynamic, "") {
+            return Err(unknown);
+        }
         let mut missing = Vec::new();
         missing_required(&dynamic, "", &mut missing);
         if !missing.is_empty() {
@@ -247,6 +273,131 @@ pub fn to_json_value<T: ReflectMessage>(message: &T) -> serde_json::Value {
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or(serde_json::Value::Null)
+}
+
+/// Fields that Mesos clients still send under their Mesos 0.x name, in
+/// JSON: (message, old key, field). The old key is the same field (its
+/// number is the field's): a value equal to the field's, or alone, is the
+/// field's; a different one is an error.
+const V0_NAMES: &[(&str, &str, &str)] = &[("mesos.v1.TaskInfo", "slave_id", "agent_id")];
+
+/// Decodes a JSON `body` of `descriptor` after renaming the 0.x keys of
+/// [`V0_NAMES`]; `None` when there is none to rename (the first error
+/// stands).
+fn with_v0_names(
+    body: &[u8],
+    descriptor: &prost_reflect::MessageDescriptor,
+    options: &DeserializeOptions,
+) -> Result<Option<DynamicMessage>, CodecError> {
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Ok(None);
+    };
+    let mut renamed = false;
+    rename_v0_keys(&mut value, descriptor, &mut renamed)?;
+    if !renamed {
+        return Ok(None);
+    }
+    DynamicMessage::deserialize_with_options(descriptor.clone(), value, options)
+        .map(Some)
+        .map_err(|e| CodecError::Json {
+            message: descriptor.full_name().to_string(),
+            reason: e.to_string(),
+        })
+}
+
+fn rename_v0_keys(
+    value: &mut serde_json::Value,
+    descriptor: &prost_reflect::MessageDescriptor,
+    renamed: &mut bool,
+) -> Result<(), CodecError> {
+    let serde_json::Value::Object(object) = value else {
+        return Ok(());
+    };
+    for &(message, old, new) in V0_NAMES {
+        if descriptor.full_name() != message {
+            continue;
+        }
+        let Some(given) = object.remove(old) else {
+            continue;
+        };
+        *renamed = true;
+        match object.get(new) {
+            Some(current) if *current != given => {
+                return Err(CodecError::Json {
+                    message: message.to_string(),
+                    reason: format!("'{old}' (the Mesos 0.x name of '{new}') differs from '{new}'"),
+                })
+            }
+            Some(_) => {}
+            None => {
+                object.insert(new.to_string(), given);
+            }
+        }
+    }
+    for (key, inner) in object.iter_mut() {
+        let Some(field) = descriptor
+            .get_field_by_name(key)
+            .or_else(|| descriptor.get_field_by_json_name(key))
+        else {
+            continue;
+        };
+        let Kind::Message(inner_descriptor) = field.kind() else {
+            continue;
+        };
+        if field.is_map() {
+            continue;
+        }
+        match inner {
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    rename_v0_keys(item, &inner_descriptor, renamed)?;
+                }
+            }
+            other => rename_v0_keys(other, &inner_descriptor, renamed)?,
+        }
+    }
+    Ok(())
+}
+
+/// The first field number of the protobuf input that is not a field of
+/// its message, recursively.
+fn unknown_field(message: &DynamicMessage, path: &str) -> Option<CodecError> {
+    if let Some(field) = message.unknown_fields().next() {
+        return Some(CodecError::UnknownField {
+            message: message.descriptor().full_name().to_string(),
+            path: path.to_string(),
+            number: field.number(),
+        });
+    }
+    let join = |name: &str| {
+        if path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}.{name}")
+        }
+    };
+    for (field, value) in message.fields() {
+        let found = match value {
+            Value::Message(inner) => unknown_field(inner, &join(field.name())),
+            Value::List(items) => items.iter().enumerate().find_map(|(i, item)| match item {
+                Value::Message(inner) => {
+                    unknown_field(inner, &format!("{}[{i}]", join(field.name())))
+                }
+                _ => None,
+            }),
+            Value::Map(entries) => entries.iter().find_map(|(key, value)| match value {
+                Value::Message(inner) => {
+                    unknown_field(inner, &format!("{}[{key:?}]", join(field.name())))
+                }
+                _ => None,
+            }),
+            _ => None,
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
 }
 
 /// Collects the paths of required fields that are not set, recursively.
@@ -381,6 +532,96 @@ mod tests {
         assert!(Codec::Protobuf
             .decode::<v1::scheduler::Call>(&whole[..whole.len() - 3])
             .is_err());
+    }
+
+    #[test]
+    fn keys_and_field_numbers_a_message_does_not_have_are_errors_naming_them() {
+        use crate::v1;
+        // JSON: a key beside the real ones, nested, and an enum name.
+        let json = br#"{"type":"KILL","kill":{"task_id":{"value":"t"},"tsk":1}}"#;
+        let err = Codec::Json
+            .decode::<v1::scheduler::Call>(json)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'tsk'"), "{err}");
+        let json = br#"{"type":"KILLALL"}"#;
+        let err = Codec::Json
+            .decode::<v1::scheduler::Call>(json)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'KILLALL'"), "{err}");
+        // Protobuf: field 99 inside `kill.task_id`.
+        let mut call = v1::scheduler::Call {
+            kill: Some(v1::scheduler::call::Kill {
+                task_id: v1::TaskId { value: "t".into() },
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        call.set_type(v1::scheduler::call::Type::Kill);
+        let good = call.encode_to_vec();
+        assert_eq!(
+            Codec::Protobuf.decode::<v1::scheduler::Call>(&good),
+            Ok(call)
+        );
+        // `kill` is field 6 and `task_id` field 1 of Kill: append an
+        // unknown varint field 99 to the task id.
+        let task_id = [0x0a, 0x01, b't', 0x98, 0x06, 0x01];
+        let kill = [&[0x0a, task_id.len() as u8][..], &task_id].concat();
+        let mut bad = vec![0x10, 0x06];
+        bad.extend_from_slice(&[0x32, kill.len() as u8]);
+        bad.extend_from_slice(&kill);
+        assert!(!required_fields_present::<v1::scheduler::Call>(&bad));
+        assert_eq!(
+            Codec::Protobuf.decode::<v1::scheduler::Call>(&bad),
+            Err(CodecError::UnknownField {
+                message: "mesos.v1.TaskID".into(),
+                path: "kill.task_id".into(),
+                number: 99,
+            })
+        );
+    }
+
+    #[test]
+    fn a_mesos_0_x_name_is_its_field() {
+        use crate::v1;
+        let task = |extra: &str| {
+            format!(
+                r#"{{"type":"ACCEPT","accept":{{"offer_ids":[{{"value":"o"}}],"operations":[{{"type":"LAUNCH","launch":{{"task_infos":[
+                {{"name":"t","task_id":{{"value":"t"}},{extra}"command":{{"value":"true"}}}}]}}}}]}}}}"#
+            )
+        };
+        // As mesoshttp sends it: both names, one value.
+        let call: v1::scheduler::Call = Codec::Json
+            .decode(task(r#""agent_id":{"value":"a"},"slave_id":{"value":"a"},"#).as_bytes())
+            .unwrap();
+        let launched = &call.accept.unwrap().operations[0]
+            .launch
+            .clone()
+            .unwrap()
+            .task_infos[0];
+        assert_eq!(launched.agent_id.value, "a");
+        // The old name alone.
+        let call: v1::scheduler::Call = Codec::Json
+            .decode(task(r#""slave_id":{"value":"b"},"#).as_bytes())
+            .unwrap();
+        assert_eq!(
+            call.accept.unwrap().operations[0]
+                .launch
+                .as_ref()
+                .unwrap()
+                .task_infos[0]
+                .agent_id
+                .value,
+            "b"
+        );
+        // Two different values.
+        let err = Codec::Json
+            .decode::<v1::scheduler::Call>(
+                task(r#""agent_id":{"value":"a"},"slave_id":{"value":"b"},"#).as_bytes(),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("'slave_id'"), "{err}");
     }
 
     #[test]

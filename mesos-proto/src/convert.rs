@@ -2,7 +2,9 @@
 //!
 //! Inbound (a Mesos client's call → an Agora call) is fallible: what
 //! Agora cannot honour is refused with a [`ConvertError`] that says so,
-//! never silently dropped. Outbound (Agora → Mesos) always succeeds and
+//! never silently dropped. The public inbound functions first refuse any
+//! field Agora does not carry out ([`crate::support`], one list for every
+//! front door), then check what Mesos checks of the fields they carry. Outbound (Agora → Mesos) always succeeds and
 //! fills every field a proto2 `required` label demands, because mesos-go
 //! rejects protobuf events that lack one.
 
@@ -12,6 +14,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use agora_proto as agora;
 use agora_proto::{Reason, Source, TaskState};
 
+use crate::support::{self, Refusal};
 use crate::v1;
 use crate::v1::task_status::{Reason as MesosReason, Source as MesosSource};
 use crate::MESOS_API_VERSION;
@@ -35,9 +38,10 @@ pub enum ConvertError {
         /// Why it is refused.
         reason: String,
     },
-    /// The message asks for something Agora does not do.
+    /// The message sets a field (or a value of one) that Agora does not
+    /// carry out.
     #[error("{0}")]
-    Unsupported(String),
+    Refused(#[from] Refusal),
     /// The message is inconsistent.
     #[error("{0}")]
     Invalid(String),
@@ -73,6 +77,16 @@ impl Capabilities {
             }
         }
         caps
+    }
+}
+
+/// Refuses the first field of `message` Agora does not carry out.
+fn supported<M: prost_reflect::ReflectMessage + Default + 'static>(
+    message: &M,
+) -> Result<(), ConvertError> {
+    match support::refusal(message) {
+        Some(refusal) => Err(refusal.into()),
+        None => Ok(()),
     }
 }
 
@@ -188,19 +202,31 @@ pub struct ResourceStyle {
     pub allocation_role: Option<String>,
 }
 
-#[allow(deprecated)] // `Resource.role`: pre-refinement clients still send it
 /// Mesos resources as Agora's (validated: names, non-negative finite
-/// scalars, well-formed ranges and sets). Reservations give the role (the
-/// last, most refined one); allocation info is the offer's business and
-/// ignored here.
+/// scalars, well-formed ranges and sets). A static reservation (in
+/// `reservations`, or the deprecated `role` of frameworks without
+/// RESERVATION_REFINEMENT) gives the role; `allocation_info` names the
+/// role the offer was allocated to, as the offer's resources say it
+/// (the master accounts a launch to its offers' role).
 pub fn resources(list: &[v1::Resource]) -> Result<agora::Resources, ConvertError> {
+    for r in list {
+        supported(r)?;
+    }
+    resources_of(list)
+}
+
+/// [`resources`] of resources already checked by [`supported`].
+#[allow(deprecated)] // `Resource.role`
+fn resources_of(list: &[v1::Resource]) -> Result<agora::Resources, ConvertError> {
     use v1::value::Type;
     let mut wire = Vec::with_capacity(list.len());
     for r in list {
-        if r.revocable.is_some() || r.shared.is_some() || r.provider_id.is_some() {
-            return Err(ConvertError::Unsupported(format!(
-                "resource {}: revocable, shared and resource-provider resources are not supported",
-                r.name
+        if r.reservations.len() > 1 {
+            // Refinements are dynamic reservations, refused above.
+            return Err(ConvertError::Resources(format!(
+                "resource {} has {} reservations; a static reservation has one",
+                r.name,
+                r.reservations.len()
             )));
         }
         let role = r
@@ -240,11 +266,13 @@ pub fn resources(list: &[v1::Resource]) -> Result<agora::Resources, ConvertError
                     .collect();
                 entry.insert("set".into(), items.into());
             }
+            // Refused by `supported`.
             Type::Text => {
-                return Err(ConvertError::Resources(format!(
-                    "resource {} has type TEXT, which resources cannot have",
-                    r.name
-                )))
+                return Err(Refusal {
+                    field: "Resource.type".into(),
+                    value: Some("TEXT".into()),
+                }
+                .into())
             }
         }
         wire.push(serde_json::Value::Object(entry));
@@ -411,12 +439,31 @@ pub fn mesos_reason(reason: Reason) -> Option<MesosReason> {
         Reason::ReasonContainerLimitationMemory => MesosReason::ContainerLimitationMemory,
         Reason::ReasonTaskGroupInvalid => MesosReason::TaskGroupInvalid,
         Reason::ReasonTaskUnauthorized => MesosReason::TaskUnauthorized,
+        Reason::ReasonContainerLimitation => MesosReason::ContainerLimitation,
+        Reason::ReasonContainerLimitationDisk => MesosReason::ContainerLimitationDisk,
+        Reason::ReasonContainerPreempted => MesosReason::ContainerPreempted,
+        Reason::ReasonContainerUpdateFailed => MesosReason::ContainerUpdateFailed,
+        Reason::ReasonMaxCompletionTimeReached => MesosReason::MaxCompletionTimeReached,
+        Reason::ReasonExecutorReregistrationTimeout => MesosReason::ExecutorReregistrationTimeout,
+        Reason::ReasonExecutorUnregistered => MesosReason::ExecutorUnregistered,
+        Reason::ReasonGcError => MesosReason::GcError,
+        Reason::ReasonInvalidFrameworkid => MesosReason::InvalidFrameworkid,
+        Reason::ReasonIoSwitchboardExited => MesosReason::IoSwitchboardExited,
+        Reason::ReasonMasterDisconnected => MesosReason::MasterDisconnected,
+        Reason::ReasonResourcesUnknown => MesosReason::ResourcesUnknown,
+        Reason::ReasonAgentDraining => MesosReason::AgentDraining,
+        Reason::ReasonAgentRemovedByOperator => MesosReason::AgentRemovedByOperator,
+        Reason::ReasonAgentReregistered => MesosReason::AgentReregistered,
+        Reason::ReasonTaskKilledDuringLaunch => MesosReason::TaskKilledDuringLaunch,
+        Reason::ReasonTaskCheckStatusUpdated => MesosReason::TaskCheckStatusUpdated,
+        Reason::ReasonTaskHealthCheckStatusUpdated => MesosReason::TaskHealthCheckStatusUpdated,
+        Reason::ReasonTaskGroupUnauthorized => MesosReason::TaskGroupUnauthorized,
         Reason::ReasonTaskKilled | Reason::ReasonUnknown => return None,
     })
 }
 
-/// A Mesos reason as Agora's (one Agora has no word for is
-/// `REASON_UNKNOWN`, which Mesos clients see as no reason).
+/// A Mesos reason as Agora's: Agora has a word for each, so a Mesos
+/// executor's reason reaches the scheduler unchanged.
 pub fn reason(reason: MesosReason) -> Reason {
     match reason {
         MesosReason::CommandExecutorFailed => Reason::ReasonCommandExecutorFailed,
@@ -434,7 +481,26 @@ pub fn reason(reason: MesosReason) -> Reason {
         MesosReason::TaskUnknown => Reason::ReasonTaskUnknown,
         MesosReason::TaskGroupInvalid => Reason::ReasonTaskGroupInvalid,
         MesosReason::TaskUnauthorized => Reason::ReasonTaskUnauthorized,
-        _ => Reason::ReasonUnknown,
+        MesosReason::ContainerLimitationMemory => Reason::ReasonContainerLimitationMemory,
+        MesosReason::ContainerLimitation => Reason::ReasonContainerLimitation,
+        MesosReason::ContainerLimitationDisk => Reason::ReasonContainerLimitationDisk,
+        MesosReason::ContainerPreempted => Reason::ReasonContainerPreempted,
+        MesosReason::ContainerUpdateFailed => Reason::ReasonContainerUpdateFailed,
+        MesosReason::MaxCompletionTimeReached => Reason::ReasonMaxCompletionTimeReached,
+        MesosReason::ExecutorReregistrationTimeout => Reason::ReasonExecutorReregistrationTimeout,
+        MesosReason::ExecutorUnregistered => Reason::ReasonExecutorUnregistered,
+        MesosReason::GcError => Reason::ReasonGcError,
+        MesosReason::InvalidFrameworkid => Reason::ReasonInvalidFrameworkid,
+        MesosReason::IoSwitchboardExited => Reason::ReasonIoSwitchboardExited,
+        MesosReason::MasterDisconnected => Reason::ReasonMasterDisconnected,
+        MesosReason::ResourcesUnknown => Reason::ReasonResourcesUnknown,
+        MesosReason::AgentDraining => Reason::ReasonAgentDraining,
+        MesosReason::AgentRemovedByOperator => Reason::ReasonAgentRemovedByOperator,
+        MesosReason::AgentReregistered => Reason::ReasonAgentReregistered,
+        MesosReason::TaskKilledDuringLaunch => Reason::ReasonTaskKilledDuringLaunch,
+        MesosReason::TaskCheckStatusUpdated => Reason::ReasonTaskCheckStatusUpdated,
+        MesosReason::TaskHealthCheckStatusUpdated => Reason::ReasonTaskHealthCheckStatusUpdated,
+        MesosReason::TaskGroupUnauthorized => Reason::ReasonTaskGroupUnauthorized,
     }
 }
 
@@ -451,6 +517,7 @@ pub fn mesos_status(status: &agora::TaskStatus) -> v1::TaskStatus {
         data: status.data.as_ref().map(|d| d.0.clone()),
         uuid: status.uuid.as_deref().map(uuid_bytes),
         labels: mesos_labels(&status.labels),
+        healthy: status.healthy,
         ..Default::default()
     };
     out.set_state(mesos_task_state(status.state));
@@ -468,6 +535,7 @@ pub fn mesos_status(status: &agora::TaskStatus) -> v1::TaskStatus {
 /// roles in `roles` (and must not set `role`); the others in `role`
 /// (default `*`), as Mesos validates.
 pub fn framework_info(info: &v1::FrameworkInfo) -> Result<agora::FrameworkInfo, ConvertError> {
+    supported(info)?;
     let caps = Capabilities::of(info);
     let roles = if caps.multi_role {
         if info.role.is_some() {
@@ -543,9 +611,15 @@ pub fn mesos_framework_info(info: &agora::FrameworkInfo) -> v1::FrameworkInfo {
 /// A Mesos `CommandInfo` (a command task's or a custom executor's) as
 /// Agora's: the agent fetches its `uris` into the sandbox before it starts
 /// the command. Agora runs a framework's commands as the user its
-/// `FrameworkInfo` names (not one per command), so `user` and secret
-/// environment variables are refused rather than ignored.
+/// `FrameworkInfo` names (not one per command), so `user` is refused, as
+/// are secret environment variables and the fetcher cache.
 pub fn command_info(command: &v1::CommandInfo) -> Result<agora::CommandInfo, ConvertError> {
+    supported(command)?;
+    command_of(command)
+}
+
+/// [`command_info`] of a command already checked by [`supported`].
+fn command_of(command: &v1::CommandInfo) -> Result<agora::CommandInfo, ConvertError> {
     let mut out = command_fields(command)?;
     out.uris.reserve_exact(command.uris.len());
     for uri in &command.uris {
@@ -573,20 +647,9 @@ pub fn command_info(command: &v1::CommandInfo) -> Result<agora::CommandInfo, Con
 
 /// The fields of a `CommandInfo` both kinds share.
 fn command_fields(command: &v1::CommandInfo) -> Result<agora::CommandInfo, ConvertError> {
-    use v1::environment::variable::Type;
-    if command.user.as_deref().is_some_and(|u| !u.is_empty()) {
-        return Err(ConvertError::Unsupported(
-            "CommandInfo.user: Agora runs a framework's tasks as its FrameworkInfo.user".into(),
-        ));
-    }
     let mut environment = BTreeMap::new();
     for variable in command.environment.iter().flat_map(|e| e.variables.iter()) {
-        if variable.r#type() == Type::Secret {
-            return Err(ConvertError::Unsupported(format!(
-                "environment variable {}: secrets are not supported",
-                variable.name
-            )));
-        }
+        // Secret variables are refused by `supported`: a variable is its value.
         environment.insert(
             variable.name.clone(),
             variable.value.clone().unwrap_or_default(),
@@ -617,8 +680,14 @@ fn command_fields(command: &v1::CommandInfo) -> Result<agora::CommandInfo, Conve
 /// with no type, with a `command`) as Agora's, with its
 /// `shutdown_grace_period`, `data` and `labels`. The DEFAULT executor
 /// belongs to LAUNCH_GROUP and is not accepted here.
-#[allow(deprecated)] // `ExecutorInfo.source`
 pub fn executor_info(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, ConvertError> {
+    supported(info)?;
+    executor_of(info)
+}
+
+/// [`executor_info`] of an executor already checked by [`supported`].
+#[allow(deprecated)] // `ExecutorInfo.source`
+fn executor_of(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, ConvertError> {
     if info.r#type() == v1::executor_info::Type::Default {
         return Err(ConvertError::Invalid(
             "ExecutorInfo of type DEFAULT is Mesos's default executor, for LAUNCH_GROUP; a task's executor must be CUSTOM".into(),
@@ -659,8 +728,8 @@ pub fn executor_info(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, Con
     Ok(agora::ExecutorInfo {
         executor_id: agora::ExecutorId::new(info.executor_id.value.clone()),
         framework_id: info.framework_id.as_ref().map(framework_id).transpose()?,
-        command: command_info(command)?,
-        resources: resources(&info.resources)?,
+        command: command_of(command)?,
+        resources: resources_of(&info.resources)?,
         name: info.name.clone().unwrap_or_default(),
         source: info.source.clone().unwrap_or_default(),
         // A Mesos framework's executor speaks Mesos's executor API.
@@ -749,11 +818,12 @@ pub fn mesos_labels(labels: &BTreeMap<String, String>) -> Option<v1::Labels> {
 /// (`TaskInfo.executor`), which the agent starts with the Mesos
 /// environment and which talks to the agent's `/api/v1/executor`.
 pub fn task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
+    supported(task)?;
     match (&task.command, &task.executor) {
         (Some(command), None) => command_task(task, command),
         (None, Some(executor)) => {
             let mut out = task_fields(task)?;
-            out.executor = Some(executor_info(executor)?);
+            out.executor = Some(executor_of(executor)?);
             Ok(out)
         }
         (Some(_), Some(_)) => Err(ConvertError::Invalid(
@@ -768,6 +838,7 @@ pub fn task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
 /// One task of a LAUNCH_GROUP with the default executor: its command runs
 /// under Agora's command executor like any command task.
 pub fn group_task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
+    supported(task)?;
     if task.executor.is_some() {
         return Err(ConvertError::Invalid(
             "a task of a task group must not set 'executor'".into(),
@@ -787,9 +858,10 @@ pub fn group_task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertEr
 /// may carry a command for it) or neither (a task of a group, which does
 /// not name its executor).
 pub fn received_task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
+    supported(task)?;
     let mut out = task_fields(task)?;
-    out.command = task.command.as_ref().map(command_info).transpose()?;
-    out.executor = task.executor.as_ref().map(executor_info).transpose()?;
+    out.command = task.command.as_ref().map(command_of).transpose()?;
+    out.executor = task.executor.as_ref().map(executor_of).transpose()?;
     Ok(out)
 }
 
@@ -803,13 +875,14 @@ pub fn custom_group_task_info(
     executor: &agora::ExecutorInfo,
     group: &str,
 ) -> Result<agora::TaskInfo, ConvertError> {
+    supported(task)?;
     if task.executor.is_some() {
         return Err(ConvertError::Invalid(
             "a task of a task group must not set 'executor'; the group's executor runs it".into(),
         ));
     }
     let mut out = task_fields(task)?;
-    out.command = task.command.as_ref().map(command_info).transpose()?;
+    out.command = task.command.as_ref().map(command_of).transpose()?;
     out.executor = Some(executor.clone());
     out.task_group = Some(group.to_string());
     Ok(out)
@@ -820,7 +893,7 @@ fn command_task(
     command: &v1::CommandInfo,
 ) -> Result<agora::TaskInfo, ConvertError> {
     let mut out = task_fields(task)?;
-    out.command = Some(command_info(command)?);
+    out.command = Some(command_of(command)?);
     Ok(out)
 }
 
@@ -836,7 +909,7 @@ fn task_fields(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
         name: task.name.clone(),
         task_id: task_id(&task.task_id)?,
         agent_id: agent_id(&task.agent_id)?,
-        resources: resources(&task.resources)?,
+        resources: resources_of(&task.resources)?,
         executor: None,
         command: None,
         data: task.data.clone().map(agora::Bytes),

@@ -59,6 +59,12 @@ impl ExecutorCall {
     /// epoch, the timestamp of updates that carry none).
     pub fn from_mesos(call: v1::executor::Call, now: f64) -> Result<ExecutorCall, ConvertError> {
         use call::Type;
+        // What Agora does not carry out (a status's `check_status`,
+        // `container_status`, ..., a call type it does not know) is
+        // refused by name, never dropped.
+        if let Some(refusal) = crate::support::refusal(&call) {
+            return Err(refusal.into());
+        }
         let framework_id = convert::framework_id(&call.framework_id)?;
         let executor_id = convert::executor_id(&call.executor_id)?;
         let missing =
@@ -159,6 +165,7 @@ fn status(
         timestamp: status.timestamp.filter(|t| t.is_finite()).unwrap_or(now),
         uuid: Some(uuid),
         labels: convert::labels(status.labels.as_ref()),
+        healthy: status.healthy,
     })
 }
 

@@ -25,6 +25,7 @@ pub mod codec;
 pub mod convert;
 pub mod executor;
 pub mod recordio;
+pub mod support;
 mod wire;
 
 pub use codec::{Codec, CodecError};

@@ -4,8 +4,8 @@
 //! count change on the shared descriptor pool per field looked at, and
 //! those counts bounce between the cores of every thread decoding. So the
 //! shape the walk needs is built once from the pool (for each message:
-//! its required field numbers, its message-typed fields, and whether any
-//! required field is reachable below it) and the walk only reads it.
+//! its field numbers, its required ones and its message-typed fields) and
+//! the walk only reads it.
 
 use std::any::TypeId;
 use std::cell::RefCell;
@@ -27,11 +27,12 @@ struct Shape {
     required: u128,
     /// A required field numbered 128 or above: never sure on the wire.
     untracked_required: bool,
+    /// Bits of the message's field numbers below 128.
+    known: u128,
+    /// Its field numbers of 128 and above.
+    known_high: Vec<u32>,
     /// Message-typed fields: number, shape index, singular.
     children: Vec<(u32, usize, bool)>,
-    /// Whether a required field is set anywhere at or below this message:
-    /// a subtree without one is skipped whole.
-    requires: bool,
 }
 
 /// Every message of the pool's shape, and their indices by full name.
@@ -47,11 +48,16 @@ static SHAPES: LazyLock<Shapes> = LazyLock::new(|| {
         .enumerate()
         .map(|(i, m)| (m.full_name().to_string(), i))
         .collect();
-    let mut shapes: Vec<Shape> = messages
+    let shapes: Vec<Shape> = messages
         .iter()
         .map(|m| {
             let mut shape = Shape::default();
             for field in m.fields() {
+                if field.number() < 128 {
+                    shape.known |= 1u128 << field.number();
+                } else {
+                    shape.known_high.push(field.number());
+                }
                 if field.cardinality() == Cardinality::Required {
                     if field.number() < 128 {
                         shape.required |= 1u128 << field.number();
@@ -65,34 +71,17 @@ static SHAPES: LazyLock<Shapes> = LazyLock::new(|| {
                     shape.children.push((field.number(), index, singular));
                 }
             }
-            shape.requires = shape.required != 0 || shape.untracked_required;
             shape
         })
         .collect();
-    // Reachability of a required field, to a fixed point (types recurse).
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for i in 0..shapes.len() {
-            if shapes[i].requires {
-                continue;
-            }
-            if shapes[i]
-                .children
-                .iter()
-                .any(|&(_, c, _)| shapes[c].requires)
-            {
-                shapes[i].requires = true;
-                changed = true;
-            }
-        }
-    }
     Shapes { shapes, by_name }
 });
 
 /// Whether the protobuf encoding `bytes` of a `descriptor` message sets
-/// every proto2 required field, recursively, judged from the wire alone.
-/// `false` means "not sure" (a field is missing, the bytes are malformed,
+/// every proto2 required field, recursively, and only fields the message
+/// has, judged from the wire alone.
+/// `false` means "not sure" (a field is missing, a field number is not the
+/// message's, the bytes are malformed,
 /// a singular message appears more than once and would be merged, groups,
 /// a required field beyond what is tracked): the caller then decodes
 /// reflectively, which says exactly what is wrong.
@@ -137,6 +126,14 @@ fn walk(shapes: &[Shape], index: usize, bytes: &[u8], depth: usize) -> bool {
             return false;
         };
         let bit = if number < 128 { 1u128 << number } else { 0 };
+        let known = if number < 128 {
+            shape.known & bit != 0
+        } else {
+            shape.known_high.contains(&number)
+        };
+        if !known {
+            return false;
+        }
         match wire_type {
             WireType::Varint => {
                 if decode_varint(&mut buf).is_err() {
@@ -166,13 +163,12 @@ fn walk(shapes: &[Shape], index: usize, bytes: &[u8], depth: usize) -> bool {
                 if let Some(&(_, child, singular)) =
                     shape.children.iter().find(|(n, _, _)| *n == number)
                 {
-                    if shapes[child].requires {
-                        if singular && seen & bit != 0 {
-                            return false;
-                        }
-                        if !walk(shapes, child, payload, depth + 1) {
-                            return false;
-                        }
+                    // Unknown fields may hide in any message below.
+                    if singular && seen & bit != 0 {
+                        return false;
+                    }
+                    if !walk(shapes, child, payload, depth + 1) {
+                        return false;
                     }
                 }
             }

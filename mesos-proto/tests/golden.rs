@@ -28,6 +28,7 @@ fn update() -> v1::scheduler::Event {
         timestamp: 1_700_000_000.5,
         uuid: Some("00010203-0405-0607-0809-0a0b0c0d0e0f".into()),
         labels: [("k".to_string(), "v\nw".to_string())].into(),
+        healthy: None,
     });
     let mut e = v1::scheduler::Event {
         update: Some(event::Update { status }),
@@ -99,10 +100,20 @@ fn protobuf_is_the_mesos_v1_encoding() {
 
 #[test]
 fn calls_decode_as_clients_send_them() {
-    // pymesos's SUBSCRIBE, with keys Mesos does not know (ignored).
+    // pymesos's SUBSCRIBE.
     let call: v1::scheduler::Call = Codec::Json
-        .decode(br#"{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":"","name":"x","failover_timeout":100,"capabilities":[{"type":"GPU_RESOURCES"}],"hostname":"","webui_url":""},"credentials":[]}}"#)
+        .decode(br#"{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":"","name":"x","failover_timeout":100,"capabilities":[{"type":"GPU_RESOURCES"}],"hostname":"","webui_url":""}}}"#)
         .unwrap();
+    // A key Mesos does not know is an error naming it, never dropped.
+    let unknown = Codec::Json
+        .decode::<v1::scheduler::Call>(br#"{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":"","name":"x"},"credentials":[]}}"#)
+        .unwrap_err();
+    assert!(
+        unknown
+            .to_string()
+            .contains("unrecognized field name 'credentials'"),
+        "{unknown}"
+    );
     assert_eq!(call.r#type(), call::Type::Subscribe);
     assert_eq!(
         call.subscribe.unwrap().framework_info.failover_timeout,

@@ -368,6 +368,48 @@ pub enum Reason {
     /// The framework's principal may not run tasks as the task's user
     /// (`run_tasks` ACL): the task, or its whole group, was refused.
     ReasonTaskUnauthorized,
+    // Mesos's other reasons, which Agora does not give itself but passes
+    // on unchanged from a Mesos executor's update.
+    /// Mesos's `REASON_CONTAINER_LIMITATION`.
+    ReasonContainerLimitation,
+    /// Mesos's `REASON_CONTAINER_LIMITATION_DISK`.
+    ReasonContainerLimitationDisk,
+    /// Mesos's `REASON_CONTAINER_PREEMPTED`.
+    ReasonContainerPreempted,
+    /// Mesos's `REASON_CONTAINER_UPDATE_FAILED`.
+    ReasonContainerUpdateFailed,
+    /// Mesos's `REASON_MAX_COMPLETION_TIME_REACHED`.
+    ReasonMaxCompletionTimeReached,
+    /// Mesos's `REASON_EXECUTOR_REREGISTRATION_TIMEOUT`.
+    ReasonExecutorReregistrationTimeout,
+    /// Mesos's `REASON_EXECUTOR_UNREGISTERED`.
+    ReasonExecutorUnregistered,
+    /// Mesos's `REASON_GC_ERROR`.
+    ReasonGcError,
+    /// Mesos's `REASON_INVALID_FRAMEWORKID`.
+    ReasonInvalidFrameworkid,
+    /// Mesos's `REASON_IO_SWITCHBOARD_EXITED`.
+    ReasonIoSwitchboardExited,
+    /// Mesos's `REASON_MASTER_DISCONNECTED`.
+    ReasonMasterDisconnected,
+    /// Mesos's `REASON_RESOURCES_UNKNOWN`.
+    ReasonResourcesUnknown,
+    /// Mesos's `REASON_AGENT_DRAINING`.
+    ReasonAgentDraining,
+    /// Mesos's `REASON_AGENT_REMOVED_BY_OPERATOR`.
+    ReasonAgentRemovedByOperator,
+    /// Mesos's `REASON_AGENT_REREGISTERED`.
+    ReasonAgentReregistered,
+    /// Mesos's `REASON_TASK_KILLED_DURING_LAUNCH`.
+    ReasonTaskKilledDuringLaunch,
+    /// Mesos's `REASON_TASK_CHECK_STATUS_UPDATED`: a check's result
+    /// changed.
+    ReasonTaskCheckStatusUpdated,
+    /// Mesos's `REASON_TASK_HEALTH_CHECK_STATUS_UPDATED`: the task's
+    /// health (`healthy`) changed.
+    ReasonTaskHealthCheckStatusUpdated,
+    /// Mesos's `REASON_TASK_GROUP_UNAUTHORIZED`.
+    ReasonTaskGroupUnauthorized,
     /// Any reason this version does not know.
     #[serde(other)]
     ReasonUnknown,
@@ -409,6 +451,11 @@ pub struct TaskStatus {
     /// unchanged (Mesos's `TaskStatus.labels`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The task's health as its executor last judged it (Mesos's
+    /// `TaskStatus.healthy`), passed to the scheduler unchanged; absent
+    /// when the executor checks no health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy: Option<bool>,
     /// The launch stamp of the task the agent took this update for (set
     /// by the agent from its record of the task, whatever an executor
     /// sends): which launch of a reused task id it is about.
@@ -629,6 +676,7 @@ impl TaskStatus {
             timestamp: now_timestamp(),
             uuid: None,
             labels: BTreeMap::new(),
+            healthy: None,
         }
     }
 

@@ -13,8 +13,10 @@
 //! FRAMEWORK_REMOVED, from the snapshot's bounded list of removed
 //! frameworks, which GET_FRAMEWORKS also answers as
 //! `completed_frameworks`); states that last less than a snapshot interval
-//! (`--state-snapshot-interval`) may be folded into the next one. Calls
-//! that change the cluster are not part of Agora's operator API yet (501).
+//! (`--state-snapshot-interval`) may be folded into the next one. TEARDOWN
+//! removes a framework. Every other call type is answered `501` naming it
+//! ("master.Call.type DRAIN_AGENT is not supported"), as is any field Agora
+//! does not carry out (`400`); the list is `agora_mesos_proto::support`'s.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -22,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agora_mesos_proto::convert::{self, ResourceStyle};
+use agora_mesos_proto::support;
 use agora_mesos_proto::v1::master::{call, event, response};
 use agora_mesos_proto::{recordio, v1, Codec, MESOS_API_VERSION};
 use agora_proto::{AgentId, FrameworkId, Resources, TaskId, TaskState};
@@ -77,6 +80,16 @@ pub(crate) async fn handle(
             )
         }
     };
+    // A call type Agora does not carry out is 501, any other field it does
+    // not carry out 400, each naming it (`agora_mesos_proto::support`).
+    if let Some(refusal) = support::refusal(&call) {
+        let status = if refusal.field == "master.Call.type" {
+            StatusCode::NOT_IMPLEMENTED
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        return error(status, refusal.to_string());
+    }
     let snapshot = state.app.snapshot_for(&headers);
     use call::Type;
     let response = match call.r#type() {

@@ -20,7 +20,8 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 
-use agora_mesos_proto::convert::{self, Capabilities};
+use agora_mesos_proto::convert::{self, Capabilities, ConvertError};
+use agora_mesos_proto::support;
 use agora_mesos_proto::{recordio, v1, Codec};
 use agora_proto::scheduler::{Call, Event};
 use agora_proto::{AgentId, ExecutorId, FrameworkId, TaskId, PROTOCOL_VERSION};
@@ -132,13 +133,16 @@ async fn subscribe(
         Ok(codec) => codec,
         Err(response) => return response,
     };
+    // A field Agora does not carry out refuses the subscription, as an
+    // invalid FrameworkInfo does (below).
+    let refused = support::refusal(&call);
     let Some(subscribe) = call.subscribe else {
         return error(
             StatusCode::BAD_REQUEST,
             "Expecting 'subscribe' to be present",
         );
     };
-    let info = subscribe.framework_info;
+    let info = &subscribe.framework_info;
     if call.framework_id != info.id {
         return error(
             StatusCode::BAD_REQUEST,
@@ -153,7 +157,7 @@ async fn subscribe(
             );
         }
     }
-    let caps = Capabilities::of(&info);
+    let caps = Capabilities::of(info);
     let app = &state.app;
     let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel::<Outbound>(app.queue_capacity);
@@ -172,7 +176,11 @@ async fn subscribe(
         framework: None,
         state: state.clone(),
     };
-    match convert::framework_info(&info) {
+    let converted = match refused {
+        Some(refusal) => Err(ConvertError::from(refusal)),
+        None => convert::framework_info(info),
+    };
+    match converted {
         Ok(mut framework_info) => {
             if principal.is_some() {
                 framework_info.principal = principal;
@@ -282,6 +290,7 @@ async fn other_call(
             }
         }
     }
+    let answer = translated.error;
     for call in translated.calls {
         let input = Input::Scheduler { conn, call };
         // Most calls find room in the queue: no permit future to build
@@ -300,7 +309,11 @@ async fn other_call(
             );
         }
     }
-    StatusCode::ACCEPTED.into_response()
+    match answer {
+        None => StatusCode::ACCEPTED.into_response(),
+        Some(CallError::BadRequest(m)) => error(StatusCode::BAD_REQUEST, m),
+        Some(CallError::NotImplemented(m)) => error(StatusCode::NOT_IMPLEMENTED, m),
+    }
 }
 
 /// A framework's live tasks by executor, from the latest snapshot (looked

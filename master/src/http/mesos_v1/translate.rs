@@ -5,10 +5,20 @@
 //! Calls: each Mesos call becomes the native calls that do the same thing
 //! (ACCEPT → LAUNCH, SHUTDOWN → a KILL per task of the executor, …), plus
 //! any task the master must not see because Agora cannot run it as asked
-//! (a command user, a secret, both a command and an executor…): those are
-//! answered with TASK_ERROR updates, asynchronously on the stream as Mesos
-//! answers invalid tasks. Request-level problems are [`CallError`]s, answered
-//! synchronously with Mesos's status codes.
+//! (a field Agora does not carry out, such as `TaskInfo.container` or
+//! `CommandInfo.user`, both a command and an executor…): those are
+//! answered with TASK_ERROR updates (`REASON_TASK_INVALID`, the message
+//! naming the field), asynchronously on the stream as Mesos answers
+//! invalid tasks. Request-level problems are [`CallError`]s, answered
+//! synchronously with Mesos's status codes: a call type Agora does not
+//! carry out is `501`, any other field it does not carry out `400`, each
+//! naming it (the lists are `agora_mesos_proto::support`'s).
+//!
+//! An ACCEPT with an offer operation Agora does not carry out (RESERVE,
+//! CREATE, ..., or a LAUNCH with an operation `id`) is refused whole: each
+//! of its launches gets TASK_ERROR naming the operation, its offers are
+//! declined with no filter (their resources go back to the allocator and
+//! are offered again), and the call is answered `400` naming it.
 //!
 //! Events: the per-framework policy lives here. A framework without
 //! PARTITION_AWARE hears TASK_LOST where a partition-aware one hears
@@ -20,6 +30,7 @@
 //! subscription) are not forwarded.
 
 use agora_mesos_proto::convert::{self, Capabilities};
+use agora_mesos_proto::support::{self, Refusal};
 use agora_mesos_proto::v1;
 use agora_mesos_proto::v1::scheduler::{call, event};
 use agora_proto::scheduler::{Call, Event, ReconcileTask, ResourceRequest};
@@ -52,7 +63,24 @@ pub(crate) struct Translated {
     pub(crate) calls: Vec<Call>,
     /// Updates to send the framework at once (tasks refused here).
     pub(crate) refused: Vec<TaskStatus>,
+    /// The answer to the call once `calls` and `refused` are carried out,
+    /// when it is an error (an ACCEPT refused whole); `202` otherwise.
+    pub(crate) error: Option<CallError>,
 }
+
+/// The field of an ACCEPT the front door checks operation by operation.
+const ACCEPT_OPERATIONS: &str = "mesos.v1.scheduler.Call.Accept.operations";
+
+/// The call type field, whose refusal is `501` rather than `400`.
+const CALL_TYPE: &str = "scheduler.Call.type";
+
+/// The fields of an operation whose refusal refuses a task (or a task
+/// group), not the whole ACCEPT.
+const OPERATION_TASKS: &[&str] = &[
+    "mesos.v1.Offer.Operation.Launch.task_infos",
+    "mesos.v1.Offer.Operation.LaunchGroup.executor",
+    "mesos.v1.Offer.Operation.LaunchGroup.task_group",
+];
 
 /// Looks up a framework's live tasks run by an executor on an agent (for
 /// SHUTDOWN, which Agora carries out by killing them).
@@ -73,6 +101,13 @@ pub(crate) fn translate_call(
 ) -> Result<Translated, CallError> {
     use call::Type;
     let missing = |field: &str| CallError::BadRequest(format!("Expecting '{field}' to be present"));
+    if let Some(refusal) = support::refusal_outside(&call, &[ACCEPT_OPERATIONS]) {
+        return Err(if refusal.field == CALL_TYPE {
+            CallError::NotImplemented(refusal.to_string())
+        } else {
+            CallError::BadRequest(refusal.to_string())
+        });
+    }
     let mut out = Translated::default();
     match call.r#type() {
         Type::Unknown => {
@@ -97,8 +132,6 @@ pub(crate) fn translate_call(
                 filters: convert::filters(decline.filters.as_ref()),
             });
         }
-        // Agora makes no inverse offers: nothing to accept or decline.
-        Type::AcceptInverseOffers | Type::DeclineInverseOffers => {}
         Type::Revive => out.calls.push(Call::Revive {
             roles: call.revive.map(|r| r.roles).unwrap_or_default(),
         }),
@@ -133,9 +166,6 @@ pub(crate) fn translate_call(
                 uuid,
             });
         }
-        // Agora sends no operation status updates: there is nothing to
-        // acknowledge, and nothing to reconcile.
-        Type::AcknowledgeOperationStatus | Type::ReconcileOperations => {}
         Type::Reconcile => {
             let reconcile = call.reconcile.ok_or_else(|| missing("reconcile"))?;
             out.calls.push(Call::Reconcile {
@@ -170,10 +200,18 @@ pub(crate) fn translate_call(
             }
             out.calls.push(Call::Request { requests });
         }
-        Type::UpdateFramework => {
-            return Err(CallError::NotImplemented(
-                "UPDATE_FRAMEWORK is not supported by this master; re-subscribe with the new FrameworkInfo".into(),
-            ))
+        // Refused above (`support::CARRIED_VALUES`): Agora makes no
+        // inverse offers and reports no operations; a framework changes
+        // its FrameworkInfo by subscribing again.
+        other @ (Type::AcceptInverseOffers
+        | Type::DeclineInverseOffers
+        | Type::AcknowledgeOperationStatus
+        | Type::ReconcileOperations
+        | Type::UpdateFramework) => {
+            return Err(CallError::NotImplemented(format!(
+                "{CALL_TYPE} {} is not supported",
+                other.as_str_name()
+            )))
         }
     }
     Ok(out)
@@ -181,8 +219,8 @@ pub(crate) fn translate_call(
 
 /// ACCEPT: the tasks of every LAUNCH and LAUNCH_GROUP operation become one
 /// native LAUNCH on the offers (an empty one declines them, as Mesos's
-/// ACCEPT without tasks does). Other operations (reservations, volumes)
-/// are not supported and dropped, as Mesos drops invalid operations.
+/// ACCEPT without tasks does). An operation Agora does not carry out
+/// refuses the whole ACCEPT (see the module documentation).
 ///
 /// A LAUNCH_GROUP is all or nothing. With the DEFAULT executor its tasks
 /// become command tasks, each run by Agora's command executor; with a
@@ -192,24 +230,31 @@ pub(crate) fn translate_call(
 /// all or none and the agent hands to the executor in one LAUNCH_GROUP.
 fn translate_accept(accept: call::Accept) -> Translated {
     use v1::offer::operation::Type;
+    if let Some(refusal) = accept
+        .operations
+        .iter()
+        .find_map(|op| support::refusal_outside(op, OPERATION_TASKS))
+    {
+        return refuse_accept(accept, &refusal);
+    }
     let mut out = Translated::default();
     let mut tasks: Vec<TaskInfo> = Vec::new();
     let first_offer = accept
         .offer_ids
         .first()
         .map_or_else(String::new, |o| o.value.clone());
-    for (index, operation) in accept.operations.into_iter().enumerate() {
+    for (index, operation) in accept.operations.iter().enumerate() {
         match operation.r#type() {
             Type::Launch => {
-                for task in operation.launch.map(|l| l.task_infos).unwrap_or_default() {
-                    match convert::task_info(&task) {
+                for task in operation.launch.iter().flat_map(|l| l.task_infos.iter()) {
+                    match convert::task_info(task) {
                         Ok(native) => tasks.push(native),
-                        Err(e) => out.refused.push(refusal(&task, e.to_string())),
+                        Err(e) => out.refused.push(refusal_of(task, e.to_string())),
                     }
                 }
             }
             Type::LaunchGroup => {
-                let Some(group) = operation.launch_group else {
+                let Some(group) = &operation.launch_group else {
                     continue;
                 };
                 let converted: Vec<Result<TaskInfo, String>> = if runs_custom(&group.executor) {
@@ -226,6 +271,8 @@ fn translate_accept(accept: call::Accept) -> Translated {
                             .collect(),
                         Err(e) => vec![Err(format!("its executor: {e}"))],
                     }
+                } else if let Some(refusal) = support::refusal(&group.executor) {
+                    vec![Err(format!("its executor: {refusal}"))]
                 } else {
                     group
                         .task_group
@@ -247,8 +294,14 @@ fn translate_accept(accept: call::Accept) -> Translated {
                     tasks.extend(converted.into_iter().flatten());
                 }
             }
+            // Refused above, with the whole ACCEPT (`support` carries
+            // out LAUNCH and LAUNCH_GROUP only).
             other => {
-                tracing::info!(operation = ?other, "offer operation not supported by Agora; dropped");
+                let refusal = Refusal {
+                    field: "Offer.Operation.type".into(),
+                    value: Some(other.as_str_name().into()),
+                };
+                return refuse_accept(accept, &refusal);
             }
         }
     }
@@ -257,6 +310,37 @@ fn translate_accept(accept: call::Accept) -> Translated {
         tasks,
         filters: convert::filters(accept.filters.as_ref()),
     });
+    out
+}
+
+/// An ACCEPT refused whole because of `refusal`: every task it would
+/// launch gets TASK_ERROR naming it, its offers are declined with no
+/// filter, and the call is answered `400`.
+fn refuse_accept(accept: call::Accept, refusal: &Refusal) -> Translated {
+    let message = format!("{refusal}: the whole ACCEPT is refused and its offers declined");
+    let mut out = Translated::default();
+    for operation in &accept.operations {
+        let launched = operation
+            .launch
+            .iter()
+            .flat_map(|l| l.task_infos.iter())
+            .chain(
+                operation
+                    .launch_group
+                    .iter()
+                    .flat_map(|g| g.task_group.tasks.iter()),
+            );
+        for task in launched {
+            out.refused.push(refusal_of(task, message.clone()));
+        }
+    }
+    out.calls.push(Call::Decline {
+        offer_ids: accept.offer_ids.iter().map(convert::offer_id).collect(),
+        filters: agora_proto::Filters {
+            refuse_seconds: Some(0.0),
+        },
+    });
+    out.error = Some(CallError::BadRequest(message));
     out
 }
 
@@ -272,7 +356,7 @@ fn runs_custom(executor: &v1::ExecutorInfo) -> bool {
 }
 
 /// The TASK_ERROR update for a task refused by the front door.
-fn refusal(task: &v1::TaskInfo, message: String) -> TaskStatus {
+fn refusal_of(task: &v1::TaskInfo, message: String) -> TaskStatus {
     refused_with(task, Reason::ReasonTaskInvalid, message)
 }
 

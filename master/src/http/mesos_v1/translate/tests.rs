@@ -580,3 +580,175 @@ fn events_follow_the_frameworks_capabilities() {
     let o = &multi[0].offers.as_ref().unwrap().offers[0];
     assert!(o.allocation_info.is_some() && o.resources[0].allocation_info.is_some());
 }
+
+#[test]
+fn a_task_field_agora_does_not_carry_out_refuses_that_task_by_name() {
+    let mut container = command_task("container");
+    let mut info = v1::ContainerInfo::default();
+    info.set_type(v1::container_info::Type::Docker);
+    info.docker = Some(v1::container_info::DockerInfo {
+        image: "alpine:3.19".into(),
+        ..Default::default()
+    });
+    container.container = Some(info);
+    let mut health = command_task("health");
+    health.health_check = Some(v1::HealthCheck {
+        command: Some(v1::CommandInfo {
+            value: Some("false".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let mut user = command_task("user");
+    user.command.as_mut().unwrap().user = Some("nobody".into());
+    let mut cache = command_task("cache");
+    cache
+        .command
+        .as_mut()
+        .unwrap()
+        .uris
+        .push(v1::command_info::Uri {
+            value: "/srv/x".into(),
+            cache: Some(true),
+            ..Default::default()
+        });
+    let mut disk = command_task("disk");
+    disk.resources[0].disk = Some(v1::resource::DiskInfo::default());
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![launch(vec![
+            container,
+            health,
+            command_task("ok"),
+            user,
+            cache,
+            disk,
+        ])]),
+        &NoExecutors,
+    )
+    .unwrap();
+    let refused: Vec<(&str, &str)> = out
+        .refused
+        .iter()
+        .map(|s| (s.task_id.as_str(), s.message.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("container", "TaskInfo.container is not supported"),
+            ("health", "TaskInfo.health_check is not supported"),
+            ("user", "CommandInfo.user is not supported"),
+            ("cache", "CommandInfo.URI.cache is not supported"),
+            ("disk", "Resource.disk is not supported"),
+        ]
+    );
+    for status in &out.refused {
+        assert_eq!(status.state, TaskState::Error);
+        assert_eq!(status.reason, Some(Reason::ReasonTaskInvalid));
+        let mesos = mesos_status_for(status, Capabilities::default());
+        assert_eq!(mesos.reason(), v1::task_status::Reason::TaskInvalid);
+    }
+    assert!(out.error.is_none());
+    assert!(
+        matches!(&out.calls[..], [Call::Launch { tasks, .. }] if tasks.len() == 1 && tasks[0].task_id.as_str() == "ok")
+    );
+}
+
+#[test]
+fn an_offer_operation_agora_does_not_carry_out_refuses_the_whole_accept() {
+    let mut reserve = v1::offer::Operation {
+        reserve: Some(v1::offer::operation::Reserve::default()),
+        ..Default::default()
+    };
+    reserve.set_type(v1::offer::operation::Type::Reserve);
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![
+            launch(vec![command_task("t1"), command_task("t2")]),
+            reserve,
+        ]),
+        &NoExecutors,
+    )
+    .unwrap();
+    let message =
+        "Offer.Operation.type RESERVE is not supported: the whole ACCEPT is refused and its offers declined";
+    assert_eq!(out.error, Some(CallError::BadRequest(message.into())));
+    let refused: Vec<&str> = out.refused.iter().map(|s| s.task_id.as_str()).collect();
+    assert_eq!(refused, ["t1", "t2"]);
+    assert!(out.refused.iter().all(|s| s.state == TaskState::Error
+        && s.reason == Some(Reason::ReasonTaskInvalid)
+        && s.message.as_deref() == Some(message)));
+    // The offers go back to the allocator at once.
+    assert_eq!(
+        out.calls,
+        vec![Call::Decline {
+            offer_ids: vec![OfferId::new("o1")],
+            filters: agora_proto::Filters {
+                refuse_seconds: Some(0.0)
+            },
+        }]
+    );
+    // So does an operation with operation feedback (`id`), and an
+    // operation of no type.
+    let mut with_id = launch(vec![command_task("t3")]);
+    with_id.id = Some(v1::OperationId { value: "op".into() });
+    let mut untyped = launch(vec![]);
+    untyped.r#type = None;
+    untyped.set_type(v1::offer::operation::Type::Unknown);
+    for (operation, field) in [
+        (with_id, "Offer.Operation.id is not supported"),
+        (untyped, "Offer.Operation.type UNKNOWN is not supported"),
+    ] {
+        let out = translate_call(
+            &FrameworkId::new("f"),
+            accept(vec![operation]),
+            &NoExecutors,
+        )
+        .unwrap();
+        assert!(
+            matches!(&out.error, Some(CallError::BadRequest(m)) if m.starts_with(field)),
+            "{:?}",
+            out.error
+        );
+        assert!(matches!(&out.calls[..], [Call::Decline { .. }]));
+    }
+}
+
+#[test]
+fn call_fields_and_types_agora_does_not_carry_out_are_refused_by_name() {
+    let fid = FrameworkId::new("f");
+    let mut kill = v1::scheduler::Call {
+        kill: Some(call::Kill {
+            task_id: v1::TaskId { value: "t".into() },
+            kill_policy: Some(v1::KillPolicy::default()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    kill.set_type(call::Type::Kill);
+    assert_eq!(
+        translate_call(&fid, kill, &NoExecutors),
+        Err(CallError::BadRequest(
+            "scheduler.Call.Kill.kill_policy is not supported".into()
+        ))
+    );
+    for (kind, name) in [
+        (call::Type::UpdateFramework, "UPDATE_FRAMEWORK"),
+        (call::Type::AcceptInverseOffers, "ACCEPT_INVERSE_OFFERS"),
+        (call::Type::DeclineInverseOffers, "DECLINE_INVERSE_OFFERS"),
+        (
+            call::Type::AcknowledgeOperationStatus,
+            "ACKNOWLEDGE_OPERATION_STATUS",
+        ),
+        (call::Type::ReconcileOperations, "RECONCILE_OPERATIONS"),
+    ] {
+        let mut c = v1::scheduler::Call::default();
+        c.set_type(kind);
+        assert_eq!(
+            translate_call(&fid, c, &NoExecutors),
+            Err(CallError::NotImplemented(format!(
+                "scheduler.Call.type {name} is not supported"
+            )))
+        );
+    }
+}
