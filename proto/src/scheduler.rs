@@ -16,11 +16,17 @@ use crate::{
 };
 
 /// Scheduler → master.
+///
+/// A key a call's body does not have is an error naming it (the master
+/// answers an `Error` event), never dropped; keys inside the records a
+/// call carries (tasks, the framework, filters, ...) are checked by
+/// [`unknown_fields`], since those records also travel in events, which
+/// stay tolerant of fields a newer peer adds.
 // Messages are built once and moved into a frame; boxing the large
 // variants would only add allocations.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", deny_unknown_fields)]
 pub enum Call {
     /// Register (no id) or re-register (id set) the framework.
     Subscribe {
@@ -108,6 +114,112 @@ pub enum Call {
     /// A call type this master does not know; answered with a non-fatal error.
     #[serde(other)]
     Unknown,
+}
+
+/// Keys of a scheduler call that no field of Agora's types has, found by
+/// [`unknown_fields`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnknownFields {
+    /// One outside the call's tasks (in its framework, filters, tasks to
+    /// reconcile, resource requests), as a path from the call
+    /// (`framework_info.capabilities`): the whole call is refused.
+    pub call: Option<String>,
+    /// Ones in tasks of a [`Call::Launch`]: each task's index in `tasks`
+    /// and the first such key's path in the task
+    /// (`executor.command.user`): those tasks are refused
+    /// (`TASK_ERROR`), the others launched.
+    pub tasks: Vec<(usize, String)>,
+}
+
+/// The keys of the scheduler call `text` (one frame, already decoded as a
+/// [`Call`]) that no field of Agora's types has. Serde drops such keys
+/// inside records (and they must stay tolerated where records travel in
+/// events); a scheduler sending one asks for something Agora would not do,
+/// so the master refuses it by name.
+pub fn unknown_fields(text: &str) -> UnknownFields {
+    let mut out = UnknownFields::default();
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return out;
+    };
+    let list = |key: &str| -> &[serde_json::Value] {
+        value
+            .get(key)
+            .and_then(|v| v.as_array())
+            .map_or(&[], |v| v.as_slice())
+    };
+    match value.get("type").and_then(|t| t.as_str()) {
+        Some("SUBSCRIBE") => {
+            out.call = value
+                .get("framework_info")
+                .and_then(ignored::<FrameworkInfo>)
+                .map(|path| format!("framework_info.{path}"));
+        }
+        Some("LAUNCH") => {
+            out.call = value
+                .get("filters")
+                .and_then(ignored::<Filters>)
+                .map(|path| format!("filters.{path}"));
+            out.tasks = list("tasks")
+                .iter()
+                .enumerate()
+                .filter_map(|(i, task)| ignored::<TaskInfo>(task).map(|path| (i, path)))
+                .collect();
+        }
+        Some("DECLINE") => {
+            out.call = value
+                .get("filters")
+                .and_then(ignored::<Filters>)
+                .map(|path| format!("filters.{path}"));
+        }
+        Some("RECONCILE") => {
+            out.call = list("tasks").iter().enumerate().find_map(|(i, task)| {
+                ignored::<ReconcileTask>(task).map(|path| format!("tasks.{i}.{path}"))
+            });
+        }
+        Some("REQUEST") => {
+            out.call = list("requests")
+                .iter()
+                .enumerate()
+                .find_map(|(i, request)| {
+                    ignored::<ResourceRequest>(request).map(|path| format!("requests.{i}.{path}"))
+                });
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The path of the first key of `value` that `T` has no field for.
+fn ignored<T: serde::de::DeserializeOwned>(value: &serde_json::Value) -> Option<String> {
+    let mut first = None;
+    let _ = serde_ignored::deserialize::<_, _, T>(value, |path| {
+        first.get_or_insert_with(|| {
+            let mut segments = Vec::new();
+            path_segments(&path, &mut segments);
+            segments.join(".")
+        });
+    });
+    first
+}
+
+/// A path's keys and indices from the root (options and newtypes, which
+/// are not keys on the wire, left out).
+fn path_segments(path: &serde_ignored::Path<'_>, out: &mut Vec<String>) {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => {}
+        Path::Seq { parent, index } => {
+            path_segments(parent, out);
+            out.push(index.to_string());
+        }
+        Path::Map { parent, key } => {
+            path_segments(parent, out);
+            out.push(key.clone());
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => path_segments(parent, out),
+    }
 }
 
 /// A task named in [`Call::Reconcile`].

@@ -86,10 +86,45 @@ fn agent_and_executor_channels() {
 
 #[test]
 fn decoding_is_tolerant_and_strict_where_it_must_be() {
-    // Unknown fields are ignored.
-    let call: scheduler::Call =
-        decode(r#"{"type":"REVIVE","roles":[],"from_the_future":1}"#).unwrap();
-    assert_eq!(call, scheduler::Call::Revive { roles: vec![] });
+    // Unknown fields of events are ignored (a newer master may add some).
+    let event: scheduler::Event =
+        decode(r#"{"type":"RESCIND","offer_id":"o","from_the_future":1}"#).unwrap();
+    assert!(matches!(event, scheduler::Event::Rescind { .. }));
+    // A call's are an error naming them: a scheduler that sends one asks
+    // for something the master would not do.
+    let err = decode::<scheduler::Call>(r#"{"type":"REVIVE","roles":[],"from_the_future":1}"#)
+        .unwrap_err();
+    assert!(err.to_string().contains("`from_the_future`"), "{err}");
+    // So are those of the records a call carries, found by path: a
+    // task's refuse that task only.
+    let launch = r#"{"type":"LAUNCH","offer_ids":["o1"],"tasks":[
+        {"name":"a","task_id":"a","agent_id":"a1","resources":[{"name":"cpus","scalar":0.5},{"name":"ports","ranges":[[31000,31001]]}],"command":{"value":"true"},"container":{"image":"alpine"}},
+        {"name":"b","task_id":"b","agent_id":"a1","resources":[{"name":"cpus","scalar":0.5}],"command":{"value":"true","uris":[{"value":"/x"}]},"labels":{"k":"v"}},
+        {"name":"c","task_id":"c","agent_id":"a1","resources":[],"executor":{"executor_id":"e","command":{"value":"x","user":"nobody"}}}],
+        "filters":{"refuse_seconds":1.0}}"#;
+    assert!(matches!(
+        decode::<scheduler::Call>(launch),
+        Ok(scheduler::Call::Launch { .. })
+    ));
+    assert_eq!(
+        scheduler::unknown_fields(launch),
+        scheduler::UnknownFields {
+            call: None,
+            tasks: vec![(0, "container".into()), (2, "executor.command.user".into())],
+        }
+    );
+    let subscribe =
+        r#"{"type":"SUBSCRIBE","protocol":1,"framework_info":{"name":"f","capabilities":[]}}"#;
+    assert_eq!(
+        scheduler::unknown_fields(subscribe).call.as_deref(),
+        Some("framework_info.capabilities")
+    );
+    assert_eq!(
+        scheduler::unknown_fields(r#"{"type":"DECLINE","offer_ids":[],"filters":{"refuse":1}}"#)
+            .call
+            .as_deref(),
+        Some("filters.refuse")
+    );
     // Unknown types are named.
     assert_eq!(
         decode::<scheduler::Call>(r#"{"type":"WARP"}"#),

@@ -148,6 +148,7 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState, principa
         match frame {
             None | Some(Ok(Message::Close(_))) => break,
             Some(Ok(Message::Text(text))) => match parse(kind, conn, text.as_str())
+                .and_then(|input| refuse_unknown_fields(input, text.as_str(), &tx))
                 .and_then(|input| bind_principal(input, principal.as_deref()))
             {
                 Ok(input) => {
@@ -277,6 +278,67 @@ fn parse(kind: Kind, conn: u64, text: &str) -> Result<Input, Refusal> {
                 }
             }),
     }
+}
+
+/// Refuses the keys of a scheduler call that no field of Agora's types
+/// has (`scheduler::unknown_fields`): a task with one gets `TASK_ERROR`
+/// (`REASON_TASK_INVALID`) naming it, on this connection, and is left out
+/// of the launch (a launch left with no task declines its offers); one
+/// elsewhere refuses the call (a subscription fatally).
+fn refuse_unknown_fields(
+    input: Input,
+    text: &str,
+    tx: &mpsc::Sender<Outbound>,
+) -> Result<Input, Refusal> {
+    use agora_proto::{Reason, Source, TaskState, TaskStatus};
+    use scheduler::Call;
+    let Input::Scheduler { conn, mut call } = input else {
+        return Ok(input);
+    };
+    // Only calls that carry records can hold such keys (the others'
+    // bodies deny unknown keys as they decode).
+    if !matches!(
+        call,
+        Call::Subscribe { .. }
+            | Call::Launch { .. }
+            | Call::Decline { .. }
+            | Call::Reconcile { .. }
+            | Call::Request { .. }
+    ) {
+        return Ok(Input::Scheduler { conn, call });
+    }
+    let unknown = scheduler::unknown_fields(text);
+    if let Some(path) = unknown.call {
+        let subscribing = matches!(call, Call::Subscribe { .. });
+        let message = format!("{path} is not a field Agora knows; the call is refused");
+        return Err(Refusal {
+            message: if subscribing {
+                format!("subscription refused: {message}")
+            } else {
+                message
+            },
+            fatal: subscribing,
+        });
+    }
+    if let Call::Launch { tasks, .. } = &mut call {
+        let mut refused = Vec::new();
+        for (index, path) in unknown.tasks.iter().rev() {
+            if *index >= tasks.len() {
+                continue;
+            }
+            refused.push((tasks.remove(*index), path));
+        }
+        for (task, path) in refused.into_iter().rev() {
+            let mut status = TaskStatus::new(task.task_id, TaskState::Error, Source::SourceMaster)
+                .with_reason(Reason::ReasonTaskInvalid)
+                .with_message(format!("TaskInfo.{path} is not a field Agora knows"));
+            status.agent_id = Some(task.agent_id);
+            let _ = tx.try_send(Outbound::Scheduler(Box::new(scheduler::Event::Update {
+                status,
+            })));
+        }
+    }
+    Ok(Input::Scheduler { conn, call })
 }
 
 fn error_event(kind: Kind, message: String, fatal: bool) -> Outbound {
