@@ -217,6 +217,27 @@ impl Codec {
             })
     }
 
+    /// Decodes a JSON `body` as `T` leaving out keys that are not fields
+    /// (and enum names that are not values): never to act on the call,
+    /// only to learn, once [`Codec::decode`] refused it, what it named (an
+    /// ACCEPT's offers, to give them back). `None` for protobuf, or when
+    /// the body does not decode even so.
+    pub fn decode_ignoring_unknown_keys<T: ReflectMessage + Default + 'static>(
+        self,
+        body: &[u8],
+    ) -> Option<T> {
+        if self != Codec::Json {
+            return None;
+        }
+        let descriptor = T::default().descriptor();
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let options = DeserializeOptions::new().deny_unknown_fields(false);
+        DynamicMessage::deserialize_with_options(descriptor, &mut de, &options)
+            .ok()?
+            .transcode_to::<T>()
+            .ok()
+    }
+
     /// Encodes `message`.
     pub fn encode<T: ReflectMessage>(self, message: &T) -> Result<Vec<u8>, CodecError> {
         match self {

@@ -79,16 +79,24 @@ pub(crate) async fn handle(
         Ok(call) => call,
         Err(e) => {
             state.app.metrics.errors_decode.inc();
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("Failed to parse body into Call: {e}"),
-            );
+            let message = format!("Failed to parse body into Call: {e}");
+            // An ACCEPT refused for a key it should not have still names
+            // its offers and tasks: they are given back and answered, as
+            // for any ACCEPT refused whole, rather than held until the
+            // offers time out.
+            if let Some(call) = codec
+                .decode_ignoring_unknown_keys::<v1::scheduler::Call>(&bytes)
+                .filter(|c| c.r#type() == v1::scheduler::call::Type::Accept)
+            {
+                return other_call(state, &headers, call, Some(message)).await;
+            }
+            return error(StatusCode::BAD_REQUEST, message);
         }
     };
     if call.r#type() == v1::scheduler::call::Type::Subscribe {
         subscribe(state, &headers, call, principal).await
     } else {
-        other_call(state, &headers, call).await
+        other_call(state, &headers, call, None).await
     }
 }
 
@@ -242,10 +250,13 @@ async fn subscribe(
     response
 }
 
+/// Every call but SUBSCRIBE; `refused`: the reason an ACCEPT is refused
+/// whole before its translation (see [`handle`]).
 async fn other_call(
     state: MesosState,
     headers: &HeaderMap,
     mut call: v1::scheduler::Call,
+    refused: Option<String>,
 ) -> Response {
     let Some(framework_id) = call.framework_id.take() else {
         return error(
@@ -275,12 +286,18 @@ async fn other_call(
         }
         Some(entry) => entry.conn,
     };
-    let translated =
-        match translate::translate_call(&fid, call, &SnapshotTasks(&state.app.snapshot)) {
-            Ok(t) => t,
-            Err(CallError::BadRequest(m)) => return error(StatusCode::BAD_REQUEST, m),
-            Err(CallError::NotImplemented(m)) => return error(StatusCode::NOT_IMPLEMENTED, m),
-        };
+    let translated = match (refused, call.accept.take()) {
+        (Some(message), Some(accept)) => translate::refused_accept(accept, message),
+        (Some(message), None) => return error(StatusCode::BAD_REQUEST, message),
+        (None, accept) => {
+            call.accept = accept;
+            match translate::translate_call(&fid, call, &SnapshotTasks(&state.app.snapshot)) {
+                Ok(t) => t,
+                Err(CallError::BadRequest(m)) => return error(StatusCode::BAD_REQUEST, m),
+                Err(CallError::NotImplemented(m)) => return error(StatusCode::NOT_IMPLEMENTED, m),
+            }
+        }
+    };
     if !translated.refused.is_empty() {
         if let Some(handle) = state.app.registry.get(&conn) {
             for status in translated.refused {

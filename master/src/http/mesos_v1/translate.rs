@@ -317,7 +317,16 @@ fn translate_accept(accept: call::Accept) -> Translated {
 /// launch gets TASK_ERROR naming it, its offers are declined with no
 /// filter, and the call is answered `400`.
 fn refuse_accept(accept: call::Accept, refusal: &Refusal) -> Translated {
-    let message = format!("{refusal}: the whole ACCEPT is refused and its offers declined");
+    refused_accept(
+        accept,
+        format!("{refusal}: the whole ACCEPT is refused and its offers declined"),
+    )
+}
+
+/// An ACCEPT refused whole with `message`: every task it would launch
+/// gets TASK_ERROR with it, its offers are declined with no filter, and
+/// the call is answered `400` with it.
+pub(crate) fn refused_accept(accept: call::Accept, message: String) -> Translated {
     let mut out = Translated::default();
     for operation in &accept.operations {
         let launched = operation
