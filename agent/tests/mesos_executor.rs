@@ -318,12 +318,12 @@ async fn a_mesos_executor_runs_its_task_with_acknowledged_updates_and_messages()
 
     // UPDATE: 202, then ACKNOWLEDGED with the uuid once checkpointed, and
     // the update reaches the master.
+    // Its health and Mesos's reason for it reach the master unchanged.
     let running = uuid::Uuid::new_v4();
-    let answer = post_json(
-        &endpoint,
-        &call_body(&env, "UPDATE", update("t1", "TASK_RUNNING", &running)),
-    )
-    .await;
+    let mut healthy = update("t1", "TASK_RUNNING", &running);
+    healthy["status"]["healthy"] = true.into();
+    healthy["status"]["reason"] = "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED".into();
+    let answer = post_json(&endpoint, &call_body(&env, "UPDATE", healthy)).await;
     assert_eq!(answer.status, 202, "{}", answer.text());
     assert!(answer.body.is_empty());
     let ack = stream.next().await;
@@ -334,6 +334,11 @@ async fn a_mesos_executor_runs_its_task_with_acknowledged_updates_and_messages()
     assert_eq!(fid.as_str(), "fw");
     assert_eq!(status.state, TaskState::Running);
     assert_eq!(status.uuid, Some(running.to_string()));
+    assert_eq!(status.healthy, Some(true));
+    assert_eq!(
+        status.reason,
+        Some(agora_proto::Reason::ReasonTaskHealthCheckStatusUpdated)
+    );
     assert_eq!(status.executor_id, Some(ExecutorId::new("e1")));
     assert_eq!(
         status.agent_id.as_ref().map(|a| a.as_str()),
@@ -506,6 +511,24 @@ async fn calls_are_refused_with_mesos_status_codes() {
         code(post_json(&endpoint, &call_body(&env, "UPDATE", from_agent)).await),
         400
     );
+    // What Agora does not carry out is refused by name, and so is a key
+    // TaskStatus does not have.
+    let mut checked = running.clone();
+    checked["status"]["check_status"] = json!({"type": "COMMAND", "command": {"exit_code": 1}});
+    let answer = post_json(&endpoint, &call_body(&env, "UPDATE", checked)).await;
+    assert_eq!(answer.status, 400);
+    assert!(
+        answer
+            .text()
+            .contains("TaskStatus.check_status is not supported"),
+        "{}",
+        answer.text()
+    );
+    let mut misspelt = running.clone();
+    misspelt["status"]["helthy"] = true.into();
+    let answer = post_json(&endpoint, &call_body(&env, "UPDATE", misspelt)).await;
+    assert_eq!(answer.status, 400);
+    assert!(answer.text().contains("'helthy'"), "{}", answer.text());
     // A known executor that has not subscribed: 403 (mesos-go
     // re-subscribes on it); an unknown one: 400.
     let answer = post_json(&endpoint, &call_body(&env, "UPDATE", running.clone())).await;

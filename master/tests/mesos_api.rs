@@ -235,6 +235,36 @@ async fn subscribe_streams_protobuf_recordio_and_calls_need_the_stream_id() {
     )
     .await;
     assert_eq!(code, 501);
+    // A call type Agora does not carry out is 501 naming it, a field 400.
+    let (code, _, body) = request(
+        addr,
+        "POST",
+        "/api/v1/scheduler",
+        &[ct, ("Mesos-Stream-Id", &stream_id)],
+        json("UPDATE_FRAMEWORK").as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 501);
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        "scheduler.Call.type UPDATE_FRAMEWORK is not supported"
+    );
+    let (code, _, body) = request(
+        addr,
+        "POST",
+        "/api/v1/scheduler",
+        &[ct, ("Mesos-Stream-Id", &stream_id)],
+        format!(
+            r#"{{"type":"KILL","framework_id":{{"value":"{fid}"}},"kill":{{"task_id":{{"value":"t"}},"kill_policy":{{}}}}}}"#
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        "scheduler.Call.Kill.kill_policy is not supported"
+    );
     // mesoshttp's top-level "requests" is not Mesos's REQUEST shape.
     let (code, _, _) = request(
         addr,
@@ -352,6 +382,34 @@ async fn bad_requests_get_mesos_status_codes() {
     )
     .await;
     assert_eq!(code, 501);
+    for (call, status, answer) in [
+        (
+            r#"{"type":"DRAIN_AGENT","drain_agent":{"agent_id":{"value":"a"}}}"#,
+            501,
+            "master.Call.type DRAIN_AGENT is not supported",
+        ),
+        (
+            r#"{"type":"RESERVE_RESOURCES"}"#,
+            501,
+            "master.Call.type RESERVE_RESOURCES is not supported",
+        ),
+        (
+            r#"{"type":"GET_STATE","update_weights":{}}"#,
+            400,
+            "master.Call.update_weights is not supported",
+        ),
+    ] {
+        let (code, _, body) = request(
+            addr,
+            "POST",
+            "/api/v1",
+            &[("Content-Type", "application/json")],
+            call.as_bytes(),
+        )
+        .await;
+        assert_eq!(code, status, "{call}");
+        assert_eq!(String::from_utf8_lossy(&body), answer, "{call}");
+    }
     // None of it hurt the master.
     let (code, _, body) = request(addr, "GET", "/master/health", &[], b"").await;
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));

@@ -309,3 +309,95 @@ async fn offer_launch_and_update_round_trip() {
     }
     master.stop().await;
 }
+
+/// A key Agora's types do not have is refused by name: in a task, that
+/// task gets TASK_ERROR while the launch's other task runs; in a call's
+/// body, the call gets an error event.
+#[tokio::test]
+async fn unknown_keys_of_a_scheduler_call_are_refused_by_name() {
+    let master = start().await;
+    let mut agent_ws = connect(master.addr, "/api/agent").await;
+    send(
+        &mut agent_ws,
+        &agent::Call::Register {
+            protocol: PROTOCOL_VERSION,
+            agent_info: AgentInfo {
+                id: None,
+                hostname: "h".into(),
+                address: "127.0.0.1:1".into(),
+                resources: Resources::parse("cpus:2;mem:1024").unwrap(),
+                attributes: Default::default(),
+            },
+            tasks: vec![],
+            executors: vec![],
+            frameworks: vec![],
+        },
+    )
+    .await;
+    let agent_id = match next_agent(&mut agent_ws).await {
+        agent::Event::Registered { agent_id, .. } => agent_id,
+        e => panic!("{e:?}"),
+    };
+    let mut sched = connect(master.addr, "/api/scheduler").await;
+    send(&mut sched, &subscribe("fw")).await;
+    assert!(matches!(
+        next_sched(&mut sched).await,
+        scheduler::Event::Subscribed { .. }
+    ));
+    let offer = loop {
+        if let scheduler::Event::Offers { mut offers } = next_sched(&mut sched).await {
+            break offers.remove(0);
+        }
+    };
+    // A body key.
+    sched
+        .send(Message::Text(
+            r#"{"type":"REVIVE","roles":[],"role":"web"}"#.into(),
+        ))
+        .await
+        .unwrap();
+    match next_sched(&mut sched).await {
+        scheduler::Event::Error { message, fatal } => {
+            assert!(!fatal);
+            assert!(message.contains("`role`"), "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+    // A task key.
+    let launch = format!(
+        r#"{{"type":"LAUNCH","offer_ids":["{offer}"],"tasks":[
+            {{"name":"a","task_id":"boxed","agent_id":"{agent_id}","resources":[{{"name":"cpus","scalar":0.5}}],
+              "command":{{"value":"true"}},"container":{{"image":"alpine"}}}},
+            {{"name":"b","task_id":"plain","agent_id":"{agent_id}","resources":[{{"name":"cpus","scalar":0.5}}],
+              "command":{{"value":"true"}}}}]}}"#,
+        offer = offer.id
+    );
+    sched.send(Message::Text(launch.into())).await.unwrap();
+    loop {
+        match next_sched(&mut sched).await {
+            scheduler::Event::Update { status } => {
+                assert_eq!(status.task_id.as_str(), "boxed");
+                assert_eq!(status.state, agora_proto::TaskState::Error);
+                assert_eq!(status.reason, Some(agora_proto::Reason::ReasonTaskInvalid));
+                assert_eq!(
+                    status.message.as_deref(),
+                    Some("TaskInfo.container is not a field Agora knows")
+                );
+                break;
+            }
+            scheduler::Event::Heartbeat | scheduler::Event::Offers { .. } => continue,
+            e => panic!("{e:?}"),
+        }
+    }
+    loop {
+        match next_agent(&mut agent_ws).await {
+            agent::Event::RunTask { task, .. } => {
+                assert_eq!(task.task_id.as_str(), "plain");
+                break;
+            }
+            agent::Event::Ping => continue,
+            e => panic!("{e:?}"),
+        }
+    }
+    master.stop().await;
+}

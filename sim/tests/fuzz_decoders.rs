@@ -194,7 +194,15 @@ fn native_frames() {
     // Text frames are UTF-8: the WebSocket layer refuses anything else.
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     fuzz("native scheduler calls", &all, |b| {
-        let _ = agora_proto::decode::<scheduler::Call>(&text(b));
+        let text = text(b);
+        // As the master reads them: decoded, then their records' keys
+        // checked.
+        if agora_proto::decode::<scheduler::Call>(&text).is_ok() {
+            let _ = scheduler::unknown_fields(&text);
+        }
+    });
+    fuzz("native scheduler calls' unknown keys", &all, |b| {
+        let _ = scheduler::unknown_fields(&text(b));
     });
     fuzz("native scheduler events", &all, |b| {
         let _ = agora_proto::decode::<scheduler::Event>(&text(b));
@@ -283,7 +291,30 @@ fn mesos_scheduler_calls() -> Vec<v1::scheduler::Call> {
         ..Default::default()
     };
     accept.set_type(call::Type::Accept);
-    vec![subscribe, acknowledge, accept]
+    // An ACCEPT of what Agora refuses: a task in a container with a
+    // health check, a RESERVE, mesoshttp's `slave_id` (added in JSON).
+    let mut refused = accept.clone();
+    if let Some(a) = refused.accept.as_mut() {
+        let mut task = a.operations[0].launch.as_ref().unwrap().task_infos[0].clone();
+        task.container = Some(v1::ContainerInfo {
+            r#type: v1::container_info::Type::Docker as i32,
+            docker: Some(v1::container_info::DockerInfo {
+                image: "alpine:3.19".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        task.health_check = Some(v1::HealthCheck::default());
+        a.operations[0].launch = Some(v1::offer::operation::Launch {
+            task_infos: vec![task],
+        });
+        a.operations.push(v1::offer::Operation {
+            r#type: Some(v1::offer::operation::Type::Reserve as i32),
+            reserve: Some(v1::offer::operation::Reserve::default()),
+            ..Default::default()
+        });
+    }
+    vec![subscribe, acknowledge, accept, refused]
 }
 
 fn mesos_seeds<T: prost_reflect::ReflectMessage>(messages: &[T]) -> Vec<Vec<u8>> {
@@ -300,7 +331,10 @@ fn mesos_seeds<T: prost_reflect::ReflectMessage>(messages: &[T]) -> Vec<Vec<u8>>
 
 #[test]
 fn mesos_v1_messages() {
-    let seeds = mesos_seeds(&mesos_scheduler_calls());
+    let mut seeds = mesos_seeds(&mesos_scheduler_calls());
+    seeds.push(
+        br#"{"type":"ACCEPT","framework_id":{"value":"f"},"accept":{"offer_ids":[{"value":"o"}],"operations":[{"type":"LAUNCH","launch":{"task_infos":[{"name":"t","task_id":{"value":"t"},"agent_id":{"value":"a"},"slave_id":{"value":"a"},"contaner":{},"command":{"value":"true"}}]}}]}}"#.to_vec(),
+    );
     for codec in [Codec::Protobuf, Codec::Json] {
         let tag = if codec == Codec::Json {
             "json"
@@ -308,19 +342,42 @@ fn mesos_v1_messages() {
             "protobuf"
         };
         fuzz(&format!("mesos scheduler calls ({tag})"), &seeds, |b| {
-            let _ = codec.decode::<v1::scheduler::Call>(b);
+            // As the front door reads them: decoded (or, refused, read
+            // again for an ACCEPT's offers), then checked for what Agora
+            // does not carry out, then converted.
+            let call = match codec.decode::<v1::scheduler::Call>(b) {
+                Ok(call) => call,
+                Err(_) => {
+                    let _ = codec.decode_ignoring_unknown_keys::<v1::scheduler::Call>(b);
+                    return;
+                }
+            };
+            let _ = agora_mesos_proto::support::refusal(&call);
+            for operation in call.accept.iter().flat_map(|a| a.operations.iter()) {
+                let _ = agora_mesos_proto::support::refusal(operation);
+                for task in operation.launch.iter().flat_map(|l| l.task_infos.iter()) {
+                    let _ = agora_mesos_proto::convert::task_info(task);
+                }
+            }
+            if let Some(s) = &call.subscribe {
+                let _ = agora_mesos_proto::convert::framework_info(&s.framework_info);
+            }
         });
         fuzz(&format!("mesos scheduler events ({tag})"), &seeds, |b| {
             let _ = codec.decode::<v1::scheduler::Event>(b);
         });
         fuzz(&format!("mesos executor calls ({tag})"), &seeds, |b| {
-            let _ = codec.decode::<v1::executor::Call>(b);
+            if let Ok(call) = codec.decode::<v1::executor::Call>(b) {
+                let _ = agora_mesos_proto::executor::ExecutorCall::from_mesos(call, 0.0);
+            }
         });
         fuzz(&format!("mesos executor events ({tag})"), &seeds, |b| {
             let _ = codec.decode::<v1::executor::Event>(b);
         });
         fuzz(&format!("mesos operator calls ({tag})"), &seeds, |b| {
-            let _ = codec.decode::<v1::master::Call>(b);
+            if let Ok(call) = codec.decode::<v1::master::Call>(b) {
+                let _ = agora_mesos_proto::support::refusal(&call);
+            }
         });
     }
 }
