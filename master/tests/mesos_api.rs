@@ -636,3 +636,62 @@ async fn operator_stream_reports_a_framework_that_came_and_went_between_snapshot
     assert_eq!(completed[0]["id"], fid, "{state}");
     assert_eq!(completed[0]["name"], "blink");
 }
+
+/// A SUBSCRIBE that asks for what Agora does not carry out (a capability,
+/// a FrameworkInfo field, a Subscribe field) is answered ERROR naming it,
+/// and the stream ends, as for an invalid FrameworkInfo.
+#[tokio::test]
+async fn a_subscription_asking_for_what_agora_does_not_do_is_refused_by_name() {
+    let (addr, _stop) = start().await;
+    let mut revocable = subscribe_call(None);
+    if let Some(s) = revocable.subscribe.as_mut() {
+        s.framework_info
+            .capabilities
+            .push(v1::framework_info::Capability {
+                r#type: Some(v1::framework_info::capability::Type::RevocableResources as i32),
+            });
+    }
+    let mut filtered = subscribe_call(None);
+    if let Some(s) = filtered.subscribe.as_mut() {
+        s.framework_info
+            .offer_filters
+            .insert("*".into(), v1::OfferFilters::default());
+    }
+    let mut suppressed = subscribe_call(None);
+    if let Some(s) = suppressed.subscribe.as_mut() {
+        s.suppressed_roles.push("*".into());
+    }
+    for (call, refusal) in [
+        (
+            revocable,
+            "FrameworkInfo.Capability.type REVOCABLE_RESOURCES is not supported",
+        ),
+        (filtered, "FrameworkInfo.offer_filters is not supported"),
+        (
+            suppressed,
+            "scheduler.Call.Subscribe.suppressed_roles is not supported",
+        ),
+    ] {
+        let body = Codec::Json.encode(&call).unwrap();
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST /api/v1/scheduler HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(&body).await.unwrap();
+        let mut raw = Vec::new();
+        tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
+            .await
+            .expect("the stream ends")
+            .unwrap();
+        let events: Vec<v1::scheduler::Event> = stream_records(&raw)
+            .iter()
+            .map(|record| Codec::Json.decode(record).unwrap())
+            .collect();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].r#type(), event::Type::Error);
+        let message = &events[0].error.as_ref().unwrap().message;
+        assert_eq!(message, &format!("Subscription refused: {refusal}"));
+    }
+}

@@ -676,6 +676,79 @@ mod tests {
     }
 
     #[test]
+    fn resources_are_refused_by_the_field_agora_does_not_carry_out() {
+        use v1::resource::{reservation_info, ReservationInfo};
+        let cpus = || {
+            let mut r = v1::Resource {
+                name: "cpus".into(),
+                scalar: Some(v1::value::Scalar { value: 1.0 }),
+                ..Default::default()
+            };
+            r.set_type(v1::value::Type::Scalar);
+            r
+        };
+        let reserved = |kind: reservation_info::Type| {
+            let mut r = cpus();
+            let mut reservation = ReservationInfo {
+                role: Some("web".into()),
+                ..Default::default()
+            };
+            reservation.set_type(kind);
+            r.reservations.push(reservation);
+            r
+        };
+        assert_eq!(refusal(&cpus()), None);
+        assert_eq!(refusal(&reserved(reservation_info::Type::Static)), None);
+        let cases: Vec<(v1::Resource, &str)> = vec![
+            (
+                reserved(reservation_info::Type::Dynamic),
+                "Resource.ReservationInfo.type DYNAMIC is not supported",
+            ),
+            (
+                v1::Resource {
+                    revocable: Some(Default::default()),
+                    ..cpus()
+                },
+                "Resource.revocable is not supported",
+            ),
+            (
+                v1::Resource {
+                    shared: Some(Default::default()),
+                    ..cpus()
+                },
+                "Resource.shared is not supported",
+            ),
+            (
+                v1::Resource {
+                    provider_id: Some(v1::ResourceProviderId { value: "p".into() }),
+                    ..cpus()
+                },
+                "Resource.provider_id is not supported",
+            ),
+            (
+                v1::Resource {
+                    disk: Some(Default::default()),
+                    ..cpus()
+                },
+                "Resource.disk is not supported",
+            ),
+            (
+                v1::Resource {
+                    r#type: v1::value::Type::Text as i32,
+                    ..cpus()
+                },
+                "Resource.type TEXT is not supported",
+            ),
+        ];
+        for (resource, message) in cases {
+            assert_eq!(
+                refusal(&resource).map(|r| r.to_string()).as_deref(),
+                Some(message)
+            );
+        }
+    }
+
+    #[test]
     fn fields_a_caller_checks_itself_are_not_looked_into() {
         use v1::scheduler::call;
         let mut operation = v1::offer::Operation::default();

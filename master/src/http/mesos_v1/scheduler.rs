@@ -11,10 +11,14 @@
 //! ERROR and ends, as in Mesos.
 //!
 //! Every other call names the framework and carries its current stream id;
-//! it is checked here (400 malformed, 403 not subscribed, 415/406 media
-//! types, 413 too large, 501 unknown call), translated, queued for the
-//! state task and answered `202 Accepted` without waiting for its effects,
-//! which reach the framework as events.
+//! it is checked here (400 malformed or a field Agora does not carry out,
+//! 403 not subscribed, 415/406 media types, 413 too large, 501 unknown or
+//! refused call type), translated, queued for the state task and answered
+//! `202 Accepted` without waiting for its effects, which reach the
+//! framework as events. An ACCEPT refused whole (an offer operation Agora
+//! does not carry out, or a key it should not have) still has its effects
+//! (its offers declined, its launches answered TASK_ERROR) and is
+//! answered `400` naming why.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
