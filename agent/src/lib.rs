@@ -8,12 +8,15 @@
 //! in the core, a sans-IO state machine (inputs and the time in, actions
 //! out) split by domain noun; one task, the shell, feeds it and carries out
 //! its actions, with processes spawned, signalled and reaped on a thread of
-//! their own and checkpoints written on another. The status update streams
-//! are a sans-IO state machine in [`status_updates`]; frameworks that set
-//! `checkpoint` have their executors, tasks and updates checkpointed under
-//! `WORK_DIR/meta` so a restarted agent recovers them (see
-//! [`RecoverMode`]). `/state` and `/metrics` are served from a snapshot the
-//! shell publishes, never built on the core per request.
+//! their own and checkpoints written on another. The core, the shell, the
+//! process thread and the HTTP handlers speak in the messages of one module
+//! below them all (`messages`), so the core imports nothing above it. The
+//! status update streams are a sans-IO state machine in
+//! [`status_updates`]; frameworks that set `checkpoint` have their
+//! executors, tasks and updates checkpointed under `WORK_DIR/meta` so a
+//! restarted agent recovers them (see [`RecoverMode`]). `/state` and
+//! `/metrics` are served from a snapshot the shell publishes, never built
+//! on the core per request.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agora_agent::AgentError> {
@@ -24,8 +27,7 @@
 //! ```
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,8 +44,10 @@ mod identity;
 pub mod isolation;
 pub mod launcher;
 mod master_link;
+mod messages;
 pub mod paths;
 mod processes;
+mod shared;
 mod shell;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -59,6 +63,8 @@ pub use config::{
 };
 pub use isolation::{CgroupsConfig, Isolation};
 pub use users::UserPolicy;
+
+use shared::{loopback_if_unspecified, Shared};
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -83,57 +89,6 @@ pub enum AgentError {
     /// The master refused this agent with a fatal error.
     #[error("the master refused this agent: {0}")]
     Refused(String),
-}
-
-/// What every connection task shares: the configuration, the agent's
-/// addresses and the connection id counter.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    pub(crate) config: Arc<Config>,
-    /// The address the agent listens on.
-    pub(crate) listen: SocketAddr,
-    /// `ws://host:port/api/executor`, given to executors.
-    pub(crate) executor_endpoint: String,
-    next_conn: Arc<AtomicU64>,
-    /// Counters for `/metrics` that the core bumps.
-    pub(crate) counters: Arc<Counters>,
-    /// Signs and checks executor tokens.
-    pub(crate) identity: Arc<identity::ExecutorIdentity>,
-    /// TLS to the master (`--tls-ca`, with `--tls-cert` as the client
-    /// certificate), or plaintext.
-    pub(crate) client_tls: Option<Arc<agora_net::tls::rustls::ClientConfig>>,
-    /// Under `--isolation cgroups`, whether the agent can hand a task's
-    /// container to the user the task runs as (cgroup v1: its `tasks`
-    /// files; v2 would need the cgroup above every container).
-    pub(crate) delegates_cgroups: bool,
-}
-
-/// Status update deliveries the core counts for `/metrics`.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    /// Unacknowledged updates sent to the master again when their retry
-    /// interval ran out.
-    pub(crate) updates_retried_timeout: AtomicU64,
-    /// Heads of unacknowledged streams sent to the master when the agent
-    /// (re-)registered.
-    pub(crate) updates_resent_registered: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn retried_on_timeout(&self) {
-        self.updates_retried_timeout.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn resent_on_registration(&self) {
-        self.updates_resent_registered
-            .fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Shared {
-    pub(crate) fn next_conn_id(&self) -> u64 {
-        self.next_conn.fetch_add(1, Ordering::Relaxed)
-    }
 }
 
 /// Runs an agent on `listener` until `shutdown` completes (or the master
@@ -275,88 +230,7 @@ pub async fn run(
     }
     tracing::info!("agent stopped");
     match stop {
-        core::Stop::Requested => Ok(()),
-        core::Stop::Refused(message) => Err(AgentError::Refused(message)),
-    }
-}
-
-fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
-    if addr.ip().is_unspecified() {
-        SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
-    } else {
-        addr
-    }
-}
-
-impl Shared {
-    /// `IP:PORT` of the agent for executors of the Mesos v1 executor API
-    /// (`MESOS_AGENT_ENDPOINT`): the listen address, loopback when it is
-    /// the wildcard.
-    pub(crate) fn mesos_agent_endpoint(&self) -> String {
-        loopback_if_unspecified(self.listen).to_string()
-    }
-
-    /// `IP:PORT` the master and clients reach this agent at: the advertised
-    /// IP and port when given, else the listen address; a wildcard listen
-    /// address is replaced by `via`, the local address of the connection to
-    /// the master, which the master and its clients can route to (and,
-    /// before any connection, by the host name).
-    pub(crate) fn advertised_address(&self, via: Option<std::net::IpAddr>) -> String {
-        let config = &self.config;
-        let port = config.advertise_port.unwrap_or(self.listen.port());
-        let ip = config
-            .advertise_ip
-            .or_else(|| (!self.listen.ip().is_unspecified()).then_some(self.listen.ip()))
-            .or(via);
-        match ip {
-            Some(ip) => SocketAddr::new(ip, port).to_string(),
-            None => format!("{}:{port}", config.hostname),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shared(listen: &str, config: impl FnOnce(&mut Config)) -> Shared {
-        let mut c = Config::new("127.0.0.1:5050", std::env::temp_dir());
-        c.hostname = "box".into();
-        config(&mut c);
-        Shared {
-            config: Arc::new(c),
-            listen: listen.parse().unwrap(),
-            executor_endpoint: String::new(),
-            next_conn: Arc::default(),
-            counters: Arc::default(),
-            identity: Arc::new(identity::ExecutorIdentity::new(&[1; 32])),
-            client_tls: None,
-            delegates_cgroups: false,
-        }
-    }
-
-    #[test]
-    fn the_advertised_address_is_one_clients_can_reach() {
-        let via = Some("10.1.2.3".parse().unwrap());
-        // A wildcard listen address: the address the master sees.
-        let s = shared("0.0.0.0:5051", |_| {});
-        assert_eq!(s.advertised_address(via), "10.1.2.3:5051");
-        assert_eq!(
-            s.advertised_address(None),
-            "box:5051",
-            "before any connection"
-        );
-        // A specific listen address is reachable as it is.
-        let s = shared("192.168.7.9:6000", |_| {});
-        assert_eq!(s.advertised_address(via), "192.168.7.9:6000");
-        // --advertise-ip and --advertise-port win.
-        let s = shared("0.0.0.0:5051", |c| {
-            c.advertise_ip = Some("203.0.113.5".parse().unwrap());
-            c.advertise_port = Some(15051);
-        });
-        assert_eq!(s.advertised_address(via), "203.0.113.5:15051");
-        let s = shared("[::]:5051", |_| {});
-        let v6 = Some("fd00::7".parse().unwrap());
-        assert_eq!(s.advertised_address(v6), "[fd00::7]:5051");
+        messages::Stop::Requested => Ok(()),
+        messages::Stop::Refused(message) => Err(AgentError::Refused(message)),
     }
 }

@@ -23,93 +23,14 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use crate::core::{ExecKey, Input, TaskEntry};
 use crate::isolation::cgroups::{Cgroups, Container, OomEvent};
 use crate::isolation::{Limitation, Limits};
 use crate::launcher::{self, LaunchSpec, Process};
-use crate::shell::CoreEvent;
+use crate::messages::{CoreEvent, ExecKey, Input, Request, Started, TaskEntry};
 use crate::status_updates::StreamKey;
 use crate::users::{RunAs, UserPolicy};
-
-/// What the core asks of the process thread.
-#[derive(Debug)]
-pub enum Request {
-    /// Create the sandbox, fetch the spec's URIs into it (on a thread of
-    /// their own, which asks for the launch again once they are there)
-    /// and start the executor.
-    Launch {
-        key: ExecKey,
-        run_id: String,
-        spec: LaunchSpec,
-    },
-    /// Re-attach to an executor found alive after a restart.
-    Adopt {
-        key: ExecKey,
-        run_id: String,
-        pid: u32,
-        start_time: Option<u64>,
-    },
-    /// Grow the limits of a run's container (a task joined its executor).
-    Update { run_id: String, limits: Limits },
-    /// Create a directory (a command task's sandbox, which its command
-    /// executor also creates if it gets there first) for a task of a
-    /// framework naming `user`.
-    CreateDir {
-        path: std::path::PathBuf,
-        user: String,
-    },
-    /// Create command task `key`'s sandbox (owned by the user its
-    /// framework names, when the agent switches users) and fetch `uris`
-    /// into it, on a thread of their own, then tell the core
-    /// ([`Input::TaskFetched`]).
-    Fetch {
-        key: StreamKey,
-        sandbox: std::path::PathBuf,
-        uris: Vec<agora_proto::FetchUri>,
-        user: String,
-    },
-    /// Make command task `key` a container of its own, `name`, with
-    /// `limits` (given to the user its framework names when the agent
-    /// switches users), watched for out-of-memory kills, then tell the
-    /// core ([`Input::TaskFetched`], with the files its process enters it
-    /// through). Handled by the containers thread, apart from sandboxes
-    /// and executors.
-    TaskContainer {
-        key: StreamKey,
-        name: String,
-        limits: Limits,
-        user: String,
-    },
-    /// Kill command task `key`'s container whole (its process, and
-    /// whatever left its session), then remove it, and tell the core
-    /// ([`Input::TaskContainerEnded`]).
-    EndTaskContainer { key: StreamKey, name: String },
-    /// Watch again the container `name` of command task `key`, recovered
-    /// alive after a restart.
-    AdoptTaskContainer { key: StreamKey, name: String },
-    /// Command task `key`'s container ran out of memory: it is killed
-    /// whole (the task then ends, and [`Request::EndTaskContainer`]
-    /// reports the limitation).
-    TaskOutOfMemory { key: StreamKey },
-    /// End the executor's whole session: SIGTERM now, SIGKILL once
-    /// `grace` has passed with the executor still running.
-    Terminate { run_id: String, grace: Duration },
-    /// The core is done with an exited executor: kill what is left of its
-    /// session and reap it.
-    Release { run_id: String },
-    /// Stop these executors and reap them, then answer: the ones asked
-    /// to shut down (`true`) get `grace` to exit on their own and then
-    /// SIGTERM, the others SIGTERM at once; whatever still runs
-    /// `overrun` after that gets SIGKILL. Used when the agent stops.
-    StopAll {
-        runs: Vec<(String, bool)>,
-        grace: Duration,
-        overrun: Duration,
-        done: oneshot::Sender<()>,
-    },
-}
 
 /// The core's handle on the process thread (and the containers thread,
 /// which makes and ends the containers of command tasks).
@@ -124,13 +45,6 @@ pub(crate) struct Processes {
 /// milliseconds over a cgroup operation (waiting, not computing), which
 /// one thread would make every task wait for.
 const CONTAINER_THREADS: usize = 4;
-
-/// What a launch gave the core.
-#[derive(Debug, Clone, Copy)]
-pub struct Started {
-    pub pid: u32,
-    pub start_time: Option<u64>,
-}
 
 struct Entry {
     key: ExecKey,

@@ -879,7 +879,7 @@ pub(crate) const MAX_EXECUTOR_SHUTDOWN_GRACE: Duration = Duration::from_secs(360
 /// SIGKILL: its own `shutdown_grace_period` (as Mesos's agent uses
 /// `ExecutorInfo.shutdown_grace_period`), else the agent's
 /// `--executor-shutdown-grace-period`.
-pub(crate) fn shutdown_grace(info: &ExecutorInfo, config: &crate::Config) -> Duration {
+pub(crate) fn shutdown_grace(info: &ExecutorInfo, config: &crate::config::Config) -> Duration {
     info.shutdown_grace_period
         .filter(|secs| secs.is_finite() && *secs >= 0.0)
         .map_or(config.executor_shutdown_grace_period, |secs| {

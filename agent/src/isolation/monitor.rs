@@ -125,8 +125,8 @@ impl Monitor {
     /// containers of the latest snapshot use to the core, for the master.
     pub(crate) async fn report(
         self,
-        snapshots: tokio::sync::watch::Receiver<crate::shell::Snapshot>,
-        core: tokio::sync::mpsc::Sender<crate::shell::CoreEvent>,
+        snapshots: tokio::sync::watch::Receiver<crate::messages::Snapshot>,
+        core: tokio::sync::mpsc::Sender<crate::messages::CoreEvent>,
         cancel: tokio_util::sync::CancellationToken,
     ) {
         if !self.enabled() {
@@ -148,8 +148,9 @@ impl Monitor {
                 continue;
             }
             let containers = usage.iter().map(Usage::to_report).collect();
-            let event =
-                crate::shell::CoreEvent::Input(crate::core::Input::ContainerUsage(containers));
+            let event = crate::messages::CoreEvent::Input(crate::messages::Input::ContainerUsage(
+                containers,
+            ));
             if core.send(event).await.is_err() {
                 return;
             }
