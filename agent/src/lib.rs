@@ -10,7 +10,10 @@
 //! its actions, with processes spawned, signalled and reaped on a thread of
 //! their own and checkpoints written on another. The core, the shell, the
 //! process thread and the HTTP handlers speak in the messages of one module
-//! below them all (`messages`), so the core imports nothing above it. The
+//! below them all (`messages`), so the core imports nothing above it.
+//! Containers are the containerizer's ([`agora_containerizer`]): the
+//! process thread has it launch, watch, kill and recover them, and
+//! `/monitor/statistics` reads their usage through it. The
 //! status update streams are a sans-IO state machine in
 //! [`status_updates`]; frameworks that set `checkpoint` have their
 //! executors, tasks and updates checkpointed under `WORK_DIR/meta` so a
@@ -41,10 +44,10 @@ mod fetch;
 pub mod files;
 mod http;
 mod identity;
-pub mod isolation;
 pub mod launcher;
 mod master_link;
 mod messages;
+mod monitor;
 pub mod paths;
 mod processes;
 mod shared;
@@ -56,6 +59,7 @@ mod sys;
 pub mod users;
 mod wal;
 
+pub use agora_containerizer::isolation;
 pub use agora_proto::{parse_duration, DurationError};
 pub use config::{
     Config, RecoverMode, DEFAULT_COMMAND_EXECUTOR_TASKS, DEFAULT_CORE_QUEUE,
@@ -133,19 +137,12 @@ pub async fn run(
             "executors run as the agent's own user"
         );
     }
-    let cgroups = match config.isolation {
-        Isolation::Posix => {
-            tracing::info!("--isolation posix: cpus, mem and the other resources are bookkeeping only; nothing is enforced");
-            None
-        }
-        Isolation::Cgroups => {
-            let cgroups = isolation::cgroups::Cgroups::discover(&config.cgroups)?;
-            // The containers together weigh the cpus the agent offers.
-            let root_weight = cgroups.weigh_root(config.resources.cpus())?;
-            tracing::info!(cgroups = cgroups.version(), root_weight, memory = %cgroups.base("memory").map(|p| p.display().to_string()).unwrap_or_default(), cfs = config.cgroups.enable_cfs, pids_max = config.cgroups.pids_max, "--isolation cgroups: each executor run gets a cgroup of its own");
-            Some(Arc::new(cgroups))
-        }
-    };
+    // The containers together weigh the cpus the agent offers.
+    let containerizer = agora_containerizer::Containerizer::start(
+        config.isolation,
+        &config.cgroups,
+        config.resources.cpus(),
+    )?;
     let local = listener.local_addr()?;
     let server_tls = config
         .tls
@@ -170,7 +167,7 @@ pub async fn run(
         counters: Arc::default(),
         identity: Arc::new(identity),
         client_tls,
-        delegates_cgroups: cgroups.as_ref().is_some_and(|c| c.delegates()),
+        delegates_cgroups: containerizer.delegates(),
     };
     let (writer, streams) =
         checkpoint::Writer::start(&shared.config.work_dir).map_err(|source| {
@@ -183,9 +180,10 @@ pub async fn run(
     let recovered = core::Recovered::load(&shared.config.work_dir, streams);
     // Containers of executors found alive are re-adopted; any other under
     // --cgroups-root is an orphan, destroyed before anything starts.
+    let monitor = monitor::Monitor::new(containerizer.handle());
     let processes = processes::Processes::start(
         core_tx.clone(),
-        cgroups.clone(),
+        containerizer,
         shared.config.users,
         &recovered.alive,
     )?;
@@ -197,7 +195,6 @@ pub async fn run(
     shell.flush();
 
     let cancel = CancellationToken::new();
-    let monitor = isolation::monitor::Monitor::new(cgroups.clone());
     let app = http::router(
         shared.clone(),
         core_tx.clone(),

@@ -21,9 +21,9 @@ use axum::extract::ws::CloseFrame;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::checkpoint::Op;
-use crate::isolation::Limits;
 use crate::launcher::LaunchSpec;
 use crate::status_updates::StreamKey;
+use agora_containerizer::Limits;
 
 // --- The core's inputs and actions ---
 
@@ -82,7 +82,7 @@ pub enum Input {
     /// had reached its memory limit.
     TaskContainerEnded {
         key: StreamKey,
-        limitation: Option<crate::isolation::Limitation>,
+        limitation: Option<agora_containerizer::Limitation>,
     },
     /// An executor process ended.
     ExecutorExited {
@@ -96,7 +96,7 @@ pub enum Input {
     ContainerLimited {
         key: ExecKey,
         run_id: String,
-        limitation: crate::isolation::Limitation,
+        limitation: agora_containerizer::Limitation,
     },
     /// What the containers use (read off the core), for the master:
     /// sent while registered, dropped otherwise.

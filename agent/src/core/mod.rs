@@ -121,7 +121,7 @@ struct Executor {
     assignments: u64,
     /// The largest limits its container was asked for (the container
     /// keeps the largest): a task that needs no more asks for nothing.
-    limits_asked: Option<crate::isolation::Limits>,
+    limits_asked: Option<agora_containerizer::Limits>,
 }
 
 struct Task {

@@ -29,8 +29,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::files::{self, FileError, Target};
-use crate::isolation::monitor::Monitor;
 use crate::messages::{CoreEvent, ExecKey, ExecLink, Input, Snapshot, Unwritten};
+use crate::monitor::Monitor;
 use crate::shared::{Counters, Shared};
 
 mod mesos_v1;
@@ -229,7 +229,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
         let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
             .await
             .unwrap_or_default();
-        crate::isolation::monitor::render_metrics(&mut body, &usage);
+        agora_containerizer::monitor::render_metrics(&mut body, &usage);
     }
     (
         [(
