@@ -135,6 +135,8 @@ pub(crate) fn spec(c: &BundleConfig<'_>) -> Result<Spec, oci_spec::OciSpecError>
                     .bounding(caps.clone())
                     .effective(caps.clone())
                     .permitted(caps)
+                    .inheritable(HashSet::new())
+                    .ambient(HashSet::new())
                     .build()?,
             )
             .no_new_privileges(false);
@@ -176,12 +178,38 @@ pub(crate) fn spec(c: &BundleConfig<'_>) -> Result<Spec, oci_spec::OciSpecError>
                     .collect::<Vec<_>>(),
             );
     }
+    if !c.has_image {
+        // The host's root, entry by entry, bound in the container's own
+        // mount namespace (so nothing is mounted on the host) into an
+        // empty root directory: neither pivot_root nor crun's bind mounts
+        // take `/` itself. Top-level symlinks are copied by the caller.
+        for entry in std::fs::read_dir("/").into_iter().flatten().flatten() {
+            let is_link = entry.file_type().map(|t| t.is_symlink()).unwrap_or(true);
+            if !is_link {
+                let path = Path::new("/").join(entry.file_name());
+                mounts.push(bind(&path, &path, false)?);
+            }
+        }
+    }
     for (source, destination, read_only) in c.volumes {
         mounts.push(bind(source, destination, *read_only)?);
     }
     linux = linux.namespaces(namespaces).resources(resources(c)?);
     if let Some(path) = c.cgroups_path {
         linux = linux.cgroups_path(PathBuf::from(path));
+    }
+    // oci-spec's builders start from its own defaults (youki's: a
+    // hostname, capabilities, an open-files limit of 1024, masked paths):
+    // what this runtime does not set is cleared, so nothing is imposed
+    // that this module does not say.
+    let mut process = process.build()?;
+    process.set_rlimits(None);
+    let mut linux = linux.build()?;
+    if !c.has_image {
+        process.set_capabilities(None);
+        process.set_no_new_privileges(None);
+        linux.set_masked_paths(None);
+        linux.set_readonly_paths(None);
     }
     let mut spec = SpecBuilder::default()
         .version("1.0.2")
@@ -191,13 +219,13 @@ pub(crate) fn spec(c: &BundleConfig<'_>) -> Result<Spec, oci_spec::OciSpecError>
                 .readonly(false)
                 .build()?,
         )
-        .process(process.build()?)
+        .process(process)
         .mounts(mounts)
-        .linux(linux.build()?);
-    if c.has_image {
-        spec = spec.hostname(c.hostname);
-    }
-    spec.build()
+        .linux(linux)
+        .build()?;
+    spec.set_annotations(None);
+    spec.set_hostname(c.has_image.then(|| c.hostname.to_string()));
+    Ok(spec)
 }
 
 fn resources(

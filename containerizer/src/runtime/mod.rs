@@ -232,6 +232,9 @@ pub struct ExecSpec {
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// crun or conmon is not installed.
+    #[error("{0} is not installed (not found on PATH): install Debian's crun and conmon")]
+    ProgramNotFound(PathBuf),
     /// A container id crun cannot take.
     #[error("container id '{0}' must be 1 to 128 letters, digits, '_', '-' or '.' (not first)")]
     InvalidId(String),
@@ -409,7 +412,10 @@ impl RuntimeConfig {
 
 impl Runtime {
     /// A runtime keeping its state under `config.root` (made if missing).
-    pub fn new(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+    pub fn new(mut config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        // conmon takes the runtime by absolute path only.
+        config.crun = find_program(&config.crun)?;
+        config.conmon = find_program(&config.conmon)?;
         let crun_root = config.root.join("crun");
         let exits = config.root.join("exits");
         let checkpoints = config.root.join("containers");
@@ -508,7 +514,14 @@ impl Runtime {
                     Some(config),
                 )
             }
-            RootFs::Host => (PathBuf::from("/"), None),
+            RootFs::Host => {
+                // An empty directory, onto which the container's mount
+                // namespace binds the host's `/` (see [`bundle`]).
+                let dir = run_dir.join("rootfs");
+                create_dir(&dir)?;
+                copy_top_level_symlinks(&dir)?;
+                (dir, None)
+            }
         };
         let sandbox_seen = match image {
             Some(_) => volumes::SANDBOX_MOUNT_POINT.to_string(),
@@ -524,7 +537,12 @@ impl Runtime {
             .clone()
             .or_else(|| image.and_then(|i| i.user.clone()))
             .unwrap_or_default();
-        let user = user::resolve(&user_spec, &rootfs)?;
+        let user_root = if image.is_some() {
+            rootfs.as_path()
+        } else {
+            Path::new("/")
+        };
+        let user = user::resolve(&user_spec, user_root)?;
         let planned = volumes::plan(
             &spec.volumes,
             &self.config.volume_policy,
@@ -609,6 +627,10 @@ impl Runtime {
                 error: e.into(),
             })?;
         let crun_log = run_dir.join("crun.log");
+        let stderr_path = spec.sandbox.join("stderr");
+        let stderr_before = std::fs::metadata(&stderr_path)
+            .map(|m| m.len())
+            .unwrap_or(0);
         let mut command = tokio::process::Command::new(&self.config.conmon);
         command
             .arg("--sync")
@@ -690,7 +712,10 @@ impl Runtime {
                     message = crun_log_errors(&crun_log);
                 }
                 if message.is_empty() {
-                    message = "conmon reported no container (see the sandbox's stderr)".into();
+                    message = appended_since(&stderr_path, stderr_before);
+                }
+                if message.is_empty() {
+                    message = "conmon reported no container".into();
                 }
                 Err(failure(message))
             }
@@ -981,6 +1006,40 @@ impl Runtime {
     }
 }
 
+/// The host's top-level symlinks (`/bin -> usr/bin`, ...) in `root`.
+fn copy_top_level_symlinks(root: &Path) -> Result<(), RuntimeError> {
+    for entry in std::fs::read_dir("/").into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            let link = root.join(entry.file_name());
+            let target = std::fs::read_link(entry.path())
+                .and_then(|target| std::os::unix::fs::symlink(&target, &link));
+            target.map_err(|error| RuntimeError::Io {
+                what: "copying the host's symlink to",
+                path: link,
+                error,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// `program` itself if it has a `/`, else the first of that name in `PATH`.
+fn find_program(program: &Path) -> Result<PathBuf, RuntimeError> {
+    if program.components().count() > 1 {
+        return if program.is_file() {
+            Ok(program.to_path_buf())
+        } else {
+            Err(RuntimeError::ProgramNotFound(program.to_path_buf()))
+        };
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| RuntimeError::ProgramNotFound(program.to_path_buf()))
+}
+
 fn check_id(id: &str) -> Result<(), RuntimeError> {
     let ok = !id.is_empty()
         && id.len() <= 128
@@ -1019,6 +1078,15 @@ fn crun_log_errors(path: &Path) -> String {
         .filter(|l| !l.trim().is_empty())
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// What was written to `path` past its first `from` bytes (at most the
+/// last 4 KiB of it).
+fn appended_since(path: &Path, from: u64) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let new = bytes.get(from as usize..).unwrap_or_default();
+    let tail = &new[new.len().saturating_sub(4096)..];
+    String::from_utf8_lossy(tail).trim().replace('\n', "; ")
 }
 
 /// Whether `pid` is conmon watching container `id` (and not a process

@@ -100,7 +100,7 @@ pub fn resolve_in(spec: &str, passwd: &str, group: &str) -> Result<ResolvedUser,
     let mut additional_gids: Vec<u32> = match entry {
         Some(e) => groups
             .iter()
-            .filter(|g| g.members.iter().any(|m| *m == e.name) && g.gid != gid)
+            .filter(|g| g.members.contains(&e.name) && g.gid != gid)
             .map(|g| g.gid)
             .collect(),
         None => Vec::new(),
