@@ -424,3 +424,52 @@ async fn a_container_without_an_image_shares_the_hosts_file_system_with_its_volu
     );
     runtime.destroy("hostfs").await.unwrap();
 }
+
+#[tokio::test]
+async fn an_image_volume_mounts_another_images_root_file_system() {
+    if skip("an_image_volume_mounts_another_images_root_file_system") {
+        return;
+    }
+    let fx = Fixture::new();
+    let runtime = Runtime::new(fx.config()).unwrap();
+    let mut spec = fx.spec(
+        "imgvol",
+        "cat /opt/tool/etc/which; cat /mnt/mesos/sandbox/rw/etc/os-release; \
+         echo new > /mnt/mesos/sandbox/rw/made; (echo x > /opt/tool/x) 2>/dev/null || echo ro-refused",
+    );
+    spec.volumes = vec![
+        Volume {
+            container_path: "/opt/tool".into(),
+            mode: Mode::Ro,
+            source: VolumeSource::Image {
+                layers: fx.layers[..1].to_vec(),
+            },
+        },
+        Volume {
+            container_path: "rw".into(),
+            mode: Mode::Rw,
+            source: VolumeSource::Image {
+                layers: fx.layers.clone(),
+            },
+        },
+    ];
+    let run_dir = spec.run_dir.clone();
+    let mut container = runtime.launch(spec).await.unwrap();
+    let sandbox = fx.sandbox("imgvol");
+    assert_eq!(
+        container.wait().await,
+        Exit::Code(0),
+        "{}",
+        read(&sandbox, "stderr")
+    );
+    assert_eq!(
+        read(&sandbox, "stdout"),
+        "bottom\nID=agora-busybox\nro-refused\n"
+    );
+    assert!(
+        !fx.layers[1].join("made").exists(),
+        "writes go to the volume's own upper layer"
+    );
+    runtime.destroy("imgvol").await.unwrap();
+    assert!(mounted_under(&run_dir).is_empty());
+}
