@@ -101,7 +101,7 @@ impl Manifest {
             || head
                 .media_type
                 .as_deref()
-                .is_some_and(|m| m.contains("manifest.v1"))
+                .is_some_and(|m| m.starts_with("application/vnd.docker.distribution.manifest.v1"))
         {
             return Err(Failure::Unsupported(
                 "Docker schema 1 manifests (push the image again with a current client)".into(),

@@ -88,51 +88,24 @@ pub(crate) fn unpack(
     privileged: bool,
 ) -> Result<(), Failure> {
     let mut blob = Hashing::new(input);
-    let diff_id = {
-        let mut buffered = BufReader::with_capacity(256 << 10, &mut blob);
-        let magic = buffered
-            .fill_buf()
-            .map_err(|e| Failure::BadImage(format!("layer {}: {e}", expected.diff_id)))?
-            .to_vec();
-        let decoded: Box<dyn Read + '_> = if magic.starts_with(&[0x1f, 0x8b]) {
-            Box::new(flate2::read::MultiGzDecoder::new(buffered))
-        } else if magic.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-            return Err(Failure::Unsupported(format!(
-                "zstd-compressed layer {}",
-                expected.diff_id
-            )));
-        } else if magic.starts_with(b"BZh") || magic.starts_with(&[0xfd, b'7', b'z', b'X', b'Z']) {
-            return Err(Failure::Unsupported(format!(
-                "bzip2/xz-compressed layer {} (only gzip and plain tar)",
-                expected.diff_id
-            )));
-        } else {
-            Box::new(buffered)
-        };
-        let mut tar = Hashing::new(decoded);
-        let result = unpack_tar(&mut tar, rootfs, backend, privileged).and_then(|()| {
-            // The tar's end blocks and padding count in its digest.
-            io::copy(&mut tar, &mut io::sink()).map(drop)
-        });
-        if let Err(e) = result {
-            return Err(classify(e, tar.failed, expected.diff_id, rootfs));
-        }
-        tar.digest()
-    };
-    // Anything after the compressed stream still counts in the blob's
-    // digest.
-    io::copy(&mut blob, &mut io::sink())
-        .map_err(|e| Failure::BadImage(format!("layer {}: {e}", expected.diff_id)))?;
-    let blob_digest = blob.digest();
-    if let Some(want) = expected.blob {
-        if blob_digest != want {
+    let unpacked = unpack_blob(&mut blob, expected.diff_id, rootfs, backend, privileged);
+    // The whole blob is read even when unpacking failed: a blob that is
+    // not what its digest says is reported as such (a corrupt blob
+    // usually breaks the gzip stream or the tar first), and a streaming
+    // writer is never left blocked.
+    let drained = io::copy(&mut blob, &mut io::sink());
+    if let (Some(want), Ok(_)) = (expected.blob, &drained) {
+        let actual = blob.digest();
+        if actual != want {
             return Err(Failure::DigestMismatch {
                 what: "layer blob",
                 expected: want.to_string(),
-                actual: blob_digest,
+                actual,
             });
         }
     }
+    let diff_id = unpacked?;
+    drained.map_err(|e| Failure::BadImage(format!("layer {}: {e}", expected.diff_id)))?;
     if diff_id != expected.diff_id {
         return Err(Failure::DigestMismatch {
             what: "layer (uncompressed)",
@@ -141,6 +114,44 @@ pub(crate) fn unpack(
         });
     }
     Ok(())
+}
+
+/// Unpacks what `blob` holds (gzip or plain tar) into `rootfs`; returns
+/// the tar's digest.
+fn unpack_blob(
+    blob: &mut dyn Read,
+    diff_id: &str,
+    rootfs: &Path,
+    backend: Backend,
+    privileged: bool,
+) -> Result<String, Failure> {
+    let mut buffered = BufReader::with_capacity(256 << 10, blob);
+    let magic = buffered
+        .fill_buf()
+        .map_err(|e| Failure::BadImage(format!("layer {diff_id}: {e}")))?
+        .to_vec();
+    let decoded: Box<dyn Read + '_> = if magic.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::MultiGzDecoder::new(buffered))
+    } else if magic.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        return Err(Failure::Unsupported(format!(
+            "zstd-compressed layer {diff_id}"
+        )));
+    } else if magic.starts_with(b"BZh") || magic.starts_with(&[0xfd, b'7', b'z', b'X', b'Z']) {
+        return Err(Failure::Unsupported(format!(
+            "bzip2/xz-compressed layer {diff_id} (only gzip and plain tar)"
+        )));
+    } else {
+        Box::new(buffered)
+    };
+    let mut tar = Hashing::new(decoded);
+    let result = unpack_tar(&mut tar, rootfs, backend, privileged).and_then(|()| {
+        // The tar's end blocks and padding count in its digest.
+        io::copy(&mut tar, &mut io::sink()).map(drop)
+    });
+    match result {
+        Ok(()) => Ok(tar.digest()),
+        Err(e) => Err(classify(e, tar.failed, diff_id, rootfs)),
+    }
 }
 
 fn classify(e: io::Error, read_failed: bool, diff_id: &str, rootfs: &Path) -> Failure {

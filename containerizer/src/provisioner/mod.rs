@@ -58,6 +58,9 @@ use store::{Lease, Record, Store};
 
 /// Mesos's `--docker-registry` default: Docker Hub.
 pub const DEFAULT_DOCKER_REGISTRY: &str = "https://registry-1.docker.io";
+/// Bytes of a layer blob in flight between its download and its
+/// unpacking.
+const STREAM_BUFFER: usize = 1 << 20;
 /// `--image-pull-timeout` unless set.
 pub const DEFAULT_IMAGE_PULL_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -584,50 +587,52 @@ impl Provisioner {
             .store
             .staging()
             .map_err(|e| Failure::store(store_dir, &e))?;
-        let blob_path = staging.path().join("blob");
-        let file = tokio::fs::File::create(&blob_path)
-            .await
-            .map_err(|e| Failure::store(&blob_path, &e))?;
-        let out = Limited::new(
-            tokio::io::BufWriter::with_capacity(1 << 20, file),
-            blob.size(),
-            "a layer blob",
-        );
-        inner
-            .registries
-            .blob(reference, blob.digest().as_ref(), out)
-            .await
-            .map_err(|f| match f {
-                Failure::DiskFull { detail, .. } => Failure::DiskFull {
-                    path: blob_path.clone(),
-                    detail,
-                },
-                other => other,
-            })?;
-        let store = inner.store.clone();
+        let rootfs = staging.path().join("rootfs");
+        std::fs::create_dir(&rootfs).map_err(|e| Failure::store(&rootfs, &e))?;
+        // The blob is unpacked as it arrives (download and unpacking
+        // overlap), and kept only if both its digest and its diff id
+        // check out.
+        let (writer, reader) = tokio::io::duplex(STREAM_BUFFER);
+        let input = tokio_util::io::SyncIoBridge::new(reader);
         let backend = inner.config.image_provisioner_backend;
         let privileged = inner.privileged;
         let blob_digest = blob.digest().to_string();
-        let diff_id = diff_id.to_string();
-        // Unpacking goes on if this provision is dropped (timeout): it
-        // ends with a whole layer in the store or nothing.
-        tokio::task::spawn_blocking(move || {
-            let rootfs = staging.path().join("rootfs");
-            std::fs::create_dir(&rootfs).map_err(|e| Failure::store(&rootfs, &e))?;
-            let input =
-                std::fs::File::open(&blob_path).map_err(|e| Failure::store(&blob_path, &e))?;
+        let layer_id = diff_id.to_string();
+        // The unpacking thread owns the staging directory: if this
+        // provision is dropped (timeout), the thread still ends (its
+        // input ends) and removes it, or hands it back whole.
+        let unpacking = tokio::task::spawn_blocking(move || {
             let expected = layer::Expected {
                 blob: Some(&blob_digest),
-                diff_id: &diff_id,
+                diff_id: &layer_id,
             };
-            layer::unpack(input, &expected, &rootfs, backend, privileged)?;
-            std::fs::remove_file(&blob_path).map_err(|e| Failure::store(&blob_path, &e))?;
+            layer::unpack(input, &expected, &rootfs, backend, privileged).map(|()| staging)
+        });
+        let downloaded = inner
+            .registries
+            .blob(
+                reference,
+                blob.digest().as_ref(),
+                Limited::new(writer, blob.size(), "a layer blob"),
+            )
+            .await;
+        let unpacked = unpacking
+            .await
+            .unwrap_or_else(|e| Err(Failure::BadImage(format!("unpacking stopped: {e}"))));
+        // The registry's failure (down, digest) is the cause; unpacking
+        // then only saw a cut stream.
+        downloaded?;
+        let staging = unpacked?;
+        let store = inner.store.clone();
+        let diff_id = diff_id.to_string();
+        tokio::task::spawn_blocking(move || {
+            let rootfs = staging.path().join("rootfs");
             store
                 .commit_layer(staging, &diff_id)
                 .map_err(|e| Failure::store(&rootfs, &e))
         })
         .await
-        .unwrap_or_else(|e| Err(Failure::BadImage(format!("unpacking stopped: {e}"))))
+        .unwrap_or_else(|e| Err(Failure::BadImage(format!("storing the layer stopped: {e}"))))
     }
 
     fn import_blocking(&self, path: &Path) -> Result<Vec<ImportedImage>, Failure> {
