@@ -13,9 +13,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agora_containerizer::provisioner::{
-    Backend, Config, Failure, Platform, ProvisionError, Provider, Provisioner, Pull,
+    Backend, Config, Failure, Platform, Provider, ProvisionError, Provisioner, Pull,
 };
-use support::{Entry, Layout, Registry, Secured};
+use support::{Entry, Layout, Registry, Secured, TokenIssuer};
 
 /// A provisioner whose store is in `dir`, pulling short names from
 /// `registry`, with both providers on.
@@ -72,17 +72,35 @@ async fn an_image_is_pulled_unpacked_and_its_config_read() {
     assert_eq!(image.digest.as_deref(), Some(manifest.digest.as_str()));
     assert_eq!(image.layers.len(), 1);
     let root = &image.layers[0];
-    assert_eq!(fs::read(root.join("bin/busybox")).unwrap(), fs::read(support::BUSYBOX).unwrap());
-    assert_eq!(fs::read_link(root.join("bin/sh")).unwrap(), Path::new("busybox"));
-    assert_eq!(fs::metadata(root.join("bin/busybox")).unwrap().mode() & 0o777, 0o755);
+    assert_eq!(
+        fs::read(root.join("bin/busybox")).unwrap(),
+        fs::read(support::BUSYBOX).unwrap()
+    );
+    assert_eq!(
+        fs::read_link(root.join("bin/sh")).unwrap(),
+        Path::new("busybox")
+    );
+    assert_eq!(
+        fs::metadata(root.join("bin/busybox")).unwrap().mode() & 0o777,
+        0o755
+    );
     let c = &image.config;
-    assert_eq!(c.entrypoint, Some(vec!["/bin/sh".to_string(), "-c".to_string()]));
+    assert_eq!(
+        c.entrypoint,
+        Some(vec!["/bin/sh".to_string(), "-c".to_string()])
+    );
     assert_eq!(c.cmd, Some(vec!["echo hi".to_string()]));
-    assert_eq!(c.env, vec!["PATH=/bin".to_string(), "GREETING=hello".to_string()]);
+    assert_eq!(
+        c.env,
+        vec!["PATH=/bin".to_string(), "GREETING=hello".to_string()]
+    );
     assert_eq!(c.working_dir.as_deref(), Some("/opt"));
     assert_eq!(c.user.as_deref(), Some("0:0"));
     assert_eq!(c.volumes, vec!["/data".to_string()]);
-    assert_eq!(c.exposed_ports, vec!["53/udp".to_string(), "8080/tcp".to_string()]);
+    assert_eq!(
+        c.exposed_ports,
+        vec!["53/udp".to_string(), "8080/tcp".to_string()]
+    );
     assert_eq!(registry.blob_gets(&layer.blob.digest), 1);
 
     // Named with its registry (an insecure one: TLS is tried, then plain
@@ -178,7 +196,9 @@ async fn whiteouts_hide_lower_layers_with_overlay_and_with_copy() {
     assert_eq!(whiteout.rdev(), 0);
     assert!(!top_dir.join("etc/.wh.motd").exists());
     assert_eq!(
-        xattr::get(top_dir.join("opt"), "trusted.overlay.opaque").unwrap().as_deref(),
+        xattr::get(top_dir.join("opt"), "trusted.overlay.opaque")
+            .unwrap()
+            .as_deref(),
         Some(&b"y"[..])
     );
     assert!(!top_dir.join("opt/.wh..wh..opq").exists());
@@ -209,7 +229,10 @@ fn assert_hidden(root: &Path) {
     assert!(root.join("bin/busybox").exists());
     assert!(root.join("etc/passwd").exists());
     assert!(!root.join("etc/motd").exists(), "a whited-out file shows");
-    assert!(!root.join("opt/old").exists(), "an opaque directory shows a lower entry");
+    assert!(
+        !root.join("opt/old").exists(),
+        "an opaque directory shows a lower entry"
+    );
     assert_eq!(fs::read(root.join("opt/new")).unwrap(), b"new\n");
 }
 
@@ -222,12 +245,19 @@ async fn a_manifest_list_is_resolved_for_this_platform() {
     let dir = tempfile::tempdir().unwrap();
     let mut layout = layout(dir.path());
     let host = Platform::host();
-    let other_arch = if host.architecture == "s390x" { "ppc64le" } else { "s390x" };
+    let other_arch = if host.architecture == "s390x" {
+        "ppc64le"
+    } else {
+        "s390x"
+    };
     let mine = layout.layer(&[Entry::File("arch", host.architecture.clone().into_bytes())]);
     let theirs = layout.layer(&[Entry::File("arch", other_arch.as_bytes().to_vec())]);
     let mine_manifest = layout.image(&[&mine], support::busybox_config(), &host.architecture);
     let their_manifest = layout.image(&[&theirs], support::busybox_config(), other_arch);
-    let index = layout.index(&[(&their_manifest, other_arch), (&mine_manifest, &host.architecture)]);
+    let index = layout.index(&[
+        (&their_manifest, other_arch),
+        (&mine_manifest, &host.architecture),
+    ]);
     layout.tag("multi", &index);
     registry.push(&layout, "multi", "library/multi", &["--all"]);
 
@@ -237,7 +267,10 @@ async fn a_manifest_list_is_resolved_for_this_platform() {
         .await
         .unwrap();
     assert_eq!(image.digest.as_deref(), Some(mine_manifest.digest.as_str()));
-    assert_eq!(fs::read(image.layers[0].join("arch")).unwrap(), host.architecture.as_bytes());
+    assert_eq!(
+        fs::read(image.layers[0].join("arch")).unwrap(),
+        host.architecture.as_bytes()
+    );
     assert_eq!(registry.blob_gets(&theirs.blob.digest), 0);
 
     let mut elsewhere = config(&dir.path().join("riscv"), &registry.url());
@@ -253,7 +286,10 @@ async fn a_manifest_list_is_resolved_for_this_platform() {
             .await,
     );
     assert!(matches!(failure, Failure::NoPlatform { .. }), "{text}");
-    assert!(text.starts_with("image multi:multi: no manifest for linux/riscv64"), "{text}");
+    assert!(
+        text.starts_with("image multi:multi: no manifest for linux/riscv64"),
+        "{text}"
+    );
     assert!(text.contains(other_arch), "{text}");
 }
 
@@ -298,7 +334,10 @@ async fn concurrent_provisions_pull_each_layer_once() {
             layer.blob.digest
         );
     }
-    assert_eq!(images[0].layers[0], images[1].layers[0], "the base layer is shared");
+    assert_eq!(
+        images[0].layers[0], images[1].layers[0],
+        "the base layer is shared"
+    );
     assert_store_has_no_partial_layer(&dir.path().join("work/store/docker"));
 }
 
@@ -355,7 +394,12 @@ async fn a_registry_with_basic_auth_over_tls() {
     let layer = layout.layer(&support::busybox_entries());
     let manifest = layout.image(&[&layer], support::busybox_config(), "amd64");
     layout.tag("1", &manifest);
-    registry.push(&layout, "1", "private/busybox", &["--dest-creds", "agora:s3cret"]);
+    registry.push(
+        &layout,
+        "1",
+        "private/busybox",
+        &["--dest-creds", "agora:s3cret"],
+    );
     let reference = format!("{}/private/busybox:1", registry.addr);
 
     let docker_config = |n: &str, user: &str, password: &str| {
@@ -366,8 +410,10 @@ async fn a_registry_with_basic_auth_over_tls() {
         );
         fs::write(
             &path,
-            serde_json::to_vec(&serde_json::json!({"auths": {registry.addr.clone(): {"auth": auth}}}))
-                .unwrap(),
+            serde_json::to_vec(
+                &serde_json::json!({"auths": {registry.addr.clone(): {"auth": auth}}}),
+            )
+            .unwrap(),
         )
         .unwrap();
         path
@@ -381,19 +427,33 @@ async fn a_registry_with_basic_auth_over_tls() {
         Provisioner::new(config).unwrap()
     };
 
-    let image = provisioner("right", Some(docker_config("right", "agora", "s3cret")), true)
-        .provision(Provider::Docker, &reference, Pull::IfMissing)
-        .await
-        .unwrap();
+    let image = provisioner(
+        "right",
+        Some(docker_config("right", "agora", "s3cret")),
+        true,
+    )
+    .provision(Provider::Docker, &reference, Pull::IfMissing)
+    .await
+    .unwrap();
     assert!(image.layers[0].join("bin/busybox").exists());
 
     let (failure, text) = cause(
-        provisioner("wrong", Some(docker_config("wrong", "agora", "guess")), true)
-            .provision(Provider::Docker, &reference, Pull::IfMissing)
-            .await,
+        provisioner(
+            "wrong",
+            Some(docker_config("wrong", "agora", "guess")),
+            true,
+        )
+        .provision(Provider::Docker, &reference, Pull::IfMissing)
+        .await,
     );
     assert!(matches!(failure, Failure::AuthRefused { .. }), "{text}");
-    assert!(text.contains(&format!("image {reference}: {} refused access", registry.addr)), "{text}");
+    assert!(
+        text.contains(&format!(
+            "image {reference}: {} refused access",
+            registry.addr
+        )),
+        "{text}"
+    );
     assert!(text.contains("user \"agora\""), "{text}");
     assert!(!text.contains("guess"), "the password shows: {text}");
 
@@ -407,12 +467,108 @@ async fn a_registry_with_basic_auth_over_tls() {
 
     // Not listed as insecure, its self-signed certificate is refused.
     let (failure, text) = cause(
-        provisioner("verified", Some(docker_config("verified", "agora", "s3cret")), false)
-            .provision(Provider::Docker, &reference, Pull::IfMissing)
-            .await,
+        provisioner(
+            "verified",
+            Some(docker_config("verified", "agora", "s3cret")),
+            false,
+        )
+        .provision(Provider::Docker, &reference, Pull::IfMissing)
+        .await,
     );
     assert!(matches!(failure, Failure::RegistryDown { .. }), "{text}");
     assert!(text.to_lowercase().contains("certificate"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_with_token_auth() {
+    if !support::tools_present() {
+        return;
+    }
+    let issuer = TokenIssuer::start("agora", "t0ken").await;
+    let registry = Registry::start_with_tokens(&issuer);
+    let dir = tempfile::tempdir().unwrap();
+    let mut layout = layout(dir.path());
+    let layer = layout.layer(&support::busybox_entries());
+    let manifest = layout.image(&[&layer], support::busybox_config(), "amd64");
+    layout.tag("1", &manifest);
+    registry.push(
+        &layout,
+        "1",
+        "private/busybox",
+        &["--dest-creds", "agora:t0ken"],
+    );
+
+    let provisioner = |n: &str, entry: serde_json::Value| {
+        let path = dir.path().join(format!("config-{n}.json"));
+        fs::write(
+            &path,
+            serde_json::to_vec(&serde_json::json!({"auths": {registry.url(): entry}})).unwrap(),
+        )
+        .unwrap();
+        let mut config = config(&dir.path().join(n), &registry.url());
+        config.docker_config = Some(path);
+        Provisioner::new(config).unwrap()
+    };
+    // Basic credentials buy a bearer token from the registry's realm.
+    let image = provisioner(
+        "right",
+        serde_json::json!({"username": "agora", "password": "t0ken"}),
+    )
+    .provision(Provider::Docker, "private/busybox:1", Pull::IfMissing)
+    .await
+    .unwrap();
+    assert!(image.layers[0].join("bin/busybox").exists());
+
+    let (failure, text) = cause(
+        provisioner(
+            "wrong",
+            serde_json::json!({"username": "agora", "password": "nope"}),
+        )
+        .provision(Provider::Docker, "private/busybox:1", Pull::IfMissing)
+        .await,
+    );
+    assert!(matches!(failure, Failure::AuthRefused { .. }), "{text}");
+    assert!(
+        text.starts_with(&format!(
+            "image private/busybox:1: {} refused access",
+            registry.addr
+        )),
+        "{text}"
+    );
+
+    // A token given as is (registrytoken) is sent as the bearer.
+    let token = token_from(
+        &issuer.realm,
+        "agora",
+        "t0ken",
+        "repository:private/busybox:pull",
+    )
+    .await;
+    let image = provisioner("token", serde_json::json!({"registrytoken": token}))
+        .provision(Provider::Docker, "private/busybox:1", Pull::IfMissing)
+        .await
+        .unwrap();
+    assert!(image.layers[0].join("bin/busybox").exists());
+}
+
+/// A token for `scope` from `realm` (`http://ADDR/token`), asked with
+/// the workspace's HTTP client.
+async fn token_from(realm: &str, user: &str, password: &str, scope: &str) -> String {
+    use base64::Engine;
+    let address = realm
+        .strip_prefix("http://")
+        .and_then(|r| r.strip_suffix("/token"))
+        .unwrap();
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let answer = agora_client::Http::new()
+        .with_authorization(&format!("Basic {basic}"))
+        .unwrap()
+        .get(address, &format!("/token?scope={scope}"))
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200);
+    let body: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+    body["token"].as_str().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,7 +585,10 @@ async fn a_registry_that_is_down_or_lacks_the_image_fails_the_provision() {
             .await,
     );
     assert!(matches!(failure, Failure::RegistryDown { .. }), "{text}");
-    assert!(text.starts_with("image busybox:1: registry 127.0.0.1:"), "{text}");
+    assert!(
+        text.starts_with("image busybox:1: registry 127.0.0.1:"),
+        "{text}"
+    );
 
     let registry = Registry::start();
     let mut layout = layout(dir.path());
@@ -450,7 +609,10 @@ async fn a_registry_that_is_down_or_lacks_the_image_fails_the_provision() {
         assert!(matches!(failure, Failure::NotFound { .. }), "{text}");
         assert_eq!(
             text,
-            format!("image {reference}: no such image in {} ({name})", registry.addr)
+            format!(
+                "image {reference}: no such image in {} ({name})",
+                registry.addr
+            )
         );
     }
     let (failure, text) = cause(
@@ -465,10 +627,17 @@ async fn a_registry_that_is_down_or_lacks_the_image_fails_the_provision() {
     let (failure, text) = cause(
         Provisioner::new(docker_only)
             .unwrap()
-            .provision(Provider::Oci, &format!("{}/library/busybox:1", registry.addr), Pull::IfMissing)
+            .provision(
+                Provider::Oci,
+                &format!("{}/library/busybox:1", registry.addr),
+                Pull::IfMissing,
+            )
             .await,
     );
-    assert!(matches!(failure, Failure::ProviderDisabled { .. }), "{text}");
+    assert!(
+        matches!(failure, Failure::ProviderDisabled { .. }),
+        "{text}"
+    );
     assert!(text.contains("--image-providers docker"), "{text}");
 }
 
@@ -490,7 +659,10 @@ async fn a_registry_that_never_answers_fails_within_the_pull_timeout() {
             .await,
     );
     assert!(matches!(failure, Failure::Timeout(_)), "{text}");
-    assert!(text.starts_with("image busybox:1: not provisioned within --image-pull-timeout"), "{text}");
+    assert!(
+        text.starts_with("image busybox:1: not provisioned within --image-pull-timeout"),
+        "{text}"
+    );
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
@@ -566,7 +738,12 @@ async fn docker_save_and_oci_layout_archives_are_imported() {
     let base = layout.layer(&support::busybox_entries());
     let extra = layout.layer(&[Entry::File("extra", b"x".to_vec())]);
     let saved = dir.path().join("saved.tar");
-    support::docker_save(&saved, &[&base, &extra], support::busybox_config(), &["busybox:saved"]);
+    support::docker_save(
+        &saved,
+        &[&base, &extra],
+        support::busybox_config(),
+        &["busybox:saved"],
+    );
     let imported = provisioner.import(&saved).await.unwrap();
     assert_eq!(imported.len(), 1);
     assert_eq!(imported[0].names, vec!["library/busybox:saved".to_string()]);
@@ -593,10 +770,20 @@ async fn docker_save_and_oci_layout_archives_are_imported() {
     std::io::copy(&mut fs::File::open(&tarball).unwrap(), &mut gz).unwrap();
     gz.finish().unwrap();
     let imported = provisioner.import(&gzipped).await.unwrap();
-    assert_eq!(imported[0].names, vec!["example.com/tools/busybox:2".to_string()]);
-    assert_eq!(imported[0].digest.as_deref(), Some(manifest.digest.as_str()));
+    assert_eq!(
+        imported[0].names,
+        vec!["example.com/tools/busybox:2".to_string()]
+    );
+    assert_eq!(
+        imported[0].digest.as_deref(),
+        Some(manifest.digest.as_str())
+    );
     let oci = provisioner
-        .provision(Provider::Oci, "example.com/tools/busybox:2", Pull::IfMissing)
+        .provision(
+            Provider::Oci,
+            "example.com/tools/busybox:2",
+            Pull::IfMissing,
+        )
         .await
         .unwrap();
     assert_eq!(oci.layers[0], image.layers[0]);
@@ -610,13 +797,22 @@ async fn docker_save_and_oci_layout_archives_are_imported() {
     support::docker_save(&bad, &[&lying], support::busybox_config(), &["busybox:bad"]);
     let err = provisioner.import(&bad).await.unwrap_err();
     assert!(matches!(err.cause, Failure::DigestMismatch { .. }), "{err}");
-    assert!(err.to_string().starts_with(&format!("image archive {}: ", bad.display())), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("image archive {}: ", bad.display())),
+        "{err}"
+    );
     assert_store_has_no_partial_layer(&dir.path().join("work/store/docker"));
 
     let not_an_image = dir.path().join("empty.tar");
-    tar::Builder::new(fs::File::create(&not_an_image).unwrap()).finish().unwrap();
+    tar::Builder::new(fs::File::create(&not_an_image).unwrap())
+        .finish()
+        .unwrap();
     let err = provisioner.import(&not_an_image).await.unwrap_err();
-    assert!(err.to_string().contains("neither a docker save archive"), "{err}");
+    assert!(
+        err.to_string().contains("neither a docker save archive"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

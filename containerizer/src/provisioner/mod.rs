@@ -140,7 +140,8 @@ pub struct ProvisionedImage {
     /// The image manifest's digest (none for an image imported from a
     /// `docker save` archive).
     pub digest: Option<String>,
-    /// The unpacked layers, bottom first.
+    /// The unpacked layers, bottom first (overlayfs's `lowerdir` lists
+    /// them top first: reversed).
     pub layers: Vec<PathBuf>,
     /// How the layers' whiteouts are stored.
     pub backend: Backend,
@@ -325,6 +326,15 @@ impl Provisioner {
                 });
             }
         }
+        let privileged = nix::unistd::geteuid().is_root();
+        if config.image_provisioner_backend == Backend::Overlay && !privileged {
+            return Err(ConfigError::Flag {
+                flag: "--image-provisioner-backend",
+                message: "overlay needs root (its whiteouts are device nodes and trusted.* \
+                          attributes): run the agent as root or use copy"
+                    .into(),
+            });
+        }
         let registries = Registries::new(
             &config.docker_registry,
             &config.docker_insecure_registries,
@@ -341,7 +351,7 @@ impl Provisioner {
             })?;
         Ok(Provisioner {
             inner: Arc::new(Inner {
-                privileged: nix::unistd::geteuid().is_root(),
+                privileged,
                 config,
                 registries,
                 store: Arc::new(store),

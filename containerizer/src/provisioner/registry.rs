@@ -148,22 +148,33 @@ impl Registries {
     {
         let host = reference.registry().to_string();
         let auth = self.credentials.for_host(&host);
-        // Token or basic auth is set up by a manifest request first; a
-        // blob request alone would go anonymous.
+        if self.schemes(&host).len() > 1 {
+            // `out` can be streamed into once: find the scheme first.
+            self.attempt(&host, &auth, |client| {
+                let auth = auth.clone();
+                Box::pin(async move {
+                    client
+                        .auth(reference, &auth, oci_client::RegistryOperation::Pull)
+                        .await
+                        .map(drop)
+                })
+            })
+            .await?;
+        }
         let mut out = Some(out);
         self.attempt(&host, &auth, |client| {
             let out = out.take();
             let auth = auth.clone();
             Box::pin(async move {
+                // Token or basic auth is set up by a manifest request
+                // first; a blob request alone would go anonymous.
                 client
                     .store_auth_if_needed(reference.resolve_registry(), &auth)
                     .await;
                 match out {
                     Some(out) => client.pull_blob(reference, digest, out).await,
-                    // Only a connection that failed before any byte came
-                    // is tried again, and that never wrote to `out`.
                     None => Err(OciDistributionError::GenericError(Some(
-                        "blob already streamed".into(),
+                        "the blob's scheme changed while it was fetched".into(),
                     ))),
                 }
             })

@@ -54,16 +54,49 @@ pub struct Secured {
 impl Registry {
     /// A plain HTTP registry.
     pub fn start() -> Registry {
-        Registry::start_with(None)
+        Registry::start_with(|_| String::new())
     }
 
     /// A registry over TLS (a self-signed certificate for 127.0.0.1)
     /// with htpasswd basic auth for `secured`'s user.
     pub fn start_secured(secured: &Secured) -> Registry {
-        Registry::start_with(Some(secured))
+        Registry::start_with(|dir| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+            params
+                .subject_alt_names
+                .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+            let cert = params.self_signed(&key).unwrap();
+            fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+            fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+            let hash = bcrypt::hash(&secured.password, 4).unwrap();
+            fs::write(dir.join("htpasswd"), format!("{}:{hash}\n", secured.user)).unwrap();
+            format!(
+                "  tls:\n    certificate: {}\n    key: {}\nauth:\n  htpasswd:\n    realm: agora-test\n    path: {}\n",
+                dir.join("cert.pem").display(),
+                dir.join("key.pem").display(),
+                dir.join("htpasswd").display(),
+            )
+        })
     }
 
-    fn start_with(secured: Option<&Secured>) -> Registry {
+    /// A plain HTTP registry that takes bearer tokens from `issuer`.
+    pub fn start_with_tokens(issuer: &TokenIssuer) -> Registry {
+        Registry::start_with(|dir| {
+            fs::write(dir.join("token-cert.pem"), &issuer.cert_pem).unwrap();
+            format!(
+                "auth:\n  token:\n    realm: {}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
+                issuer.realm,
+                TokenIssuer::SERVICE,
+                TokenIssuer::ISSUER,
+                dir.join("token-cert.pem").display(),
+            )
+        })
+    }
+
+    /// Starts a registry whose configuration ends with what `extra`
+    /// writes (given the registry's directory): `http.tls`, `auth`.
+    fn start_with(extra: impl FnOnce(&Path) -> String) -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
@@ -71,29 +104,7 @@ impl Registry {
             "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
             dir.path().join("data").display()
         );
-        if let Some(secured) = secured {
-            let key = rcgen::KeyPair::generate().unwrap();
-            let mut params =
-                rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-            params
-                .subject_alt_names
-                .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
-            let cert = params.self_signed(&key).unwrap();
-            fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
-            fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
-            let hash = bcrypt::hash(&secured.password, 4).unwrap();
-            fs::write(
-                dir.path().join("htpasswd"),
-                format!("{}:{hash}\n", secured.user),
-            )
-            .unwrap();
-            config.push_str(&format!(
-                "  tls:\n    certificate: {}\n    key: {}\nauth:\n  htpasswd:\n    realm: agora-test\n    path: {}\n",
-                dir.path().join("cert.pem").display(),
-                dir.path().join("key.pem").display(),
-                dir.path().join("htpasswd").display(),
-            ));
-        }
+        config.push_str(&extra(dir.path()));
         let config_path = dir.path().join("config.yml");
         fs::write(&config_path, config).unwrap();
         let log = dir.path().join("registry.log");
@@ -164,7 +175,12 @@ impl Registry {
     /// `--dest-creds u:p`).
     pub fn push(&self, layout: &Layout, tag: &str, repository: &str, extra: &[&str]) {
         let output = Command::new(SKOPEO)
-            .args(["--insecure-policy", "copy", "--quiet", "--dest-tls-verify=false"])
+            .args([
+                "--insecure-policy",
+                "copy",
+                "--quiet",
+                "--dest-tls-verify=false",
+            ])
             .args(extra)
             .arg(format!("oci:{}:{tag}", layout.dir.display()))
             .arg(format!("docker://{}/{repository}:{tag}", self.addr))
@@ -183,6 +199,102 @@ impl Drop for Registry {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A registry token server (Docker's token authentication): answers
+/// `GET /token?service=…&scope=repository:NAME:ACTIONS` with an ES256
+/// JWT carrying its certificate (`x5c`), for one user's basic
+/// credentials; anyone else gets 401.
+pub struct TokenIssuer {
+    pub realm: String,
+    cert_pem: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TokenIssuer {
+    const SERVICE: &'static str = "agora-test-registry";
+    const ISSUER: &'static str = "agora-test-issuer";
+
+    pub async fn start(user: &str, password: &str) -> TokenIssuer {
+        use base64::Engine;
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["token-issuer".to_string()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let x5c = base64::engine::general_purpose::STANDARD.encode(cert.der());
+        let signing = jsonwebtoken::EncodingKey::from_ec_der(&key.serialize_der());
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let realm = format!("http://{}/token", listener.local_addr().unwrap());
+        let app = axum::Router::new().route(
+            "/token",
+            axum::routing::get(
+                move |headers: axum::http::HeaderMap,
+                      query: axum::extract::Query<std::collections::HashMap<String, String>>| {
+                    let granted = headers
+                        .get("authorization")
+                        .is_some_and(|v| v.as_bytes() == expected.as_bytes());
+                    let token = granted.then(|| {
+                        let access: Vec<Value> = query
+                            .get("scope")
+                            .map(|scope| {
+                                scope
+                                    .split(' ')
+                                    .filter_map(|s| {
+                                        let mut parts = s.splitn(3, ':');
+                                        let kind = parts.next()?;
+                                        let name = parts.next()?;
+                                        let actions: Vec<&str> = parts.next()?.split(',').collect();
+                                        Some(json!({"type": kind, "name": name, "actions": actions}))
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap()
+                            .as_secs();
+                        let claims = json!({
+                            "iss": TokenIssuer::ISSUER, "sub": "agora", "aud": TokenIssuer::SERVICE,
+                            "exp": now + 300, "nbf": now - 10, "iat": now, "jti": format!("{now}"),
+                            "access": access,
+                        });
+                        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+                        header.x5c = Some(vec![x5c.clone()]);
+                        jsonwebtoken::encode(&header, &claims, &signing).unwrap()
+                    });
+                    async move {
+                        match token {
+                            Some(token) => (
+                                axum::http::StatusCode::OK,
+                                axum::Json(json!({"token": token, "access_token": token, "expires_in": 300})),
+                            ),
+                            None => (
+                                axum::http::StatusCode::UNAUTHORIZED,
+                                axum::Json(json!({"details": "bad credentials"})),
+                            ),
+                        }
+                    }
+                },
+            ),
+        );
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        TokenIssuer {
+            realm,
+            cert_pem: cert.pem(),
+            task,
+        }
+    }
+}
+
+impl Drop for TokenIssuer {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -378,9 +490,7 @@ pub fn tar_of(entries: &[Entry]) -> Vec<u8> {
                 header.set_entry_type(tar::EntryType::Symlink);
                 header.set_mode(0o777);
                 header.set_size(0);
-                builder
-                    .append_link(&mut header, path, target)
-                    .unwrap();
+                builder.append_link(&mut header, path, target).unwrap();
             }
         }
     }
@@ -440,7 +550,9 @@ pub fn docker_save(path: &Path, layers: &[&Layer], config: Value, tags: &[&str])
     });
     let config = serde_json::to_vec(&config).unwrap();
     let config_name = format!("{}.json", sha256(&config).strip_prefix("sha256:").unwrap());
-    let layer_names: Vec<String> = (0..layers.len()).map(|n| format!("{n}/layer.tar")).collect();
+    let layer_names: Vec<String> = (0..layers.len())
+        .map(|n| format!("{n}/layer.tar"))
+        .collect();
     let manifest = json!([{
         "Config": config_name,
         "RepoTags": tags,
