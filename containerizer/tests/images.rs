@@ -129,8 +129,27 @@ async fn an_image_is_pulled_unpacked_and_its_config_read() {
     assert_eq!(again.layers, image.layers);
     assert_eq!(registry.blob_gets(&layer.blob.digest), 1);
 
+    // The tag moves: the store's image serves until a pull is asked
+    // for.
+    let moved = layout.image(&[&layer], serde_json::json!({"Cmd": ["true"]}), "amd64");
+    layout.tag("1", &moved);
+    registry.push(&layout, "1", "library/busybox", &[]);
+    let cached = provisioner
+        .provision(Provider::Docker, "busybox:1", Pull::IfMissing)
+        .await
+        .unwrap();
+    assert_eq!(cached.digest.as_deref(), Some(manifest.digest.as_str()));
+    let pulled = provisioner
+        .provision(Provider::Docker, "busybox:1", Pull::Always)
+        .await
+        .unwrap();
+    assert_eq!(pulled.digest.as_deref(), Some(moved.digest.as_str()));
+    assert_eq!(pulled.config.cmd, Some(vec!["true".to_string()]));
+    assert_eq!(pulled.config.entrypoint, None);
+    assert_eq!(registry.blob_gets(&layer.blob.digest), 1);
+
     // A restarted agent finds its store as it was.
-    drop((image, again));
+    drop((image, again, cached, pulled));
     let restarted = Provisioner::new(config_for_restart(&dir, &registry)).unwrap();
     drop(registry);
     let cached = restarted
@@ -476,7 +495,8 @@ async fn a_registry_with_basic_auth_over_tls() {
         .await,
     );
     assert!(matches!(failure, Failure::RegistryDown { .. }), "{text}");
-    assert!(text.to_lowercase().contains("certificate"), "{text}");
+    assert!(text.contains("certificate"), "{text}");
+    assert!(text.contains("--docker-insecure-registries"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -852,6 +872,7 @@ async fn a_full_disk_fails_the_provision_and_leaves_no_partial_layer() {
         let (failure, text) = cause(result);
         assert!(matches!(failure, Failure::DiskFull { .. }), "{text}");
         assert!(text.starts_with("image big:1: the layer store"), "{text}");
+        assert!(text.contains("No space left on device"), "{text}");
         assert_store_has_no_partial_layer(&store);
     });
     Command::new("umount").arg(&store).status().unwrap();

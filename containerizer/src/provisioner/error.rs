@@ -142,16 +142,11 @@ impl Failure {
     /// A store error for `path`: a full disk is [`Failure::DiskFull`].
     pub(crate) fn store(path: impl Into<PathBuf>, error: &std::io::Error) -> Failure {
         let path = path.into();
+        let detail = chain(error);
         if is_disk_full(error) {
-            Failure::DiskFull {
-                path,
-                detail: error.to_string(),
-            }
+            Failure::DiskFull { path, detail }
         } else {
-            Failure::Store {
-                path,
-                detail: error.to_string(),
-            }
+            Failure::Store { path, detail }
         }
     }
 

@@ -25,15 +25,6 @@
 //! Images come from registries (`oci-client`) or from archives
 //! ([`Provisioner::import`]: `docker save` and OCI-layout tarballs).
 
-mod archive;
-mod credentials;
-mod error;
-mod image;
-mod layer;
-mod reference;
-mod registry;
-mod store;
-
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -45,16 +36,25 @@ use oci_client::Reference;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OwnedMutexGuard;
 
-pub use error::{ConfigError, Failure, ProvisionError};
-pub use image::{ImageConfig, Platform};
-pub use layer::apply_by_copy;
-pub use store::GcReport;
-
 use credentials::Credentials;
 use image::Manifest;
 use reference::{ImageName, Target};
 use registry::{Limited, Registries, MAX_METADATA};
 use store::{Lease, Record, Store};
+
+mod archive;
+mod credentials;
+mod error;
+mod image;
+mod layer;
+mod reference;
+mod registry;
+mod store;
+
+pub use error::{ConfigError, Failure, ProvisionError};
+pub use image::{ImageConfig, Platform};
+pub use layer::apply_by_copy;
+pub use store::GcReport;
 
 /// Mesos's `--docker-registry` default: Docker Hub.
 pub const DEFAULT_DOCKER_REGISTRY: &str = "https://registry-1.docker.io";

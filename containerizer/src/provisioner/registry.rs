@@ -221,9 +221,16 @@ impl Registries {
                 Err(e) => return Err(self.failure(host, auth, e)),
             }
         }
+        let mut detail = tried.join("; ");
+        if detail.contains("certificate") && !self.insecure.contains(host) {
+            detail.push_str(
+                " (a registry whose certificate this host does not trust must be listed in \
+                 --docker-insecure-registries)",
+            );
+        }
         Err(Failure::RegistryDown {
             registry: host.to_string(),
-            detail: tried.join("; "),
+            detail,
         })
     }
 

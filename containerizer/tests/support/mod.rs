@@ -427,10 +427,12 @@ impl Layout {
     }
 
     /// Names `manifest` `name` in `index.json`
-    /// (`org.opencontainers.image.ref.name`).
+    /// (`org.opencontainers.image.ref.name`), instead of what had it.
     pub fn tag(&mut self, name: &str, manifest: &Blob) {
         let mut d = descriptor(manifest);
         d["annotations"] = json!({"org.opencontainers.image.ref.name": name});
+        self.tags
+            .retain(|t| t["annotations"]["org.opencontainers.image.ref.name"] != name);
         self.tags.push(d);
         self.write_index();
     }
