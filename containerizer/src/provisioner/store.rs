@@ -296,9 +296,8 @@ impl Store {
                     // Renamed away under the lock: a provision that pins
                     // the layer from now on finds it gone and fetches it.
                     let dir = layer_dir(&self.root, &diff_id);
-                    let Ok(mut grave) = self.staging() else { break };
-                    let target = grave.path().join("layer");
-                    if let Err(e) = fs::rename(&dir, &target) {
+                    let Ok(grave) = self.staging() else { break };
+                    if let Err(e) = fs::rename(&dir, grave.path().join("layer")) {
                         tracing::warn!(layer = %diff_id, error = %e, "cannot remove a layer");
                         continue;
                     }
@@ -306,7 +305,8 @@ impl Store {
                     index.total -= size;
                     report.freed += size;
                     report.removed.push(diff_id);
-                    doomed.push(grave.path.take().map(|p| (p, target)));
+                    // Removed (by its drop) once the index is unlocked.
+                    doomed.push(grave);
                 }
                 let removed: std::collections::HashSet<&String> = report.removed.iter().collect();
                 let forgotten: Vec<String> = index
@@ -323,11 +323,7 @@ impl Store {
             }
             report.size = index.total;
         }
-        for (dir, _) in doomed.into_iter().flatten() {
-            if let Err(e) = remove_any(&dir) {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a collected layer");
-            }
-        }
+        drop(doomed);
         report
     }
 
