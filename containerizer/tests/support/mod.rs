@@ -3,6 +3,8 @@
 //! the host's `busybox-static` as two layer directories.
 #![allow(dead_code)]
 
+pub mod registry;
+
 use std::path::{Path, PathBuf};
 
 use agora_containerizer::runtime::{
