@@ -1679,7 +1679,15 @@ fn a_full_work_directory_refuses_launches_and_is_not_offered_until_it_has_room()
 
 #[test]
 fn an_executor_gets_its_secrets_on_a_descriptor_not_in_its_environment() {
-    let mut h = H::with(|c| c.authenticate_executors = true);
+    let mut h = H::with(|c| {
+        c.authenticate_executors = true;
+        c.tls = agora_net::TlsOptions {
+            ca: Some("/etc/agora/ca.pem".into()),
+            cert: Some("/etc/agora/agent.pem".into()),
+            key: Some("/etc/agora/agent-key.pem".into()),
+            ..agora_net::TlsOptions::default()
+        };
+    });
     let actions = h.run("t1");
     let spec = actions
         .iter()
@@ -1695,11 +1703,23 @@ fn an_executor_gets_its_secrets_on_a_descriptor_not_in_its_environment() {
         );
     }
     let token = h.core.executors[&ekey("t1")].token.clone();
+    let secret = |name: &str, value: &str| (name.to_string(), value.to_string());
     assert_eq!(
         spec.secrets,
-        [(agora_proto::env::EXECUTOR_TOKEN.to_string(), token.clone())]
+        [
+            secret(agora_proto::env::EXECUTOR_TOKEN, &token),
+            secret(agora_proto::env::TLS_CERT, "/etc/agora/agent.pem"),
+            secret(agora_proto::env::TLS_KEY, "/etc/agora/agent-key.pem"),
+        ]
     );
-    assert!(!spec.env.iter().any(|(_, value)| *value == token));
+    assert!(!spec
+        .env
+        .iter()
+        .any(|(_, value)| *value == token || value.contains("agent-key")));
+    // The CA is no secret: the executor verifies the agent with it.
+    assert!(spec
+        .env
+        .contains(&secret(agora_proto::env::TLS_CA, "/etc/agora/ca.pem")));
 
     // A Mesos v1 executor reads its token from the environment, as
     // Mesos's API has it; it gets no descriptor.
@@ -1719,6 +1739,10 @@ fn an_executor_gets_its_secrets_on_a_descriptor_not_in_its_environment() {
         .token
         .clone();
     assert!(spec.secrets.is_empty());
+    assert!(!spec
+        .env
+        .iter()
+        .any(|(_, value)| value.contains("agent-key")));
     let names: Vec<&str> = spec
         .env
         .iter()
