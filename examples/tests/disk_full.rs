@@ -145,11 +145,7 @@ fn a_full_work_directory_is_not_offered_and_is_offered_again_once_freed() {
     // A task that is still running when the disk fills.
     let long = command_task("long", &offer, "sleep 3", "cpus:0.5;mem:64");
     driver
-        .launch_tasks(
-            std::slice::from_ref(&offer.id),
-            vec![long],
-            no_refusal.clone(),
-        )
+        .launch_tasks(std::slice::from_ref(&offer.id), vec![long], no_refusal)
         .unwrap();
     wait_for(&events, Duration::from_secs(20), |e| match e {
         SchedEvent::Update(s) if s.task_id.as_str() == "long" => {
