@@ -137,6 +137,9 @@ pub enum Input {
     Timer(Timer),
     /// A checkpoint the core asked for reached the disk (or failed to).
     Durable(Durable, Result<(), String>),
+    /// The work directory became full (`full`: why) or has room again
+    /// (see [`crate::disk`]).
+    DiskFull { full: Option<String> },
 }
 
 /// How a command task's process enters the container made for it alone
@@ -388,6 +391,9 @@ pub(crate) struct Core {
     rng: rand::rngs::StdRng,
     /// Something changed since the last snapshot.
     dirty: bool,
+    /// Why the work directory is full, while it is: no task is launched
+    /// and the master offers none of the agent's resources.
+    disk_full: Option<String>,
 }
 
 // === impl Task ===
@@ -478,6 +484,7 @@ impl Core {
             wall,
             rng: rand::rngs::StdRng::seed_from_u64(seed),
             dirty: true,
+            disk_full: None,
         }
     }
 
@@ -548,6 +555,12 @@ impl Core {
                 self.task_container_ended(key, limitation)
             }
             Input::Timer(timer) => self.timer(timer),
+            Input::DiskFull { full } => {
+                self.disk_full = full.clone();
+                if self.master.as_ref().is_some_and(|m| m.registered) {
+                    self.send_master(agent_api::Call::Availability { unavailable: full });
+                }
+            }
             Input::Durable(
                 Durable::Update {
                     framework_id,

@@ -656,6 +656,7 @@ pub(crate) mod tests {
             argv0: None,
             args: vec!["-c".into(), script.into()],
             env: vec![],
+            secrets: Vec::new(),
             sandbox: sandbox.to_path_buf(),
             fetch: Vec::new(),
             limits: None,
