@@ -4,8 +4,12 @@
 //! bundle with `crun` (watched by `conmon`); [`volumes`] checks a
 //! container's volumes and turns them into mounts.
 
+pub mod network;
 pub mod runtime;
 pub mod volumes;
 
+pub use network::{
+    AttachRequest, Attachment, NetworkChoice, NetworkError, Networks, NetworksConfig,
+};
 pub use runtime::{Container, ContainerSpec, Exit, Runtime, RuntimeConfig, RuntimeError};
 pub use volumes::{Volume, VolumePolicy};
