@@ -1,12 +1,9 @@
 //! CNI networks with real parts: Debian's plugins (`bridge`, `host-local`,
 //! `portmap`, `loopback`), iptables, network namespaces, and for the last
-//! tests crun and a busybox image. Each test writes a bridge network of
-//! its own into a temporary configuration directory (a bridge device
-//! named after the test process, a /24 of 10.88.0.0/16 that no host
-//! route uses, addresses kept in the temporary directory) and a guard
-//! removes everything it may have left, even when the test fails: the
-//! bridge, the namespaces (their mounts), the iptables rules of its
-//! network, and portmap's shared chains when the test made them.
+//! test crun and a busybox image. Each test writes a bridge network of
+//! its own into a temporary configuration directory, and a guard removes
+//! everything it may have left, even when the test fails (see
+//! `support/cni.rs`).
 //!
 //! Skips, saying why, when not root or without the plugins, iptables or
 //! `ip` (which only the guard uses, to remove the bridge).
@@ -14,45 +11,26 @@
 //! The tests run one at a time (they share the bridge name and
 //! iptables' chains).
 
+#[path = "support/cni.rs"]
+mod cni;
 mod support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agora_containerizer::network::{
     config::ConfigError, AttachRequest, Attachment, NetworkChoice, NetworkError, Networks,
-    NetworksConfig, PluginError, PortMapping, Protocol,
+    PluginError, Protocol,
 };
-use agora_containerizer::runtime::{mounts, CommandSpec, RootFs, Runtime};
+use agora_containerizer::runtime::{CommandSpec, RootFs, Runtime};
+use cni::{cannot_run_cni, free_port, nat_rules, run, tcp, Fixture};
 
 /// The tests share the bridge device and iptables' chains.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-const PLUGINS_DIR: &str = "/usr/lib/cni";
-
-/// Why CNI networks cannot be tested here, if they cannot.
-fn cannot_run_cni() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root".into());
-    }
-    for plugin in ["bridge", "host-local", "portmap", "loopback"] {
-        if !Path::new(PLUGINS_DIR).join(plugin).is_file() {
-            return Some(format!(
-                "no {PLUGINS_DIR}/{plugin} (install containernetworking-plugins)"
-            ));
-        }
-    }
-    for program in ["iptables", "iptables-save", "ip"] {
-        if support::which(program).is_none() {
-            return Some(format!("{program} is not on PATH"));
-        }
-    }
-    None
-}
 
 fn skip(test: &str) -> bool {
     match cannot_run_cni() {
@@ -61,184 +39,6 @@ fn skip(test: &str) -> bool {
             true
         }
         None => false,
-    }
-}
-
-/// A test's networks: a temporary directory with the configuration
-/// directory, the module's root and the address store; the guard of
-/// everything the test may leave on the host.
-struct Fixture {
-    tmp: tempfile::TempDir,
-    network: String,
-    bridge: String,
-    subnet: u8,
-    shared_chains_before: bool,
-    ip_forward_before: String,
-}
-
-impl Fixture {
-    fn new() -> Fixture {
-        let tmp = tempfile::Builder::new()
-            .prefix("agora-cni-")
-            .tempdir()
-            .unwrap();
-        let pid = std::process::id();
-        let fx = Fixture {
-            tmp,
-            network: format!("agora-test-{pid}"),
-            bridge: format!("agt{pid}"),
-            subnet: free_subnet(),
-            shared_chains_before: nat_rules().contains(":CNI-HOSTPORT-DNAT"),
-            ip_forward_before: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")
-                .unwrap_or_default(),
-        };
-        std::fs::create_dir_all(fx.config_dir()).unwrap();
-        fx
-    }
-
-    fn config_dir(&self) -> PathBuf {
-        self.tmp.path().join("net.d")
-    }
-
-    fn root(&self) -> PathBuf {
-        self.tmp.path().join("network")
-    }
-
-    fn gateway(&self) -> IpAddr {
-        format!("10.88.{}.1", self.subnet).parse().unwrap()
-    }
-
-    /// The bridge network (bridge with host-local addresses, then
-    /// portmap) as a `.conflist`.
-    fn write_bridge_network(&self) {
-        let conf = serde_json::json!({
-            "cniVersion": "1.0.0",
-            "name": self.network,
-            "plugins": [
-                {
-                    "type": "bridge",
-                    "bridge": self.bridge,
-                    "isGateway": true,
-                    "ipMasq": false,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": format!("10.88.{}.0/24", self.subnet)}]],
-                        "routes": [{"dst": "0.0.0.0/0"}],
-                        "dataDir": self.tmp.path().join("ipam"),
-                    }
-                },
-                {"type": "portmap", "capabilities": {"portMappings": true}}
-            ]
-        });
-        self.write("10-bridge.conflist", &conf.to_string());
-    }
-
-    fn write(&self, name: &str, content: &str) -> PathBuf {
-        let path = self.config_dir().join(name);
-        std::fs::write(&path, content).unwrap();
-        path
-    }
-
-    fn config(&self) -> NetworksConfig {
-        let mut config = NetworksConfig::new(self.config_dir(), self.root());
-        config.plugins_dir = PLUGINS_DIR.into();
-        config
-    }
-
-    async fn networks(&self) -> Networks {
-        Networks::new(self.config()).await.unwrap()
-    }
-
-    fn request(&self, id: &str, port_mappings: Vec<PortMapping>) -> AttachRequest {
-        AttachRequest {
-            container_id: id.into(),
-            network: self.network.clone(),
-            hostname: format!("host-{id}"),
-            port_mappings,
-            network_info: None,
-        }
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        // The namespaces go with their mounts (and their veth pairs with
-        // them); then the bridge, the network's iptables rules, portmap's
-        // shared chains if this test made them, ip_forward as it was.
-        for (point, error) in mounts::unmount_all_under(self.tmp.path()) {
-            eprintln!("cleanup: cannot unmount {}: {error}", point.display());
-        }
-        if Path::new("/sys/class/net").join(&self.bridge).exists() {
-            run("ip", &["link", "del", &self.bridge]);
-        }
-        remove_nat_rules(&self.network, !self.shared_chains_before);
-        let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.ip_forward_before);
-    }
-}
-
-/// A /24 of 10.88.0.0/16 that no route of the host's uses.
-fn free_subnet() -> u8 {
-    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
-    let used: Vec<u32> = routes
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .filter_map(|d| u32::from_str_radix(d, 16).ok())
-        .collect();
-    (200..=250u8)
-        .find(|x| {
-            // /proc/net/route's destinations are little-endian.
-            let net = u32::from_le_bytes([10, 88, *x, 0]);
-            !used.contains(&net)
-        })
-        .expect("a free 10.88.x.0/24")
-}
-
-fn run(program: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn nat_rules() -> String {
-    run("iptables-save", &["-t", "nat"])
-}
-
-/// Removes the nat rules (and their chains) that name `network`, and
-/// with `shared`, portmap's `CNI-HOSTPORT-*` chains and the rules that
-/// jump to them.
-fn remove_nat_rules(network: &str, shared: bool) {
-    let rules = nat_rules();
-    let mut chains = Vec::new();
-    for line in rules.lines().filter(|l| l.starts_with("-A ")) {
-        let ours = line.contains(&format!("name: \\\"{network}\\\""));
-        let jumps_to_shared = shared && line.contains("-j CNI-HOSTPORT-");
-        if ours || jumps_to_shared {
-            let delete = format!("iptables -t nat -D {}", &line[3..]);
-            run("sh", &["-c", &delete]);
-            if let Some(target) = line.split("-j ").nth(1) {
-                let chain = target.split_whitespace().next().unwrap_or_default();
-                if ours && chain.starts_with("CNI-DN-") {
-                    chains.push(chain.to_string());
-                }
-            }
-        }
-    }
-    if shared {
-        chains.extend(
-            [
-                "CNI-HOSTPORT-DNAT",
-                "CNI-HOSTPORT-MASQ",
-                "CNI-HOSTPORT-SETMARK",
-            ]
-            .map(String::from),
-        );
-    }
-    for chain in chains {
-        run("iptables", &["-t", "nat", "-F", &chain]);
-        run("iptables", &["-t", "nat", "-X", &chain]);
     }
 }
 
@@ -296,15 +96,6 @@ fn fetch(addr: SocketAddr) -> std::io::Result<String> {
     Ok(out)
 }
 
-/// An unused port of the host's (bound on 127.0.0.1 and released).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The host's first global IPv4 address, if it has one.
 fn host_ipv4() -> Option<IpAddr> {
     run("ip", &["-4", "-o", "addr", "show", "scope", "global"])
@@ -344,14 +135,6 @@ fn assert_gone(a: &Attachment) {
         a.container_id
     );
     assert!(!a.etc_dir.exists(), "{} left", a.etc_dir.display());
-}
-
-fn tcp(host_port: u16, container_port: u16) -> PortMapping {
-    PortMapping {
-        host_port,
-        container_port,
-        protocol: Protocol::Tcp,
-    }
 }
 
 #[tokio::test]
@@ -461,6 +244,51 @@ async fn two_containers_get_their_own_addresses_reached_directly_and_through_por
         .filter(|n| n.starts_with("10."))
         .collect();
     assert!(held.is_empty(), "addresses still held: {held:?}");
+}
+
+#[tokio::test]
+async fn concurrent_attaches_get_distinct_addresses_and_concurrent_detaches_leave_nothing() {
+    if skip("concurrent_attaches_get_distinct_addresses...") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = Fixture::new();
+    fx.write_bridge_network();
+    let networks = Arc::new(fx.networks().await);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let networks = networks.clone();
+        let request = fx.request(&format!("many-{i}"), vec![tcp(free_port(), 80)]);
+        tasks.spawn(async move { networks.attach(request).await });
+    }
+    let mut attached = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        attached.push(done.unwrap().unwrap());
+    }
+    let mut ips: Vec<IpAddr> = attached.iter().map(|a| a.ip_addresses[0]).collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 8, "{ips:?}");
+    assert_eq!(networks.list().len(), 8);
+    // The same container twice is refused while attached.
+    let again = networks.attach(fx.request("many-0", vec![])).await;
+    assert!(
+        matches!(again, Err(NetworkError::AlreadyAttached(_))),
+        "{again:?}"
+    );
+    let mut detaches = tokio::task::JoinSet::new();
+    for a in &attached {
+        let networks = networks.clone();
+        let id = a.container_id.clone();
+        detaches.spawn(async move { networks.detach(&id).await });
+    }
+    while let Some(done) = detaches.join_next().await {
+        done.unwrap().unwrap();
+    }
+    for a in &attached {
+        assert_gone(a);
+    }
+    assert!(networks.list().is_empty());
 }
 
 #[tokio::test]

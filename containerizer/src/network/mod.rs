@@ -242,7 +242,7 @@ pub enum NetworkError {
     #[error("port mapping {0}")]
     InvalidPortMapping(String),
     /// A hostname that cannot be written.
-    #[error("hostname '{0}' must be 1 to 253 letters, digits, '-' or '.'")]
+    #[error("hostname '{0}' must be 1 to 253 letters, digits, '-', '_' or '.'")]
     InvalidHostname(String),
     /// A plugin failed.
     #[error("CNI plugin '{plugin}' {command} of container '{container_id}' on network '{network}' failed: {error}")]
@@ -1095,7 +1095,7 @@ fn check_hostname(hostname: &str) -> Result<(), NetworkError> {
         && hostname.len() <= 253
         && hostname
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
     if ok {
         Ok(())
     } else {
@@ -1141,4 +1141,88 @@ fn read_dir_names(dir: &Path) -> Result<Vec<String>, NetworkError> {
         .collect();
     names.sort();
     Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checkpoint(port_mappings: Vec<PortMapping>, network_info: Option<Value>) -> Checkpoint {
+        Checkpoint {
+            container_id: "c1".into(),
+            network: "net1".into(),
+            cni_version: "1.0.0".into(),
+            plugins: vec![],
+            ifname: "eth0".into(),
+            netns: "/ns/c1".into(),
+            hostname: "h".into(),
+            port_mappings,
+            network_info,
+            result: None,
+        }
+    }
+
+    #[test]
+    fn a_plugin_gets_the_networks_name_and_version_and_the_previous_result() {
+        let bridge = json!({"type": "bridge", "bridge": "cni0", "prevResult": {"stale": 1}});
+        let c = checkpoint(vec![], None);
+        let first = plugin_input(&c, &bridge, None);
+        assert_eq!(
+            first,
+            json!({"type": "bridge", "bridge": "cni0", "name": "net1", "cniVersion": "1.0.0"})
+        );
+        let prev = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]});
+        let second = plugin_input(&c, &json!({"type": "tuning"}), Some(&prev));
+        assert_eq!(second["prevResult"], prev);
+        assert!(second.get("runtimeConfig").is_none());
+    }
+
+    #[test]
+    fn port_mappings_go_only_to_plugins_with_the_capability() {
+        let mapping = PortMapping {
+            host_port: 31000,
+            container_port: 80,
+            protocol: Protocol::Udp,
+        };
+        let c = checkpoint(vec![mapping], None);
+        let portmap = json!({"type": "portmap", "capabilities": {"portMappings": true},
+                             "runtimeConfig": {"portMappings": [{"hostPort": 1}]}});
+        let input = plugin_input(&c, &portmap, None);
+        assert_eq!(
+            input["runtimeConfig"],
+            json!({"portMappings": [{"hostPort": 31000, "containerPort": 80, "protocol": "udp"}]})
+        );
+        let bridge = plugin_input(&c, &json!({"type": "bridge"}), None);
+        assert!(bridge.get("runtimeConfig").is_none());
+        // Without mappings, no runtimeConfig (not even one the file had).
+        let none = plugin_input(&checkpoint(vec![], None), &portmap, None);
+        assert!(none.get("runtimeConfig").is_none());
+    }
+
+    #[test]
+    fn mesos_network_info_goes_into_args_beside_the_operators() {
+        let info = json!({"name": "net1", "labels": {"labels": [{"key": "k", "value": "v"}]}});
+        let c = checkpoint(vec![], Some(info.clone()));
+        let input = plugin_input(&c, &json!({"type": "bridge", "args": {"mine": 1}}), None);
+        assert_eq!(
+            input["args"],
+            json!({"mine": 1, "org.apache.mesos": {"network_info": info}})
+        );
+    }
+
+    #[test]
+    fn container_ids_and_hostnames_are_checked() {
+        assert!(check_container_id("task-1.a_b").is_ok());
+        for bad in ["", "-x", "a/b", "a b", &"x".repeat(129)] {
+            assert!(check_container_id(bad).is_err(), "{bad}");
+        }
+        assert!(check_hostname("web-1.example").is_ok());
+        for bad in ["", "a b", "a\nb", &"x".repeat(254)] {
+            assert!(check_hostname(bad).is_err(), "{bad}");
+        }
+        assert_eq!("TCP".parse::<Protocol>().unwrap(), Protocol::Tcp);
+        assert_eq!("".parse::<Protocol>().unwrap(), Protocol::Tcp);
+        assert_eq!("udp".parse::<Protocol>().unwrap(), Protocol::Udp);
+        assert!("sctp".parse::<Protocol>().is_err());
+    }
 }
