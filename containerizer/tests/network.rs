@@ -338,6 +338,44 @@ async fn recovery_keeps_live_attachments_and_detaches_orphans() {
 }
 
 #[tokio::test]
+async fn a_detach_that_fails_keeps_the_attachment_for_another_try() {
+    if skip("a_detach_that_fails_keeps_the_attachment_for_another_try") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = Fixture::new();
+    fx.write_bridge_network();
+    // A plugins directory of links to Debian's, so portmap can go away.
+    let plugins = fx.tmp.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for entry in std::fs::read_dir(cni::PLUGINS_DIR).unwrap().flatten() {
+        std::os::unix::fs::symlink(entry.path(), plugins.join(entry.file_name())).unwrap();
+    }
+    let mut config = fx.config();
+    config.plugins_dir = plugins.clone();
+    let networks = Networks::new(config).await.unwrap();
+    let port = free_port();
+    let a = networks
+        .attach(fx.request("kept", vec![tcp(port, 80)]))
+        .await
+        .unwrap();
+    std::fs::rename(plugins.join("portmap"), fx.tmp.path().join("portmap")).unwrap();
+    let err = networks.detach("kept").await.unwrap_err();
+    assert!(
+        matches!(&err, NetworkError::Detach { .. }) && err.to_string().contains("portmap"),
+        "{err}"
+    );
+    // The namespace went (the container is gone), the rest is kept.
+    assert!(!a.netns.exists());
+    assert_eq!(networks.list(), vec![a.clone()]);
+    assert!(nat_rules().contains("id: \\\"kept\\\""));
+    std::fs::rename(fx.tmp.path().join("portmap"), plugins.join("portmap")).unwrap();
+    networks.detach("kept").await.unwrap();
+    assert_gone(&a);
+    assert!(networks.list().is_empty());
+}
+
+#[tokio::test]
 async fn bad_configurations_are_refused_naming_their_file() {
     if skip("bad_configurations_are_refused_naming_their_file") {
         return;

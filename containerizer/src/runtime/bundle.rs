@@ -359,9 +359,10 @@ fn bind(
 
 /// Writes `hosts`, `hostname` and `resolv.conf` into `dir`. On the host's
 /// network, `hosts` and `resolv.conf` are copies of the host's (with the
-/// container's hostname added to `hosts`); in a network namespace,
-/// `hosts` names only localhost and the hostname, and `resolv.conf` is
-/// still the host's until a network plugin writes its own.
+/// container's hostname added to `hosts`); in a network namespace given
+/// without files of its own, `hosts` names only localhost and the
+/// hostname, and `resolv.conf` is the host's (a CNI network's attachment
+/// gives its own: [`super::Network::Namespace`]'s `etc_dir`).
 pub(crate) fn write_etc_files(
     dir: &Path,
     hostname: &str,
