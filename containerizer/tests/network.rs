@@ -58,7 +58,10 @@ impl Server {
         let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
             nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            let listener = TcpListener::bind(("0.0.0.0", port)).unwrap();
+            // Both families where the kernel has IPv6.
+            let listener = TcpListener::bind(("::", port))
+                .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+                .unwrap();
             listener.set_nonblocking(true).unwrap();
             tx.send(()).unwrap();
             while !stopping.load(Ordering::Relaxed) {
@@ -244,6 +247,67 @@ async fn two_containers_get_their_own_addresses_reached_directly_and_through_por
         .filter(|n| n.starts_with("10."))
         .collect();
     assert!(held.is_empty(), "addresses still held: {held:?}");
+}
+
+#[tokio::test]
+async fn a_dual_stack_network_gives_an_ipv4_and_an_ipv6_address() {
+    if skip("a_dual_stack_network_gives_an_ipv4_and_an_ipv6_address") {
+        return;
+    }
+    if !Path::new("/proc/net/if_inet6").exists() {
+        eprintln!("skipping a_dual_stack_network...: no IPv6 in this kernel");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fx = Fixture::new();
+    let conf = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": fx.network,
+        "plugins": [{
+            "type": "bridge",
+            "bridge": fx.bridge,
+            "isGateway": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [
+                    [{"subnet": format!("10.88.{}.0/24", fx.subnet)}],
+                    [{"subnet": format!("fd00:88:{}::/64", fx.subnet)}]
+                ],
+                "dataDir": fx.tmp.path().join("ipam"),
+            }
+        }]
+    });
+    fx.write("10-dual.conflist", &conf.to_string());
+    let networks = fx.networks().await;
+    let a = networks.attach(fx.request("dual", vec![])).await.unwrap();
+    let v4: Vec<_> = a.ip_addresses.iter().filter(|ip| ip.is_ipv4()).collect();
+    let v6: Vec<_> = a.ip_addresses.iter().filter(|ip| ip.is_ipv6()).collect();
+    assert_eq!((v4.len(), v6.len()), (1, 1), "{:?}", a.ip_addresses);
+    assert!(
+        v6[0]
+            .to_string()
+            .starts_with(&format!("fd00:88:{}:", fx.subnet)),
+        "{v6:?}"
+    );
+    let hosts = std::fs::read_to_string(a.etc_dir.join("hosts")).unwrap();
+    assert!(
+        hosts.contains(&format!("{}\thost-dual\n", v6[0])),
+        "{hosts}"
+    );
+    let _s = Server::start(&a.netns, 8080, "over v6");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // The address is usable once duplicate address detection is done.
+    let answer = loop {
+        match fetch(SocketAddr::new(*v6[0], 8080)) {
+            Ok(answer) => break answer,
+            Err(e) if Instant::now() > deadline => panic!("[{}]:8080: {e}", v6[0]),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    assert_eq!(answer, "over v6");
+    drop(_s);
+    networks.detach("dual").await.unwrap();
+    assert_gone(&a);
 }
 
 #[tokio::test]

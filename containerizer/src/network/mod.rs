@@ -53,7 +53,9 @@
 //! ```
 //!
 //! What the plugins do to the host, which an operator should know:
-//! `bridge` with `isGateway` turns on `net.ipv4.ip_forward`; `ipMasq`
+//! `bridge` with `isGateway` turns on `net.ipv4.ip_forward` (and, for an
+//! IPv6 range, IPv6 forwarding on every interface, after which the host
+//! ignores router advertisements where `accept_ra` is 1); `ipMasq`
 //! adds a masquerading rule for the subnet (needed for containers to reach
 //! beyond the host). `portmap` forwards a host port with iptables DNAT
 //! (chains `CNI-HOSTPORT-*`, shared by every CNI user of the host, and a

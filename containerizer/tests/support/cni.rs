@@ -4,8 +4,8 @@
 //! 10.88.0.0/16 that no host route uses, portmap), the module's root and
 //! host-local's address store; its `Drop` removes the namespaces (their
 //! mounts), the bridge, the iptables rules of its network, portmap's
-//! shared chains when they were not there before, and puts `ip_forward`
-//! back, even when the test fails.
+//! shared chains when they were not there before, and puts IPv4 and IPv6
+//! forwarding back as they were, even when the test fails.
 #![allow(dead_code)]
 
 use std::net::{IpAddr, TcpListener};
@@ -17,6 +17,9 @@ use agora_containerizer::network::{
 use agora_containerizer::runtime::mounts;
 
 pub const PLUGINS_DIR: &str = "/usr/lib/cni";
+
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+const IPV6_FORWARDING: &str = "/proc/sys/net/ipv6/conf/all/forwarding";
 
 /// Why CNI networks cannot be tested here, if they cannot.
 pub fn cannot_run_cni() -> Option<String> {
@@ -48,6 +51,7 @@ pub struct Fixture {
     pub subnet: u8,
     shared_chains_before: bool,
     ip_forward_before: String,
+    ipv6_forwarding_before: String,
 }
 
 impl Fixture {
@@ -63,8 +67,8 @@ impl Fixture {
             bridge: format!("agt{pid}"),
             subnet: free_subnet(),
             shared_chains_before: nat_rules().contains(":CNI-HOSTPORT-DNAT"),
-            ip_forward_before: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")
-                .unwrap_or_default(),
+            ip_forward_before: std::fs::read_to_string(IP_FORWARD).unwrap_or_default(),
+            ipv6_forwarding_before: std::fs::read_to_string(IPV6_FORWARDING).unwrap_or_default(),
         };
         std::fs::create_dir_all(fx.config_dir()).unwrap();
         fx
@@ -138,7 +142,7 @@ impl Drop for Fixture {
     fn drop(&mut self) {
         // The namespaces go with their mounts (and their veth pairs with
         // them); then the bridge, the network's iptables rules, portmap's
-        // shared chains if this test made them, ip_forward as it was.
+        // shared chains if this test made them, forwarding as it was.
         for (point, error) in mounts::unmount_all_under(self.tmp.path()) {
             eprintln!("cleanup: cannot unmount {}: {error}", point.display());
         }
@@ -146,7 +150,10 @@ impl Drop for Fixture {
             run("ip", &["link", "del", &self.bridge]);
         }
         remove_nat_rules(&self.network, !self.shared_chains_before);
-        let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.ip_forward_before);
+        // bridge's isGateway turns forwarding on; put it back as it was
+        // (IPv6's too, which a dual-stack network turns on).
+        let _ = std::fs::write(IP_FORWARD, &self.ip_forward_before);
+        let _ = std::fs::write(IPV6_FORWARDING, &self.ipv6_forwarding_before);
     }
 }
 
