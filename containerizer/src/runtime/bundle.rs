@@ -14,7 +14,11 @@
 //! Mesos's `filesystem/linux` does for a task with volumes and no image):
 //! a mount namespace of its own over the host's `/`, where only its
 //! volumes are mounted; the host's pid, ipc, uts and network namespaces;
-//! the caller's user and capabilities unchanged.
+//! the caller's user and capabilities unchanged. Given a network
+//! namespace (a CNI network), it joins it and gets a uts namespace with
+//! its hostname and its own `/etc/hosts`, `/etc/hostname` and
+//! `/etc/resolv.conf` bound over the host's, as Mesos's CNI isolator
+//! does.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -147,23 +151,9 @@ pub(crate) fn spec(c: &BundleConfig<'_>) -> Result<Spec, oci_spec::OciSpecError>
         ] {
             namespaces.push(LinuxNamespaceBuilder::default().typ(typ).build()?);
         }
-        if let Network::Namespace(path) = c.network {
-            namespaces.push(
-                LinuxNamespaceBuilder::default()
-                    .typ(LinuxNamespaceType::Network)
-                    .path(path.clone())
-                    .build()?,
-            );
-        }
         mounts.extend(system_mounts()?);
         mounts.push(bind(c.sandbox, Path::new(SANDBOX_MOUNT_POINT), false)?);
-        for name in ["hosts", "hostname", "resolv.conf"] {
-            mounts.push(bind(
-                &c.etc_dir.join(name),
-                &Path::new("/etc").join(name),
-                false,
-            )?);
-        }
+        mounts.extend(etc_mounts(c.etc_dir)?);
         linux = linux
             .masked_paths(
                 MASKED_PATHS
@@ -178,6 +168,23 @@ pub(crate) fn spec(c: &BundleConfig<'_>) -> Result<Spec, oci_spec::OciSpecError>
                     .collect::<Vec<_>>(),
             );
     }
+    let in_namespace = matches!(c.network, Network::Namespace { .. });
+    if let Network::Namespace { path, .. } = c.network {
+        namespaces.push(
+            LinuxNamespaceBuilder::default()
+                .typ(LinuxNamespaceType::Network)
+                .path(path.clone())
+                .build()?,
+        );
+        if !c.has_image {
+            // A network identity of its own: its hostname too.
+            namespaces.push(
+                LinuxNamespaceBuilder::default()
+                    .typ(LinuxNamespaceType::Uts)
+                    .build()?,
+            );
+        }
+    }
     if !c.has_image {
         // The host's root, entry by entry, bound in the container's own
         // mount namespace (so nothing is mounted on the host) into an
@@ -189,6 +196,9 @@ pub(crate) fn spec(c: &BundleConfig<'_>) -> Result<Spec, oci_spec::OciSpecError>
                 let path = Path::new("/").join(entry.file_name());
                 mounts.push(bind(&path, &path, false)?);
             }
+        }
+        if in_namespace {
+            mounts.extend(etc_mounts(c.etc_dir)?);
         }
     }
     for (source, destination, read_only) in c.volumes {
@@ -224,7 +234,7 @@ pub(crate) fn spec(c: &BundleConfig<'_>) -> Result<Spec, oci_spec::OciSpecError>
         .linux(linux)
         .build()?;
     spec.set_annotations(None);
-    spec.set_hostname(c.has_image.then(|| c.hostname.to_string()));
+    spec.set_hostname((c.has_image || in_namespace).then(|| c.hostname.to_string()));
     Ok(spec)
 }
 
@@ -321,6 +331,15 @@ fn system_mounts() -> Result<Vec<Mount>, oci_spec::OciSpecError> {
     ])
 }
 
+/// `hosts`, `hostname` and `resolv.conf` of `etc_dir` over the
+/// container's.
+fn etc_mounts(etc_dir: &Path) -> Result<Vec<Mount>, oci_spec::OciSpecError> {
+    ["hosts", "hostname", "resolv.conf"]
+        .into_iter()
+        .map(|name| bind(&etc_dir.join(name), &Path::new("/etc").join(name), false))
+        .collect()
+}
+
 fn bind(
     source: &Path,
     destination: &Path,
@@ -340,9 +359,10 @@ fn bind(
 
 /// Writes `hosts`, `hostname` and `resolv.conf` into `dir`. On the host's
 /// network, `hosts` and `resolv.conf` are copies of the host's (with the
-/// container's hostname added to `hosts`); in a network namespace,
-/// `hosts` names only localhost and the hostname, and `resolv.conf` is
-/// still the host's until a network plugin writes its own.
+/// container's hostname added to `hosts`); in a network namespace given
+/// without files of its own, `hosts` names only localhost and the
+/// hostname, and `resolv.conf` is the host's (a CNI network's attachment
+/// gives its own: [`super::Network::Namespace`]'s `etc_dir`).
 pub(crate) fn write_etc_files(
     dir: &Path,
     hostname: &str,
@@ -351,7 +371,7 @@ pub(crate) fn write_etc_files(
     std::fs::create_dir_all(dir)?;
     let mut hosts = match network {
         Network::Host => std::fs::read_to_string("/etc/hosts").unwrap_or_default(),
-        Network::Namespace(_) => String::new(),
+        Network::Namespace { .. } => String::new(),
     };
     if !hosts.is_empty() && !hosts.ends_with('\n') {
         hosts.push('\n');

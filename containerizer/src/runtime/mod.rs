@@ -103,8 +103,18 @@ pub enum RootFs {
 pub enum Network {
     /// The host's network namespace (Mesos's default).
     Host,
-    /// A network namespace the caller made (e.g. for CNI), by path.
-    Namespace(PathBuf),
+    /// A network namespace the caller made (e.g. for CNI).
+    Namespace {
+        /// The namespace's file (e.g. a bind mount of
+        /// `/proc/<pid>/ns/net`).
+        path: PathBuf,
+        /// A directory with the container's `hosts`, `hostname` and
+        /// `resolv.conf` (e.g. [`crate::network::Attachment::etc_dir`]),
+        /// bound into it as they are; `None`: the runtime writes its own
+        /// (`hosts` naming only localhost and the hostname, the host's
+        /// `resolv.conf`).
+        etc_dir: Option<PathBuf>,
+    },
 }
 
 /// Resource limits the runtime writes into the container's cgroup.
@@ -569,8 +579,20 @@ impl Runtime {
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| spec.id.clone()),
         };
-        let etc_dir = run_dir.join("etc");
-        if image.is_some() {
+        let etc_dir = match &spec.network {
+            Network::Namespace {
+                etc_dir: Some(dir), ..
+            } => dir.clone(),
+            _ => run_dir.join("etc"),
+        };
+        let own_etc = !matches!(
+            spec.network,
+            Network::Namespace {
+                etc_dir: Some(_),
+                ..
+            }
+        );
+        if own_etc && (image.is_some() || spec.network != Network::Host) {
             bundle::write_etc_files(&etc_dir, &hostname, &spec.network).map_err(|error| {
                 RuntimeError::Io {
                     what: "writing /etc files into",
@@ -647,6 +669,11 @@ impl Runtime {
             .args(["-l", "passthrough:"])
             .arg("--exit-dir")
             .arg(&self.exits)
+            // conmon writes its `oom` and `exit` marks into the persist
+            // directory, else into its working directory.
+            .arg("--persist-dir")
+            .arg(run_dir)
+            .current_dir(run_dir)
             .arg("--no-sync-log")
             .arg("--runtime-arg")
             .arg(format!("--root={}", self.crun_root.display()))
