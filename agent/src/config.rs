@@ -149,6 +149,17 @@ pub struct Config {
     /// Whom executors run as (`--switch-user`, `--allow-root-tasks`):
     /// by default the framework's user, never root.
     pub users: crate::users::UserPolicy,
+    /// How often the work directory's free space is checked
+    /// (`--disk-check-interval`), besides at once after a write failed
+    /// for lack of space (see [`crate::disk`]).
+    pub disk_check_interval: Duration,
+    /// Below this many free bytes the work directory is full: the agent
+    /// takes no new task and is not offered (`--disk-min-free`).
+    pub disk_min_free: u64,
+    /// Bytes kept allocated in `meta/disk-reserve` and released when the
+    /// work directory fills, for the status update log and checkpoints
+    /// (`--disk-reserve`; 0: none).
+    pub disk_reserve: u64,
 }
 
 // === impl Config ===
@@ -196,6 +207,9 @@ impl Config {
             isolation: Isolation::Posix,
             cgroups: CgroupsConfig::default(),
             users: crate::users::UserPolicy::default(),
+            disk_check_interval: crate::disk::DEFAULT_CHECK_INTERVAL,
+            disk_min_free: crate::disk::DEFAULT_MIN_FREE,
+            disk_reserve: crate::disk::DEFAULT_RESERVE,
         }
     }
 }

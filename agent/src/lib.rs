@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 mod checkpoint;
 mod config;
 mod core;
+pub mod disk;
 mod fetch;
 pub mod files;
 mod http;
@@ -120,6 +121,18 @@ pub async fn run(
     config.work_dir =
         std::fs::canonicalize(&config.work_dir).map_err(|source| AgentError::WorkDir {
             path: config.work_dir.clone(),
+            source,
+        })?;
+    // The checkpoints hold executor tokens and tasks' commands: the
+    // agent's alone, whatever the umask made of the directory.
+    let meta = paths::meta_root(&config.work_dir);
+    std::fs::create_dir_all(&meta)
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&meta, std::fs::Permissions::from_mode(0o700))
+        })
+        .map_err(|source| AgentError::WorkDir {
+            path: meta.clone(),
             source,
         })?;
     if config.users.switches() {
@@ -211,6 +224,12 @@ pub async fn run(
         },
     ));
     let usage = tokio::spawn(monitor.report(snapshot, core_tx.clone(), cancel.clone()));
+    let disk = tokio::spawn(disk::run(
+        disk::Watch::new(&shared.config),
+        shared.config.disk_check_interval,
+        core_tx.clone(),
+        cancel.clone(),
+    ));
     let link = tokio::spawn(master_link::run(shared.clone(), core_tx, cancel.clone()));
     tracing::info!(address = %local, master = %shared.config.master, "agent started");
 
@@ -218,6 +237,7 @@ pub async fn run(
     cancel.cancel();
     let _ = link.await;
     let _ = usage.await;
+    let _ = disk.await;
     let mut server = server;
     if tokio::time::timeout(Duration::from_secs(2), &mut server)
         .await

@@ -105,6 +105,9 @@ pub enum Input {
     Timer(Timer),
     /// A checkpoint the core asked for reached the disk (or failed to).
     Durable(Durable, Result<(), String>),
+    /// The work directory became full (`full`: why) or has room again
+    /// (see [`crate::disk`]).
+    DiskFull { full: Option<String> },
 }
 
 /// How a command task's process enters the container made for it alone

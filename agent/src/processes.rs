@@ -90,12 +90,25 @@ struct ContainerKeeper {
 /// `user`, with whatever is already in it, when the agent switches to
 /// that user.
 fn create_sandbox(sandbox: &std::path::Path, user: Option<&RunAs>) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
     let created = match user {
         Some(user) => user.create_dir(sandbox),
         None => std::fs::create_dir_all(sandbox),
     };
-    created.map_err(|e| format!("cannot create sandbox {}: {e}", sandbox.display()))
+    // Its user's and its group's alone (Mesos's sandboxes under
+    // --switch_user): a task of another user cannot read it.
+    created
+        .and_then(|()| {
+            std::fs::set_permissions(sandbox, std::fs::Permissions::from_mode(SANDBOX_MODE))
+        })
+        .map_err(|e| {
+            crate::disk::saw(&e);
+            format!("cannot create sandbox {}: {e}", sandbox.display())
+        })
 }
+
+/// The mode of a sandbox directory.
+pub(crate) const SANDBOX_MODE: u32 = 0o750;
 
 // === impl Processes ===
 
@@ -315,7 +328,7 @@ impl Keeper {
         if let Ok(Some(_)) = &user {
             // The agent's own TLS key is not the user's to read; the
             // executor still verifies the agent with the CA.
-            spec.env
+            spec.secrets
                 .retain(|(k, _)| k != agora_proto::env::TLS_CERT && k != agora_proto::env::TLS_KEY);
         }
         let launched = user.and_then(|user| {

@@ -37,6 +37,9 @@ pub(crate) struct SpawnArgs<'a> {
     /// The user to run as (another than the agent's): the child takes its
     /// groups, gid and uid before it opens its output files.
     pub(crate) user: Option<&'a crate::users::RunAs>,
+    /// A descriptor the child gets as
+    /// [`agora_proto::env::SECRETS_FD_NUMBER`] (see [`secrets_channel`]).
+    pub(crate) secrets: Option<BorrowedFd<'a>>,
 }
 
 /// `CLONE_INTO_CGROUP` (bit 33, which libc's `c_int` constant overflows).
@@ -78,6 +81,8 @@ struct ChildSteps<'a> {
     stderr: &'a CStr,
     /// Groups, gid and uid to switch to.
     user: Option<(&'a [libc::gid_t], libc::gid_t, libc::uid_t)>,
+    /// Given to the child as [`agora_proto::env::SECRETS_FD_NUMBER`].
+    secrets: Option<RawFd>,
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
@@ -151,6 +156,7 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
             stdout: &stdout,
             stderr: &stderr,
             user: args.user.map(|u| (&u.groups[..], u.gid, u.uid)),
+            secrets: args.secrets.map(|fd| fd.as_raw_fd()),
         };
         return clone_child(&steps, cgroup);
     }
@@ -201,6 +207,14 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
             append,
             0o644,
         ))?;
+        if let Some(secrets) = args.secrets {
+            // Not close-on-exec in the child (a dup2 to another number).
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut setup.actions,
+                secrets.as_raw_fd(),
+                agora_proto::env::SECRETS_FD_NUMBER,
+            ))?;
+        }
         check(libc::posix_spawn_file_actions_addchdir_np(
             &mut setup.actions,
             cwd.as_ptr(),
@@ -387,6 +401,11 @@ unsafe fn exec_child(steps: &ChildSteps<'_>, report: RawFd) -> ! {
         {
             fail(report);
         }
+        if let Some(secrets) = steps.secrets {
+            if libc::dup2(secrets, agora_proto::env::SECRETS_FD_NUMBER) < 0 {
+                fail(report);
+            }
+        }
         libc::execve(
             steps.program.as_ptr(),
             steps.argv.as_ptr() as *const *const libc::c_char,
@@ -394,6 +413,27 @@ unsafe fn exec_child(steps: &ChildSteps<'_>, report: RawFd) -> ! {
         );
         fail(report)
     }
+}
+
+/// A Unix socket holding `secrets`, whose other end is closed: what an
+/// executor reads its secrets from, to their end. A socket, not a pipe:
+/// `/proc/PID/fd/N` cannot open a socket, so a process of the executor's
+/// user cannot read the secrets through the executor's descriptor table.
+/// The descriptor is close-on-exec and numbered above the standard
+/// descriptors and the one it becomes in the executor, so that
+/// [`spawn_session`]'s `dup2` makes a copy the executor keeps.
+pub(crate) fn secrets_channel(secrets: &[u8]) -> io::Result<OwnedFd> {
+    use std::io::Write;
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    // A few hundred bytes: far below a socket's buffer.
+    ours.write_all(secrets)?;
+    drop(ours);
+    let high = nix::fcntl::fcntl(
+        &theirs,
+        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(agora_proto::env::SECRETS_FD_NUMBER + 1),
+    )?;
+    // SAFETY: `high` is a new open descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }
 
 fn check_errno(rc: libc::c_int) -> io::Result<()> {
@@ -458,6 +498,7 @@ mod tests {
             argv0: None,
             args: args.iter().map(|a| a.to_string()).collect(),
             env: vec![],
+            secrets: Vec::new(),
             sandbox: sandbox.to_path_buf(),
             fetch: Vec::new(),
             limits: None,

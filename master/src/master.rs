@@ -451,6 +451,7 @@ impl Master {
             } => self.message_to_scheduler(&aid, framework_id, executor_id, data),
             Call::Pong => self.pong(&aid),
             Call::Usage { containers } => self.container_usage(&aid, containers),
+            Call::Availability { unavailable } => self.agent_availability(now, &aid, unavailable),
         }
     }
 

@@ -61,8 +61,21 @@ impl Core {
             }
         };
         let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
-        spec.env
-            .extend(self.executor_env(&ekey, &info, &sandbox, &token));
+        let env = self.executor_env(&ekey, &info, &sandbox, &token);
+        // Secrets go to the executor through a descriptor it reads once,
+        // not its environment, which a process of its user can read
+        // (`/proc/PID/environ`) for as long as it runs. A Mesos v1
+        // executor gets its token where Mesos's executor API has it, in
+        // MESOS_EXECUTOR_AUTHENTICATION_TOKEN (with
+        // --authenticate-executors).
+        let (secrets, env): (Vec<_>, Vec<_>) = env.into_iter().partition(|(name, _)| {
+            agora_proto::env::SECRET_VARIABLES.contains(&name.as_str())
+                && name != agora_proto::env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN
+        });
+        spec.env.extend(env);
+        if !speaks_mesos_v1(&info) {
+            spec.secrets = secrets;
+        }
         spec.limits = self.container_limits(&ekey, &info, is_command);
         let limits_asked = spec.limits;
         spec.user = self.framework_user(&ekey.0);
@@ -307,12 +320,13 @@ impl Core {
             ),
             (env::MESOS_HTTP_COMMAND_EXECUTOR, "0".to_string()),
         ];
-        if config.authenticate_executors {
+        if config.authenticate_executors && speaks_mesos_v1(info) {
             mesos.push((env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN, token.to_string()));
         }
         // A TLS agent's executors reach it at wss://, trusting its CA and
         // presenting its certificate (as Mesos hands its executors the
-        // agent's LIBPROCESS_SSL_* files); the SDK keeps them from tasks.
+        // agent's LIBPROCESS_SSL_* files). The certificate and key paths
+        // are secrets (`launch_executor`).
         if config.tls.enabled() {
             let paths = [
                 (env::TLS_CA, &config.tls.ca),

@@ -194,6 +194,9 @@ pub(crate) struct Core {
     rng: rand::rngs::StdRng,
     /// Something changed since the last snapshot.
     dirty: bool,
+    /// Why the work directory is full, while it is: no task is launched
+    /// and the master offers none of the agent's resources.
+    disk_full: Option<String>,
 }
 
 // === impl Task ===
@@ -284,6 +287,7 @@ impl Core {
             wall,
             rng: rand::rngs::StdRng::seed_from_u64(seed),
             dirty: true,
+            disk_full: None,
         }
     }
 
@@ -354,6 +358,12 @@ impl Core {
                 self.task_container_ended(key, limitation)
             }
             Input::Timer(timer) => self.timer(timer),
+            Input::DiskFull { full } => {
+                self.disk_full = full.clone();
+                if self.master.as_ref().is_some_and(|m| m.registered) {
+                    self.send_master(agent_api::Call::Availability { unavailable: full });
+                }
+            }
             Input::Durable(
                 Durable::Update {
                     framework_id,

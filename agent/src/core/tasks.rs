@@ -162,6 +162,14 @@ impl Core {
                 ),
             });
         }
+        if let Some(full) = &self.disk_full {
+            // Mesos's REASON_CONTAINER_LAUNCH_FAILED on its v1 API.
+            return Err(Refusal {
+                state: TaskState::Failed,
+                reason: Reason::ReasonExecutorLaunchFailed,
+                message: format!("{full}; the agent launches no task until space is freed"),
+            });
+        }
         let invalid = |message: String| Refusal {
             state: TaskState::Error,
             reason: Reason::ReasonTaskInvalid,

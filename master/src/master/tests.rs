@@ -903,6 +903,27 @@ fn offer_timeout_rescinds() {
         .any(|e| matches!(e, Event::Rescind { offer_id } if *offer_id == offer.id)));
 }
 
+#[test]
+fn an_agent_that_cannot_take_tasks_is_not_offered_until_it_can() {
+    let mut h = H::new();
+    h.subscribe(S1, "fw");
+    let aid = h.register(A1, "cpus:1;mem:1024");
+    let offer = h.offer_from(S1, &aid);
+    let out = h.agent(
+        A1,
+        agent::Call::Availability {
+            unavailable: Some("its work directory is full".into()),
+        },
+    );
+    assert!(sched_events(&out, S1)
+        .iter()
+        .any(|e| matches!(e, Event::Rescind { offer_id } if *offer_id == offer.id)));
+    assert!(h.offers(S1).is_empty());
+    assert!(offers_in(&h.advance(Duration::from_secs(30)), S1).is_empty());
+    h.agent(A1, agent::Call::Availability { unavailable: None });
+    h.offer_from(S1, &aid);
+}
+
 // --- tasks ---
 
 #[test]
