@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agora_proto::{Attributes, Resources};
 
-use crate::isolation::{CgroupsConfig, Isolation};
+use agora_containerizer::{CgroupsConfig, Isolation};
 
 /// Memory held back from offers, like Mesos: `min(1 GiB, half of total)`.
 const MEM_RESERVE_MIB: u64 = 1024;

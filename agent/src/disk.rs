@@ -30,8 +30,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::Input;
-use crate::shell::CoreEvent;
+use crate::messages::{CoreEvent, Input};
 
 /// The reserve's file name under `WORK_DIR/meta`.
 pub(crate) const RESERVE_FILE: &str = "disk-reserve";

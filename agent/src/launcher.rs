@@ -57,7 +57,7 @@ pub struct LaunchSpec {
     pub fetch: Vec<agora_proto::FetchUri>,
     /// What the executor's container is limited to, under
     /// `--isolation cgroups` (`None`: no container).
-    pub limits: Option<crate::isolation::Limits>,
+    pub limits: Option<agora_containerizer::Limits>,
     /// The user the framework names (`FrameworkInfo.user`); the agent
     /// decides whom the executor runs as from it ([`crate::users`]).
     pub user: String,

@@ -576,7 +576,7 @@ fn a_kill_of_a_launch_lost_with_the_connection_ends_the_task_killed() {
 
 #[test]
 fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
-    use crate::isolation::{Isolation, Limitation, Limits};
+    use agora_containerizer::{Isolation, Limitation, Limits};
     let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
     let actions = h.run("t1");
     // The container holds the executor's resources and the task's.
@@ -640,7 +640,7 @@ fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
 
 #[test]
 fn a_command_task_in_a_container_of_its_own_ends_once_the_container_is_gone() {
-    use crate::isolation::{Isolation, Limitation, Limits};
+    use agora_containerizer::{Isolation, Limitation, Limits};
     let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
     let mut task = command_task_with_uri("t1");
     task.command.as_mut().expect("command").uris.clear();
@@ -1552,7 +1552,7 @@ mod recording {
 
 #[test]
 fn a_task_that_needs_no_more_than_its_executors_container_had_asks_for_nothing() {
-    use crate::isolation::{Isolation, Limits};
+    use agora_containerizer::{Isolation, Limits};
     let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
     h.run("t1");
     h.launched_ok("t1");

@@ -45,9 +45,8 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{AppState, ExecLink, Unwritten, WRITER_LINGER, WRITE_BATCH};
-use crate::core::{ExecKey, Input};
 use crate::identity::{Claims, TokenError};
-use crate::shell::CoreEvent;
+use crate::messages::{CoreEvent, ExecKey, Input};
 
 /// The largest call body accepted (larger ones get `413`).
 pub(crate) const MAX_CALL_BYTES: usize = agora_proto::MAX_FRAME_BYTES;
@@ -260,7 +259,7 @@ fn other_run(
 /// The `/state` view published after this point (the periodic one may
 /// predate a launch).
 #[allow(clippy::result_large_err)] // the refusal is the handler's answer
-async fn fresh_snapshot(app: &AppState) -> Result<crate::shell::Snapshot, Response> {
+async fn fresh_snapshot(app: &AppState) -> Result<crate::messages::Snapshot, Response> {
     let (done, published) = oneshot::channel();
     if app.core.send(CoreEvent::Publish(done)).await.is_err() || published.await.is_err() {
         return Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping"));
