@@ -243,11 +243,13 @@ pub async fn run(
 
     let cancel = CancellationToken::new();
     let monitor = isolation::monitor::Monitor::new(cgroups.clone());
+    let net = Arc::new(agora_net::NetStats::default());
     let app = http::router(
         shared.clone(),
         core_tx.clone(),
         snapshot.clone(),
         monitor.clone(),
+        net.clone(),
     );
     let server = tokio::spawn(agora_net::serve(
         listener,
@@ -255,6 +257,8 @@ pub async fn run(
         cancel.clone(),
         agora_net::ServeOptions {
             tls: server_tls,
+            limits: shared.config.limits.clone(),
+            stats: net,
             ..agora_net::ServeOptions::default()
         },
     ));
