@@ -100,10 +100,10 @@ pub struct Config {
     /// Frames queued towards one connection before the master gives up on
     /// a peer that does not read and disconnects it (default 10 000).
     pub connection_queue_capacity: usize,
-    /// Connections open at once from one peer address (default
-    /// [`DEFAULT_MAX_CONNECTIONS_PER_PEER`]); past it a new one is closed
-    /// at once. Every agent, scheduler, operator and v1 call connection
-    /// counts, so a host running many of them (or a NAT) needs room.
+    /// Connections not yet established (authenticated, subscribed,
+    /// registered) open at once from one peer address (default
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_PEER`]); past it a new one closes the
+    /// oldest of them. Established connections do not count.
     pub max_connections_per_peer: usize,
     /// Calls queued from all connections towards the state task (default 8192).
     pub event_queue_capacity: usize,

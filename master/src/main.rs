@@ -83,8 +83,9 @@ struct Flags {
     /// refused.
     #[arg(long, default_value = agora_master::DEFAULT_MAX_AGENT_RESOURCES, value_parser = parse_resources)]
     max_agent_resources: agora_proto::Resources,
-    /// Connections open at once from one peer address; past it a new one
-    /// is closed at once.
+    /// Connections not yet authenticated, subscribed or registered open
+    /// at once from one peer address; past it a new one closes the
+    /// oldest of them.
     #[arg(long, default_value_t = agora_master::DEFAULT_MAX_CONNECTIONS_PER_PEER)]
     max_connections_per_peer: usize,
     /// Smallest cpus worth offering.

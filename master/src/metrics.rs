@@ -74,6 +74,9 @@ pub(crate) struct Metrics {
     /// reader left more than `--operator-stream-backlog` bytes unread.
     pub(crate) streams_cut_operator: Counter,
     pub(crate) agents_removed: Counter,
+    /// Disconnected frameworks removed to keep within
+    /// `--max-disconnected-frameworks` (or its bytes).
+    pub(crate) frameworks_removed_disconnected_cap: Counter,
     /// Times the registry log was cut at an unreadable record on start.
     pub(crate) registry_truncations: Counter,
     /// Bytes cut off the registry log.
@@ -380,6 +383,12 @@ impl Metrics {
                 ("stream=\"scheduler_v1\"", self.streams_cut_scheduler_v1.get()),
                 ("stream=\"operator\"", self.streams_cut_operator.get()),
             ],
+        );
+        counter(
+            &mut out,
+            "agora_master_disconnected_frameworks_removed_total",
+            "Disconnected frameworks removed before their failover timeout to keep within --max-disconnected-frameworks and --max-disconnected-framework-bytes (the one disconnected longest first)",
+            &[("", self.frameworks_removed_disconnected_cap.get())],
         );
         counter(
             &mut out,
