@@ -1266,7 +1266,7 @@ fn disconnected_frameworks_are_bounded_and_the_longest_disconnected_goes_first()
     let mut fids = Vec::new();
     for i in 0..5u64 {
         let conn = 1000 + i;
-        let mut info = FrameworkInfo::new(&format!("fw{i}"));
+        let mut info = FrameworkInfo::new(format!("fw{i}"));
         info.failover_timeout = 1e9;
         let out = h.subscribe_info(conn, info, false);
         let fid = match &sched_events(&out, conn)[0] {
@@ -1323,7 +1323,7 @@ fn disconnected_frameworks_are_bounded_in_bytes_too() {
     let mut fids = Vec::new();
     for i in 0..4u64 {
         let conn = 1000 + i;
-        let mut info = FrameworkInfo::new(&format!("fw{i}-{}", "x".repeat(20_000)));
+        let mut info = FrameworkInfo::new(format!("fw{i}-{}", "x".repeat(20_000)));
         info.failover_timeout = 1e9;
         let out = h.subscribe_info(conn, info, false);
         let fid = match &sched_events(&out, conn)[0] {
