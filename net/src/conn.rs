@@ -18,8 +18,8 @@
 //! per-address cap, and only they are closed to make room: when an
 //! address is at its cap, or the process at its global cap, a new
 //! connection closes the oldest one not established (of that address, or
-//! of all), so a flood of idle connections never locks out a peer that
-//! authenticates.
+//! of all; one with no request in progress first), so a flood of idle
+//! connections never locks out a peer that authenticates.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
@@ -39,6 +39,12 @@ use crate::stats::NetStats;
 
 /// Bytes a connection may hold written and not yet sent to its socket.
 const WRITE_BUFFER: usize = 64 * 1024;
+/// Connections closed to make room that may still hold their
+/// descriptors, beyond the global cap.
+pub(crate) const EVICTING: usize = 8;
+/// Connections looked at, oldest first, for one with no request in
+/// progress to close for room.
+const VICTIM_SCAN: usize = 64;
 /// A write at least this large goes straight to the socket when nothing
 /// is buffered (no copy).
 const DIRECT_WRITE: usize = 16 * 1024;
@@ -547,20 +553,25 @@ impl Table {
         let mut state = lock(&self.state);
         let from_peer = state.by_peer.get(&peer).map_or(0, BTreeSet::len);
         if from_peer >= self.per_peer {
-            if let Some(oldest) = state.by_peer.get(&peer).and_then(|s| s.first().copied()) {
-                state.evict(oldest, CloseReason::PeerCap);
+            let victim = state
+                .by_peer
+                .get(&peer)
+                .and_then(|ids| state.victim(ids.iter().copied()));
+            if let Some(victim) = victim {
+                state.evict(victim, CloseReason::PeerCap);
                 self.stats.closed_peer_cap.fetch_add(1, Ordering::Relaxed);
             }
         }
         // Connections closed to make room hold their descriptor until
-        // their task drops them; past an eighth (at least 8) over the cap,
-        // refuse.
-        let hard = self.global + (self.global / 8).max(8);
+        // their task drops them: while more than a few wait for that
+        // (a flood), refuse, so the descriptors in use stay below the cap
+        // plus that few (within the headroom below the file limit).
+        let hard = self.global + EVICTING;
         if state.open >= self.global {
-            let oldest = state.pending.first_key_value().map(|(id, _)| *id);
-            match oldest {
-                Some(oldest) if state.open < hard => {
-                    state.evict(oldest, CloseReason::GlobalCap);
+            let victim = state.victim(state.pending.keys().copied());
+            match victim {
+                Some(victim) if state.open < hard => {
+                    state.evict(victim, CloseReason::GlobalCap);
                     self.stats.closed_global_cap.fetch_add(1, Ordering::Relaxed);
                 }
                 _ => {
@@ -618,6 +629,22 @@ impl TableState {
             }
         }
         known
+    }
+
+    /// Which of `ids` (connections not established, oldest first) to
+    /// close for room: the oldest with no request in progress among the
+    /// first few, else the oldest.
+    fn victim(&self, mut ids: impl Iterator<Item = u64>) -> Option<u64> {
+        let oldest = ids.next()?;
+        let idle = |id: &u64| {
+            self.pending
+                .get(id)
+                .is_some_and(|l| l.in_flight.load(Ordering::Acquire) == 0)
+        };
+        if idle(&oldest) {
+            return Some(oldest);
+        }
+        Some(ids.take(VICTIM_SCAN).find(idle).unwrap_or(oldest))
     }
 
     fn evict(&mut self, id: u64, reason: CloseReason) {
@@ -678,6 +705,17 @@ mod tests {
         let state = lock(&table.state);
         assert_eq!(state.open, 0);
         assert!(state.pending.is_empty() && state.by_peer.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_connection_with_a_request_in_progress_is_closed_for_room_last() {
+        let table = Table::new(2, 100, Arc::default());
+        let busy = table.admit(ip(1)).unwrap();
+        busy.1.request_began();
+        let idle = table.admit(ip(1)).unwrap();
+        let _new = table.admit(ip(1)).unwrap();
+        assert_eq!(idle.1.close_reason(), CloseReason::PeerCap);
+        assert!(!busy.1.is_closed());
     }
 
     #[tokio::test]

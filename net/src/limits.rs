@@ -13,8 +13,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`Limits::body_min_rate`]: 1 MiB/s.
 pub const DEFAULT_BODY_MIN_RATE: u64 = 1024 * 1024;
-/// Default [`Limits::body_memory`]: 64 MiB.
-pub const DEFAULT_BODY_MEMORY: usize = 64 * 1024 * 1024;
+/// Default [`Limits::body_memory`]: 48 MiB (two bodies of the largest
+/// size at once, beside the small ones).
+pub const DEFAULT_BODY_MEMORY: usize = 48 * 1024 * 1024;
 
 /// Bounds on what peers may hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +37,7 @@ pub struct Limits {
     /// The slowest a request body may arrive, in bytes per second, on
     /// average (default 1 MiB/s).
     pub body_min_rate: u64,
-    /// Bytes of request bodies held at once, from everyone (default 64
+    /// Bytes of request bodies held at once, from everyone (default 48
     /// MiB): a body waits for room (within its deadline) before it is
     /// read. A quarter is kept for bodies of at most 64 KiB, so large
     /// uploads cannot hold up small calls.
@@ -75,6 +76,11 @@ pub struct LimitFlags {
     pub max_http_body_memory: usize,
 }
 
+/// Open files kept at least for everything but connections: the
+/// process's own files, and connections closed to make room that do not
+/// hold their descriptors for long.
+pub const RESERVED_FILES: u64 = 64;
+
 /// The process's open file limit (soft), if it can be read.
 pub fn open_file_limit() -> Option<u64> {
     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
@@ -88,7 +94,9 @@ pub fn open_file_limit() -> Option<u64> {
 /// others close to make room.
 pub fn default_max_connections(nofile: Option<u64>) -> usize {
     let nofile = nofile.unwrap_or(1024).min(usize::MAX as u64 / 2) as usize;
-    nofile.saturating_sub((nofile / 10).max(64)).max(16)
+    nofile
+        .saturating_sub((nofile / 10).max(RESERVED_FILES as usize))
+        .max(16)
 }
 
 // === impl Limits ===
@@ -129,9 +137,9 @@ impl Limits {
             ));
         }
         if let Some(nofile) = open_file_limit() {
-            if self.max_connections as u64 >= nofile {
+            if self.max_connections as u64 + RESERVED_FILES > nofile {
                 return Err(format!(
-                    "max_connections ({}) must be below the open file limit ({nofile})",
+                    "max_connections ({}) must be at least {RESERVED_FILES} below the open file limit ({nofile})",
                     self.max_connections
                 ));
             }

@@ -8,7 +8,8 @@
 //! A reader gets SUBSCRIBED (the whole state as its view shows it) and a
 //! HEARTBEAT, then the events of every later snapshot, and a HEARTBEAT
 //! every 15 s. What waits for one reader is bounded: when more than
-//! `--operator-stream-backlog` bytes are queued for it (it stopped
+//! `--operator-stream-backlog` bytes are queued for it, or it took
+//! nothing for a whole heartbeat interval while events waited (it stopped
 //! reading), its stream is cut off, its connection closed, the reason
 //! logged and `agora_master_streams_cut_total{stream="operator"}`
 //! counted. A feed with no readers left ends.
@@ -47,6 +48,9 @@ struct Reader {
     queue: mpsc::UnboundedSender<Bytes>,
     /// Bytes queued and not yet taken by the response body.
     queued: Arc<AtomicUsize>,
+    /// Chunks the response body took, and how many at the last heartbeat.
+    taken: Arc<AtomicUsize>,
+    taken_at_heartbeat: usize,
     connection: Option<agora_net::Connection>,
 }
 
@@ -76,10 +80,13 @@ pub(crate) fn subscribe(
         .then_some(principal);
     let (queue, mut rx) = mpsc::unbounded_channel::<Bytes>();
     let queued = Arc::new(AtomicUsize::new(0));
+    let taken = Arc::new(AtomicUsize::new(0));
     let mut reader = Reader {
         codec,
         queue,
         queued: queued.clone(),
+        taken: taken.clone(),
+        taken_at_heartbeat: 0,
         connection,
     };
     {
@@ -113,6 +120,7 @@ pub(crate) fn subscribe(
                 if !std::mem::take(&mut first) {
                     queued.fetch_sub(chunk.len(), Ordering::AcqRel);
                 }
+                taken.fetch_add(1, Ordering::AcqRel);
                 Ok::<_, Infallible>(chunk)
             })
         })
@@ -174,7 +182,10 @@ impl Feed {
                     self.seen.update(&self.viewed, &mut |e| events.push(e));
                     self.push(&events);
                 }
-                _ = heartbeat.tick() => self.push(&[event_of(event::Type::Heartbeat, |_| {})]),
+                _ = heartbeat.tick() => {
+                    self.cut_stalled();
+                    self.push(&[event_of(event::Type::Heartbeat, |_| {})]);
+                }
             }
             if self.readers.is_empty() && self.end_if_idle(&mut adds) {
                 return;
@@ -224,13 +235,32 @@ impl Feed {
                 metrics.streams_cut_operator.inc();
                 let peer = reader.connection.as_ref().map(|c| c.peer());
                 tracing::warn!(?peer, backlog, limit, "operator event stream cut off: its reader left more than --operator-stream-backlog bytes unread; connection closed");
-                if let Some(connection) = &reader.connection {
-                    connection.close();
-                }
+                reader.cut();
                 return false;
             }
             reader.queued.fetch_add(chunk.len(), Ordering::AcqRel);
             reader.queue.send(chunk).is_ok()
+        });
+    }
+
+    /// Cuts off the readers that took nothing in a whole heartbeat
+    /// interval while events waited for them: they stopped reading (a
+    /// quiet cluster would take long to fill a backlog, while the reader
+    /// holds the whole state it was sent).
+    fn cut_stalled(&mut self) {
+        let metrics = self.app.metrics.clone();
+        self.readers.retain_mut(|reader| {
+            let taken = reader.taken.load(Ordering::Acquire);
+            let waiting = reader.queued.load(Ordering::Acquire);
+            if waiting > 0 && taken == reader.taken_at_heartbeat {
+                metrics.streams_cut_operator.inc();
+                let peer = reader.connection.as_ref().map(|c| c.peer());
+                tracing::warn!(?peer, waiting, interval = ?HEARTBEAT, "operator event stream cut off: its reader took nothing for a heartbeat interval; connection closed");
+                reader.cut();
+                return false;
+            }
+            reader.taken_at_heartbeat = taken;
+            true
         });
     }
 
@@ -243,6 +273,18 @@ impl Feed {
         }
         live.remove(&self.key);
         true
+    }
+}
+
+// === impl Reader ===
+
+impl Reader {
+    /// Ends the stream and closes its connection (hyper may not be
+    /// polling the stream to see it end: its socket is full).
+    fn cut(&self) {
+        if let Some(connection) = &self.connection {
+            connection.close();
+        }
     }
 }
 
