@@ -23,6 +23,10 @@ use tokio::time::Instant;
 use crate::limits::Limits;
 use crate::stats::NetStats;
 
+/// How long a refused body is read and dropped before its connection
+/// closes.
+const LINGER: Duration = Duration::from_secs(2);
+
 /// Bodies of at most this many bytes draw on the reserve for small ones.
 pub const SMALL_BODY: usize = 64 * 1024;
 
@@ -99,6 +103,7 @@ impl Bodies {
         if let Some(declared) = declared {
             if declared > max as u64 {
                 self.stats.bodies_too_large.fetch_add(1, Ordering::Relaxed);
+                linger(body);
                 return Err(BodyError::TooLarge { limit: max });
             }
             if declared == 0 {
@@ -142,6 +147,7 @@ impl Bodies {
             let len = data.len() + chunk.len();
             if len > max {
                 self.stats.bodies_too_large.fetch_add(1, Ordering::Relaxed);
+                linger(body);
                 return Err(BodyError::TooLarge { limit: max });
             }
             if len > held.bytes {
@@ -177,6 +183,19 @@ impl Bodies {
             .fetch_add(bytes as u64, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// Reads and drops what a refused body still sends, for a short while
+/// (holding nothing), so the refusal reaches a client still writing
+/// rather than being lost to the reset a close with unread data causes.
+fn linger(mut body: Body) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+        let _ = tokio::time::timeout(LINGER, drain).await;
+    });
 }
 
 impl Drop for Held<'_> {
