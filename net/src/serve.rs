@@ -62,6 +62,9 @@ use crate::tls::ServerTls;
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// How long what a finished connection left buffered may take to go out.
 const LINGER: Duration = Duration::from_secs(1);
+/// Bytes hyper buffers per connection (HTTP/1) or stream (HTTP/2) each
+/// way.
+const HYPER_BUFFER: usize = 64 * 1024;
 /// HTTP/2 pings on a connection with streams open, to find dead peers.
 const H2_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
@@ -129,8 +132,14 @@ pub async fn serve(
         options.stats.clone(),
     );
     let mut builder = Builder::new(TokioExecutor::new());
+    // What hyper holds per connection: a request's headers (and
+    // pipelined requests) read, and an answer's body taken ahead of the
+    // socket, within HYPER_BUFFER (its default is 400 KiB each way; per
+    // HTTP/2 stream for answers).
+    builder.http1().max_buf_size(HYPER_BUFFER);
     builder
         .http2()
+        .max_send_buf_size(HYPER_BUFFER)
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(H2_KEEP_ALIVE))
         .keep_alive_timeout(options.limits.idle_timeout.min(H2_KEEP_ALIVE));
