@@ -76,6 +76,11 @@ pub struct Config {
     /// TLS: the agent's listener (executors, HTTP) with `cert`/`key`;
     /// its connection to the master with `ca` (presenting `cert`).
     pub tls: agora_net::TlsOptions,
+    /// What peers may hold of the agent's port: connections in all, how
+    /// long a request's headers, an idle connection and a request body
+    /// may take, and the memory of request bodies being read (the same
+    /// flags as the master's).
+    pub limits: agora_net::Limits,
     /// Web origins (`http://HOST:PORT`) whose pages may read this agent's
     /// HTTP answers (the master's web UI reads sandboxes and usage):
     /// answers to a request from one of them carry it in
@@ -177,6 +182,7 @@ impl Config {
             executor_secret_key: None,
             authenticate_executors: false,
             tls: agora_net::TlsOptions::default(),
+            limits: agora_net::Limits::default(),
             credentials: None,
             authenticate_http: false,
             executor_subscribe_timeout: Duration::from_secs(15),

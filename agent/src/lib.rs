@@ -208,11 +208,13 @@ pub async fn run(
     shell.flush();
 
     let cancel = CancellationToken::new();
+    let net = Arc::new(agora_net::NetStats::default());
     let app = http::router(
         shared.clone(),
         core_tx.clone(),
         snapshot.clone(),
         monitor.clone(),
+        net.clone(),
     );
     let server = tokio::spawn(agora_net::serve(
         listener,
@@ -220,6 +222,8 @@ pub async fn run(
         cancel.clone(),
         agora_net::ServeOptions {
             tls: server_tls,
+            limits: shared.config.limits.clone(),
+            stats: net,
             ..agora_net::ServeOptions::default()
         },
     ));

@@ -59,6 +59,8 @@ struct Flags {
     allowed_origins: Option<Vec<String>>,
     #[command(flatten)]
     tls: agora_net::TlsFlags,
+    #[command(flatten)]
+    limits: agora_net::LimitFlags,
     /// Address to serve executors and HTTP on.
     #[arg(long, default_value = "127.0.0.1:5051")]
     listen: SocketAddr,
@@ -237,6 +239,11 @@ fn main() -> ExitCode {
     }
     config.executor_secret_key = flags.executor_secret_key;
     config.tls = flags.tls.options();
+    config.limits = flags.limits.limits();
+    if let Err(e) = config.limits.validate(agora_proto::MAX_FRAME_BYTES) {
+        eprintln!("error: invalid flags: {e}");
+        return ExitCode::from(2);
+    }
     config.authenticate_http = flags.authenticate_http;
     if let Some(path) = &flags.credentials {
         match agora_proto::Credentials::load(path) {

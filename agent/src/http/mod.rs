@@ -53,6 +53,10 @@ struct AppState {
     v1_subscriptions: Arc<dashmap::DashMap<ExecKey, mesos_v1::V1Subscription>>,
     /// Container statistics (`--isolation cgroups`).
     monitor: Monitor,
+    /// Request bodies' memory budget and deadlines.
+    bodies: Arc<agora_net::Bodies>,
+    /// The accept loop's counters, for `/metrics`.
+    net: Arc<agora_net::NetStats>,
 }
 
 /// What `/files` served and refused, for `/metrics`.
@@ -81,8 +85,11 @@ pub(crate) fn router(
     core: mpsc::Sender<CoreEvent>,
     snapshots: watch::Receiver<Snapshot>,
     monitor: Monitor,
+    net: Arc<agora_net::NetStats>,
 ) -> Router {
     let app_state = AppState {
+        bodies: agora_net::Bodies::new(&shared.config.limits, net.clone()),
+        net,
         shared: shared.clone(),
         core,
         snapshots,
@@ -92,12 +99,7 @@ pub(crate) fn router(
     };
     Router::new()
         .route("/api/executor", get(executor_ws))
-        .route(
-            "/api/v1/executor",
-            axum::routing::any(mesos_v1::executor).layer(axum::extract::DefaultBodyLimit::max(
-                mesos_v1::MAX_CALL_BYTES,
-            )),
-        )
+        .route("/api/v1/executor", axum::routing::any(mesos_v1::executor))
         .route("/health", get(|| async { "ok" }))
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
@@ -224,6 +226,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     };
     let mut body = render_metrics(&state, &app.counters, &app.shared.counters);
+    app.net.render("agora_agent", &mut body);
     if app.monitor.enabled() {
         let monitor = app.monitor.clone();
         let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
@@ -503,10 +506,15 @@ async fn state(State(app): State<AppState>) -> Response {
     }
 }
 
-async fn executor_ws(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
+async fn executor_ws(
+    ws: WebSocketUpgrade,
+    State(app): State<AppState>,
+    connection: Option<axum::Extension<agora_net::Connection>>,
+) -> Response {
+    let connection = connection.map(|axum::Extension(c)| c);
     ws.max_message_size(agora_proto::MAX_FRAME_BYTES)
         .max_frame_size(agora_proto::MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| serve_executor(socket, app))
+        .on_upgrade(move |socket| serve_executor(socket, app, connection))
 }
 
 fn is_too_large(e: &axum::Error) -> bool {
@@ -520,7 +528,7 @@ fn is_too_large(e: &axum::Error) -> bool {
 /// so waiting on the core never stops acknowledgements going out. While
 /// more than `--executor-outbox` events wait to be written, no further
 /// frame is read: an executor that does not read is slowed, not buffered.
-async fn serve_executor(ws: WebSocket, app: AppState) {
+async fn serve_executor(ws: WebSocket, app: AppState, connection: Option<agora_net::Connection>) {
     let conn = app.shared.next_conn_id();
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (close_tx, close_rx) = watch::channel(None);
@@ -628,6 +636,14 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
                     break;
                 }
                 subscribed = true;
+                // An executor of this agent's (its token is this agent's):
+                // no longer counted among connections that may be closed
+                // for room.
+                if let Some(connection) = &connection {
+                    if app.shared.identity.verify(&token).is_ok() {
+                        connection.establish();
+                    }
+                }
                 CoreEvent::ExecutorSubscribe {
                     conn,
                     link: link.clone(),
