@@ -231,6 +231,7 @@ fn commit(wal: &mut Wal, batch: Vec<Request>, stats: &Mutex<WalStats>) {
             };
             if let Err(e) = r {
                 tracing::error!(error = %e, "checkpoint write failed");
+                crate::disk::saw(&e);
                 results[index].1 = Err(e);
                 break;
             }
@@ -256,6 +257,7 @@ fn commit(wal: &mut Wal, batch: Vec<Request>, stats: &Mutex<WalStats>) {
     }
     if let Err(e) = synced {
         tracing::error!(error = %e, "status update log write failed");
+        crate::disk::saw(&e);
         wal_error.get_or_insert_with(|| e.to_string());
     }
     *stats.lock().unwrap_or_else(PoisonError::into_inner) = wal.stats();
@@ -281,6 +283,7 @@ fn replace_files(
     let fail =
         |results: &mut [(Option<Done>, io::Result<()>, bool)], index: usize, e: io::Error| {
             tracing::error!(error = %e, "checkpoint write failed");
+            crate::disk::saw(&e);
             if results[index].1.is_ok() {
                 results[index].1 = Err(e);
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agora_proto::{Attributes, Resources};
 
-use crate::isolation::{CgroupsConfig, Isolation};
+use agora_containerizer::{CgroupsConfig, Isolation};
 
 /// Memory held back from offers, like Mesos: `min(1 GiB, half of total)`.
 const MEM_RESERVE_MIB: u64 = 1024;
@@ -76,6 +76,11 @@ pub struct Config {
     /// TLS: the agent's listener (executors, HTTP) with `cert`/`key`;
     /// its connection to the master with `ca` (presenting `cert`).
     pub tls: agora_net::TlsOptions,
+    /// What peers may hold of the agent's port: connections in all, how
+    /// long a request's headers, an idle connection and a request body
+    /// may take, and the memory of request bodies being read (the same
+    /// flags as the master's).
+    pub limits: agora_net::Limits,
     /// Web origins (`http://HOST:PORT`) whose pages may read this agent's
     /// HTTP answers (the master's web UI reads sandboxes and usage):
     /// answers to a request from one of them carry it in
@@ -149,6 +154,17 @@ pub struct Config {
     /// Whom executors run as (`--switch-user`, `--allow-root-tasks`):
     /// by default the framework's user, never root.
     pub users: crate::users::UserPolicy,
+    /// How often the work directory's free space is checked
+    /// (`--disk-check-interval`), besides at once after a write failed
+    /// for lack of space (see [`crate::disk`]).
+    pub disk_check_interval: Duration,
+    /// Below this many free bytes the work directory is full: the agent
+    /// takes no new task and is not offered (`--disk-min-free`).
+    pub disk_min_free: u64,
+    /// Bytes kept allocated in `meta/disk-reserve` and released when the
+    /// work directory fills, for the status update log and checkpoints
+    /// (`--disk-reserve`; 0: none).
+    pub disk_reserve: u64,
 }
 
 // === impl Config ===
@@ -166,6 +182,7 @@ impl Config {
             executor_secret_key: None,
             authenticate_executors: false,
             tls: agora_net::TlsOptions::default(),
+            limits: agora_net::Limits::default(),
             credentials: None,
             authenticate_http: false,
             executor_subscribe_timeout: Duration::from_secs(15),
@@ -196,6 +213,9 @@ impl Config {
             isolation: Isolation::Posix,
             cgroups: CgroupsConfig::default(),
             users: crate::users::UserPolicy::default(),
+            disk_check_interval: crate::disk::DEFAULT_CHECK_INTERVAL,
+            disk_min_free: crate::disk::DEFAULT_MIN_FREE,
+            disk_reserve: crate::disk::DEFAULT_RESERVE,
         }
     }
 }

@@ -8,15 +8,22 @@
 //! 1. the ids must pass [`agora_proto::validate_id`] and the path may only
 //!    have plain components: no `..`, `.`, empty components, absolute paths
 //!    or NUL bytes (refused with [`FileError::Forbidden`], HTTP 403);
-//! 2. the sandbox and the target are canonicalized (every symlink
-//!    resolved) and the target must still lie inside the canonical sandbox,
-//!    so a symlink an executor plants that points outside is refused (403);
+//! 2. the sandbox is canonicalized and the path resolved under it one
+//!    component at a time, each symlink followed by hand: a step that
+//!    would look at anything outside the sandbox (other than the
+//!    sandbox's own ancestors, on the way back into it) is refused
+//!    before the file system is asked about it, so a symlink an executor
+//!    plants answers `403` whether what it points to outside exists or
+//!    not (the answer never tells one from the other);
 //! 3. the file is opened without following a final symlink and without
-//!    blocking (a FIFO cannot hang the reader), must be a regular file, and
-//!    on Linux its open descriptor's real path is checked again, so a
-//!    component swapped for a symlink between check and open is refused.
+//!    blocking (a FIFO cannot hang the reader), must be a regular file
+//!    with no other hard link (a link to a file outside the sandbox
+//!    would be that file: refused, 403), and on Linux its open
+//!    descriptor's real path is checked again, so a component swapped
+//!    for a symlink between check and open is refused.
 //!
-//! Missing sandboxes and files are [`FileError::NotFound`] (404).
+//! Missing sandboxes, and missing files inside them, are
+//! [`FileError::NotFound`] (404).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -130,12 +137,7 @@ pub fn open(
         None => latest_run(&runs)?,
     };
     let root = canonical(&runs.join(&run_id), "sandbox")?;
-    let target = canonical(&root.join(&relative), path)?;
-    if !target.starts_with(&root) {
-        return Err(FileError::Forbidden(format!(
-            "{path} leads outside the sandbox"
-        )));
-    }
+    let target = resolve(&root, &relative, path)?;
     let meta = std::fs::metadata(&target)?;
     if meta.is_dir() {
         return Ok(Target::Dir(list(&target, path, run_id)?));
@@ -153,9 +155,18 @@ pub fn open(
             std::io::ErrorKind::NotFound => FileError::NotFound(path.to_string()),
             _ => FileError::Forbidden(format!("{path} cannot be opened: {e}")),
         })?;
-    if !file.metadata()?.is_file() {
+    let opened = file.metadata()?;
+    if !opened.is_file() {
         return Err(FileError::Forbidden(format!(
             "{path} is not a regular file"
+        )));
+    }
+    if std::os::unix::fs::MetadataExt::nlink(&opened) > 1 {
+        // Another name of the file may be outside the sandbox (a task can
+        // link what its user may read): which one came first cannot be
+        // told, so none is served.
+        return Err(FileError::Forbidden(format!(
+            "{path} has other hard links; only files with one link are served"
         )));
     }
     if let Some(real) = opened_path(&file) {
@@ -230,6 +241,77 @@ fn relative_path(path: &str) -> Result<PathBuf, FileError> {
         }
     }
     Ok(out)
+}
+
+/// Most symlinks followed in resolving one path (the kernel's own limit).
+const MAX_SYMLINKS: usize = 40;
+
+/// Resolves `relative` under the canonical sandbox `root`, following
+/// symlinks by hand: the real path of what it names, inside `root`.
+/// `Forbidden` as soon as a step would leave the sandbox for anything but
+/// one of its ancestors (whose existence says nothing), before the file
+/// system is asked whether it exists; `NotFound` for a missing component
+/// inside the sandbox.
+fn resolve(root: &Path, relative: &Path, path: &str) -> Result<PathBuf, FileError> {
+    let outside = || FileError::Forbidden(format!("{path} leads outside the sandbox"));
+    let mut pending: Vec<std::ffi::OsString> = relative
+        .components()
+        .rev()
+        .map(|c| c.as_os_str().to_os_string())
+        .collect();
+    let mut current = root.to_path_buf();
+    let mut links = 0;
+    while let Some(part) = pending.pop() {
+        match Path::new(&part).components().next() {
+            None | Some(Component::CurDir) => continue,
+            Some(Component::RootDir) => {
+                current = PathBuf::from("/");
+                continue;
+            }
+            Some(Component::ParentDir) => {
+                // `current` has no symlink in it: its parent is lexical.
+                current.pop();
+                continue;
+            }
+            Some(Component::Prefix(_) | Component::Normal(_)) => {}
+        }
+        let next = current.join(&part);
+        // An ancestor of the sandbox is a real directory that exists
+        // (the sandbox does): only a step inside is looked at.
+        if root.starts_with(&next) {
+            current = next;
+            continue;
+        }
+        if !next.starts_with(root) {
+            return Err(outside());
+        }
+        let meta = std::fs::symlink_metadata(&next).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => FileError::NotFound(path.to_string()),
+            _ => FileError::Forbidden(format!("{path}: {e}")),
+        })?;
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > MAX_SYMLINKS {
+                return Err(FileError::Forbidden(format!(
+                    "{path}: too many symbolic links"
+                )));
+            }
+            let target = std::fs::read_link(&next)?;
+            pending.extend(
+                target
+                    .components()
+                    .rev()
+                    .map(|c| c.as_os_str().to_os_string()),
+            );
+            continue;
+        }
+        current = next;
+    }
+    if current.starts_with(root) {
+        Ok(current)
+    } else {
+        Err(outside())
+    }
 }
 
 fn canonical(path: &Path, what: &str) -> Result<PathBuf, FileError> {
@@ -316,6 +398,73 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// A work dir with one sandbox (`fw`/`ex`, run `r1`) holding `stdout`;
+    /// the work dir and the sandbox.
+    fn sandbox() -> (tempfile::TempDir, PathBuf) {
+        let work = tempfile::tempdir().unwrap();
+        let sandbox = crate::paths::sandbox_dir(work.path(), "fw", "ex", "r1").unwrap();
+        std::fs::create_dir_all(sandbox.join("sub")).unwrap();
+        std::fs::write(sandbox.join("stdout"), "hello").unwrap();
+        (work, sandbox)
+    }
+
+    fn status(work: &Path, path: &str) -> u16 {
+        match open(work, "fw", "ex", Some("r1"), path) {
+            Ok(_) => 200,
+            Err(FileError::Forbidden(_)) => 403,
+            Err(FileError::NotFound(_)) => 404,
+            Err(FileError::Io(e)) => panic!("{path}: {e}"),
+        }
+    }
+
+    #[test]
+    fn symlinks_out_of_the_sandbox_answer_alike_whether_their_target_exists() {
+        let (work, sandbox) = sandbox();
+        let outside = work.path().join("outside.txt");
+        std::fs::write(&outside, "secret").unwrap();
+        let link = |name: &str, target: &Path| {
+            std::os::unix::fs::symlink(target, sandbox.join(name)).unwrap()
+        };
+        link("to-existing", &outside);
+        link("to-missing", &work.path().join("missing.txt"));
+        link("to-existing-dir", Path::new("/etc"));
+        link("to-missing-dir", Path::new("/agora-no-such-dir/x"));
+        link("up-existing", Path::new("../../../../../../outside.txt"));
+        link("up-missing", Path::new("../../../../../../missing.txt"));
+        link("up-and-back", Path::new("../r1/stdout"));
+        link("absolute-inside", &sandbox.join("stdout"));
+        link("inside", Path::new("sub/../stdout"));
+        link("loop", Path::new("loop"));
+        for path in [
+            "to-existing",
+            "to-missing",
+            "to-existing-dir/passwd",
+            "to-missing-dir/passwd",
+            "up-existing",
+            "up-missing",
+            "loop",
+        ] {
+            assert_eq!(status(work.path(), path), 403, "{path}");
+        }
+        for path in ["stdout", "up-and-back", "absolute-inside", "inside", "sub"] {
+            assert_eq!(status(work.path(), path), 200, "{path}");
+        }
+        assert_eq!(status(work.path(), "sub/missing"), 404);
+        assert_eq!(status(work.path(), "missing"), 404);
+    }
+
+    #[test]
+    fn a_hard_link_is_not_served() {
+        let (work, sandbox) = sandbox();
+        let outside = work.path().join("outside.txt");
+        std::fs::write(&outside, "secret").unwrap();
+        std::fs::hard_link(&outside, sandbox.join("linked")).unwrap();
+        assert_eq!(status(work.path(), "linked"), 403);
+        // Once it is the file's only name, it is.
+        std::fs::remove_file(&outside).unwrap();
+        assert_eq!(status(work.path(), "linked"), 200);
     }
 
     #[test]

@@ -41,8 +41,15 @@ pub struct LaunchSpec {
     pub argv0: Option<String>,
     /// Arguments after `argv[0]`.
     pub args: Vec<String>,
-    /// Variables added to the agent's own environment.
+    /// Variables added to the agent's own environment (less
+    /// [`agora_proto::env::SECRET_VARIABLES`], which the agent's own
+    /// environment never passes on).
     pub env: Vec<(String, String)>,
+    /// Secrets (`NAME=VALUE` as if in the environment) the executor reads
+    /// from descriptor [`agora_proto::env::SECRETS_FD_NUMBER`], named by
+    /// [`agora_proto::env::SECRETS_FD`] in its environment; none when
+    /// empty.
+    pub secrets: Vec<(String, String)>,
     /// Working directory; `stdout` and `stderr` are created in it.
     pub sandbox: PathBuf,
     /// URIs fetched into the sandbox before the process starts (see
@@ -50,7 +57,7 @@ pub struct LaunchSpec {
     pub fetch: Vec<agora_proto::FetchUri>,
     /// What the executor's container is limited to, under
     /// `--isolation cgroups` (`None`: no container).
-    pub limits: Option<crate::isolation::Limits>,
+    pub limits: Option<agora_containerizer::Limits>,
     /// The user the framework names (`FrameworkInfo.user`); the agent
     /// decides whom the executor runs as from it ([`crate::users`]).
     pub user: String,
@@ -106,6 +113,7 @@ impl LaunchSpec {
                 argv0: None,
                 args: vec!["-c".to_string(), command.value.clone()],
                 env,
+                secrets: Vec::new(),
                 sandbox,
                 fetch: command.uris.clone(),
                 limits: None,
@@ -119,6 +127,7 @@ impl LaunchSpec {
                 argv0,
                 args: arguments.cloned().collect(),
                 env,
+                secrets: Vec::new(),
                 sandbox,
                 fetch: command.uris.clone(),
                 limits: None,
@@ -127,8 +136,8 @@ impl LaunchSpec {
         }
     }
 
-    /// The environment the executor gets: the agent's own, with `env`
-    /// set over it.
+    /// The environment the executor gets: the agent's own without its
+    /// secrets, with `env` set over it.
     fn environment(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut vars: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
             .filter(|(k, _)| {
@@ -136,6 +145,9 @@ impl LaunchSpec {
                     .env
                     .iter()
                     .any(|(key, _)| k.as_bytes() == key.as_bytes())
+                    && !agora_proto::env::SECRET_VARIABLES
+                        .iter()
+                        .any(|secret| k.as_bytes() == secret.as_bytes())
             })
             .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
             .collect();
@@ -193,6 +205,19 @@ impl Process {
         user: Option<&crate::users::RunAs>,
     ) -> std::io::Result<Process> {
         let mut env = spec.environment();
+        let secrets = if spec.secrets.is_empty() {
+            None
+        } else {
+            let mut lines = Vec::new();
+            for (name, value) in &spec.secrets {
+                lines.extend_from_slice(format!("{name}={value}\n").as_bytes());
+            }
+            env.push((
+                agora_proto::env::SECRETS_FD.as_bytes().to_vec(),
+                agora_proto::env::SECRETS_FD_NUMBER.to_string().into_bytes(),
+            ));
+            Some(sys::secrets_channel(&lines)?)
+        };
         if let Some(user) = user {
             for (key, value) in user.environment() {
                 env.retain(|(k, _)| k.as_slice() != key.as_bytes());
@@ -219,7 +244,10 @@ impl Process {
             stdout: &spec.sandbox.join("stdout"),
             stderr: &spec.sandbox.join("stderr"),
             user,
+            secrets: secrets.as_ref().map(AsFd::as_fd),
         })?;
+        // The executor has its copy of the secrets' socket.
+        drop(secrets);
         // The child cannot be reaped before this (only this process reaps
         // its children, and it has not), so the pidfd names it.
         let pidfd = match sys::pidfd_open(pid) {
@@ -535,6 +563,7 @@ mod tests {
             argv0: None,
             args: vec![],
             env: vec![("PATH".into(), "/nonexistent:/bin".into())],
+            secrets: Vec::new(),
             sandbox: PathBuf::from("/tmp"),
             fetch: Vec::new(),
             limits: None,

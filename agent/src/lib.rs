@@ -8,12 +8,18 @@
 //! in the core, a sans-IO state machine (inputs and the time in, actions
 //! out) split by domain noun; one task, the shell, feeds it and carries out
 //! its actions, with processes spawned, signalled and reaped on a thread of
-//! their own and checkpoints written on another. The status update streams
-//! are a sans-IO state machine in [`status_updates`]; frameworks that set
-//! `checkpoint` have their executors, tasks and updates checkpointed under
-//! `WORK_DIR/meta` so a restarted agent recovers them (see
-//! [`RecoverMode`]). `/state` and `/metrics` are served from a snapshot the
-//! shell publishes, never built on the core per request.
+//! their own and checkpoints written on another. The core, the shell, the
+//! process thread and the HTTP handlers speak in the messages of one module
+//! below them all (`messages`), so the core imports nothing above it.
+//! Containers are the containerizer's ([`agora_containerizer`]): the
+//! process thread has it launch, watch, kill and recover them, and
+//! `/monitor/statistics` reads their usage through it. The
+//! status update streams are a sans-IO state machine in
+//! [`status_updates`]; frameworks that set `checkpoint` have their
+//! executors, tasks and updates checkpointed under `WORK_DIR/meta` so a
+//! restarted agent recovers them (see [`RecoverMode`]). `/state` and
+//! `/metrics` are served from a snapshot the shell publishes, never built
+//! on the core per request.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agora_agent::AgentError> {
@@ -24,8 +30,7 @@
 //! ```
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,15 +40,18 @@ use tokio_util::sync::CancellationToken;
 mod checkpoint;
 mod config;
 mod core;
+pub mod disk;
 mod fetch;
 pub mod files;
 mod http;
 mod identity;
-pub mod isolation;
 pub mod launcher;
 mod master_link;
+mod messages;
+mod monitor;
 pub mod paths;
 mod processes;
+mod shared;
 mod shell;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -52,6 +60,7 @@ mod sys;
 pub mod users;
 mod wal;
 
+pub use agora_containerizer::isolation;
 pub use agora_proto::{parse_duration, DurationError};
 pub use config::{
     Config, RecoverMode, DEFAULT_COMMAND_EXECUTOR_TASKS, DEFAULT_CORE_QUEUE,
@@ -59,6 +68,8 @@ pub use config::{
 };
 pub use isolation::{CgroupsConfig, Isolation};
 pub use users::UserPolicy;
+
+use shared::{loopback_if_unspecified, Shared};
 
 /// Why the agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -83,57 +94,6 @@ pub enum AgentError {
     /// The master refused this agent with a fatal error.
     #[error("the master refused this agent: {0}")]
     Refused(String),
-}
-
-/// What every connection task shares: the configuration, the agent's
-/// addresses and the connection id counter.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    pub(crate) config: Arc<Config>,
-    /// The address the agent listens on.
-    pub(crate) listen: SocketAddr,
-    /// `ws://host:port/api/executor`, given to executors.
-    pub(crate) executor_endpoint: String,
-    next_conn: Arc<AtomicU64>,
-    /// Counters for `/metrics` that the core bumps.
-    pub(crate) counters: Arc<Counters>,
-    /// Signs and checks executor tokens.
-    pub(crate) identity: Arc<identity::ExecutorIdentity>,
-    /// TLS to the master (`--tls-ca`, with `--tls-cert` as the client
-    /// certificate), or plaintext.
-    pub(crate) client_tls: Option<Arc<agora_net::tls::rustls::ClientConfig>>,
-    /// Under `--isolation cgroups`, whether the agent can hand a task's
-    /// container to the user the task runs as (cgroup v1: its `tasks`
-    /// files; v2 would need the cgroup above every container).
-    pub(crate) delegates_cgroups: bool,
-}
-
-/// Status update deliveries the core counts for `/metrics`.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    /// Unacknowledged updates sent to the master again when their retry
-    /// interval ran out.
-    pub(crate) updates_retried_timeout: AtomicU64,
-    /// Heads of unacknowledged streams sent to the master when the agent
-    /// (re-)registered.
-    pub(crate) updates_resent_registered: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn retried_on_timeout(&self) {
-        self.updates_retried_timeout.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn resent_on_registration(&self) {
-        self.updates_resent_registered
-            .fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Shared {
-    pub(crate) fn next_conn_id(&self) -> u64 {
-        self.next_conn.fetch_add(1, Ordering::Relaxed)
-    }
 }
 
 /// Runs an agent on `listener` until `shutdown` completes (or the master
@@ -163,6 +123,18 @@ pub async fn run(
             path: config.work_dir.clone(),
             source,
         })?;
+    // The checkpoints hold executor tokens and tasks' commands: the
+    // agent's alone, whatever the umask made of the directory.
+    let meta = paths::meta_root(&config.work_dir);
+    std::fs::create_dir_all(&meta)
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&meta, std::fs::Permissions::from_mode(0o700))
+        })
+        .map_err(|source| AgentError::WorkDir {
+            path: meta.clone(),
+            source,
+        })?;
     if config.users.switches() {
         tracing::info!(
             allow_root_tasks = config.users.allow_root_tasks,
@@ -178,19 +150,12 @@ pub async fn run(
             "executors run as the agent's own user"
         );
     }
-    let cgroups = match config.isolation {
-        Isolation::Posix => {
-            tracing::info!("--isolation posix: cpus, mem and the other resources are bookkeeping only; nothing is enforced");
-            None
-        }
-        Isolation::Cgroups => {
-            let cgroups = isolation::cgroups::Cgroups::discover(&config.cgroups)?;
-            // The containers together weigh the cpus the agent offers.
-            let root_weight = cgroups.weigh_root(config.resources.cpus())?;
-            tracing::info!(cgroups = cgroups.version(), root_weight, memory = %cgroups.base("memory").map(|p| p.display().to_string()).unwrap_or_default(), cfs = config.cgroups.enable_cfs, pids_max = config.cgroups.pids_max, "--isolation cgroups: each executor run gets a cgroup of its own");
-            Some(Arc::new(cgroups))
-        }
-    };
+    // The containers together weigh the cpus the agent offers.
+    let containerizer = agora_containerizer::Containerizer::start(
+        config.isolation,
+        &config.cgroups,
+        config.resources.cpus(),
+    )?;
     let local = listener.local_addr()?;
     let server_tls = config
         .tls
@@ -215,7 +180,7 @@ pub async fn run(
         counters: Arc::default(),
         identity: Arc::new(identity),
         client_tls,
-        delegates_cgroups: cgroups.as_ref().is_some_and(|c| c.delegates()),
+        delegates_cgroups: containerizer.delegates(),
     };
     let (writer, streams) =
         checkpoint::Writer::start(&shared.config.work_dir).map_err(|source| {
@@ -228,9 +193,10 @@ pub async fn run(
     let recovered = core::Recovered::load(&shared.config.work_dir, streams);
     // Containers of executors found alive are re-adopted; any other under
     // --cgroups-root is an orphan, destroyed before anything starts.
+    let monitor = monitor::Monitor::new(containerizer.handle());
     let processes = processes::Processes::start(
         core_tx.clone(),
-        cgroups.clone(),
+        containerizer,
         shared.config.users,
         &recovered.alive,
     )?;
@@ -242,12 +208,13 @@ pub async fn run(
     shell.flush();
 
     let cancel = CancellationToken::new();
-    let monitor = isolation::monitor::Monitor::new(cgroups.clone());
+    let net = Arc::new(agora_net::NetStats::default());
     let app = http::router(
         shared.clone(),
         core_tx.clone(),
         snapshot.clone(),
         monitor.clone(),
+        net.clone(),
     );
     let server = tokio::spawn(agora_net::serve(
         listener,
@@ -255,10 +222,18 @@ pub async fn run(
         cancel.clone(),
         agora_net::ServeOptions {
             tls: server_tls,
+            limits: shared.config.limits.clone(),
+            stats: net,
             ..agora_net::ServeOptions::default()
         },
     ));
     let usage = tokio::spawn(monitor.report(snapshot, core_tx.clone(), cancel.clone()));
+    let disk = tokio::spawn(disk::run(
+        disk::Watch::new(&shared.config),
+        shared.config.disk_check_interval,
+        core_tx.clone(),
+        cancel.clone(),
+    ));
     let link = tokio::spawn(master_link::run(shared.clone(), core_tx, cancel.clone()));
     tracing::info!(address = %local, master = %shared.config.master, "agent started");
 
@@ -266,6 +241,7 @@ pub async fn run(
     cancel.cancel();
     let _ = link.await;
     let _ = usage.await;
+    let _ = disk.await;
     let mut server = server;
     if tokio::time::timeout(Duration::from_secs(2), &mut server)
         .await
@@ -275,88 +251,7 @@ pub async fn run(
     }
     tracing::info!("agent stopped");
     match stop {
-        core::Stop::Requested => Ok(()),
-        core::Stop::Refused(message) => Err(AgentError::Refused(message)),
-    }
-}
-
-fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
-    if addr.ip().is_unspecified() {
-        SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
-    } else {
-        addr
-    }
-}
-
-impl Shared {
-    /// `IP:PORT` of the agent for executors of the Mesos v1 executor API
-    /// (`MESOS_AGENT_ENDPOINT`): the listen address, loopback when it is
-    /// the wildcard.
-    pub(crate) fn mesos_agent_endpoint(&self) -> String {
-        loopback_if_unspecified(self.listen).to_string()
-    }
-
-    /// `IP:PORT` the master and clients reach this agent at: the advertised
-    /// IP and port when given, else the listen address; a wildcard listen
-    /// address is replaced by `via`, the local address of the connection to
-    /// the master, which the master and its clients can route to (and,
-    /// before any connection, by the host name).
-    pub(crate) fn advertised_address(&self, via: Option<std::net::IpAddr>) -> String {
-        let config = &self.config;
-        let port = config.advertise_port.unwrap_or(self.listen.port());
-        let ip = config
-            .advertise_ip
-            .or_else(|| (!self.listen.ip().is_unspecified()).then_some(self.listen.ip()))
-            .or(via);
-        match ip {
-            Some(ip) => SocketAddr::new(ip, port).to_string(),
-            None => format!("{}:{port}", config.hostname),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shared(listen: &str, config: impl FnOnce(&mut Config)) -> Shared {
-        let mut c = Config::new("127.0.0.1:5050", std::env::temp_dir());
-        c.hostname = "box".into();
-        config(&mut c);
-        Shared {
-            config: Arc::new(c),
-            listen: listen.parse().unwrap(),
-            executor_endpoint: String::new(),
-            next_conn: Arc::default(),
-            counters: Arc::default(),
-            identity: Arc::new(identity::ExecutorIdentity::new(&[1; 32])),
-            client_tls: None,
-            delegates_cgroups: false,
-        }
-    }
-
-    #[test]
-    fn the_advertised_address_is_one_clients_can_reach() {
-        let via = Some("10.1.2.3".parse().unwrap());
-        // A wildcard listen address: the address the master sees.
-        let s = shared("0.0.0.0:5051", |_| {});
-        assert_eq!(s.advertised_address(via), "10.1.2.3:5051");
-        assert_eq!(
-            s.advertised_address(None),
-            "box:5051",
-            "before any connection"
-        );
-        // A specific listen address is reachable as it is.
-        let s = shared("192.168.7.9:6000", |_| {});
-        assert_eq!(s.advertised_address(via), "192.168.7.9:6000");
-        // --advertise-ip and --advertise-port win.
-        let s = shared("0.0.0.0:5051", |c| {
-            c.advertise_ip = Some("203.0.113.5".parse().unwrap());
-            c.advertise_port = Some(15051);
-        });
-        assert_eq!(s.advertised_address(via), "203.0.113.5:15051");
-        let s = shared("[::]:5051", |_| {});
-        let v6 = Some("fd00::7".parse().unwrap());
-        assert_eq!(s.advertised_address(v6), "[fd00::7]:5051");
+        messages::Stop::Requested => Ok(()),
+        messages::Stop::Refused(message) => Err(AgentError::Refused(message)),
     }
 }

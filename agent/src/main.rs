@@ -59,6 +59,8 @@ struct Flags {
     allowed_origins: Option<Vec<String>>,
     #[command(flatten)]
     tls: agora_net::TlsFlags,
+    #[command(flatten)]
+    limits: agora_net::LimitFlags,
     /// Address to serve executors and HTTP on.
     #[arg(long, default_value = "127.0.0.1:5051")]
     listen: SocketAddr,
@@ -140,6 +142,20 @@ struct Flags {
     /// shut down.
     #[arg(long, default_value = "10s", value_parser = duration)]
     command_executor_idle: Duration,
+    /// How often the work directory's free space is checked (also at
+    /// once after a write failed for lack of space).
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    disk_check_interval: Duration,
+    /// Below this much free space (e.g. 64MB) the work directory is full:
+    /// the agent refuses new tasks and the master offers none of its
+    /// resources until there is room again; running tasks go on.
+    #[arg(long, default_value = "64MB", value_parser = agora_agent::disk::parse_bytes)]
+    disk_min_free: u64,
+    /// Space kept allocated in the work directory (meta/disk-reserve) and
+    /// released when it fills, so the agent can still record its tasks'
+    /// status updates (0: none).
+    #[arg(long, default_value = "8MB", value_parser = agora_agent::disk::parse_bytes)]
+    disk_reserve: u64,
     /// How executors are isolated: posix (nothing is enforced; resources
     /// are bookkeeping only) or cgroups (a cgroup container per executor
     /// run with CPU, memory and pids limits; needs root and the cgroup v1
@@ -223,6 +239,11 @@ fn main() -> ExitCode {
     }
     config.executor_secret_key = flags.executor_secret_key;
     config.tls = flags.tls.options();
+    config.limits = flags.limits.limits();
+    if let Err(e) = config.limits.validate(agora_proto::MAX_FRAME_BYTES) {
+        eprintln!("error: invalid flags: {e}");
+        return ExitCode::from(2);
+    }
     config.authenticate_http = flags.authenticate_http;
     if let Some(path) = &flags.credentials {
         match agora_proto::Credentials::load(path) {
@@ -290,6 +311,9 @@ fn main() -> ExitCode {
         .command_executor_tasks
         .unwrap_or(agora_agent::DEFAULT_COMMAND_EXECUTOR_TASKS);
     config.command_executor_idle = flags.command_executor_idle;
+    config.disk_check_interval = flags.disk_check_interval;
+    config.disk_min_free = flags.disk_min_free;
+    config.disk_reserve = flags.disk_reserve;
     config.users = agora_agent::UserPolicy {
         switch_user: flags.switch_user,
         allow_root_tasks: flags.allow_root_tasks,
@@ -330,7 +354,10 @@ fn main() -> ExitCode {
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A log line that cannot be written (stderr on a full disk) is lost,
+    // not reported with eprintln!, whose panic would abort the agent.
     let builder = tracing_subscriber::fmt()
+        .log_internal_errors(false)
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if format == "json" {

@@ -29,9 +29,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::Input;
-use crate::shell::CoreEvent;
-use crate::Shared;
+use crate::messages::{CoreEvent, Input};
+use crate::shared::Shared;
 
 /// Most queued calls written to the master with one flush.
 const WRITE_BATCH: usize = 256;

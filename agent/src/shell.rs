@@ -16,14 +16,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agora_proto::agent::Call;
-use agora_proto::{ExecutorId, FrameworkId, TaskInfo, TaskStatus};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::checkpoint::Writer;
-use crate::core::{Action, Core, Input, Stop};
-use crate::http::{ExecLink, LinkFull};
-use crate::processes::{Processes, Request};
+use crate::core::Core;
+use crate::messages::{Action, CoreEvent, ExecLink, Input, LinkFull, Request, Snapshot, Stop};
+use crate::processes::Processes;
 
 /// Most often the `/state` snapshot is rebuilt while the agent is busy.
 pub(crate) const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
@@ -31,38 +30,6 @@ pub(crate) const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 /// Events the core takes in one turn before what they ask for is
 /// carried out.
 const EVENTS_PER_TURN: usize = 64;
-
-/// What is posted to the shell.
-pub(crate) enum CoreEvent {
-    /// A new master connection; `tx` writes to it.
-    MasterConnected {
-        conn: u64,
-        tx: mpsc::Sender<Call>,
-        /// The connection's local IP (for the advertised address).
-        local_ip: Option<std::net::IpAddr>,
-    },
-    /// An executor subscribed (or re-subscribed) on connection `conn`,
-    /// written to through `link`.
-    ExecutorSubscribe {
-        conn: u64,
-        link: ExecLink,
-        framework_id: FrameworkId,
-        executor_id: ExecutorId,
-        /// `None` on the Mesos v1 executor API (see [`Input::ExecutorSubscribe`]).
-        token: Option<String>,
-        updates: Vec<TaskStatus>,
-        tasks: Vec<TaskInfo>,
-    },
-    /// Publish the `/state` snapshot now (if anything changed) and
-    /// answer once it is out: for a reader that must not see a view up
-    /// to [`SNAPSHOT_EVERY`] old.
-    Publish(oneshot::Sender<()>),
-    /// Anything else, for the core as it is.
-    Input(Input),
-}
-
-/// The published `/state` view of the agent.
-pub(crate) type Snapshot = Arc<serde_json::Value>;
 
 pub(crate) struct Shell {
     core: Core,

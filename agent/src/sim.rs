@@ -13,11 +13,11 @@ use agora_proto::{ExecutorId, FrameworkId, TaskId, TaskInfo, TaskState};
 use tokio::time::Instant;
 
 pub use crate::checkpoint::Op;
+use crate::config::Config;
 use crate::core::Core;
-pub use crate::core::{Action, Durable, ExecKey, Input, Stop, Timer};
-pub use crate::processes::{Request, Started};
+pub use crate::messages::{Action, Durable, ExecKey, Input, Request, Started, Stop, Timer};
+use crate::shared::Shared;
 pub use crate::wal::{StreamState, Streams, WalRecord};
-use crate::{Config, Shared};
 
 /// An agent core for the simulation.
 pub struct SimAgent {

@@ -37,6 +37,9 @@ pub(crate) struct SpawnArgs<'a> {
     /// The user to run as (another than the agent's): the child takes its
     /// groups, gid and uid before it opens its output files.
     pub(crate) user: Option<&'a crate::users::RunAs>,
+    /// A descriptor the child gets as
+    /// [`agora_proto::env::SECRETS_FD_NUMBER`] (see [`secrets_channel`]).
+    pub(crate) secrets: Option<BorrowedFd<'a>>,
 }
 
 /// `CLONE_INTO_CGROUP` (bit 33, which libc's `c_int` constant overflows).
@@ -78,6 +81,8 @@ struct ChildSteps<'a> {
     stderr: &'a CStr,
     /// Groups, gid and uid to switch to.
     user: Option<(&'a [libc::gid_t], libc::gid_t, libc::uid_t)>,
+    /// Given to the child as [`agora_proto::env::SECRETS_FD_NUMBER`].
+    secrets: Option<RawFd>,
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
@@ -151,6 +156,7 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
             stdout: &stdout,
             stderr: &stderr,
             user: args.user.map(|u| (&u.groups[..], u.gid, u.uid)),
+            secrets: args.secrets.map(|fd| fd.as_raw_fd()),
         };
         return clone_child(&steps, cgroup);
     }
@@ -201,6 +207,14 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
             append,
             0o644,
         ))?;
+        if let Some(secrets) = args.secrets {
+            // Not close-on-exec in the child (a dup2 to another number).
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut setup.actions,
+                secrets.as_raw_fd(),
+                agora_proto::env::SECRETS_FD_NUMBER,
+            ))?;
+        }
         check(libc::posix_spawn_file_actions_addchdir_np(
             &mut setup.actions,
             cwd.as_ptr(),
@@ -387,6 +401,11 @@ unsafe fn exec_child(steps: &ChildSteps<'_>, report: RawFd) -> ! {
         {
             fail(report);
         }
+        if let Some(secrets) = steps.secrets {
+            if libc::dup2(secrets, agora_proto::env::SECRETS_FD_NUMBER) < 0 {
+                fail(report);
+            }
+        }
         libc::execve(
             steps.program.as_ptr(),
             steps.argv.as_ptr() as *const *const libc::c_char,
@@ -394,6 +413,27 @@ unsafe fn exec_child(steps: &ChildSteps<'_>, report: RawFd) -> ! {
         );
         fail(report)
     }
+}
+
+/// A Unix socket holding `secrets`, whose other end is closed: what an
+/// executor reads its secrets from, to their end. A socket, not a pipe:
+/// `/proc/PID/fd/N` cannot open a socket, so a process of the executor's
+/// user cannot read the secrets through the executor's descriptor table.
+/// The descriptor is close-on-exec and numbered above the standard
+/// descriptors and the one it becomes in the executor, so that
+/// [`spawn_session`]'s `dup2` makes a copy the executor keeps.
+pub(crate) fn secrets_channel(secrets: &[u8]) -> io::Result<OwnedFd> {
+    use std::io::Write;
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    // A few hundred bytes: far below a socket's buffer.
+    ours.write_all(secrets)?;
+    drop(ours);
+    let high = nix::fcntl::fcntl(
+        &theirs,
+        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(agora_proto::env::SECRETS_FD_NUMBER + 1),
+    )?;
+    // SAFETY: `high` is a new open descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }
 
 fn check_errno(rc: libc::c_int) -> io::Result<()> {
@@ -443,23 +483,224 @@ pub(crate) fn register_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd
         .map_err(|e| e.into_parts().1)
 }
 
-/// A new non-blocking, close-on-exec eventfd (for cgroup v1 memory
-/// events).
-pub(crate) fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd takes an initial value and flags and returns a new
-    // descriptor or -1; the descriptor is owned by the returned value.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
 
-/// Registers a descriptor that becomes readable on events (an eventfd, an
-/// inotify descriptor) with tokio's reactor, to await them.
-pub(crate) fn register_readable(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
-    // SAFETY: as for `register_pidfd`: the `AsyncFd` owns the descriptor.
-    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
+    use super::*;
+    use crate::launcher::{LaunchSpec, Process};
+
+    fn spec(program: &str, args: &[&str], sandbox: &Path) -> LaunchSpec {
+        LaunchSpec {
+            program: program.into(),
+            argv0: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: vec![],
+            secrets: Vec::new(),
+            sandbox: sandbox.to_path_buf(),
+            fetch: Vec::new(),
+            limits: None,
+            user: String::new(),
+        }
+    }
+
+    /// A directory of this test's own in the host's cgroup2 hierarchy
+    /// (no controllers needed: processes can be placed and killed there
+    /// on any host with one, hybrid ones included), removed on drop;
+    /// `None` (with the reason printed) where there is none or it cannot
+    /// be written.
+    struct V2Dir(PathBuf);
+
+    impl V2Dir {
+        fn new(test: &str) -> Option<V2Dir> {
+            let skip = |why: String| {
+                eprintln!("skipping {test}: {why}");
+                None
+            };
+            if !nix::unistd::Uid::effective().is_root() {
+                return skip("not running as root".into());
+            }
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let Some(mount) = mountinfo.lines().find_map(|line| {
+                let (fields, fs) = line.split_once(" - ")?;
+                fs.starts_with("cgroup2 ")
+                    .then(|| fields.split(' ').nth(4).map(PathBuf::from))?
+            }) else {
+                return skip("no cgroup2 hierarchy is mounted".into());
+            };
+            let dir = mount.join(format!("agora-test-{}-{test}", std::process::id()));
+            if let Err(e) = std::fs::create_dir(&dir) {
+                return skip(format!("cannot create {}: {e}", dir.display()));
+            }
+            Some(V2Dir(dir))
+        }
+    }
+
+    impl Drop for V2Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::remove_dir(&self.0).is_err() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    fn reap(mut process: Process) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while process.reap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The agent's own half of a cgroup v2 launch (the containerizer
+    /// hands it the container's directory): `clone3` starts the executor
+    /// in that cgroup, and the agent stays where it was.
+    #[test]
+    fn a_process_spawned_into_a_v2_cgroup_is_born_there() {
+        let Some(dir) = V2Dir::new("v2birth") else {
+            return;
+        };
+        let sandbox = tempfile::tempdir().unwrap();
+        let cgroup = std::fs::File::open(&dir.0).unwrap();
+        let sleep = spec("/bin/sleep", &["1000"], sandbox.path());
+        let process = spawn_into_cgroup(cgroup.as_fd(), || Process::spawn(&sleep)).unwrap();
+        let name = dir.0.file_name().unwrap().to_str().unwrap().to_string();
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", process.pid())).unwrap();
+        assert!(
+            own.lines()
+                .any(|l| l.starts_with("0::") && l.ends_with(&format!("/{name}"))),
+            "{own}"
+        );
+        let thread = std::fs::read_to_string("/proc/thread-self/cgroup").unwrap();
+        assert!(!thread.contains(&name), "{thread}");
+        // Without it, what this thread spawns is born where it is.
+        let plain = Process::spawn(&sleep).unwrap();
+        let theirs = std::fs::read_to_string(format!("/proc/{}/cgroup", plain.pid())).unwrap();
+        assert!(!theirs.contains(&name), "{theirs}");
+        for p in [&process, &plain] {
+            p.signal_group(Signal::SIGKILL);
+        }
+        reap(process);
+        reap(plain);
+    }
+
+    /// What starting an executor in a v2 cgroup costs (`clone3`, a fork
+    /// of the agent) against a plain `posix_spawn`, with a small heap and
+    /// with 256 MiB touched. Prints; never gates. Run with
+    /// `cargo test -p agora-agent spawn_cost_v2 -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn spawn_cost_v2() {
+        let Some(dir) = V2Dir::new("v2cost") else {
+            return;
+        };
+        let cgroup = std::fs::File::open(&dir.0).unwrap();
+        let sandbox = tempfile::tempdir().unwrap();
+        let true_spec = spec("/bin/true", &[], sandbox.path());
+        let n = 200;
+        let time = |spawn: &dyn Fn() -> io::Result<Process>| {
+            let started = Instant::now();
+            for _ in 0..n {
+                reap(spawn().unwrap());
+            }
+            started.elapsed() / n
+        };
+        let plain = || Process::spawn(&true_spec);
+        let inside = || spawn_into_cgroup(cgroup.as_fd(), || Process::spawn(&true_spec));
+        let (small_plain, small_inside) = (time(&plain), time(&inside));
+        let ballast: Vec<u8> = vec![1; 256 << 20];
+        let (big_plain, big_inside) = (time(&plain), time(&inside));
+        drop(ballast);
+        eprintln!(
+            "per launch of /bin/true (spawn and reap): posix_spawn {small_plain:?}, clone3 into a v2 cgroup {small_inside:?} ({:.1}x); with a 256 MiB heap: posix_spawn {big_plain:?}, clone3 {big_inside:?} ({:.1}x)",
+            small_inside.as_secs_f64() / small_plain.as_secs_f64(),
+            big_inside.as_secs_f64() / big_plain.as_secs_f64(),
+        );
+    }
+
+    /// What starting an executor in a container of its own costs, through
+    /// the containerizer (create, spawn inside, kill, remove), against a
+    /// plain `posix_spawn`, and against `fork` (a `Command` with a
+    /// pre-exec step) in the same containers, with a small heap and with
+    /// 256 MiB touched. Prints; never gates. Run with
+    /// `cargo test -p agora-agent spawn_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn spawn_cost() {
+        use agora_containerizer::isolation::{check_cgroups, destroy_cgroups_root};
+        use agora_containerizer::{CgroupsConfig, Containerizer, Isolation, Limits};
+        use std::os::unix::process::CommandExt;
+        let root = format!("agora-test-{}-cost", std::process::id());
+        if let Err(why) = check_cgroups(&root) {
+            eprintln!("skipping spawn_cost: {why}");
+            return;
+        }
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let _entered = runtime.enter();
+        let config = CgroupsConfig {
+            root: root.clone(),
+            ..Default::default()
+        };
+        let mut containerizer = Containerizer::start(Isolation::Cgroups, &config, 1.0).unwrap();
+        let sandbox = tempfile::tempdir().unwrap();
+        let true_spec = spec("/bin/true", &[], sandbox.path());
+        let limits = Limits {
+            cpus: 1.0,
+            mem_mib: 64.0,
+            pids: None,
+        };
+        let n = 200;
+        let started = Instant::now();
+        for _ in 0..n {
+            reap(Process::spawn(&true_spec).unwrap());
+        }
+        let plain = started.elapsed() / n;
+        let mut containers = |tag: &str, fork: bool| {
+            let started = Instant::now();
+            for i in 0..n {
+                let run = format!("{tag}{i}");
+                let (_, container) = containerizer
+                    .launch(&run, Some(&limits), None, |birth| {
+                        if let Some(cgroup) = birth {
+                            // cgroup v2: only the agent's own spawner.
+                            let spawn = || Process::spawn(&true_spec);
+                            reap(spawn_into_cgroup(cgroup, spawn)?);
+                        } else if fork {
+                            // SAFETY: the pre-exec step does nothing; it
+                            // only makes the standard library fork.
+                            let mut child = unsafe {
+                                std::process::Command::new("/bin/true")
+                                    .pre_exec(|| Ok(()))
+                                    .spawn()?
+                            };
+                            child.wait()?;
+                        } else {
+                            reap(Process::spawn(&true_spec)?);
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                let container = container.expect("a container");
+                container.kill();
+                containerizer.remove(container);
+                containerizer.finish(Duration::from_secs(1));
+            }
+            started.elapsed() / n
+        };
+        let spawned = containers("s", false);
+        let forked_small = containers("f", true);
+        // A big heap makes fork dearer, as in a busy agent.
+        let ballast: Vec<u8> = vec![1; 256 << 20];
+        let forked = containers("b", true);
+        drop(ballast);
+        if let Err(e) = destroy_cgroups_root(&root) {
+            eprintln!("cleaning up test cgroups: {e}");
+        }
+        eprintln!(
+            "per launch of /bin/true: posix_spawn {plain:?}; in a container (create, spawn inside, kill, remove): posix_spawn {spawned:?}, fork {forked_small:?}, fork with a 256 MiB heap {forked:?}"
+        );
+    }
 }

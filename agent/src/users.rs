@@ -217,6 +217,13 @@ impl RunAs {
         let staging = parent.join(staging);
         let _ = std::fs::remove_dir(&staging);
         std::fs::create_dir(&staging)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                &staging,
+                std::fs::Permissions::from_mode(crate::processes::SANDBOX_MODE),
+            )?;
+        }
         let handed = self.own_tree(&staging).and_then(|()| {
             match std::fs::rename(&staging, dir) {
                 // Made meanwhile (by another request for it): use that one.

@@ -3,8 +3,10 @@
 //! framework naming root gets its task failed with a message naming root
 //! unless the agent runs with `--allow-root-tasks`; an unknown user is
 //! named; and, on an agent running as root, a task runs as the user its
-//! framework names, in a sandbox that user owns, with that user's
-//! environment.
+//! framework names, in a sandbox that user owns (mode 0750), with that
+//! user's environment; a task of another user cannot read it; and a task
+//! can neither read its executor's secrets (token, TLS key path) from
+//! `/proc` nor pass for its executor to forge a sibling task's update.
 
 mod support;
 
@@ -303,4 +305,187 @@ fn a_task_of_another_user_runs_in_a_container_of_its_own() {
     if let Err(e) = agora_agent::isolation::destroy_cgroups_root(&root) {
         eprintln!("cleaning up cgroups root {root}: {e}");
     }
+}
+
+#[test]
+fn a_task_cannot_read_the_sandbox_of_another_user() {
+    let Some(nobody) = nobody_on_a_root_agent() else {
+        return;
+    };
+    let Ok(Some(daemon)) = nix::unistd::User::from_name("daemon") else {
+        eprintln!("skipping: this system has no user daemon (a second user besides nobody)");
+        return;
+    };
+    let (cluster, work) = switching_cluster(&[]);
+    let status = run_as(&cluster, "nobody", "echo nobody-secret > mine.txt");
+    assert_finished(&cluster, &status);
+    let mine = find(&work, "mine.txt").expect("the task's file");
+    let sandbox = mine.parent().expect("its sandbox");
+    let meta = std::fs::metadata(sandbox).unwrap();
+    assert_eq!(meta.uid(), nobody.uid.as_raw());
+    assert_eq!(meta.mode() & 0o777, 0o750, "{}", sandbox.display());
+    assert_ne!(daemon.gid, nobody.gid, "the two users share a group");
+
+    // A task of another user can neither list the sandbox nor read what
+    // is in it.
+    let status = run_as(
+        &cluster,
+        "daemon",
+        &format!(
+            "ls {dir} > listed 2> listing.err; l=$?; cat {file} > stolen 2> reading.err; r=$?; \
+             [ $l -ne 0 ] && [ $r -ne 0 ] && exit 7; exit 0",
+            dir = sandbox.display(),
+            file = mine.display()
+        ),
+    );
+    assert_eq!(status.state, TaskState::Failed, "{status:?}");
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("status 7"),
+        "{status:?}"
+    );
+    let err = find(&work, "reading.err").expect("the other task's errors");
+    let text = std::fs::read_to_string(&err).unwrap();
+    assert!(text.contains("Permission denied"), "{text}");
+    let stolen = std::fs::read_to_string(err.with_file_name("stolen")).unwrap();
+    assert!(!stolen.contains("nobody-secret"));
+}
+
+/// What a task dumps of its parent (its command executor) and of itself:
+/// whether each of `/proc/$PPID/{environ,cmdline,maps,mem}` could be read,
+/// what was read, and the task's own environment.
+const THIEF: &str = "env > own-env.txt; ls -a ../../.. > executors.txt; \
+    for f in environ cmdline maps mem; do \
+      if head -c 65536 /proc/$PPID/$f > parent-$f.txt 2> parent-$f.err; \
+      then echo read > parent-$f.status; else echo refused > parent-$f.status; fi; \
+    done";
+
+/// An executor that does nothing: the attacker's.
+struct Impostor;
+
+impl agora_executor::Executor for Impostor {}
+
+#[test]
+fn a_task_can_neither_read_its_executors_secrets_nor_pass_for_it() {
+    // As root, a task could read any process's memory: the task runs as
+    // another user, as a task of a framework naming one does.
+    if nobody_on_a_root_agent().is_none() {
+        return;
+    }
+    let (cluster, work) = switching_cluster(&["--authenticate-executors"]);
+    let mut info = FrameworkInfo::new("secrets");
+    info.user = "nobody".into();
+    let (driver, events) = start_framework(&cluster.master_address(), info);
+    let offer = wait_for(&events, Duration::from_secs(20), |e| match e {
+        SchedEvent::Offers(offers) => offers.first().cloned(),
+        _ => None,
+    });
+    // Both in one command executor: the thief's parent runs the sibling.
+    let sibling = command_task("sibling", &offer, "sleep 6; exit 3", "cpus:0.2;mem:32");
+    let thief = command_task("thief", &offer, THIEF, "cpus:0.2;mem:32");
+    driver
+        .launch_tasks(
+            std::slice::from_ref(&offer.id),
+            vec![sibling, thief],
+            Filters::default(),
+        )
+        .unwrap();
+    let thief_end = wait_for(&events, Duration::from_secs(30), |e| match e {
+        SchedEvent::Update(s) if s.task_id.as_str() == "thief" && s.state.is_terminal() => {
+            Some(s.clone())
+        }
+        _ => None,
+    });
+    assert_finished(&cluster, &thief_end);
+
+    // What the task could see of its executor.
+    let own_env = find(&work, "own-env.txt").expect("the thief's output");
+    let dump = own_env.parent().unwrap().to_path_buf();
+    let read = |name: &str| std::fs::read_to_string(dump.join(name)).unwrap_or_default();
+    for secret in ["environ", "maps", "mem"] {
+        assert_eq!(
+            read(&format!("parent-{secret}.status")).trim(),
+            "refused",
+            "the task read its executor's {secret}: {}",
+            read(&format!("parent-{secret}.txt"))
+        );
+        assert!(
+            read(&format!("parent-{secret}.err")).contains("Permission denied"),
+            "{secret}: {}",
+            read(&format!("parent-{secret}.err"))
+        );
+    }
+    let seen = format!(
+        "{}{}{}",
+        read("own-env.txt"),
+        read("parent-cmdline.txt"),
+        read("parent-environ.txt")
+    );
+    for secret in [
+        "AGORA_EXECUTOR_TOKEN",
+        "MESOS_EXECUTOR_AUTHENTICATION_TOKEN",
+        "AGORA_TLS_KEY",
+        "AGORA_EXECUTOR_SECRETS_FD",
+        "eyJ",
+    ] {
+        assert!(!seen.contains(secret), "{secret} in {seen}");
+    }
+
+    // The task passes for its executor with what it found (nothing: a
+    // token of its own making) and forges its sibling's end.
+    let env: std::collections::HashMap<String, String> = read("own-env.txt")
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let executor_id = read("executors.txt")
+        .lines()
+        .find(|l| l.starts_with('~'))
+        .expect("the command executor's directory")
+        .to_string();
+    let config = agora_executor::ExecutorConfig {
+        agent_endpoint: env["AGORA_AGENT_ENDPOINT"].clone(),
+        tls: agora_net::TlsOptions::default(),
+        framework_id: agora_proto::FrameworkId::new(env["AGORA_FRAMEWORK_ID"].clone()),
+        executor_id: agora_proto::ExecutorId::new(executor_id),
+        agent_id: None,
+        sandbox: dump.clone(),
+        token: "eyJhbGciOiJIUzI1NiJ9.e30.forged".into(),
+        checkpoint: false,
+        recovery_timeout: Duration::from_secs(1),
+        shutdown_grace_period: Duration::from_secs(1),
+    };
+    let impostor = agora_executor::ExecutorDriver::new(Impostor, config);
+    impostor.start().unwrap();
+    let _ = impostor.send_status_update(agora_proto::TaskStatus::new(
+        agora_proto::TaskId::new("sibling"),
+        TaskState::Finished,
+        agora_proto::Source::SourceExecutor,
+    ));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let joining = impostor.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(joining.join());
+    });
+    let ended = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the impostor's subscription was taken: it still runs");
+    assert_eq!(ended, agora_executor::DriverStatus::Aborted);
+
+    // The sibling ends as it really does.
+    let sibling_end = wait_for(&events, Duration::from_secs(30), |e| match e {
+        SchedEvent::Update(s) if s.task_id.as_str() == "sibling" && s.state.is_terminal() => {
+            Some(s.clone())
+        }
+        _ => None,
+    });
+    assert_eq!(sibling_end.state, TaskState::Failed, "{sibling_end:?}");
+    assert_eq!(
+        sibling_end.message.as_deref(),
+        Some("command exited with status 3")
+    );
+    let _ = driver.stop(false);
 }

@@ -40,6 +40,7 @@
 //! sent only to groups whose leader is known unreaped.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
@@ -63,7 +64,9 @@ pub fn run() -> ExitCode {
         Ok(config) => config,
         Err(error) => {
             tracing::error!(%error, "cannot start the command executor");
-            eprintln!("agora-command-executor: {error}");
+            // Not eprintln!, which panics when stderr cannot be written
+            // (a full disk under the sandbox).
+            let _ = writeln!(std::io::stderr(), "agora-command-executor: {error}");
             return ExitCode::from(2);
         }
     };
@@ -483,14 +486,18 @@ fn spawn(
         process
     };
     // The token is the executor's credential, not the task's.
-    process.env_remove(agora_proto::env::EXECUTOR_TOKEN);
-    process.env_remove(agora_proto::env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN);
-    process.env_remove(agora_proto::env::TLS_CERT);
-    process.env_remove(agora_proto::env::TLS_KEY);
+    for name in agora_proto::env::SECRET_VARIABLES {
+        process.env_remove(name);
+    }
     let (stdout, stderr) = match task {
         Some((sandbox, task_id)) => {
-            // The agent makes it too; whoever comes first.
-            std::fs::create_dir_all(sandbox)?;
+            // The agent makes it too; whoever comes first. Its user's
+            // and group's alone (the agent's is, when it comes first).
+            if !sandbox.is_dir() {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::create_dir_all(sandbox)?;
+                std::fs::set_permissions(sandbox, std::fs::Permissions::from_mode(0o750))?;
+            }
             let dir = sandbox.to_string_lossy();
             for name in [
                 agora_proto::env::SANDBOX,
@@ -676,7 +683,10 @@ fn describe(status: ExitStatus) -> String {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A log line that cannot be written (stderr on a full disk) is lost,
+    // not reported with eprintln!, whose panic would abort the executor.
     let builder = tracing_subscriber::fmt()
+        .log_internal_errors(false)
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));

@@ -60,18 +60,35 @@ impl ExecutorConfig {
     /// or a number with `ms`/`s`/`m`/`h`) are optional. The error names the
     /// variable that is missing or invalid.
     ///
-    /// The token is then removed from this process's environment, so
+    /// The token and the TLS certificate and key paths come from the
+    /// descriptor `AGORA_EXECUTOR_SECRETS_FD` names, where an agent puts
+    /// them (read to its end and closed, so the executor's tasks do not
+    /// inherit it), else from the environment.
+    ///
+    /// Before anything is read, this process is made non-dumpable
+    /// (`PR_SET_DUMPABLE` 0): another process of its user, such as one of
+    /// its tasks, can then no longer read its memory, environment or
+    /// descriptors under `/proc`, nor attach to it. The secrets'
+    /// variables are then removed from this process's environment, so
     /// that the processes the executor starts (its tasks) do not inherit
     /// the executor's identity. Call this before starting threads that
     /// read the environment.
     pub fn from_env() -> Result<Self, ExecutorError> {
-        let config = Self::from_lookup(|name| std::env::var(name).ok())?;
-        for name in [
-            env::EXECUTOR_TOKEN,
-            env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN,
-            env::TLS_CERT,
-            env::TLS_KEY,
-        ] {
+        if let Err(error) = nix::sys::prctl::set_dumpable(false) {
+            tracing::warn!(%error, "cannot make the executor non-dumpable: processes of its user can read its memory");
+        }
+        let secrets = match std::env::var(env::SECRETS_FD) {
+            Ok(fd) => read_secrets(&fd)?,
+            Err(_) => Vec::new(),
+        };
+        let config = Self::from_lookup(|name| {
+            secrets
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+                .or_else(|| std::env::var(name).ok())
+        })?;
+        for name in env::SECRET_VARIABLES {
             std::env::remove_var(name);
         }
         Ok(config)
@@ -159,6 +176,45 @@ impl ExecutorConfig {
             )?,
         })
     }
+}
+
+/// Most bytes of secrets read from the agent's descriptor.
+const MAX_SECRETS_BYTES: u64 = 64 << 10;
+
+/// Reads and closes the descriptor `AGORA_EXECUTOR_SECRETS_FD` names
+/// (`fd`): its `NAME=VALUE` lines.
+#[allow(unsafe_code)]
+fn read_secrets(fd: &str) -> Result<Vec<(String, String)>, ExecutorError> {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let number: std::os::fd::RawFd = fd
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n > 2)
+        .ok_or_else(|| invalid(env::SECRETS_FD, fd, "expected a descriptor number above 2"))?;
+    // SAFETY: F_GETFD only reads the descriptor's flags; -1 when it is
+    // not open.
+    if unsafe { libc::fcntl(number, libc::F_GETFD) } < 0 {
+        return Err(invalid(
+            env::SECRETS_FD,
+            fd,
+            "no such descriptor is open in this process",
+        ));
+    }
+    // SAFETY: the descriptor is open, was handed to this process by its
+    // agent for this reading alone, and nothing else in it owns it; it is
+    // closed once read.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(number) });
+    let mut text = String::new();
+    file.take(MAX_SECRETS_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| invalid(env::SECRETS_FD, fd, format!("cannot read it: {e}")))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect())
 }
 
 fn invalid(name: &'static str, value: &str, reason: impl Into<String>) -> ExecutorError {
@@ -281,6 +337,33 @@ mod tests {
                 "{name}: {error}"
             );
             assert!(error.to_string().contains(name));
+        }
+    }
+
+    #[test]
+    fn secrets_are_read_from_the_descriptor() {
+        use std::io::Write;
+        use std::os::fd::IntoRawFd;
+        let (mut agent, executor) = std::os::unix::net::UnixStream::pair().unwrap();
+        agent
+            .write_all(b"AGORA_EXECUTOR_TOKEN=a.b.c\nAGORA_TLS_KEY=/etc/agent/key.pem\n")
+            .unwrap();
+        drop(agent);
+        let fd = executor.into_raw_fd();
+        let secrets = read_secrets(&fd.to_string()).unwrap();
+        assert_eq!(
+            secrets,
+            [
+                ("AGORA_EXECUTOR_TOKEN".to_string(), "a.b.c".to_string()),
+                (
+                    "AGORA_TLS_KEY".to_string(),
+                    "/etc/agent/key.pem".to_string()
+                ),
+            ]
+        );
+        for bad in ["x", "1", "-4"] {
+            let error = read_secrets(bad).unwrap_err();
+            assert!(error.to_string().contains(env::SECRETS_FD), "{error}");
         }
     }
 

@@ -558,6 +558,29 @@ impl Master {
         self.withdraw_agent_offers(now, &aid, true);
     }
 
+    /// Agent `aid` cannot take new tasks (`unavailable`: why), or can
+    /// again: none of its resources is offered meanwhile, and its
+    /// outstanding offers are rescinded. Its running tasks go on.
+    pub(crate) fn agent_availability(
+        &mut self,
+        now: Instant,
+        aid: &AgentId,
+        unavailable: Option<String>,
+    ) {
+        match unavailable {
+            Some(reason) => {
+                tracing::warn!(agent_id = %aid, %reason, "agent cannot take tasks; its resources are not offered until it can");
+                self.allocator.deactivate_agent(aid);
+                self.withdraw_agent_offers(now, aid, true);
+            }
+            None => {
+                tracing::info!(agent_id = %aid, "agent can take tasks again");
+                self.allocator.activate_agent(aid);
+                self.schedule_allocation(now);
+            }
+        }
+    }
+
     pub(crate) fn pong(&mut self, aid: &AgentId) {
         // Ping bookkeeping is not part of `/state`.
         if let Some(agent) = self.agents.untracked_get_mut(aid) {

@@ -386,6 +386,9 @@ where
         queue_capacity: 16,
         first_frame_timeout: std::time::Duration::from_secs(15),
         metrics,
+        bodies: agora_net::Bodies::new(&agora_net::Limits::default(), Arc::default()),
+        net: Arc::default(),
+        operator_stream_backlog: crate::DEFAULT_OPERATOR_STREAM_BACKLOG,
         auth: Arc::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -100,13 +100,37 @@ pub struct Config {
     /// Frames queued towards one connection before the master gives up on
     /// a peer that does not read and disconnects it (default 10 000).
     pub connection_queue_capacity: usize,
-    /// Connections open at once from one peer address (default
-    /// [`DEFAULT_MAX_CONNECTIONS_PER_PEER`]); past it a new one is closed
-    /// at once. Every agent, scheduler, operator and v1 call connection
-    /// counts, so a host running many of them (or a NAT) needs room.
+    /// Connections not yet established (authenticated, subscribed,
+    /// registered) open at once from one peer address (default
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_PEER`]); past it a new one closes the
+    /// oldest of them. Established connections do not count.
     pub max_connections_per_peer: usize,
     /// Calls queued from all connections towards the state task (default 8192).
     pub event_queue_capacity: usize,
+    /// What peers may hold of the master's port: connections in all,
+    /// how long a request's headers, an idle connection and a request
+    /// body may take, and the memory of request bodies being read
+    /// (`--max-connections`, `--http-header-timeout`,
+    /// `--idle-connection-timeout`, `--http-body-timeout`,
+    /// `--http-body-min-rate`, `--max-http-body-memory`).
+    pub limits: agora_net::Limits,
+    /// Bytes of events one operator event stream (`SUBSCRIBE` on
+    /// `/api/v1`) may have waiting for its reader; past it the reader is
+    /// not reading and the stream is cut off (default
+    /// [`DEFAULT_OPERATOR_STREAM_BACKLOG`]).
+    pub operator_stream_backlog: usize,
+    /// The longest a disconnected framework is kept for its scheduler,
+    /// whatever `failover_timeout` it asked for (default one week; Mesos
+    /// has no such cap).
+    pub max_failover_timeout: Duration,
+    /// Disconnected frameworks kept waiting for their schedulers at once
+    /// (default 1000); past it, or past
+    /// `max_disconnected_framework_bytes`, the one disconnected longest
+    /// is removed, as if its failover timeout had expired.
+    pub max_disconnected_frameworks: usize,
+    /// Bytes of `FrameworkInfo` (as JSON) the disconnected frameworks may
+    /// hold in all (default 64 MiB).
+    pub max_disconnected_framework_bytes: usize,
     /// Least time between two `/state` snapshots (default 100 ms).
     pub state_snapshot_interval: Duration,
     /// High availability: campaign for leadership in etcd and keep the
@@ -138,6 +162,12 @@ pub const DEFAULT_MAX_AGENT_RESOURCES: &str = "cpus:65536;mem:1073741824;disk:10
 
 /// Default [`Config::max_connections_per_peer`].
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 1024;
+
+/// Default [`Config::operator_stream_backlog`]: 16 MiB.
+pub const DEFAULT_OPERATOR_STREAM_BACKLOG: usize = 16 * 1024 * 1024;
+
+/// Default [`Config::max_failover_timeout`]: one week.
+pub const DEFAULT_MAX_FAILOVER_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Default [`EtcdOptions::lease_ttl`].
 #[cfg(feature = "etcd")]
@@ -175,6 +205,11 @@ impl Default for Config {
             connection_queue_capacity: 10_000,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             event_queue_capacity: 8192,
+            limits: agora_net::Limits::default(),
+            operator_stream_backlog: DEFAULT_OPERATOR_STREAM_BACKLOG,
+            max_failover_timeout: DEFAULT_MAX_FAILOVER_TIMEOUT,
+            max_disconnected_frameworks: 1000,
+            max_disconnected_framework_bytes: 64 * 1024 * 1024,
             state_snapshot_interval: Duration::from_millis(100),
             #[cfg(feature = "etcd")]
             etcd: None,
@@ -210,6 +245,13 @@ impl Config {
         self.tls.validate()?;
         if self.max_connections_per_peer == 0 {
             return Err("max_connections_per_peer must be at least 1".into());
+        }
+        self.limits.validate(agora_proto::MAX_FRAME_BYTES)?;
+        if self.max_disconnected_frameworks == 0 {
+            return Err("max_disconnected_frameworks must be at least 1".into());
+        }
+        if self.operator_stream_backlog == 0 {
+            return Err("operator_stream_backlog must be at least 1".into());
         }
         if self.max_missed_pings == 0 {
             return Err("max_missed_pings must be at least 1".into());

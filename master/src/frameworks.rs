@@ -32,6 +32,10 @@ pub(crate) struct Framework {
     pub(crate) offers: HashSet<OfferId>,
     /// When a disconnected framework is torn down.
     pub(crate) failover_deadline: Option<Instant>,
+    /// When it was last disconnected (or recovered without its
+    /// scheduler), and the size of its info then: what the bound on
+    /// disconnected frameworks counts.
+    pub(crate) disconnected: Option<(Instant, usize)>,
     /// Whether offers are suppressed (for `/state`).
     pub(crate) suppressed: bool,
     /// Learnt from an agent's report, never subscribed to this master.
@@ -67,6 +71,7 @@ impl Framework {
             tasks: Tracked::default(),
             offers: HashSet::default(),
             failover_deadline: None,
+            disconnected: None,
             suppressed: false,
             recovered: false,
             registered_at: agora_proto::now_timestamp(),
@@ -86,6 +91,12 @@ impl Framework {
             disconnected_at,
             launch_epoch: self.launch_epoch,
         })
+    }
+
+    /// It lost its scheduler at `since`.
+    pub(crate) fn mark_disconnected(&mut self, since: Instant) {
+        let bytes = serde_json::to_vec(&self.info).map_or(0, |b| b.len());
+        self.disconnected = Some((since, bytes));
     }
 
     /// The stamp of its next launch.
@@ -280,7 +291,8 @@ impl Master {
             return;
         };
         fw.conn = None;
-        let timeout = peer_seconds(fw.info.failover_timeout);
+        let timeout =
+            peer_seconds(fw.info.failover_timeout).map(|t| t.min(self.config.max_failover_timeout));
         tracing::info!(framework_id = %fid, failover_timeout = ?timeout, "framework disconnected");
         self.allocator.deactivate_framework(&fid);
         self.withdraw_framework_offers(now, &fid, false);
@@ -288,15 +300,64 @@ impl Master {
             Some(deadline) => {
                 if let Some(fw) = self.frameworks.get_mut(&fid) {
                     fw.failover_deadline = Some(deadline);
+                    fw.mark_disconnected(now);
                     let record = fw.record(Some(agora_proto::now_timestamp()));
                     self.persist(record);
                 }
+                self.bound_disconnected_frameworks(now);
             }
             None => self.teardown(
                 now,
                 &fid,
                 "framework removed: disconnected with failover_timeout 0",
             ),
+        }
+    }
+
+    /// How long a framework disconnected with `info` is kept for its
+    /// scheduler: its `failover_timeout`, at most `--max-failover-timeout`
+    /// (`None`: removed at once).
+    pub(crate) fn failover_timeout(&self, info: &FrameworkInfo) -> Option<Duration> {
+        peer_seconds(info.failover_timeout).map(|t| t.min(self.config.max_failover_timeout))
+    }
+
+    /// Keeps the disconnected frameworks within `--max-disconnected-frameworks`
+    /// and `--max-disconnected-framework-bytes`: past either, the one
+    /// disconnected longest is removed as if its failover timeout had
+    /// expired (and the registry records the removal).
+    pub(crate) fn bound_disconnected_frameworks(&mut self, now: Instant) {
+        let (max_count, max_bytes) = (
+            self.config.max_disconnected_frameworks,
+            self.config.max_disconnected_framework_bytes,
+        );
+        let mut waiting: Vec<(Instant, usize, FrameworkId)> = self
+            .frameworks
+            .values()
+            .filter(|f| f.conn.is_none() && f.failover_deadline.is_some())
+            .map(|f| {
+                let (since, bytes) = f.disconnected.unwrap_or((now, 0));
+                (since, bytes, f.id.clone())
+            })
+            .collect();
+        let mut bytes: usize = waiting.iter().map(|(_, b, _)| b).sum();
+        if waiting.len() <= max_count && bytes <= max_bytes {
+            return;
+        }
+        waiting.sort();
+        let mut count = waiting.len();
+        for (_, size, fid) in waiting {
+            if count <= max_count && bytes <= max_bytes {
+                break;
+            }
+            tracing::warn!(framework_id = %fid, disconnected = count, max_count, bytes, max_bytes, "too many disconnected frameworks: removing the one disconnected longest");
+            self.metrics.frameworks_removed_disconnected_cap.inc();
+            self.teardown(
+                now,
+                &fid,
+                "framework removed: too many disconnected frameworks (--max-disconnected-frameworks); the one disconnected longest goes first",
+            );
+            count -= 1;
+            bytes -= size;
         }
     }
 
@@ -456,14 +517,17 @@ impl Master {
         if self.frameworks.contains_key(fid) || self.removed_frameworks.contains(fid) {
             return;
         }
-        let grace = peer_seconds(info.failover_timeout)
+        let grace = self
+            .failover_timeout(&info)
             .unwrap_or(Duration::ZERO)
             .max(self.config.recovered_framework_timeout);
         let mut fw = Framework::new(fid.clone(), info);
         fw.recovered = true;
         fw.failover_deadline = now.checked_add(grace);
+        fw.mark_disconnected(now);
         self.allocator.add_framework(fid, &fw.roles(), false);
         tracing::info!(framework_id = %fid, "framework recovered from an agent's report");
         self.frameworks.insert(fid.clone(), fw);
+        self.bound_disconnected_frameworks(now);
     }
 }

@@ -48,7 +48,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{Config, DEFAULT_MAX_AGENT_RESOURCES, DEFAULT_MAX_CONNECTIONS_PER_PEER};
+pub use config::{
+    Config, DEFAULT_MAX_AGENT_RESOURCES, DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    DEFAULT_MAX_FAILOVER_TIMEOUT, DEFAULT_OPERATOR_STREAM_BACKLOG,
+};
 #[cfg(feature = "etcd")]
 pub use config::{EtcdOptions, DEFAULT_ETCD_LEASE_TTL};
 pub use registry::RegistryError;
@@ -165,6 +168,7 @@ pub async fn run(
     let metrics = master.metrics.clone();
     let token = CancellationToken::new();
     let registry: http::Registry = Arc::default();
+    let net = Arc::new(agora_net::NetStats::default());
 
     let app = http::AppState {
         inputs: input_tx,
@@ -175,6 +179,9 @@ pub async fn run(
         queue_capacity: config.connection_queue_capacity,
         first_frame_timeout: config.authentication_timeout,
         metrics,
+        bodies: agora_net::Bodies::new(&config.limits, net.clone()),
+        net: net.clone(),
+        operator_stream_backlog: config.operator_stream_backlog,
         auth: Arc::new(http::Authentication {
             credentials: config.credentials.clone(),
             frameworks: config.authenticate_frameworks,
@@ -270,9 +277,10 @@ pub async fn run(
         token.clone(),
         agora_net::ServeOptions {
             per_peer: config.max_connections_per_peer,
+            limits: config.limits.clone(),
             tls,
             handshake_timeout: config.authentication_timeout,
-            pipeline_flush: true,
+            stats: net,
         },
     ));
     let result = tokio::select! {

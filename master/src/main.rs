@@ -24,6 +24,8 @@ struct Flags {
     listen: SocketAddr,
     #[command(flatten)]
     tls: agora_net::TlsFlags,
+    #[command(flatten)]
+    limits: agora_net::LimitFlags,
     /// Directory for the master's own files, including the registry of
     /// admitted agents and frameworks that a restarted master reloads.
     #[arg(long)]
@@ -81,8 +83,9 @@ struct Flags {
     /// refused.
     #[arg(long, default_value = agora_master::DEFAULT_MAX_AGENT_RESOURCES, value_parser = parse_resources)]
     max_agent_resources: agora_proto::Resources,
-    /// Connections open at once from one peer address; past it a new one
-    /// is closed at once.
+    /// Connections not yet authenticated, subscribed or registered open
+    /// at once from one peer address; past it a new one closes the
+    /// oldest of them.
     #[arg(long, default_value_t = agora_master::DEFAULT_MAX_CONNECTIONS_PER_PEER)]
     max_connections_per_peer: usize,
     /// Smallest cpus worth offering.
@@ -119,6 +122,22 @@ struct Flags {
     /// Frames queued towards one connection before a non-reading peer is dropped.
     #[arg(long, default_value_t = 10_000)]
     connection_queue_capacity: usize,
+    /// Bytes of events an operator event stream (SUBSCRIBE on /api/v1)
+    /// may have waiting for its reader; past it the stream is cut off.
+    #[arg(long, default_value_t = agora_master::DEFAULT_OPERATOR_STREAM_BACKLOG)]
+    operator_stream_backlog: usize,
+    /// The longest a disconnected framework is kept for its scheduler,
+    /// whatever failover_timeout it asks for.
+    #[arg(long, default_value = "7d", value_parser = parse_duration)]
+    max_failover_timeout: Duration,
+    /// Disconnected frameworks kept for their schedulers at once; past
+    /// it the one disconnected longest is removed.
+    #[arg(long, default_value_t = 1000)]
+    max_disconnected_frameworks: usize,
+    /// Bytes of FrameworkInfo (as JSON) disconnected frameworks may hold
+    /// in all; past it the one disconnected longest is removed.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    max_disconnected_framework_bytes: usize,
     /// Calls queued towards the state task.
     #[arg(long, default_value_t = 8192)]
     event_queue_capacity: usize,
@@ -255,6 +274,11 @@ async fn main() -> anyhow::Result<()> {
         connection_queue_capacity: flags.connection_queue_capacity,
         max_connections_per_peer: flags.max_connections_per_peer,
         event_queue_capacity: flags.event_queue_capacity,
+        limits: flags.limits.limits(),
+        operator_stream_backlog: flags.operator_stream_backlog,
+        max_failover_timeout: flags.max_failover_timeout,
+        max_disconnected_frameworks: flags.max_disconnected_frameworks,
+        max_disconnected_framework_bytes: flags.max_disconnected_framework_bytes,
         state_snapshot_interval: flags.state_snapshot_interval,
         #[cfg(feature = "etcd")]
         etcd: flags.etcd.map(|endpoint| agora_master::EtcdOptions {

@@ -216,10 +216,19 @@ impl Master {
         let mut expired = Vec::new();
         for record in state.frameworks.values() {
             let fid = record.id.clone();
-            let timeout = peer_seconds(record.info.failover_timeout);
+            let timeout = self.failover_timeout(&record.info);
             let mut fw = Framework::new(fid.clone(), record.info.clone());
             fw.recovered = true;
             fw.launch_epoch = record.launch_epoch;
+            // Disconnected since then (as far as the wall clock tells),
+            // or since now: the order the bound on disconnected
+            // frameworks removes them in.
+            let since = record
+                .disconnected_at
+                .and_then(|at| Duration::try_from_secs_f64(wall_now - at).ok())
+                .and_then(|down| now.checked_sub(down))
+                .unwrap_or(now);
+            fw.mark_disconnected(since);
             fw.failover_deadline = match record.disconnected_at {
                 None => now.checked_add(
                     timeout
@@ -250,6 +259,7 @@ impl Master {
             tracing::info!(framework_id = %fid, "failover timeout passed while the master was down; tearing down");
             self.teardown(now, &fid, "framework removed: failover timeout expired");
         }
+        self.bound_disconnected_frameworks(now);
     }
 
     /// Records a change for the registry (when there is one). The state
@@ -451,6 +461,7 @@ impl Master {
             } => self.message_to_scheduler(&aid, framework_id, executor_id, data),
             Call::Pong => self.pong(&aid),
             Call::Usage { containers } => self.container_usage(&aid, containers),
+            Call::Availability { unavailable } => self.agent_availability(now, &aid, unavailable),
         }
     }
 

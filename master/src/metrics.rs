@@ -67,7 +67,16 @@ pub(crate) struct Metrics {
     pub(crate) errors_agent_fatal: Counter,
     /// Connections dropped because their outbound queue was full.
     pub(crate) errors_slow_peer: Counter,
+    /// Mesos v1 scheduler event streams cut off: their client did not
+    /// read (the queue of events for it filled up).
+    pub(crate) streams_cut_scheduler_v1: Counter,
+    /// Operator event streams (`SUBSCRIBE` on `/api/v1`) cut off: their
+    /// reader left more than `--operator-stream-backlog` bytes unread.
+    pub(crate) streams_cut_operator: Counter,
     pub(crate) agents_removed: Counter,
+    /// Disconnected frameworks removed to keep within
+    /// `--max-disconnected-frameworks` (or its bytes).
+    pub(crate) frameworks_removed_disconnected_cap: Counter,
     /// Times the registry log was cut at an unreadable record on start.
     pub(crate) registry_truncations: Counter,
     /// Bytes cut off the registry log.
@@ -364,6 +373,22 @@ impl Metrics {
                 ("kind=\"agent_fatal\"", self.errors_agent_fatal.get()),
                 ("kind=\"slow_peer\"", self.errors_slow_peer.get()),
             ],
+        );
+        counter(
+            &mut out,
+            "agora_master_streams_cut_total",
+            "Event streams cut off because their reader stopped reading: native WebSockets (schedulers and agents, their queue full), Mesos v1 scheduler streams (their queue full), operator SUBSCRIBE streams (over --operator-stream-backlog)",
+            &[
+                ("stream=\"websocket\"", self.errors_slow_peer.get()),
+                ("stream=\"scheduler_v1\"", self.streams_cut_scheduler_v1.get()),
+                ("stream=\"operator\"", self.streams_cut_operator.get()),
+            ],
+        );
+        counter(
+            &mut out,
+            "agora_master_disconnected_frameworks_removed_total",
+            "Disconnected frameworks removed before their failover timeout to keep within --max-disconnected-frameworks and --max-disconnected-framework-bytes (the one disconnected longest first)",
+            &[("", self.frameworks_removed_disconnected_cap.get())],
         );
         counter(
             &mut out,

@@ -283,8 +283,8 @@ struct FrameworkEntry {
     meta: FrameworkMeta,
     tasks: BTreeMap<TaskId, Arc<View<TaskView>>>,
     /// The same tasks spread over [`TASK_BUCKETS`] buckets by a hash of
-    /// their id, each with its totals cached: a changed task re-counts its
-    /// bucket only. (Resource sums do not depend on the order of the
+    /// their id (none while it has no task), each with its totals
+    /// cached: a changed task re-counts its bucket only. (Resource sums do not depend on the order of the
     /// additions: scalars are rounded to a thousandth at each step.)
     buckets: Vec<Bucket>,
     /// The task list and what is counted from it; `None` once stale.
@@ -904,15 +904,24 @@ impl FrameworkEntry {
         FrameworkEntry {
             meta,
             tasks: BTreeMap::new(),
-            buckets: std::iter::repeat_with(Bucket::default)
-                .take(TASK_BUCKETS as usize)
-                .collect(),
+            buckets: Vec::new(),
             list: None,
         }
     }
 
     /// Sets (`Some`) or removes (`None`) the view of task `id`.
     fn put(&mut self, id: TaskId, view: Option<Arc<View<TaskView>>>) {
+        // The buckets (over 100 KiB) exist while the framework has tasks:
+        // a framework without any (a thousand disconnected ones, say)
+        // costs none.
+        if self.buckets.is_empty() {
+            if view.is_none() {
+                return;
+            }
+            self.buckets = std::iter::repeat_with(Bucket::default)
+                .take(TASK_BUCKETS as usize)
+                .collect();
+        }
         let bucket = &mut self.buckets[bucket_of(&id)];
         bucket.totals = None;
         self.list = None;
@@ -924,6 +933,9 @@ impl FrameworkEntry {
             None => {
                 bucket.tasks.remove(&id);
                 self.tasks.remove(&id);
+                if self.tasks.is_empty() {
+                    self.buckets = Vec::new();
+                }
             }
         }
     }

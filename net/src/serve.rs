@@ -3,14 +3,26 @@
 //! the token is cancelled; then the connections are shut down gracefully.
 //!
 //! Ours rather than `axum::serve` for what that does not let us set:
-//! pipelined HTTP/1.1 requests (Mesos clients may write calls back to
-//! back) get their answers in one write (`pipeline_flush`, where asked),
-//! `TCP_NODELAY` on every connection (events are small writes on
-//! long-lived streams: without it, Nagle holds each back until the
-//! peer's delayed ACK of the previous one), and a cap on the
-//! connections open at once from one peer address: past it, a new
-//! connection is closed at once, so one peer cannot take every file
-//! descriptor (the others' connections are not touched).
+//! answers to pipelined HTTP/1.1 requests (Mesos clients may write calls
+//! back to back) share writes, through a write buffer of bounded size
+//! ([`crate::conn`]); `TCP_NODELAY` on every connection (events are small
+//! writes on long-lived streams: without it, Nagle holds each back until
+//! the peer's delayed ACK of the previous one); and bounds on what a peer
+//! may hold ([`crate::Limits`]):
+//!
+//! - connections: at most `per_peer` not yet established from one
+//!   address, and `max_connections` in all (below the file descriptor
+//!   limit). At either cap a new connection closes the oldest one that has
+//!   not shown who it is (see [`crate::Connection::establish`]); when all
+//!   have, the new one is closed at once. Every such close is counted
+//!   ([`NetStats`]).
+//! - time: a request's headers must all arrive within the header timeout
+//!   of their first byte, and a connection with no request in progress is
+//!   closed after the idle timeout. A request being served is bounded by
+//!   its handler (bodies: [`crate::body`]). An upgraded connection (a
+//!   WebSocket) is its handler's.
+//! - a malformed request gets hyper's `400` (written before the
+//!   connection closes).
 //!
 //! With TLS, each connection's handshake runs in its own task with a
 //! deadline: a client that connects and never finishes it (or never
@@ -19,52 +31,67 @@
 //! closed, unless plaintext is allowed: then the first byte tells them
 //! apart (a TLS record starts with 0x16, no HTTP method does).
 
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
+use axum::http::Version;
+use axum::response::Response;
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::conn::{CloseReason, ConnIo, Connection, Link, Shared, Table, Watch};
+use crate::limits::Limits;
+use crate::stats::NetStats;
 use crate::tls::ServerTls;
 
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+/// How long what a finished connection left buffered may take to go out.
+const LINGER: Duration = Duration::from_secs(1);
+/// Bytes hyper buffers per connection (HTTP/1) or stream (HTTP/2) each
+/// way.
+const HYPER_BUFFER: usize = 64 * 1024;
+/// HTTP/2 pings on a connection with streams open, to find dead peers.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 /// How a listener serves.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Connections open at once from one peer address.
+    /// Connections not yet established open at once from one peer
+    /// address.
     pub per_peer: usize,
+    /// Connections in all, and timeouts.
+    pub limits: Limits,
     /// TLS, or plaintext only.
     pub tls: Option<Arc<ServerTls>>,
     /// How long a client has to finish its TLS handshake.
     pub handshake_timeout: Duration,
-    /// Answers to pipelined HTTP/1.1 requests share writes. It also lets
-    /// hyper take a streamed body's chunks ahead of the socket, so a
-    /// server that judges a slow reader by its stream's backlog (the
-    /// agent's executor streams) keeps it off.
-    pub pipeline_flush: bool,
+    /// Where connections are counted (for the process's `/metrics`).
+    pub stats: Arc<NetStats>,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             per_peer: 1024,
+            limits: Limits::default(),
             tls: None,
             handshake_timeout: Duration::from_secs(15),
-            pipeline_flush: false,
+            stats: Arc::default(),
         }
     }
 }
@@ -73,31 +100,51 @@ impl Default for ServeOptions {
 /// next, so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Connections open now, by peer address.
-#[derive(Clone, Default)]
-struct PeerCounts(Arc<Mutex<HashMap<IpAddr, usize>>>);
+/// A request being served, until its answer is written or dropped.
+struct InFlight(Arc<Link>);
 
-/// One open connection, counted against its peer until dropped.
-struct PeerSlot {
-    counts: PeerCounts,
-    peer: IpAddr,
+/// An answer's body, holding its request's [`InFlight`].
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+/// How a connection's task ended.
+enum End {
+    /// hyper finished it (the peer closed, an error, an upgrade).
+    Done,
+    /// Closed by a bound or a handler.
+    Closed(CloseReason),
 }
 
 /// Serves `router` on `listener` until `token` is cancelled, then waits
-/// for every connection to finish its graceful shutdown. At most
-/// `options.per_peer` connections from one address are open at once.
+/// for every connection to finish its graceful shutdown. See the module
+/// documentation for the bounds `options` set.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     token: CancellationToken,
     options: ServeOptions,
 ) {
-    let per_peer = options.per_peer;
+    let table = Table::new(
+        options.per_peer,
+        options.limits.max_connections,
+        options.stats.clone(),
+    );
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().pipeline_flush(options.pipeline_flush);
+    // What hyper holds per connection: a request's headers (and
+    // pipelined requests) read, and an answer's body taken ahead of the
+    // socket, within HYPER_BUFFER (its default is 400 KiB each way; per
+    // HTTP/2 stream for answers).
+    builder.http1().max_buf_size(HYPER_BUFFER);
+    builder
+        .http2()
+        .max_send_buf_size(HYPER_BUFFER)
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(H2_KEEP_ALIVE))
+        .keep_alive_timeout(options.limits.idle_timeout.min(H2_KEEP_ALIVE));
     let graceful = GracefulShutdown::new();
-    let counts = PeerCounts::default();
-    let mut refused: u64 = 0;
+    let mut logged_refusals: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -110,11 +157,15 @@ pub async fn serve(
             },
             () = token.cancelled() => break,
         };
-        let Some(slot) = counts.take(peer.ip(), per_peer) else {
-            refused += 1;
+        let Some((slot, link)) = table.admit(peer.ip()) else {
+            let refused = options
+                .stats
+                .refused
+                .load(std::sync::atomic::Ordering::Relaxed);
             // Said once per 1,000 refusals: a flood must not flood the log.
-            if refused % 1000 == 1 {
-                tracing::warn!(peer = %peer.ip(), cap = per_peer, refused, "too many connections from one address; closing new ones");
+            if refused >= logged_refusals + 1000 || logged_refusals == 0 {
+                logged_refusals = refused;
+                tracing::warn!(peer = %peer.ip(), cap = options.limits.max_connections, refused, "connection cap reached and every open connection established; closing new ones");
             }
             drop(stream);
             continue;
@@ -122,34 +173,145 @@ pub async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
-        let service = TowerToHyperService::new(
-            router
-                .clone()
-                .map_request(|req: Request<Incoming>| req.map(Body::new)),
-        );
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let tls = options.tls.clone();
         let handshake_timeout = options.handshake_timeout;
+        let router = router.clone();
+        let limits = options.limits.clone();
+        let stats = options.stats.clone();
         tokio::spawn(async move {
             let io = match tls {
                 None => Either::Left(stream),
-                Some(tls) => match secure(stream, &tls, handshake_timeout).await {
-                    Some(io) => io,
-                    None => return,
-                },
+                Some(tls) => {
+                    let handshake = secure(stream, &tls, handshake_timeout);
+                    let io = tokio::select! {
+                        io = handshake => io,
+                        () = closed(&link) => None,
+                    };
+                    match io {
+                        Some(io) => io,
+                        None => return,
+                    }
+                }
             };
+            let (io, shared) = ConnIo::new(io, slot, link.clone());
+            let service = TowerToHyperService::new(service(router, link));
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(io), service)
                 .into_owned();
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::trace!(error = %e, "connection ended");
+            let conn = pin!(watcher.watch(conn));
+            match drive(conn, &shared, &limits).await {
+                End::Done => {
+                    // What hyper wrote last (a 400, a close) goes out.
+                    let flush = poll_fn(|cx| shared.poll_flush_buffered(cx));
+                    let _ = tokio::time::timeout(LINGER, flush).await;
+                }
+                End::Closed(reason) => {
+                    let counter = match reason {
+                        CloseReason::HeaderTimeout => Some(&stats.closed_header_timeout),
+                        CloseReason::IdleTimeout => Some(&stats.closed_idle_timeout),
+                        _ => None,
+                    };
+                    if let Some(counter) = counter {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    tracing::debug!(peer = %shared.link.peer(), ?reason, "connection closed");
+                }
             }
-            drop(slot);
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// The router as one connection's service: each request carries the
+/// [`Connection`] and counts as in flight until its answer is written.
+fn service(
+    router: Router,
+    link: Arc<Link>,
+) -> impl tower::Service<
+    Request<Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone
+       + Send {
+    let for_requests = link.clone();
+    ServiceExt::<Request>::map_future(router, move |future| {
+        link.request_began();
+        let in_flight = InFlight(link.clone());
+        async move {
+            let response: Response = match future.await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok(response.map(|body| {
+                Body::new(Tracked {
+                    body,
+                    _in_flight: in_flight,
+                })
+            }))
+        }
+    })
+    .map_request(move |req: Request<Incoming>| {
+        let mut req = req.map(Body::new);
+        if req.version() == Version::HTTP_2 {
+            for_requests.http2();
+        }
+        req.extensions_mut()
+            .insert(Connection(for_requests.clone()));
+        req
+    })
+}
+
+/// Polls hyper's connection with its flushes deferred to the end of each
+/// turn, and closes it when it outstays a timeout or is closed from
+/// outside.
+async fn drive<C, I>(mut conn: std::pin::Pin<&mut C>, shared: &Shared<I>, limits: &Limits) -> End
+where
+    C: Future,
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let link = &shared.link;
+    let first = tokio::time::Instant::now() + limits.header_timeout.min(limits.idle_timeout);
+    let mut sleep = pin!(tokio::time::sleep_until(first));
+    poll_fn(|cx| {
+        link.register_task(cx);
+        if link.is_closed() {
+            return Poll::Ready(End::Closed(link.close_reason()));
+        }
+        let polled = shared.deferring(|| conn.as_mut().poll(cx));
+        // A write error shows again on hyper's next write.
+        let _ = shared.poll_flush_buffered(cx);
+        if polled.is_ready() {
+            return Poll::Ready(End::Done);
+        }
+        while sleep.as_mut().poll(cx).is_ready() {
+            match link.watch(limits.header_timeout, limits.idle_timeout) {
+                Watch::Expired(reason) => {
+                    link.close(reason);
+                    return Poll::Ready(End::Closed(reason));
+                }
+                Watch::Until(at) => sleep.as_mut().reset(at),
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Until `link` is closed from outside.
+async fn closed(link: &Link) {
+    poll_fn(|cx| {
+        link.register_task(cx);
+        if link.is_closed() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
 }
 
 /// The connection after its TLS handshake (or as it is, when plaintext is
@@ -189,52 +351,32 @@ async fn secure(
     }
 }
 
-// === impl PeerCounts ===
+// === impl InFlight ===
 
-impl PeerCounts {
-    /// A slot for one more connection from `peer`, if it has fewer than
-    /// `cap` open.
-    fn take(&self, peer: IpAddr, cap: usize) -> Option<PeerSlot> {
-        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let open = counts.entry(peer).or_insert(0);
-        if *open >= cap {
-            return None;
-        }
-        *open += 1;
-        Some(PeerSlot {
-            counts: self.clone(),
-            peer,
-        })
-    }
-}
-
-impl Drop for PeerSlot {
+impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut counts = self.counts.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(open) = counts.get_mut(&self.peer) {
-            *open -= 1;
-            if *open == 0 {
-                counts.remove(&self.peer);
-            }
-        }
+        self.0.request_ended();
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+// === impl Tracked ===
 
-    #[test]
-    fn a_peer_gets_at_most_its_cap_and_slots_come_back_when_dropped() {
-        let counts = PeerCounts::default();
-        let a: IpAddr = "127.0.0.1".parse().unwrap();
-        let b: IpAddr = "127.0.0.2".parse().unwrap();
-        let slots: Vec<PeerSlot> = (0..120).filter_map(|_| counts.take(a, 100)).collect();
-        assert_eq!(slots.len(), 100);
-        // Another address is not affected.
-        assert!(counts.take(b, 100).is_some());
-        drop(slots);
-        assert!(counts.take(a, 100).is_some());
-        assert!(counts.0.lock().unwrap().get(&a).is_none());
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }

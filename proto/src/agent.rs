@@ -76,6 +76,18 @@ pub enum Call {
         /// One entry per running executor's container.
         containers: Vec<ContainerUsage>,
     },
+    /// Whether the agent can take new tasks. `unavailable` says why it
+    /// cannot (its work directory is full): the master then offers none
+    /// of its resources (outstanding offers are rescinded) until the
+    /// agent sends this call without a reason. Sent on every change, and
+    /// after each (re-)registration while the agent cannot take tasks; a
+    /// (re-)registered agent is available until it says otherwise. Tasks
+    /// already running are not touched.
+    Availability {
+        /// Why the agent cannot take tasks; `None`: it can again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unavailable: Option<String>,
+    },
     /// A call type this master does not know.
     #[serde(other)]
     Unknown,

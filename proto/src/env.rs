@@ -12,8 +12,34 @@ pub const FRAMEWORK_ID: &str = "AGORA_FRAMEWORK_ID";
 pub const EXECUTOR_ID: &str = "AGORA_EXECUTOR_ID";
 /// Absolute path of the executor's sandbox (also its working directory).
 pub const SANDBOX: &str = "AGORA_SANDBOX";
-/// Secret the executor presents when subscribing.
+/// Secret the executor presents when subscribing. An agent hands it to
+/// executors of Agora's executor API through [`SECRETS_FD`], never in
+/// their environment (which a same-user process can read from
+/// `/proc/PID/environ`); an executor SDK also takes it from the
+/// environment, for agents that put it there.
 pub const EXECUTOR_TOKEN: &str = "AGORA_EXECUTOR_TOKEN";
+/// The number of an inherited descriptor (a Unix socket) from which an
+/// executor reads its secrets once, at start, to its end: lines of
+/// `NAME=VALUE` ([`EXECUTOR_TOKEN`], [`TLS_CERT`], [`TLS_KEY`]), as they
+/// would have been in its environment. The executor closes it after
+/// reading, so its tasks do not inherit it.
+pub const SECRETS_FD: &str = "AGORA_EXECUTOR_SECRETS_FD";
+/// The descriptor an agent gives executors their secrets on.
+pub const SECRETS_FD_NUMBER: i32 = 3;
+/// Variables that carry a secret, or the path of one: an agent gives none
+/// of them to an executor through its environment, not even those it
+/// inherited itself (its own `AGORA_SECRET`, `AGORA_TLS_KEY`, ...), and an
+/// executor passes none to its tasks. A Mesos v1 executor still gets
+/// [`MESOS_EXECUTOR_AUTHENTICATION_TOKEN`] in its environment, as Mesos's
+/// executor API asks (see `docs/mesos.md`).
+pub const SECRET_VARIABLES: &[&str] = &[
+    EXECUTOR_TOKEN,
+    MESOS_EXECUTOR_AUTHENTICATION_TOKEN,
+    TLS_CERT,
+    TLS_KEY,
+    SECRET,
+    SECRETS_FD,
+];
 /// `1` when the framework checkpoints: the executor then waits for a
 /// restarted agent instead of exiting when the connection drops.
 pub const CHECKPOINT: &str = "AGORA_CHECKPOINT";

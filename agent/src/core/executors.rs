@@ -61,8 +61,21 @@ impl Core {
             }
         };
         let mut spec = LaunchSpec::from_command(&info.command, sandbox.clone());
-        spec.env
-            .extend(self.executor_env(&ekey, &info, &sandbox, &token));
+        let env = self.executor_env(&ekey, &info, &sandbox, &token);
+        // Secrets go to the executor through a descriptor it reads once,
+        // not its environment, which a process of its user can read
+        // (`/proc/PID/environ`) for as long as it runs. A Mesos v1
+        // executor gets its token where Mesos's executor API has it, in
+        // MESOS_EXECUTOR_AUTHENTICATION_TOKEN (with
+        // --authenticate-executors).
+        let (secrets, env): (Vec<_>, Vec<_>) = env.into_iter().partition(|(name, _)| {
+            agora_proto::env::SECRET_VARIABLES.contains(&name.as_str())
+                && name != agora_proto::env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN
+        });
+        spec.env.extend(env);
+        if !speaks_mesos_v1(&info) {
+            spec.secrets = secrets;
+        }
         spec.limits = self.container_limits(&ekey, &info, is_command);
         let limits_asked = spec.limits;
         spec.user = self.framework_user(&ekey.0);
@@ -138,18 +151,18 @@ impl Core {
         ekey: &ExecKey,
         info: &ExecutorInfo,
         is_command: bool,
-    ) -> Option<crate::isolation::Limits> {
-        if self.shared.config.isolation != crate::isolation::Isolation::Cgroups {
+    ) -> Option<agora_containerizer::Limits> {
+        if self.shared.config.isolation != agora_containerizer::Isolation::Cgroups {
             return None;
         }
         if is_command && self.task_containers() {
-            let own = crate::isolation::Limits::of(&info.resources);
+            let own = agora_containerizer::Limits::of(&info.resources);
             // The tasks it holds, ended ones not yet forgotten included
             // (it keeps them too): counted in O(1), as this runs on every
             // task's launch. In powers of two: a limit is not rewritten
             // for every task.
             let tasks = self.held_tasks(ekey).max(1).next_power_of_two() as f64;
-            return Some(crate::isolation::Limits {
+            return Some(agora_containerizer::Limits {
                 cpus: own.cpus * tasks,
                 mem_mib: own.mem_mib * tasks,
                 pids: own.pids,
@@ -159,7 +172,7 @@ impl Core {
             .executor_tasks(ekey)
             .filter(|(_, t)| t.is_live())
             .map(|(_, t)| &t.info.resources);
-        Some(crate::isolation::Limits::of_all(
+        Some(agora_containerizer::Limits::of_all(
             std::iter::once(&info.resources).chain(tasks),
         ))
     }
@@ -197,7 +210,7 @@ impl Core {
         &mut self,
         key: ExecKey,
         run_id: String,
-        limitation: crate::isolation::Limitation,
+        limitation: agora_containerizer::Limitation,
     ) {
         let Some(ex) = self.executors.get_mut(&key).filter(|e| e.run_id == run_id) else {
             return;
@@ -307,12 +320,13 @@ impl Core {
             ),
             (env::MESOS_HTTP_COMMAND_EXECUTOR, "0".to_string()),
         ];
-        if config.authenticate_executors {
+        if config.authenticate_executors && speaks_mesos_v1(info) {
             mesos.push((env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN, token.to_string()));
         }
         // A TLS agent's executors reach it at wss://, trusting its CA and
         // presenting its certificate (as Mesos hands its executors the
-        // agent's LIBPROCESS_SSL_* files); the SDK keeps them from tasks.
+        // agent's LIBPROCESS_SSL_* files). The certificate and key paths
+        // are secrets (`launch_executor`).
         if config.tls.enabled() {
             let paths = [
                 (env::TLS_CA, &config.tls.ca),
@@ -879,7 +893,7 @@ pub(crate) const MAX_EXECUTOR_SHUTDOWN_GRACE: Duration = Duration::from_secs(360
 /// SIGKILL: its own `shutdown_grace_period` (as Mesos's agent uses
 /// `ExecutorInfo.shutdown_grace_period`), else the agent's
 /// `--executor-shutdown-grace-period`.
-pub(crate) fn shutdown_grace(info: &ExecutorInfo, config: &crate::Config) -> Duration {
+pub(crate) fn shutdown_grace(info: &ExecutorInfo, config: &crate::config::Config) -> Duration {
     info.shutdown_grace_period
         .filter(|secs| secs.is_finite() && *secs >= 0.0)
         .map_or(config.executor_shutdown_grace_period, |secs| {

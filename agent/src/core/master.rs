@@ -31,6 +31,13 @@ impl Core {
                 for call in std::mem::take(&mut self.unsent) {
                     self.send_master(call);
                 }
+                if let Some(full) = &self.disk_full {
+                    // A (re-)registered agent is offered again: not while
+                    // it cannot run what it would be offered for.
+                    self.send_master(agent_api::Call::Availability {
+                        unavailable: Some(full.clone()),
+                    });
+                }
                 for (framework_id, status) in self.updates.connected(self.now) {
                     self.shared.counters.resent_on_registration();
                     self.send_master(agent_api::Call::StatusUpdate {
@@ -159,6 +166,7 @@ impl Core {
                 agent_api::Call::StatusUpdate { .. }
                     | agent_api::Call::Pong
                     | agent_api::Call::Usage { .. }
+                    | agent_api::Call::Availability { .. }
             ) && self.unsent.len() < UNSENT_LIMIT
             {
                 self.unsent.push(call);

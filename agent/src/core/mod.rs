@@ -37,12 +37,13 @@ use executors::{shutdown_grace, speaks_mesos_v1};
 pub(crate) use recovery::Recovered;
 
 use crate::checkpoint::{self, ExecutorRecord, Op};
+use crate::config::RecoverMode;
 use crate::launcher::LaunchSpec;
+use crate::messages::{Action, Durable, ExecKey, Input, Request, Started, Stop, TaskEntry, Timer};
 use crate::paths;
-use crate::processes::{Request, Started};
+use crate::shared::Shared;
 use crate::status_updates::{AckOutcome, StatusUpdateManager, StreamKey, UpdateOutcome};
 use crate::wal::WalRecord;
-use crate::{RecoverMode, Shared};
 
 /// Resources of the built-in command executor itself.
 const COMMAND_EXECUTOR_RESOURCES: &str = "cpus:0.1;mem:32";
@@ -59,207 +60,12 @@ pub(crate) const MESOS_SUBSCRIPTION_BACKOFF_MAX: Duration = Duration::from_secs(
 /// grace period.
 pub(crate) const OVERRUN_KILL_DELAY: Duration = Duration::from_secs(1);
 
-/// Identifies an executor: framework and executor id.
-pub type ExecKey = (FrameworkId, ExecutorId);
-
-/// What the core reacts to.
-#[derive(Debug)]
-pub enum Input {
-    /// A new master connection is up (the shell holds its writer).
-    MasterConnected {
-        conn: u64,
-        /// The connection's local IP (for the advertised address).
-        local_ip: Option<std::net::IpAddr>,
-    },
-    /// An event (other than PING) from the master.
-    MasterEvent {
-        conn: u64,
-        event: Box<agent_api::Event>,
-    },
-    /// The master connection ended.
-    MasterDisconnected { conn: u64 },
-    /// An executor subscribed (or re-subscribed) on connection `conn`:
-    /// on Agora's executor API with its token, or on the Mesos v1
-    /// executor API (`token: None`), which carries none and is open only
-    /// to executors launched as Mesos executors (see
-    /// [`agora_proto::ExecutorApi`]).
-    ExecutorSubscribe {
-        conn: u64,
-        framework_id: FrameworkId,
-        executor_id: ExecutorId,
-        token: Option<String>,
-        updates: Vec<TaskStatus>,
-        tasks: Vec<TaskInfo>,
-    },
-    /// A call after subscribing.
-    ExecutorCall { conn: u64, call: exec_api::Call },
-    /// A subscribed executor connection ended (after its last call).
-    ExecutorDisconnected { conn: u64 },
-    /// A launch asked of the process thread succeeded or failed.
-    ExecutorLaunched {
-        key: ExecKey,
-        run_id: String,
-        result: Result<Started, String>,
-    },
-    /// The URIs of command task `key` are in its sandbox, or one could
-    /// not be fetched (the message names it); or its container is made,
-    /// with the files its process enters it through (see
-    /// [`exec_api::Event::Launch`]), or could not be.
-    TaskFetched {
-        key: StreamKey,
-        result: Result<TaskEntry, String>,
-    },
-    /// Command task `key`'s container was killed whole (nothing of the
-    /// task is left) and is being removed; `limitation` says whether it
-    /// had reached its memory limit.
-    TaskContainerEnded {
-        key: StreamKey,
-        limitation: Option<crate::isolation::Limitation>,
-    },
-    /// An executor process ended.
-    ExecutorExited {
-        key: ExecKey,
-        run_id: String,
-        code: Option<i32>,
-        message: String,
-    },
-    /// An executor run's container reached a limit (ran out of memory):
-    /// its tasks end with the limitation and the container is destroyed.
-    ContainerLimited {
-        key: ExecKey,
-        run_id: String,
-        limitation: crate::isolation::Limitation,
-    },
-    /// What the containers use (read off the core), for the master:
-    /// sent while registered, dropped otherwise.
-    ContainerUsage(Vec<agent_api::ContainerUsage>),
-    /// A timer the core set went off.
-    Timer(Timer),
-    /// A checkpoint the core asked for reached the disk (or failed to).
-    Durable(Durable, Result<(), String>),
-}
-
-/// How a command task's process enters the container made for it alone
-/// (see [`exec_api::Event::Launch`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TaskEntry {
-    /// The files it writes `0` into; empty when it has no container.
-    pub files: Vec<String>,
-    /// The name the container keeps through its renames, for an
-    /// executor that keeps the files open.
-    pub lasting: Option<String>,
-}
-
-/// A timer the core sets (with [`Action::Timer`]) and is told of when it
-/// goes off.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Timer {
-    /// An executor run has had its time to subscribe.
-    RegistrationTimeout { key: ExecKey, run_id: String },
-    /// An executor asked to shut down has had its grace period.
-    ShutdownOverrun { key: ExecKey, run_id: String },
-    /// A command executor's idle time ran out: it stops unless it was given
-    /// a task since (`assignments` moved on).
-    CommandExecutorIdle {
-        key: ExecKey,
-        run_id: String,
-        assignments: u64,
-    },
-    /// An exited executor's connection did not close in time (another
-    /// process holds it): end the executor without it.
-    ExitDrained { key: ExecKey, run_id: String },
-    /// A custom executor asked to kill a task has had the task's kill
-    /// grace period and the shutdown grace period: unless the task ended,
-    /// the executor is shut down.
-    KillOverrun {
-        key: ExecKey,
-        run_id: String,
-        task_id: TaskId,
-    },
-}
-
-/// What a checkpoint's completion means to the core.
-// Lives for one trip to the checkpoint writer and back; boxing the update
-// would only add an allocation per update.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq)]
-pub enum Durable {
-    /// A checkpointed update: it may enter its stream, and be acknowledged
-    /// to `ack_to`.
-    Update {
-        framework_id: FrameworkId,
-        status: TaskStatus,
-        ack_to: Option<ExecKey>,
-    },
-    /// A checkpointed acknowledgement: the stream's next update may go.
-    Ack {
-        framework_id: FrameworkId,
-        task_id: TaskId,
-    },
-    /// A checkpointed task: it may go to its executor.
-    Task { key: StreamKey },
-    /// The checkpointed tasks of a task group: they may go to their
-    /// executor, together.
-    Tasks { keys: Vec<StreamKey> },
-}
-
 /// Where a task goes once its checkpoint is durable.
 #[derive(Debug)]
 pub(crate) struct PendingLaunch {
     ekey: ExecKey,
     info: ExecutorInfo,
     is_command: bool,
-}
-
-/// What the core asks to be done, in order.
-// Actions live for one trip from the core to the shell; boxing the large
-// ones would only add allocations.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Action {
-    /// Write `call` to master connection `conn` (best effort: reliable
-    /// updates are retried by their streams).
-    ToMaster { conn: u64, call: agent_api::Call },
-    /// Drop master connection `conn`: the link connects anew (and the agent
-    /// registers again).
-    DropMaster { conn: u64 },
-    /// Queue `event` for executor connection `conn`: an answer to one of its
-    /// calls (`reply`), or an event it did not ask for, which an executor
-    /// that has long stopped reading does not get (it is disconnected).
-    ToExecutor {
-        conn: u64,
-        event: exec_api::Event,
-        reply: bool,
-    },
-    /// Close executor connection `conn`.
-    CloseExecutor {
-        conn: u64,
-        code: u16,
-        reason: String,
-    },
-    /// Ask the process thread for something.
-    Process(Request),
-    /// Stop these executor runs (`true`: asked to shut down, so given the
-    /// grace period first) and reap them; the agent is stopping.
-    StopExecutors {
-        runs: Vec<(String, bool)>,
-        grace: Duration,
-        overrun: Duration,
-    },
-    /// Write `ops`; when they are durable (or failed), feed back
-    /// [`Input::Durable`] with `then`.
-    Checkpoint { ops: Vec<Op>, then: Option<Durable> },
-    /// Feed back [`Input::Timer`] after `after`.
-    Timer { after: Duration, timer: Timer },
-}
-
-/// Why the core stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    /// The shutdown future completed.
-    Requested,
-    /// The master refused the agent for good.
-    Refused(String),
 }
 
 /// What the core knows of its master connection.
@@ -315,7 +121,7 @@ struct Executor {
     assignments: u64,
     /// The largest limits its container was asked for (the container
     /// keeps the largest): a task that needs no more asks for nothing.
-    limits_asked: Option<crate::isolation::Limits>,
+    limits_asked: Option<agora_containerizer::Limits>,
 }
 
 struct Task {
@@ -388,6 +194,9 @@ pub(crate) struct Core {
     rng: rand::rngs::StdRng,
     /// Something changed since the last snapshot.
     dirty: bool,
+    /// Why the work directory is full, while it is: no task is launched
+    /// and the master offers none of the agent's resources.
+    disk_full: Option<String>,
 }
 
 // === impl Task ===
@@ -478,6 +287,7 @@ impl Core {
             wall,
             rng: rand::rngs::StdRng::seed_from_u64(seed),
             dirty: true,
+            disk_full: None,
         }
     }
 
@@ -548,6 +358,12 @@ impl Core {
                 self.task_container_ended(key, limitation)
             }
             Input::Timer(timer) => self.timer(timer),
+            Input::DiskFull { full } => {
+                self.disk_full = full.clone();
+                if self.master.as_ref().is_some_and(|m| m.registered) {
+                    self.send_master(agent_api::Call::Availability { unavailable: full });
+                }
+            }
             Input::Durable(
                 Durable::Update {
                     framework_id,

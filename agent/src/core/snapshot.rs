@@ -129,6 +129,9 @@ impl Core {
             "version": agora_proto::VERSION,
             "master": config.master,
             "registered": self.master.as_ref().is_some_and(|m| m.registered),
+            // Why the agent takes no new task (its work directory is
+            // full); null while it takes them.
+            "unavailable": self.disk_full,
             "hostname": config.hostname,
             "address": self.shared.advertised_address(self.master_local_ip),
             "work_dir": config.work_dir,

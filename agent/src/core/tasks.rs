@@ -162,6 +162,14 @@ impl Core {
                 ),
             });
         }
+        if let Some(full) = &self.disk_full {
+            // Mesos's REASON_CONTAINER_LAUNCH_FAILED on its v1 API.
+            return Err(Refusal {
+                state: TaskState::Failed,
+                reason: Reason::ReasonExecutorLaunchFailed,
+                message: format!("{full}; the agent launches no task until space is freed"),
+            });
+        }
         let invalid = |message: String| Refusal {
             state: TaskState::Error,
             reason: Reason::ReasonTaskInvalid,
@@ -368,7 +376,7 @@ impl Core {
             }
         };
         let containers = self.task_containers();
-        let limit = if self.shared.config.isolation == crate::isolation::Isolation::Cgroups
+        let limit = if self.shared.config.isolation == agora_containerizer::Isolation::Cgroups
             && !containers
         {
             // Its container holds the executor and its one task.
@@ -409,7 +417,7 @@ impl Core {
         let container = containers.then(|| {
             (
                 paths::run_id_of(&sandbox),
-                crate::isolation::Limits::of(&task.resources),
+                agora_containerizer::Limits::of(&task.resources),
             )
         });
         // The command starts only once its URIs are in its sandbox (and,
@@ -481,7 +489,7 @@ impl Core {
     /// where each command task has a command executor of its own and
     /// shares its container.
     pub(super) fn task_containers(&self) -> bool {
-        self.shared.config.isolation == crate::isolation::Isolation::Cgroups
+        self.shared.config.isolation == agora_containerizer::Isolation::Cgroups
             && (self.shared.delegates_cgroups || !self.shared.config.users.switches())
     }
 
@@ -503,7 +511,7 @@ impl Core {
     pub(super) fn task_container_ended(
         &mut self,
         key: StreamKey,
-        limitation: Option<crate::isolation::Limitation>,
+        limitation: Option<agora_containerizer::Limitation>,
     ) {
         let Some(task) = self.tasks.get_mut(&key) else {
             return;

@@ -576,7 +576,7 @@ fn a_kill_of_a_launch_lost_with_the_connection_ends_the_task_killed() {
 
 #[test]
 fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
-    use crate::isolation::{Isolation, Limitation, Limits};
+    use agora_containerizer::{Isolation, Limitation, Limits};
     let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
     let actions = h.run("t1");
     // The container holds the executor's resources and the task's.
@@ -640,7 +640,7 @@ fn a_container_out_of_memory_fails_its_tasks_with_the_limitation() {
 
 #[test]
 fn a_command_task_in_a_container_of_its_own_ends_once_the_container_is_gone() {
-    use crate::isolation::{Isolation, Limitation, Limits};
+    use agora_containerizer::{Isolation, Limitation, Limits};
     let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
     let mut task = command_task_with_uri("t1");
     task.command.as_mut().expect("command").uris.clear();
@@ -1552,7 +1552,7 @@ mod recording {
 
 #[test]
 fn a_task_that_needs_no_more_than_its_executors_container_had_asks_for_nothing() {
-    use crate::isolation::{Isolation, Limits};
+    use agora_containerizer::{Isolation, Limits};
     let mut h = H::with(|c| c.isolation = Isolation::Cgroups);
     h.run("t1");
     h.launched_ok("t1");
@@ -1597,4 +1597,218 @@ fn a_task_that_needs_no_more_than_its_executors_container_had_asks_for_nothing()
     let grown = updates(&join(&mut h, "t4"));
     assert_eq!(grown.len(), 1, "{grown:?}");
     assert!((grown[0].cpus - 3.1).abs() < 1e-9, "{grown:?}");
+}
+
+/// Every status the agent made for the master among `actions`: through
+/// its log, or sent on its own.
+fn statuses(actions: &[Action]) -> Vec<&TaskStatus> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Checkpoint {
+                then: Some(Durable::Update { status, .. }),
+                ..
+            } => Some(status),
+            Action::ToMaster {
+                call: agent_api::Call::StatusUpdate { status, .. },
+                ..
+            } => Some(status),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The availability the agent told the master among `actions`.
+fn availability(actions: &[Action]) -> Vec<Option<String>> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ToMaster {
+                call: agent_api::Call::Availability { unavailable },
+                ..
+            } => Some(unavailable.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_full_work_directory_refuses_launches_and_is_not_offered_until_it_has_room() {
+    let mut h = H::new();
+    let full = "the agent's work directory /w is full: 0.0 MiB free".to_string();
+    let actions = h.input(Input::DiskFull {
+        full: Some(full.clone()),
+    });
+    assert_eq!(availability(&actions), [Some(full.clone())]);
+    // A launch meanwhile fails at once, naming the cause, and starts
+    // nothing.
+    let actions = h.run("t1");
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let refused = statuses(&actions);
+    assert_eq!(refused.len(), 1, "{actions:?}");
+    assert_eq!(refused[0].state, TaskState::Failed);
+    assert_eq!(refused[0].reason, Some(Reason::ReasonExecutorLaunchFailed));
+    assert!(
+        refused[0].message.as_deref().unwrap_or("").contains(&full),
+        "{:?}",
+        refused[0]
+    );
+    // Registered again (a new master, say), it says so again.
+    h.input(Input::MasterDisconnected { conn: MASTER });
+    h.input(Input::MasterConnected {
+        conn: MASTER,
+        local_ip: None,
+    });
+    let actions = h.master(agent_api::Event::Registered {
+        agent_id: AgentId::new("a1"),
+        ping_interval_seconds: 5.0,
+        master_info: MasterInfo {
+            id: "m2".into(),
+            address: "master:5050".into(),
+            version: "test".into(),
+        },
+        reregistered: true,
+    });
+    assert_eq!(availability(&actions), [Some(full)]);
+    // Room again: the master hears it, and tasks run.
+    let actions = h.input(Input::DiskFull { full: None });
+    assert_eq!(availability(&actions), [None]);
+    let actions = h.run("t2");
+    assert_eq!(launches(&actions), 1, "{actions:?}");
+}
+
+#[test]
+fn an_executor_gets_its_secrets_on_a_descriptor_not_in_its_environment() {
+    let mut h = H::with(|c| {
+        c.authenticate_executors = true;
+        c.tls = agora_net::TlsOptions {
+            ca: Some("/etc/agora/ca.pem".into()),
+            cert: Some("/etc/agora/agent.pem".into()),
+            key: Some("/etc/agora/agent-key.pem".into()),
+            ..agora_net::TlsOptions::default()
+        };
+    });
+    let actions = h.run("t1");
+    let spec = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Process(Request::Launch { spec, .. }) => Some(spec.clone()),
+            _ => None,
+        })
+        .expect("a launch");
+    for (name, _) in &spec.env {
+        assert!(
+            !agora_proto::env::SECRET_VARIABLES.contains(&name.as_str()),
+            "{name} in the executor's environment"
+        );
+    }
+    let token = h.core.executors[&ekey("t1")].token.clone();
+    let secret = |name: &str, value: &str| (name.to_string(), value.to_string());
+    assert_eq!(
+        spec.secrets,
+        [
+            secret(agora_proto::env::EXECUTOR_TOKEN, &token),
+            secret(agora_proto::env::TLS_CERT, "/etc/agora/agent.pem"),
+            secret(agora_proto::env::TLS_KEY, "/etc/agora/agent-key.pem"),
+        ]
+    );
+    assert!(!spec
+        .env
+        .iter()
+        .any(|(_, value)| *value == token || value.contains("agent-key")));
+    // The CA is no secret: the executor verifies the agent with it.
+    assert!(spec
+        .env
+        .contains(&secret(agora_proto::env::TLS_CA, "/etc/agora/ca.pem")));
+
+    // A Mesos v1 executor reads its token from the environment, as
+    // Mesos's API has it; it gets no descriptor.
+    let actions = h.master(agent_api::Event::RunTaskGroup {
+        framework: framework(),
+        tasks: vec![group_task("g1", "grp", true)],
+    });
+    let actions = h.complete(actions);
+    let spec = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Process(Request::Launch { spec, .. }) => Some(spec.clone()),
+            _ => None,
+        })
+        .expect("a launch");
+    let token = h.core.executors[&(fid(), ExecutorId::new("e-grp"))]
+        .token
+        .clone();
+    assert!(spec.secrets.is_empty());
+    assert!(!spec
+        .env
+        .iter()
+        .any(|(_, value)| value.contains("agent-key")));
+    let names: Vec<&str> = spec
+        .env
+        .iter()
+        .filter(|(_, value)| *value == token)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [agora_proto::env::MESOS_EXECUTOR_AUTHENTICATION_TOKEN]
+    );
+}
+
+#[test]
+fn the_token_of_an_ended_run_is_refused() {
+    let mut h = H::new();
+    h.run("t1");
+    let old_run = h.core.executors[&ekey("t1")].run_id.clone();
+    let old_token = h.core.executors[&ekey("t1")].token.clone();
+    h.input(Input::ExecutorLaunched {
+        key: ekey("t1"),
+        run_id: old_run.clone(),
+        result: Ok(Started {
+            pid: 4242,
+            start_time: None,
+        }),
+    });
+    h.input(Input::ExecutorExited {
+        key: ekey("t1"),
+        run_id: old_run,
+        code: Some(1),
+        message: "exited with status 1".into(),
+    });
+    let refused = |actions: &[Action], conn: u64| {
+        to_executor(actions, conn)
+            .iter()
+            .any(|e| matches!(e, exec_api::Event::Error { fatal: true, .. }))
+            && actions
+                .iter()
+                .any(|a| matches!(a, Action::CloseExecutor { conn: c, .. } if *c == conn))
+    };
+    let subscribe = |h: &mut H, conn: u64, token: &str| {
+        h.input(Input::ExecutorSubscribe {
+            conn,
+            framework_id: fid(),
+            executor_id: ExecutorId::new("e-t1"),
+            token: Some(token.to_string()),
+            updates: Vec::new(),
+            tasks: Vec::new(),
+        })
+    };
+    // Its executor is gone: nobody subscribes with its token.
+    let actions = subscribe(&mut h, 20, &old_token);
+    assert!(refused(&actions, 20), "{actions:?}");
+    // A new run of the same executor has a token of its own; the old one
+    // is refused, naming the run it was for.
+    let mut again = custom_task("t2");
+    again.executor.as_mut().expect("an executor").executor_id = ExecutorId::new("e-t1");
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: again,
+    });
+    h.complete(actions);
+    let new_token = h.core.executors[&ekey("t1")].token.clone();
+    assert_ne!(new_token, old_token);
+    let actions = subscribe(&mut h, 21, &old_token);
+    assert!(refused(&actions, 21), "{actions:?}");
+    let actions = subscribe(&mut h, 22, &new_token);
+    assert!(!refused(&actions, 22), "{actions:?}");
 }

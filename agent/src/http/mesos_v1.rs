@@ -23,7 +23,9 @@
 //! for a missing `Content-Type`, a body that does not decode or a call
 //! that fails validation (no uuid, wrong source, …), `415` for another
 //! `Content-Type`, `406` when `Accept` allows neither codec, `413` for a
-//! body over [`MAX_CALL_BYTES`], `400` for a subscription of an executor
+//! body over [`MAX_CALL_BYTES`] (declared or sent), `408` for a body that
+//! does not arrive within the agent's body limits
+//! (`--http-body-timeout`), `400` for a subscription of an executor
 //! the agent does not run (or that is not a Mesos executor), `403` for a
 //! call of an executor that is not subscribed, `503` while the agent
 //! stops. The executor API carries no stream id and no token: only
@@ -45,9 +47,8 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{AppState, ExecLink, Unwritten, WRITER_LINGER, WRITE_BATCH};
-use crate::core::{ExecKey, Input};
 use crate::identity::{Claims, TokenError};
-use crate::shell::CoreEvent;
+use crate::messages::{CoreEvent, ExecKey, Input};
 
 /// The largest call body accepted (larger ones get `413`).
 pub(crate) const MAX_CALL_BYTES: usize = agora_proto::MAX_FRAME_BYTES;
@@ -64,8 +65,9 @@ const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(10);
 pub(super) async fn executor(
     State(app): State<AppState>,
     method: Method,
+    connection: Option<axum::Extension<agora_net::Connection>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     if method != Method::POST {
         return (
@@ -90,6 +92,22 @@ pub(super) async fn executor(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Expecting 'Content-Type' of application/json or application/x-protobuf",
         );
+    };
+    let connection = connection.map(|axum::Extension(c)| c);
+    // With --authenticate-executors, a call without a token of this
+    // agent's is refused before a byte of its body is read; whose token it
+    // is, is checked once the call names its executor.
+    if app.shared.config.authenticate_executors {
+        if let Err(refusal) = bearer(&app, &headers) {
+            return refusal;
+        }
+        if let Some(connection) = &connection {
+            connection.establish();
+        }
+    }
+    let body = match app.bodies.read(body, MAX_CALL_BYTES).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal.into_response(),
     };
     let call: v1::executor::Call = match codec.decode(&body) {
         Ok(call) => call,
@@ -162,6 +180,7 @@ pub(super) async fn executor(
                 identity,
                 unacknowledged_updates,
                 unacknowledged_tasks,
+                connection,
             )
             .await
         }
@@ -193,6 +212,28 @@ pub(super) async fn executor(
 pub(super) struct V1Subscription {
     conn: u64,
     run: Option<String>,
+}
+
+/// `401` (with a challenge) for a call without a token this agent
+/// issued, checked before its body is read.
+#[allow(clippy::result_large_err)] // the refusal is the handler's answer
+fn bearer(app: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(agora_proto::bearer_token);
+    let message = match token.map(|token| app.shared.identity.verify(token)) {
+        Some(Ok(_)) => return Ok(()),
+        Some(Err(e)) => e.to_string(),
+        None => "executor calls need 'Authorization: Bearer' with the executor's token".into(),
+    };
+    tracing::warn!(%message, "Mesos executor call not authenticated");
+    Err((
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer realm=\"agora-executor\"")],
+        message,
+    )
+        .into_response())
 }
 
 /// The token of a call (`Authorization: Bearer`) and its claims: `401`
@@ -260,7 +301,7 @@ fn other_run(
 /// The `/state` view published after this point (the periodic one may
 /// predate a launch).
 #[allow(clippy::result_large_err)] // the refusal is the handler's answer
-async fn fresh_snapshot(app: &AppState) -> Result<crate::shell::Snapshot, Response> {
+async fn fresh_snapshot(app: &AppState) -> Result<crate::messages::Snapshot, Response> {
     let (done, published) = oneshot::channel();
     if app.core.send(CoreEvent::Publish(done)).await.is_err() || published.await.is_err() {
         return Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping"));
@@ -315,6 +356,7 @@ async fn subscribe(
     identity: Option<(String, Claims)>,
     updates: Vec<agora_proto::TaskStatus>,
     tasks: Vec<agora_proto::TaskInfo>,
+    connection: Option<agora_net::Connection>,
 ) -> Response {
     let conn = app.shared.next_conn_id();
     let (token, run) = identity
@@ -365,6 +407,11 @@ async fn subscribe(
             tracing::error!(event = ?other, "the core answered a subscription with neither SUBSCRIBED nor an error");
             return refuse(StatusCode::INTERNAL_SERVER_ERROR, "subscription failed");
         }
+    }
+    // An executor this agent runs: its stream is not among the
+    // connections closed for room.
+    if let Some(connection) = &connection {
+        connection.establish();
     }
     // Calls from now on belong to this subscription (a newer one
     // replaces it).

@@ -13,7 +13,7 @@
 //! [`agora_proto::MAX_FRAME_BYTES`] closes the connection with code 1009.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use agora_proto::executor::{Call, Event};
@@ -25,14 +25,13 @@ use axum::routing::get;
 use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{ExecKey, Input};
 use crate::files::{self, FileError, Target};
-use crate::isolation::monitor::Monitor;
-use crate::shell::{CoreEvent, Snapshot};
-use crate::{Counters, Shared};
+use crate::messages::{CoreEvent, ExecKey, ExecLink, Input, Snapshot, Unwritten};
+use crate::monitor::Monitor;
+use crate::shared::{Counters, Shared};
 
 mod mesos_v1;
 
@@ -40,75 +39,6 @@ mod mesos_v1;
 const WRITE_BATCH: usize = 256;
 /// How long a closing connection may take to write its close frame.
 const WRITER_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The core's handle on one executor connection: the events queued for
-/// it, and a close request that no full queue can hold up.
-///
-/// Answers to the executor's own calls (acknowledgements, errors,
-/// `SUBSCRIBED`) are always queued: their number is bounded because the
-/// connection stops reading the executor's frames while more than
-/// `limit` events wait to be written. Events the executor did not ask for
-/// (launch, kill, messages, shutdown) are refused once `limit` are
-/// waiting and have been for `stall`: the executor is not reading (a busy
-/// one that is behind catches up).
-#[derive(Clone)]
-pub(crate) struct ExecLink {
-    events: mpsc::UnboundedSender<Box<Event>>,
-    unwritten: Arc<Unwritten>,
-    close: Arc<watch::Sender<Option<CloseFrame>>>,
-    limit: usize,
-    stall: std::time::Duration,
-}
-
-/// Events queued for a connection but not yet written, and a wake-up for
-/// the reader waiting for that number to fall to the limit.
-struct Unwritten {
-    count: AtomicUsize,
-    drained: Notify,
-    /// Since when (milliseconds since `since`, plus one; 0: not) the queue
-    /// has been at the limit, as seen by the core.
-    full_since_ms: AtomicU64,
-    since: std::time::Instant,
-}
-
-impl Default for Unwritten {
-    fn default() -> Self {
-        Unwritten {
-            count: AtomicUsize::new(0),
-            drained: Notify::new(),
-            full_since_ms: AtomicU64::new(0),
-            since: std::time::Instant::now(),
-        }
-    }
-}
-
-impl Unwritten {
-    fn now_ms(&self) -> u64 {
-        self.since.elapsed().as_millis() as u64
-    }
-
-    /// The queue is at the limit: whether it has been for `stall` (the
-    /// writer did not get it below since).
-    fn stalled(&self, stall: std::time::Duration) -> bool {
-        let now = self.now_ms() + 1;
-        match self
-            .full_since_ms
-            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => false,
-            Err(since) => now.saturating_sub(since) >= stall.as_millis() as u64,
-        }
-    }
-}
-
-/// Why [`ExecLink::push`] could not queue an event.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum LinkFull {
-    /// The executor left the limit of events unread.
-    Full,
-    /// The connection is gone.
-    Closed,
-}
 
 #[derive(Clone)]
 struct AppState {
@@ -123,6 +53,10 @@ struct AppState {
     v1_subscriptions: Arc<dashmap::DashMap<ExecKey, mesos_v1::V1Subscription>>,
     /// Container statistics (`--isolation cgroups`).
     monitor: Monitor,
+    /// Request bodies' memory budget and deadlines.
+    bodies: Arc<agora_net::Bodies>,
+    /// The accept loop's counters, for `/metrics`.
+    net: Arc<agora_net::NetStats>,
 }
 
 /// What `/files` served and refused, for `/metrics`.
@@ -151,8 +85,11 @@ pub(crate) fn router(
     core: mpsc::Sender<CoreEvent>,
     snapshots: watch::Receiver<Snapshot>,
     monitor: Monitor,
+    net: Arc<agora_net::NetStats>,
 ) -> Router {
     let app_state = AppState {
+        bodies: agora_net::Bodies::new(&shared.config.limits, net.clone()),
+        net,
         shared: shared.clone(),
         core,
         snapshots,
@@ -162,12 +99,7 @@ pub(crate) fn router(
     };
     Router::new()
         .route("/api/executor", get(executor_ws))
-        .route(
-            "/api/v1/executor",
-            axum::routing::any(mesos_v1::executor).layer(axum::extract::DefaultBodyLimit::max(
-                mesos_v1::MAX_CALL_BYTES,
-            )),
-        )
+        .route("/api/v1/executor", axum::routing::any(mesos_v1::executor))
         .route("/health", get(|| async { "ok" }))
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
@@ -294,12 +226,13 @@ async fn metrics(State(app): State<AppState>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "agent stopping").into_response();
     };
     let mut body = render_metrics(&state, &app.counters, &app.shared.counters);
+    app.net.render("agora_agent", &mut body);
     if app.monitor.enabled() {
         let monitor = app.monitor.clone();
         let usage = tokio::task::spawn_blocking(move || monitor.usage(&state))
             .await
             .unwrap_or_default();
-        crate::isolation::monitor::render_metrics(&mut body, &usage);
+        agora_containerizer::monitor::render_metrics(&mut body, &usage);
     }
     (
         [(
@@ -573,10 +506,15 @@ async fn state(State(app): State<AppState>) -> Response {
     }
 }
 
-async fn executor_ws(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
+async fn executor_ws(
+    ws: WebSocketUpgrade,
+    State(app): State<AppState>,
+    connection: Option<axum::Extension<agora_net::Connection>>,
+) -> Response {
+    let connection = connection.map(|axum::Extension(c)| c);
     ws.max_message_size(agora_proto::MAX_FRAME_BYTES)
         .max_frame_size(agora_proto::MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| serve_executor(socket, app))
+        .on_upgrade(move |socket| serve_executor(socket, app, connection))
 }
 
 fn is_too_large(e: &axum::Error) -> bool {
@@ -590,7 +528,7 @@ fn is_too_large(e: &axum::Error) -> bool {
 /// so waiting on the core never stops acknowledgements going out. While
 /// more than `--executor-outbox` events wait to be written, no further
 /// frame is read: an executor that does not read is slowed, not buffered.
-async fn serve_executor(ws: WebSocket, app: AppState) {
+async fn serve_executor(ws: WebSocket, app: AppState, connection: Option<agora_net::Connection>) {
     let conn = app.shared.next_conn_id();
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (close_tx, close_rx) = watch::channel(None);
@@ -698,6 +636,14 @@ async fn serve_executor(ws: WebSocket, app: AppState) {
                     break;
                 }
                 subscribed = true;
+                // An executor of this agent's (its token is this agent's):
+                // no longer counted among connections that may be closed
+                // for room.
+                if let Some(connection) = &connection {
+                    if app.shared.identity.verify(&token).is_ok() {
+                        connection.establish();
+                    }
+                }
                 CoreEvent::ExecutorSubscribe {
                     conn,
                     link: link.clone(),
@@ -823,49 +769,4 @@ async fn write_executor(
     }
     // The reader stops too: a connection we no longer write is over.
     done.cancel();
-}
-
-// === impl ExecLink ===
-
-impl ExecLink {
-    /// Queues an answer to the executor's own call. Returns whether the
-    /// connection is still open.
-    pub(crate) fn reply(&self, event: Event) -> bool {
-        self.unwritten.count.fetch_add(1, Ordering::AcqRel);
-        self.events.send(Box::new(event)).is_ok()
-    }
-
-    /// Queues an event the executor did not ask for, unless `limit`
-    /// events already wait to be written.
-    pub(crate) fn push(&self, event: Event) -> Result<(), LinkFull> {
-        if self.events.is_closed() {
-            return Err(LinkFull::Closed);
-        }
-        if self.unwritten.count.load(Ordering::Acquire) >= self.limit
-            && self.unwritten.stalled(self.stall)
-        {
-            return Err(LinkFull::Full);
-        }
-        if self.reply(event) {
-            Ok(())
-        } else {
-            Err(LinkFull::Closed)
-        }
-    }
-
-    /// Asks for the connection to be closed with `code` and `reason`,
-    /// ahead of anything still queued. The first request wins.
-    pub(crate) fn close(&self, code: u16, reason: impl Into<String>) {
-        let frame = CloseFrame {
-            code,
-            reason: reason.into().into(),
-        };
-        self.close.send_if_modified(|current| {
-            if current.is_some() {
-                return false;
-            }
-            *current = Some(frame);
-            true
-        });
-    }
 }

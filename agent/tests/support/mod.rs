@@ -224,13 +224,17 @@ impl ExecClient {
     }
 }
 
-/// A shell script that dumps its environment into `env.txt` in its cwd and
-/// sleeps: stands in for the command executor.
+/// A shell script that dumps its environment into `env.txt` in its cwd,
+/// with the secrets the agent handed it on a descriptor (see
+/// `AGORA_EXECUTOR_SECRETS_FD`), and sleeps: stands in for the command
+/// executor.
 pub fn sleeper_script(dir: &Path) -> PathBuf {
     let path = dir.join("fake-executor.sh");
     std::fs::write(
         &path,
-        "#!/bin/sh\nenv > env.tmp && mv env.tmp env.txt\necho started\nexec sleep 60\n",
+        "#!/bin/sh\nenv > env.tmp\n\
+         if [ -n \"$AGORA_EXECUTOR_SECRETS_FD\" ]; then cat <&3 >> env.tmp; exec 3<&-; fi\n\
+         mv env.tmp env.txt\necho started\nexec sleep 60\n",
     )
     .unwrap();
     use std::os::unix::fs::PermissionsExt;

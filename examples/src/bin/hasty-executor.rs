@@ -11,19 +11,18 @@
 use std::process::ExitCode;
 
 use agora_proto::executor::{Call, Event};
-use agora_proto::{env, ExecutorId, FrameworkId, Source, TaskState, TaskStatus};
+use agora_proto::{Source, TaskState, TaskStatus};
 use futures::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-fn var(name: &str) -> Result<String, String> {
-    std::env::var(name).map_err(|_| format!("{name} is not set"))
-}
-
 async fn run() -> Result<(), String> {
-    let endpoint = var(env::AGENT_ENDPOINT)?;
-    let framework_id = FrameworkId::new(var(env::FRAMEWORK_ID)?);
-    let executor_id = ExecutorId::new(var(env::EXECUTOR_ID)?);
-    let token = var(env::EXECUTOR_TOKEN)?;
+    // The SDK's reading of what the agent gives (its token comes on a
+    // descriptor, not in the environment).
+    let config = agora_executor::ExecutorConfig::from_env().map_err(|e| e.to_string())?;
+    let endpoint = config.agent_endpoint;
+    let framework_id = config.framework_id;
+    let executor_id = config.executor_id;
+    let token = config.token;
     let (ws, _) = tokio_tungstenite::connect_async(endpoint.as_str())
         .await
         .map_err(|e| format!("connecting to {endpoint}: {e}"))?;

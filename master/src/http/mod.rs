@@ -21,7 +21,7 @@ use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use dashmap::DashMap;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -62,6 +62,12 @@ pub(crate) struct AppState {
     /// (and a TLS client before its handshake ends).
     pub(crate) first_frame_timeout: std::time::Duration,
     pub(crate) metrics: Arc<Metrics>,
+    /// Request bodies' memory budget and deadlines.
+    pub(crate) bodies: Arc<agora_net::Bodies>,
+    /// The accept loop's counters, for `/metrics`.
+    pub(crate) net: Arc<agora_net::NetStats>,
+    /// Bytes an operator event stream may have waiting for its reader.
+    pub(crate) operator_stream_backlog: usize,
     pub(crate) auth: Arc<Authentication>,
 }
 
@@ -128,8 +134,12 @@ pub(crate) async fn operator_teardown(app: &AppState, headers: &HeaderMap, fid: 
 async fn teardown_form(
     State(app): State<AppState>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Response {
+    let body = match app.bodies.read(body, MAX_FORM_BYTES).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal.into_response(),
+    };
     let fid = url_form_field(&body, "frameworkId");
     match fid {
         Some(fid) => operator_teardown(&app, &headers, &fid).await,
@@ -140,6 +150,9 @@ async fn teardown_form(
             .into_response(),
     }
 }
+
+/// Largest form body accepted (`/master/teardown`).
+const MAX_FORM_BYTES: usize = 64 * 1024;
 
 /// The (percent-decoded) value of `name` in an
 /// `application/x-www-form-urlencoded` body.
@@ -179,12 +192,20 @@ async fn operator_auth(
     next: axum::middleware::Next,
 ) -> Response {
     if auth.http && !OPEN_PATHS.contains(&request.uri().path()) {
-        if let Err(refusal) = auth.principal(true, request.headers()) {
-            tracing::debug!(
-                path = request.uri().path(),
-                "operator request not authenticated"
-            );
-            return refusal;
+        match auth.principal(true, request.headers()) {
+            Err(refusal) => {
+                tracing::debug!(
+                    path = request.uri().path(),
+                    "operator request not authenticated"
+                );
+                return refusal;
+            }
+            Ok(Some(_)) => {
+                if let Some(connection) = request.extensions().get::<agora_net::Connection>() {
+                    connection.establish();
+                }
+            }
+            Ok(None) => {}
         }
     }
     next.run(request).await
@@ -271,12 +292,14 @@ async fn health(State(app): State<AppState>, headers: HeaderMap) -> Response {
 /// Prometheus text format 0.0.4.
 async fn metrics(State(app): State<AppState>) -> Response {
     let snapshot = app.snapshot.borrow().clone();
+    let mut text = app.metrics.render(&snapshot);
+    app.net.render("agora_master", &mut text);
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        app.metrics.render(&snapshot),
+        text,
     )
         .into_response()
 }
@@ -310,6 +333,7 @@ fn upgrade(
     app: AppState,
     kind: Kind,
     headers: &axum::http::HeaderMap,
+    connection: Option<agora_net::Connection>,
 ) -> Response {
     let required = match kind {
         Kind::Scheduler => app.auth.frameworks,
@@ -322,23 +346,30 @@ fn upgrade(
             return refusal;
         }
     };
+    if let (Some(_), Some(connection)) = (&principal, &connection) {
+        connection.establish();
+    }
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| ws::serve(socket, kind, app, principal))
+        .on_upgrade(move |socket| ws::serve(socket, kind, app, principal, connection))
 }
 
 async fn scheduler_ws(
     ws: WebSocketUpgrade,
     State(app): State<AppState>,
+    connection: Option<Extension<agora_net::Connection>>,
     headers: axum::http::HeaderMap,
 ) -> Response {
-    upgrade(ws, app, Kind::Scheduler, &headers)
+    let connection = connection.map(|Extension(c)| c);
+    upgrade(ws, app, Kind::Scheduler, &headers, connection)
 }
 
 async fn agent_ws(
     ws: WebSocketUpgrade,
     State(app): State<AppState>,
+    connection: Option<Extension<agora_net::Connection>>,
     headers: axum::http::HeaderMap,
 ) -> Response {
-    upgrade(ws, app, Kind::Agent, &headers)
+    let connection = connection.map(|Extension(c)| c);
+    upgrade(ws, app, Kind::Agent, &headers, connection)
 }

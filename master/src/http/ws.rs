@@ -32,7 +32,13 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 
 /// Serves one connection of `kind`; `principal` is who it authenticated
 /// as (a scheduler's `SUBSCRIBE` must then name it, or is given it).
-pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState, principal: Option<String>) {
+pub(crate) async fn serve(
+    socket: WebSocket,
+    kind: Kind,
+    app: AppState,
+    principal: Option<String>,
+    connection: Option<agora_net::Connection>,
+) {
     let conn = app.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Outbound>(app.queue_capacity);
     let cancel = app.shutdown.child_token();
@@ -152,6 +158,22 @@ pub(crate) async fn serve(socket: WebSocket, kind: Kind, app: AppState, principa
                 .and_then(|input| bind_principal(input, principal.as_deref()))
             {
                 Ok(input) => {
+                    if let Some(connection) = &connection {
+                        // A subscription or a registration: a framework's
+                        // or an agent's connection.
+                        if matches!(
+                            input,
+                            Input::Scheduler {
+                                call: scheduler::Call::Subscribe { .. },
+                                ..
+                            } | Input::Agent {
+                                call: agent::Call::Register { .. },
+                                ..
+                            }
+                        ) {
+                            connection.establish();
+                        }
+                    }
                     let forwarded = tokio::select! {
                         r = app.inputs.send(input) => r.is_ok(),
                         _ = cancel.cancelled() => false,

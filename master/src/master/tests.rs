@@ -903,6 +903,27 @@ fn offer_timeout_rescinds() {
         .any(|e| matches!(e, Event::Rescind { offer_id } if *offer_id == offer.id)));
 }
 
+#[test]
+fn an_agent_that_cannot_take_tasks_is_not_offered_until_it_can() {
+    let mut h = H::new();
+    h.subscribe(S1, "fw");
+    let aid = h.register(A1, "cpus:1;mem:1024");
+    let offer = h.offer_from(S1, &aid);
+    let out = h.agent(
+        A1,
+        agent::Call::Availability {
+            unavailable: Some("its work directory is full".into()),
+        },
+    );
+    assert!(sched_events(&out, S1)
+        .iter()
+        .any(|e| matches!(e, Event::Rescind { offer_id } if *offer_id == offer.id)));
+    assert!(h.offers(S1).is_empty());
+    assert!(offers_in(&h.advance(Duration::from_secs(30)), S1).is_empty());
+    h.agent(A1, agent::Call::Availability { unavailable: None });
+    h.offer_from(S1, &aid);
+}
+
 // --- tasks ---
 
 #[test]
@@ -1230,6 +1251,145 @@ fn failover_timeout_tears_down_after_expiry() {
     );
     assert!(!h.m.frameworks.contains_key(&fid));
     assert_eq!(h.m.completed.back().unwrap().state, TaskState::Killed);
+}
+
+#[test]
+fn a_failover_timeout_is_capped_by_the_master() {
+    let mut h = H::with(Config {
+        max_failover_timeout: Duration::from_secs(100),
+        ..Config::default()
+    });
+    let mut info = FrameworkInfo::new("fw");
+    info.failover_timeout = 1e9;
+    let out = h.subscribe_info(S1, info, false);
+    let fid = match &sched_events(&out, S1)[0] {
+        Event::Subscribed { framework_id, .. } => framework_id.clone(),
+        e => panic!("{e:?}"),
+    };
+    h.input(Input::SchedulerClosed { conn: S1 });
+    h.advance(Duration::from_secs(99));
+    assert!(h.m.frameworks.contains_key(&fid));
+    h.advance(Duration::from_secs(2));
+    assert!(
+        !h.m.frameworks.contains_key(&fid),
+        "removed after --max-failover-timeout, not after ~31 years"
+    );
+    assert!(h.m.removed_frameworks.contains(&fid));
+}
+
+#[test]
+fn disconnected_frameworks_are_bounded_and_the_longest_disconnected_goes_first() {
+    let mut h = H::with(Config {
+        max_disconnected_frameworks: 3,
+        ..Config::default()
+    });
+    h.m.recover(&RegistryState::default(), h.now, 1000.0);
+    let mut fids = Vec::new();
+    for i in 0..5u64 {
+        let conn = 1000 + i;
+        let mut info = FrameworkInfo::new(format!("fw{i}"));
+        info.failover_timeout = 1e9;
+        let out = h.subscribe_info(conn, info, false);
+        let fid = match &sched_events(&out, conn)[0] {
+            Event::Subscribed { framework_id, .. } => framework_id.clone(),
+            e => panic!("{e:?}"),
+        };
+        fids.push(fid);
+    }
+    // A connected framework does not count.
+    let live = h.subscribe(S2, "live");
+    ops(&mut h);
+    for (i, fid) in fids.iter().enumerate() {
+        h.advance(Duration::from_secs(1));
+        h.input(Input::SchedulerClosed {
+            conn: 1000 + i as u64,
+        });
+        assert!(h.m.frameworks.contains_key(fid));
+    }
+    // The first two to disconnect were removed, each as a removal the
+    // registry keeps (a restarted or standby master agrees).
+    let ops = ops(&mut h);
+    for fid in &fids[..2] {
+        assert!(!h.m.frameworks.contains_key(fid), "{fid} kept");
+        assert!(h.m.removed_frameworks.contains(fid));
+        assert!(ops.contains(&RegistryOp::RemoveFramework { id: fid.clone() }));
+    }
+    for fid in fids[2..].iter().chain([&live]) {
+        assert!(h.m.frameworks.contains_key(fid), "{fid} removed");
+    }
+    assert_eq!(h.m.metrics.frameworks_removed_disconnected_cap.get(), 2);
+    // A framework that comes back no longer counts.
+    let mut info = FrameworkInfo::new("fw2");
+    info.id = Some(fids[2].clone());
+    info.failover_timeout = 1e9;
+    h.subscribe_info(2000, info, false);
+    let mut info = FrameworkInfo::new("fw5");
+    info.failover_timeout = 1e9;
+    let out = h.subscribe_info(2001, info, false);
+    let fifth = match &sched_events(&out, 2001)[0] {
+        Event::Subscribed { framework_id, .. } => framework_id.clone(),
+        e => panic!("{e:?}"),
+    };
+    h.input(Input::SchedulerClosed { conn: 2001 });
+    assert!(h.m.frameworks.contains_key(&fifth));
+    assert!(h.m.frameworks.contains_key(&fids[3]));
+}
+
+#[test]
+fn disconnected_frameworks_are_bounded_in_bytes_too() {
+    let mut h = H::with(Config {
+        max_disconnected_framework_bytes: 64 * 1024,
+        ..Config::default()
+    });
+    let mut fids = Vec::new();
+    for i in 0..4u64 {
+        let conn = 1000 + i;
+        let mut info = FrameworkInfo::new(format!("fw{i}-{}", "x".repeat(20_000)));
+        info.failover_timeout = 1e9;
+        let out = h.subscribe_info(conn, info, false);
+        let fid = match &sched_events(&out, conn)[0] {
+            Event::Subscribed { framework_id, .. } => framework_id.clone(),
+            e => panic!("{e:?}"),
+        };
+        h.advance(Duration::from_secs(1));
+        h.input(Input::SchedulerClosed { conn });
+        fids.push(fid);
+    }
+    // Three of about 20 KB fit in 64 KiB: the first is gone.
+    assert!(!h.m.frameworks.contains_key(&fids[0]));
+    assert!(fids[1..].iter().all(|f| h.m.frameworks.contains_key(f)));
+}
+
+#[test]
+fn a_recovered_registry_is_held_to_the_bound_on_disconnected_frameworks() {
+    let mut h = H::with(Config {
+        max_disconnected_frameworks: 2,
+        ..Config::default()
+    });
+    let mut state = RegistryState::default();
+    for (i, at) in [(1, 900.0), (2, 500.0), (3, 950.0)] {
+        let id = FrameworkId::new(format!("F{i}"));
+        let mut info = FrameworkInfo::new("fw");
+        info.id = Some(id.clone());
+        info.failover_timeout = 1e9;
+        state.frameworks.insert(
+            id.clone(),
+            crate::registry::FrameworkRecord {
+                id,
+                info,
+                disconnected_at: Some(at),
+                launch_epoch: 0,
+            },
+        );
+    }
+    h.m.recover(&state, h.now, 1000.0);
+    // F2 was disconnected longest (since 500).
+    assert!(!h.m.frameworks.contains_key(&FrameworkId::new("F2")));
+    assert!(h.m.frameworks.contains_key(&FrameworkId::new("F1")));
+    assert!(h.m.frameworks.contains_key(&FrameworkId::new("F3")));
+    assert!(ops(&mut h).contains(&RegistryOp::RemoveFramework {
+        id: FrameworkId::new("F2")
+    }));
 }
 
 // --- agents ---

@@ -24,6 +24,7 @@
 
 mod endpoints;
 mod operator;
+mod operator_feed;
 mod scheduler;
 mod translate;
 
@@ -63,6 +64,8 @@ pub(crate) struct MesosShared {
     pub(crate) app: AppState,
     /// Each subscribed framework's current stream.
     pub(crate) streams: Arc<DashMap<FrameworkId, StreamEntry>>,
+    /// The operator event stream's feeds.
+    pub(crate) feeds: Arc<operator_feed::Feeds>,
 }
 
 /// The Mesos routes, to merge into the master's router.
@@ -70,6 +73,7 @@ pub(crate) fn router(app: AppState) -> Router {
     let state = Arc::new(MesosShared {
         app,
         streams: Arc::default(),
+        feeds: Arc::default(),
     });
     Router::new()
         .route("/api/v1/scheduler", any(scheduler::handle))

@@ -13,39 +13,36 @@
 //! FRAMEWORK_REMOVED, from the snapshot's bounded list of removed
 //! frameworks, which GET_FRAMEWORKS also answers as
 //! `completed_frameworks`); states that last less than a snapshot interval
-//! (`--state-snapshot-interval`) may be folded into the next one. TEARDOWN
-//! removes a framework. Every other call type is answered `501` naming it
+//! (`--state-snapshot-interval`) may be folded into the next one. The
+//! stream's events are computed once for all its readers, and a reader
+//! that stops reading is cut off (`operator_feed.rs`). TEARDOWN removes a
+//! framework. Every other call type is answered `501` naming it
 //! ("master.Call.type DRAIN_AGENT is not supported"), as is any field Agora
 //! does not carry out (`400`); the list is `agora_mesos_proto::support`'s.
 
 use std::collections::{BTreeMap, HashMap};
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::Duration;
 
 use agora_mesos_proto::convert::{self, ResourceStyle};
 use agora_mesos_proto::support;
 use agora_mesos_proto::v1::master::{call, event, response};
-use agora_mesos_proto::{recordio, v1, Codec, MESOS_API_VERSION};
+use agora_mesos_proto::{v1, MESOS_API_VERSION};
 use agora_proto::{AgentId, FrameworkId, Resources, TaskId, TaskState};
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+use axum::response::Response;
+use axum::Extension;
 
+use super::operator_feed;
 use super::scheduler::read_body;
 use super::{encoded, error, request_codec, response_codec, MesosState};
 use crate::frameworks::CompletedFramework;
 use crate::state::{AgentState, FrameworkState, StateSnapshot, TaskView};
 
-/// Heartbeat period of the operator event stream (Mesos's).
-const HEARTBEAT: Duration = Duration::from_secs(15);
-
 pub(crate) async fn handle(
     State(state): State<MesosState>,
     method: Method,
+    connection: Option<Extension<agora_net::Connection>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -67,7 +64,7 @@ pub(crate) async fn handle(
         Ok(codec) => codec,
         Err(response) => return response,
     };
-    let bytes = match read_body(body).await {
+    let bytes = match read_body(&state.app, body).await {
         Ok(bytes) => bytes,
         Err(response) => return response,
     };
@@ -93,7 +90,17 @@ pub(crate) async fn handle(
     let snapshot = state.app.snapshot_for(&headers);
     use call::Type;
     let response = match call.r#type() {
-        Type::Subscribe => return subscribe(state, accept),
+        Type::Subscribe => {
+            let principal = state.app.auth.principal(false, &headers).ok().flatten();
+            let connection = connection.map(|Extension(c)| c);
+            return operator_feed::subscribe(
+                &state.app,
+                &state.feeds,
+                principal,
+                accept,
+                connection,
+            );
+        }
         Type::GetHealth => response_of(response::Type::GetHealth, |r| {
             r.get_health = Some(response::GetHealth { healthy: true })
         }),
@@ -349,7 +356,7 @@ pub(crate) fn get_tasks(s: &StateSnapshot) -> response::GetTasks {
 
 /// What the operator stream last reported, to tell what changed.
 #[derive(Default)]
-struct Seen {
+pub(super) struct Seen {
     tasks: HashMap<(FrameworkId, TaskId), TaskState>,
     agents: BTreeMap<AgentId, bool>,
     frameworks: HashMap<FrameworkId, (bool, bool, bool)>,
@@ -363,14 +370,14 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(s: &StateSnapshot) -> Seen {
+    pub(super) fn of(s: &StateSnapshot) -> Seen {
         let mut seen = Seen::default();
         seen.update(s, &mut |_| {});
         seen
     }
 
     /// Records `s`, calling `emit` for each change since the last one.
-    fn update(&mut self, s: &StateSnapshot, emit: &mut dyn FnMut(v1::master::Event)) {
+    pub(super) fn update(&mut self, s: &StateSnapshot, emit: &mut dyn FnMut(v1::master::Event)) {
         use event::Type;
         for a in s.agents.iter() {
             if self.agents.insert(a.id.clone(), a.connected).is_none() {
@@ -545,84 +552,12 @@ fn task_updated(t: &TaskView) -> v1::master::Event {
     })
 }
 
-fn event_of(kind: event::Type, fill: impl FnOnce(&mut v1::master::Event)) -> v1::master::Event {
+pub(super) fn event_of(
+    kind: event::Type,
+    fill: impl FnOnce(&mut v1::master::Event),
+) -> v1::master::Event {
     let mut e = v1::master::Event::default();
     e.set_type(kind);
     fill(&mut e);
     e
-}
-
-fn subscribe(state: MesosState, codec: Codec) -> Response {
-    let snapshots = state.app.snapshot.clone();
-    let cancel = state.app.shutdown.child_token();
-    let stream = OperatorStream {
-        snapshots,
-        cancel,
-        codec,
-        seen: None,
-        next_heartbeat: tokio::time::Instant::now() + HEARTBEAT,
-    };
-    let body = Body::from_stream(futures::stream::unfold(stream, OperatorStream::next));
-    let mut response = (StatusCode::OK, body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(codec.media_type()),
-    );
-    response
-}
-
-struct OperatorStream {
-    snapshots: watch::Receiver<Arc<StateSnapshot>>,
-    cancel: CancellationToken,
-    codec: Codec,
-    seen: Option<Seen>,
-    next_heartbeat: tokio::time::Instant,
-}
-
-impl OperatorStream {
-    async fn next(mut self) -> Option<(Result<Bytes, Infallible>, Self)> {
-        loop {
-            let mut events = Vec::new();
-            match &mut self.seen {
-                None => {
-                    let snapshot = self.snapshots.borrow_and_update().clone();
-                    events.push(event_of(event::Type::Subscribed, |e| {
-                        e.subscribed = Some(event::Subscribed {
-                            get_state: Some(get_state(&snapshot)),
-                            heartbeat_interval_seconds: Some(HEARTBEAT.as_secs_f64()),
-                        })
-                    }));
-                    events.push(event_of(event::Type::Heartbeat, |_| {}));
-                    self.seen = Some(Seen::of(&snapshot));
-                }
-                Some(seen) => {
-                    tokio::select! {
-                        _ = self.cancel.cancelled() => return None,
-                        changed = self.snapshots.changed() => {
-                            if changed.is_err() {
-                                return None;
-                            }
-                            let snapshot = self.snapshots.borrow_and_update().clone();
-                            seen.update(&snapshot, &mut |e| events.push(e));
-                        }
-                        _ = tokio::time::sleep_until(self.next_heartbeat) => {
-                            self.next_heartbeat = tokio::time::Instant::now() + HEARTBEAT;
-                            events.push(event_of(event::Type::Heartbeat, |_| {}));
-                        }
-                    }
-                }
-            }
-            if events.is_empty() {
-                continue;
-            }
-            let mut chunk = Vec::new();
-            for e in &events {
-                match self.codec.encode(e) {
-                    Ok(bytes) => chunk.extend(recordio::frame(&bytes)),
-                    Err(err) => tracing::error!(error = %err, "cannot encode an operator event"),
-                }
-            }
-            return Some((Ok(Bytes::from(chunk)), self));
-        }
-    }
 }

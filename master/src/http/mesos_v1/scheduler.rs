@@ -27,12 +27,14 @@ use std::sync::atomic::Ordering;
 use agora_mesos_proto::convert::{self, Capabilities, ConvertError};
 use agora_mesos_proto::support;
 use agora_mesos_proto::{recordio, v1, Codec};
+use agora_net::Connection;
 use agora_proto::scheduler::{Call, Event};
 use agora_proto::{AgentId, ExecutorId, FrameworkId, TaskId, PROTOCOL_VERSION};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -40,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::translate::{self, CallError, ExecutorTasks};
 use super::{error, request_codec, response_codec, MesosState, StreamEntry, STREAM_ID};
-use crate::http::{ConnHandle, Outbound};
+use crate::http::{AppState, ConnHandle, Outbound};
 use crate::master::{ConnId, Input};
 use crate::state::StateSnapshot;
 
@@ -50,6 +52,7 @@ const WRITE_BATCH: usize = 256;
 pub(crate) async fn handle(
     State(state): State<MesosState>,
     method: Method,
+    connection: Option<Extension<Connection>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -63,6 +66,8 @@ pub(crate) async fn handle(
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return response;
     }
+    let connection = connection.map(|Extension(c)| c);
+    // Who it is, before a byte of the body is read.
     let principal = match state
         .app
         .auth
@@ -71,11 +76,14 @@ pub(crate) async fn handle(
         Ok(principal) => principal,
         Err(refusal) => return refusal,
     };
+    if let (Some(_), Some(connection)) = (&principal, &connection) {
+        connection.establish();
+    }
     let codec = match request_codec(&headers) {
         Ok(codec) => codec,
         Err(response) => return response,
     };
-    let bytes = match read_body(body).await {
+    let bytes = match read_body(&state.app, body).await {
         Ok(bytes) => bytes,
         Err(response) => return response,
     };
@@ -92,41 +100,27 @@ pub(crate) async fn handle(
                 .decode_ignoring_unknown_keys::<v1::scheduler::Call>(&bytes)
                 .filter(|c| c.r#type() == v1::scheduler::call::Type::Accept)
             {
-                return other_call(state, &headers, call, Some(message)).await;
+                return other_call(state, &headers, call, connection, Some(message)).await;
             }
             return error(StatusCode::BAD_REQUEST, message);
         }
     };
     if call.r#type() == v1::scheduler::call::Type::Subscribe {
-        subscribe(state, &headers, call, principal).await
+        subscribe(state, &headers, call, principal, connection).await
     } else {
-        other_call(state, &headers, call, None).await
+        other_call(state, &headers, call, connection, None).await
     }
 }
 
-/// Reads a request body of at most [`super::MAX_BODY_BYTES`] (413 beyond).
+/// Reads a request body of at most [`super::MAX_BODY_BYTES`] within the
+/// master's body limits (413 for a larger one, declared or sent; 408 for
+/// one that does not arrive in time).
 #[allow(clippy::result_large_err)] // the error is the answer, built once
-pub(crate) async fn read_body(body: Body) -> Result<Bytes, Response> {
-    axum::body::to_bytes(body, super::MAX_BODY_BYTES)
+pub(crate) async fn read_body(app: &AppState, body: Body) -> Result<Bytes, Response> {
+    app.bodies
+        .read(body, super::MAX_BODY_BYTES)
         .await
-        .map_err(|e| {
-            let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!(
-                        "Request body exceeds the {}-byte limit",
-                        super::MAX_BODY_BYTES
-                    ),
-                )
-            } else {
-                error(
-                    StatusCode::BAD_REQUEST,
-                    format!("Failed to read request body: {e}"),
-                )
-            }
-        })
+        .map_err(IntoResponse::into_response)
 }
 
 async fn subscribe(
@@ -134,6 +128,7 @@ async fn subscribe(
     headers: &HeaderMap,
     call: v1::scheduler::Call,
     principal: Option<String>,
+    connection: Option<Connection>,
 ) -> Response {
     if headers.contains_key(STREAM_ID) {
         return error(
@@ -182,11 +177,17 @@ async fn subscribe(
         },
     );
     let stream_id = uuid::Uuid::new_v4().to_string();
+    let ended = CancellationToken::new();
+    if let Some(connection) = &connection {
+        cut_off_when_cancelled(&state, conn, connection.clone(), &cancel, &ended);
+    }
     let guard = StreamGuard {
         conn,
         stream_id: stream_id.clone(),
         framework: None,
         state: state.clone(),
+        connection,
+        _ended: ended.drop_guard(),
     };
     let converted = match refused {
         Some(refusal) => Err(ConvertError::from(refusal)),
@@ -254,12 +255,41 @@ async fn subscribe(
     response
 }
 
+/// When the master gives up on the stream `conn` (its queue is full: the
+/// client does not read its events) and is not shutting down, the
+/// connection is closed and counted: hyper may not be polling the stream
+/// to see its end (the socket is full), and a stream nobody reads holds
+/// the master's memory.
+fn cut_off_when_cancelled(
+    state: &MesosState,
+    conn: ConnId,
+    connection: Connection,
+    cancel: &CancellationToken,
+    ended: &CancellationToken,
+) {
+    let (cancel, ended) = (cancel.clone(), ended.clone());
+    let app = state.app.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => {
+                if !app.shutdown.is_cancelled() {
+                    app.metrics.streams_cut_scheduler_v1.inc();
+                    tracing::warn!(conn, peer = %connection.peer(), "Mesos scheduler stream cut off: its client is not reading its events; connection closed");
+                    connection.close();
+                }
+            }
+            () = ended.cancelled() => {}
+        }
+    });
+}
+
 /// Every call but SUBSCRIBE; `refused`: the reason an ACCEPT is refused
 /// whole before its translation (see [`handle`]).
 async fn other_call(
     state: MesosState,
     headers: &HeaderMap,
     mut call: v1::scheduler::Call,
+    connection: Option<Connection>,
     refused: Option<String>,
 ) -> Response {
     let Some(framework_id) = call.framework_id.take() else {
@@ -290,6 +320,10 @@ async fn other_call(
         }
         Some(entry) => entry.conn,
     };
+    // The call names its framework's live stream: a framework's connection.
+    if let Some(connection) = connection {
+        connection.establish();
+    }
     let translated = match (refused, call.accept.take()) {
         (Some(message), Some(accept)) => translate::refused_accept(accept, message),
         (Some(message), None) => return error(StatusCode::BAD_REQUEST, message),
@@ -386,6 +420,9 @@ struct StreamGuard {
     stream_id: String,
     framework: Option<FrameworkId>,
     state: MesosState,
+    connection: Option<Connection>,
+    /// Ends the cut-off watch with the stream.
+    _ended: tokio_util::sync::DropGuard,
 }
 
 // === impl Subscription ===
@@ -474,6 +511,9 @@ impl StreamGuard {
             },
         );
         self.framework = Some(framework);
+        if let Some(connection) = &self.connection {
+            connection.establish();
+        }
     }
 }
 

@@ -336,7 +336,7 @@ impl Cgroups {
     pub(crate) fn spawn_inside<T>(
         &self,
         container: &Container,
-        spawn: impl FnOnce() -> io::Result<T>,
+        spawn: impl FnOnce(Option<BorrowedFd<'_>>) -> io::Result<T>,
     ) -> io::Result<T> {
         // `0` is the calling thread: moving it alone does not take the
         // kernel's lock on every thread group of the machine, which
@@ -354,7 +354,7 @@ impl Cgroups {
             }
             entered.push(i);
         }
-        let result = spawn();
+        let result = spawn(None);
         self.leave(tid, &entered);
         result
     }
@@ -770,8 +770,7 @@ fn get_xattr(path: &Path, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isolation::cgroups::tests::{spec, TestCgroups};
-    use crate::launcher::{LaunchSpec, Process};
+    use crate::isolation::cgroups::tests::{is_alive, sh, TestCgroups};
 
     /// The v1 driver of `cgroups`; `None` (with the reason printed) on a
     /// host whose containers are cgroup v2 ones.
@@ -886,8 +885,8 @@ mod tests {
         let sandbox = tempfile::tempdir().unwrap();
         // A process that leaves the session, and one that stays.
         let mut process = cg
-            .spawn_inside(&container, || {
-                Process::spawn(&spec("setsid sleep 1000 & sleep 1000", sandbox.path()))
+            .spawn_inside(&container, |birth| {
+                sh("setsid sleep 1000 & sleep 1000", sandbox.path()).start(birth)
             })
             .unwrap();
         let own = std::fs::read_to_string(format!("/proc/{}/cgroup", process.pid())).unwrap();
@@ -910,93 +909,7 @@ mod tests {
         }
         assert!(!container.dir("freezer").unwrap().exists());
         for pid in pids {
-            assert!(
-                !crate::launcher::is_alive(pid as u32, None),
-                "{pid} survived"
-            );
+            assert!(!is_alive(pid as u32), "{pid} survived");
         }
-    }
-
-    /// `cargo test -p agora-agent spawn_cost -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    #[allow(unsafe_code)]
-    fn spawn_cost() {
-        use std::os::unix::process::CommandExt;
-        let Some(cg) = TestCgroups::new("cost") else {
-            return;
-        };
-        let Some(cg) = v1(&cg, "cost") else {
-            return;
-        };
-        let sandbox = tempfile::tempdir().unwrap();
-        let n = 200;
-        let limits = Limits {
-            cpus: 1.0,
-            mem_mib: 64.0,
-            pids: None,
-        };
-        let reap = |mut p: Process| {
-            while p.reap().is_none() {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        };
-        let plain_spec = LaunchSpec {
-            program: "/bin/true".into(),
-            args: vec![],
-            ..spec("", sandbox.path())
-        };
-        let started = Instant::now();
-        for _ in 0..n {
-            reap(Process::spawn(&plain_spec).unwrap());
-        }
-        let plain = started.elapsed() / n;
-        let started = Instant::now();
-        let mut inside_only = Duration::ZERO;
-        for i in 0..n {
-            let (c, _) = cg.create(&format!("c{i}"), &limits).unwrap();
-            let t = Instant::now();
-            let p = cg.spawn_inside(&c, || Process::spawn(&plain_spec)).unwrap();
-            inside_only += t.elapsed();
-            reap(p);
-            c.kill_all();
-            while !c.remove().unwrap() {}
-        }
-        let whole = started.elapsed() / n;
-        let inside_only = inside_only / n;
-        let fork_spawn = |tag: &str| {
-            let started = Instant::now();
-            let mut spawn_only = Duration::ZERO;
-            for i in 0..n {
-                let (c, _) = cg.create(&format!("{tag}{i}"), &limits).unwrap();
-                let dirs: Vec<PathBuf> = c.unique_dirs().cloned().collect();
-                let t = Instant::now();
-                // SAFETY: the pre-exec step only writes files (open,
-                // write, close), all async-signal-safe system calls.
-                let mut child = unsafe {
-                    std::process::Command::new("/bin/true")
-                        .pre_exec(move || {
-                            for d in &dirs {
-                                std::fs::write(d.join("cgroup.procs"), "0")?;
-                            }
-                            Ok(())
-                        })
-                        .spawn()
-                        .unwrap()
-                };
-                spawn_only += t.elapsed();
-                child.wait().unwrap();
-                while !c.remove().unwrap() {}
-            }
-            (started.elapsed() / n, spawn_only / n)
-        };
-        let (forked_small, forked_small_only) = fork_spawn("s");
-        // A big heap makes fork dearer, as in a busy agent.
-        let ballast: Vec<u8> = vec![1; 256 << 20];
-        let (forked, forked_only) = fork_spawn("f");
-        drop(ballast);
-        eprintln!(
-            "per launch of /bin/true: posix_spawn {plain:?}; in a container: create+spawn+kill+remove {whole:?} (spawn inside {inside_only:?}); fork+pre_exec: whole {forked_small:?} (spawn {forked_small_only:?}), with a 256 MiB heap: whole {forked:?} (spawn {forked_only:?})"
-        );
     }
 }

@@ -1,5 +1,5 @@
-//! Resource isolation of executors: what `--isolation` selects and what
-//! a container's limits are.
+//! Resource isolation of executors and tasks: what `--isolation` selects
+//! and what a container's limits are.
 //!
 //! With [`Isolation::Posix`] (the default, as in Mesos) nothing is
 //! enforced: `cpus` and `mem` are bookkeeping only. With
@@ -14,7 +14,6 @@ use agora_proto::Resources;
 pub(crate) mod cgroups;
 mod cgroups_v1;
 mod cgroups_v2;
-pub(crate) mod monitor;
 mod mountinfo;
 
 pub use cgroups::{CgroupsError, ContainerStats};

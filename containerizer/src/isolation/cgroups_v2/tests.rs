@@ -2,8 +2,7 @@
 //! files, and on the host's real unified hierarchy where there is one.
 
 use super::*;
-use crate::isolation::cgroups::tests::{fake_cgroup2, spec};
-use crate::launcher::Process;
+use crate::isolation::cgroups::tests::{fake_cgroup2, is_alive, sh};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 fn read(path: &Path) -> String {
@@ -322,9 +321,9 @@ fn born_inside_and_killed_whole(
     kill: impl Fn(&Container) -> usize,
 ) {
     let sandbox = tempfile::tempdir().unwrap();
-    let script = spec("setsid sleep 1000 & sleep 1000", sandbox.path());
+    let script = sh("setsid sleep 1000 & sleep 1000", sandbox.path());
     let mut process = cgroups
-        .spawn_inside(container, || Process::spawn(&script))
+        .spawn_inside(container, |birth| script.start(birth))
         .unwrap();
     let suffix = format!("/{}\n", container.name());
     let own = std::fs::read_to_string(format!("/proc/{}/cgroup", process.pid())).unwrap();
@@ -351,10 +350,7 @@ fn born_inside_and_killed_whole(
     }
     assert!(!container.dir("memory").unwrap().exists());
     for pid in pids {
-        assert!(
-            !crate::launcher::is_alive(pid as u32, None),
-            "{pid} survived"
-        );
+        assert!(!is_alive(pid as u32), "{pid} survived");
     }
 }
 
@@ -382,63 +378,19 @@ fn a_failed_v2_spawn_leaves_nothing_behind() {
     };
     let container = real.container("run");
     let sandbox = tempfile::tempdir().unwrap();
-    let mut missing = spec("", sandbox.path());
+    let mut missing = sh("", sandbox.path());
     missing.program = "/nonexistent/executor".into();
     let err = real
         .0
-        .spawn_inside(&container, || Process::spawn(&missing))
+        .spawn_inside(&container, |birth| missing.start(birth))
         .unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
-    let gone = spec("true", &sandbox.path().join("gone"));
+    let gone = sh("true", &sandbox.path().join("gone"));
     assert!(real
         .0
-        .spawn_inside(&container, || Process::spawn(&gone))
+        .spawn_inside(&container, |birth| gone.start(birth))
         .is_err());
     // Reaped: nothing in the container, and it can be removed.
     assert!(container.pids().is_empty());
     assert!(container.remove().unwrap());
-}
-
-/// What starting an executor in a v2 container costs (`clone3`, a
-/// fork of the agent) against a plain `posix_spawn`, with a small
-/// heap and with 256 MiB touched. Prints; never gates. Run with
-/// `cargo test -p agora-agent spawn_cost_v2 -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn spawn_cost_v2() {
-    let Some(real) = RealV2::new("v2cost") else {
-        return;
-    };
-    let container = real.container("run");
-    let sandbox = tempfile::tempdir().unwrap();
-    let true_spec = crate::launcher::LaunchSpec {
-        program: "/bin/true".into(),
-        args: vec![],
-        ..spec("", sandbox.path())
-    };
-    let n = 200;
-    let time = |spawn: &dyn Fn() -> io::Result<Process>| {
-        let started = Instant::now();
-        for _ in 0..n {
-            let mut p = spawn().unwrap();
-            while p.reap().is_none() {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-        started.elapsed() / n
-    };
-    let plain = || Process::spawn(&true_spec);
-    let inside = || {
-        real.0
-            .spawn_inside(&container, || Process::spawn(&true_spec))
-    };
-    let (small_plain, small_inside) = (time(&plain), time(&inside));
-    let ballast: Vec<u8> = vec![1; 256 << 20];
-    let (big_plain, big_inside) = (time(&plain), time(&inside));
-    drop(ballast);
-    eprintln!(
-        "per launch of /bin/true (spawn and reap): posix_spawn {small_plain:?}, clone3 into a v2 cgroup {small_inside:?} ({:.1}x); with a 256 MiB heap: posix_spawn {big_plain:?}, clone3 {big_inside:?} ({:.1}x)",
-        small_inside.as_secs_f64() / small_plain.as_secs_f64(),
-        big_inside.as_secs_f64() / big_plain.as_secs_f64(),
-    );
 }

@@ -48,7 +48,6 @@ use super::cgroups::{
 use super::cgroups_v1;
 use super::mountinfo::{self, CgroupMount};
 use super::{CgroupsConfig, Limits};
-use crate::sys;
 
 /// The controllers a container needs.
 pub(crate) const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
@@ -295,12 +294,13 @@ impl Cgroups {
         names
     }
 
-    /// Runs `spawn` on this thread so that the process it starts is born
-    /// in `container` (`clone3` into the container's directory).
+    /// Runs `spawn` on this thread with the container's directory, for
+    /// the process it starts to be born in `container` (`clone3` into
+    /// that directory).
     pub(crate) fn spawn_inside<T>(
         &self,
         container: &Container,
-        spawn: impl FnOnce() -> io::Result<T>,
+        spawn: impl FnOnce(Option<BorrowedFd<'_>>) -> io::Result<T>,
     ) -> io::Result<T> {
         let dir = std::fs::File::open(&container.dir).map_err(|e| {
             io::Error::new(
@@ -308,7 +308,7 @@ impl Cgroups {
                 format!("cannot enter cgroup {}: {e}", container.dir.display()),
             )
         })?;
-        sys::spawn_into_cgroup(dir.as_fd(), spawn)
+        spawn(Some(dir.as_fd()))
     }
 
     /// Writes `limits`, grown to at least `written` (the ones written

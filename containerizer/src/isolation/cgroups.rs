@@ -1,6 +1,6 @@
 //! Containers as cgroups, written directly through the cgroup file
-//! system: which cgroup version drives them, and the one face the agent
-//! uses whichever it is.
+//! system: which cgroup version drives them, and the one face the
+//! containerizer uses whichever it is.
 //!
 //! A container is an executor run's cgroup (one per controller on cgroup
 //! v1, one directory on v2) with the run's limits: CPU weight and a CFS
@@ -361,11 +361,14 @@ impl Cgroups {
     }
 
     /// Runs `spawn` (which starts one process, on this thread) so that
-    /// the process it starts is born in `container`.
+    /// the process it starts is born in `container`: on cgroup v1 the
+    /// thread enters the container while `spawn` runs (`spawn` is given
+    /// `None`); on v2 `spawn` is given the container's directory, to spawn
+    /// the process into with `clone3` and `CLONE_INTO_CGROUP`.
     pub(crate) fn spawn_inside<T>(
         &self,
         container: &Container,
-        spawn: impl FnOnce() -> io::Result<T>,
+        spawn: impl FnOnce(Option<BorrowedFd<'_>>) -> io::Result<T>,
     ) -> io::Result<T> {
         match (self, container) {
             (Cgroups::V1(c), Container::V1(container)) => c.spawn_inside(container, spawn),
@@ -616,7 +619,7 @@ pub(super) fn parse_keyed(text: &str, key: &str) -> Option<u64> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::launcher::LaunchSpec;
+    use std::os::fd::AsRawFd;
 
     /// Cgroups under a root unique to this test, destroyed on drop; `None`
     /// (with the reason printed) where cgroups cannot be used.
@@ -650,17 +653,84 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn spec(script: &str, sandbox: &Path) -> LaunchSpec {
-        LaunchSpec {
+    /// What a test starts: `program` with `args`, in `dir`.
+    pub(crate) struct Spawn {
+        pub(crate) program: String,
+        pub(crate) args: Vec<String>,
+        pub(crate) dir: PathBuf,
+    }
+
+    /// `/bin/sh -c script`, in `dir`.
+    pub(crate) fn sh(script: &str, dir: &Path) -> Spawn {
+        Spawn {
             program: "/bin/sh".into(),
-            argv0: None,
             args: vec!["-c".into(), script.into()],
-            env: vec![],
-            sandbox: sandbox.to_path_buf(),
-            fetch: Vec::new(),
-            limits: None,
-            user: String::new(),
+            dir: dir.to_path_buf(),
         }
+    }
+
+    impl Spawn {
+        /// Starts it where [`Cgroups::spawn_inside`] says: where this
+        /// thread is (`None`), or moved into the cgroup v2 directory
+        /// `birth` before it runs its program (the agent's own spawner
+        /// uses `clone3` there instead).
+        #[allow(unsafe_code)]
+        pub(crate) fn start(&self, birth: Option<BorrowedFd<'_>>) -> io::Result<TestProcess> {
+            use std::os::unix::process::CommandExt;
+            let mut command = std::process::Command::new(&self.program);
+            command
+                .args(&self.args)
+                .current_dir(&self.dir)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            // Open until the spawn returns.
+            let procs = match birth {
+                Some(dir) => Some(
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(format!("/proc/self/fd/{}/cgroup.procs", dir.as_raw_fd()))?,
+                ),
+                None => None,
+            };
+            if let Some(fd) = procs.as_ref().map(|f| f.as_raw_fd()) {
+                // SAFETY: the step only calls write(2), which is
+                // async-signal-safe, on a descriptor opened before the
+                // fork.
+                unsafe {
+                    command.pre_exec(move || {
+                        if libc::write(fd, b"0".as_ptr().cast(), 1) < 0 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            command.spawn().map(TestProcess)
+        }
+    }
+
+    /// A process a test started.
+    #[derive(Debug)]
+    pub(crate) struct TestProcess(std::process::Child);
+
+    impl TestProcess {
+        pub(crate) fn pid(&self) -> u32 {
+            self.0.id()
+        }
+
+        /// Reaps it once it exited.
+        pub(crate) fn reap(&mut self) -> Option<std::process::ExitStatus> {
+            self.0.try_wait().ok().flatten()
+        }
+    }
+
+    /// Whether `pid` is a live process (not a zombie).
+    pub(crate) fn is_alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
     }
 
     /// A fake cgroup2 mount at `dir`, made of plain files: the kernel's
