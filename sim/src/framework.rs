@@ -171,6 +171,7 @@ impl World {
             reconnect_backoff_max: Duration::from_secs(5),
             credential: None,
             tls: None,
+            remembered_tasks: DriverConfig::DEFAULT_REMEMBERED_TASKS,
         };
         fw.driver = Some(SimScheduler::new(fw.info.clone(), &config));
         let inc = fw.inc;
