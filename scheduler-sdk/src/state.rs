@@ -392,7 +392,7 @@ impl DriverCore {
                         .into_iter()
                         .map(|task| {
                             let status = dropped_status(task);
-                            self.delivered.check(&status);
+                            self.delivered.ended_here(&status);
                             Action::Callback(Callback::StatusUpdate(status))
                         })
                         .collect()
@@ -913,6 +913,12 @@ mod tests {
     #[test]
     fn a_reconciliation_answer_after_a_terminal_update_is_not_delivered() {
         let (mut core, now) = subscribed_core(true);
+        let launch = |ids: &[&str]| Command::Launch {
+            offer_ids: vec![OfferId::new("o1")],
+            tasks: ids.iter().map(|id| task(id)).collect(),
+            filters: Filters::default(),
+        };
+        core.on_command(launch(&["t1", "t2"]));
         let mut finished = reliable("t1", "u2");
         finished.state = TaskState::Finished;
         assert_eq!(delivered(&core.on_event(update(finished), now)).len(), 1);
@@ -926,27 +932,39 @@ mod tests {
             assert!(core.on_event(update(late), now).is_empty());
         }
         // Answers about a task whose end the scheduler has not seen are
-        // delivered, each time it asks, terminal ones included.
+        // delivered, each time it asks, terminal ones included: the
+        // master's word ends nothing (it may be about an earlier task with
+        // the id), the task's own report does.
         let live = answer("t2", TaskState::Running, "reconciliation");
-        for _ in 0..2 {
+        let lost = answer("t2", TaskState::Lost, "unknown task");
+        for answer in [&live, &live, &lost, &lost] {
             assert_eq!(
-                delivered(&core.on_event(update(live.clone()), now)).len(),
+                delivered(&core.on_event(update(answer.clone()), now)).len(),
                 1
             );
         }
-        let lost = answer("t3", TaskState::Lost, "unknown task");
+        // Launched again, the id's answers are about the new task.
+        core.on_command(launch(&["t1"]));
+        let lost = answer("t1", TaskState::Lost, "unknown task");
+        assert_eq!(delivered(&core.on_event(update(lost), now)).len(), 1);
+    }
+
+    #[test]
+    fn a_task_launched_by_an_earlier_scheduler_process_hears_every_answer() {
+        // A failover scheduler's driver did not launch t1: the end it is
+        // told may be of an earlier launch of the id than its
+        // predecessor's last one, so the master's answers go through.
+        let (mut core, now) = subscribed_core(true);
+        let mut failed = reliable("t1", "u2");
+        failed.state = TaskState::Failed;
         assert_eq!(
-            delivered(&core.on_event(update(lost.clone()), now)).len(),
+            delivered(&core.on_event(update(failed.clone()), now)).len(),
             1
         );
-        assert!(core.on_event(update(lost.clone()), now).is_empty());
-        // The id launched again: what follows is about the new task.
-        core.on_command(Command::Launch {
-            offer_ids: vec![OfferId::new("o1")],
-            tasks: vec![task("t3")],
-            filters: Filters::default(),
-        });
+        let lost = answer("t1", TaskState::Lost, "unknown task");
         assert_eq!(delivered(&core.on_event(update(lost), now)).len(), 1);
+        // Its uuid is still delivered once.
+        assert!(delivered(&core.on_event(update(failed), now)).is_empty());
     }
 
     #[test]
