@@ -21,11 +21,11 @@
 //! - each status update reaches [`Scheduler::status_update`] once: a copy
 //!   of an update already delivered (same task, same uuid) is not
 //!   delivered again, nor is the master's word (a reconciliation answer,
-//!   `TASK_LOST`) about a task whose terminal update was delivered. The
-//!   driver remembers this for its latest
-//!   [`DriverConfig::remembered_tasks`] tasks, across reconnections and
-//!   master failovers; a new scheduler process starts afresh, and may see
-//!   again what its predecessor was delivered (Mesos's at-least-once).
+//!   `TASK_LOST`) about a task launched through this driver whose own
+//!   terminal update was delivered. The driver remembers this for its
+//!   latest [`DriverConfig::remembered_tasks`] tasks, across reconnections
+//!   and master failovers; a new scheduler process starts afresh, and may
+//!   see again what its predecessor was delivered (Mesos's at-least-once).
 //!
 //! The driver runs its network loop on a tokio runtime of its own (on its
 //! own thread) and the scheduler's callbacks on a second thread, one at a
@@ -164,11 +164,12 @@ pub trait Scheduler: Send + 'static {
     /// uuid (master- or driver-generated) need no acknowledgement.
     ///
     /// Each update comes once per driver: a re-sent copy (same task and
-    /// uuid) is not delivered again, and once a task's terminal update has
-    /// been delivered, nothing without a uuid about it is (reconciliation
-    /// answers, reason `REASON_RECONCILIATION`, included) until the task
-    /// id is launched again. See [`DriverConfig::remembered_tasks`] for
-    /// how far back the driver remembers.
+    /// uuid) is not delivered again, and once the terminal update of a
+    /// task launched through this driver has been delivered (its own, with
+    /// a uuid), nothing without a uuid about it is (reconciliation answers,
+    /// reason `REASON_RECONCILIATION`, included) until the task id is
+    /// launched again. See [`DriverConfig::remembered_tasks`] for how far
+    /// back the driver remembers, and `docs/sdk.md` for the details.
     fn status_update(&mut self, driver: &SchedulerDriver, status: &TaskStatus) {}
 
     /// Bytes from an executor. Best effort: do not expect a message to be
@@ -229,11 +230,11 @@ pub struct DriverConfig {
     /// `agora_net::TlsOptions::client`. Default none: plaintext `ws://`.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// How many tasks the driver remembers what it delivered of (the
-    /// latest uuids of each, and whether its terminal update was
-    /// delivered), so that it delivers each update once: beyond it, the
-    /// task remembered longest ago (since its first update or its end) is
-    /// forgotten, and a late copy of one of its updates, or the master's
-    /// answer about it, would be delivered. About 200 bytes a task.
+    /// latest uuids of each, and whether it ended), so that it delivers
+    /// each update once: beyond it, the task remembered longest ago (since
+    /// its launch, its first update or its end) is forgotten, and a late
+    /// copy of one of its updates, or the master's answer about it, would
+    /// be delivered. About 200 bytes a task.
     /// Default [`DriverConfig::DEFAULT_REMEMBERED_TASKS`].
     pub remembered_tasks: usize,
 }
