@@ -41,6 +41,10 @@ pub(crate) struct Metrics {
     pub(crate) status_updates_retried: Counter,
     /// Scheduler acknowledgements relayed to agents.
     pub(crate) status_updates_acked: Counter,
+    /// Agents' re-sends of an update the master holds unacknowledged
+    /// (forwarded, or to be sent when the scheduler subscribes): not
+    /// forwarded again.
+    pub(crate) status_updates_repeated: Counter,
     /// Status updates from an agent about a task that lives on another
     /// agent, or about an earlier, completed task with the id of a live
     /// one: acknowledged to the sender, not applied or forwarded.
@@ -319,12 +323,13 @@ impl Metrics {
         counter(
             &mut out,
             "agora_master_status_updates_total",
-            "Status updates: received from agents, sent to schedulers, retried on re-subscription, acknowledged",
+            "Status updates: received from agents, sent to schedulers, retried on re-subscription, acknowledged, re-sent by an agent while unacknowledged here (not forwarded again)",
             &[
                 ("event=\"received\"", self.status_updates_received.get()),
                 ("event=\"sent\"", self.status_updates_sent.get()),
                 ("event=\"retried\"", self.status_updates_retried.get()),
                 ("event=\"acked\"", self.status_updates_acked.get()),
+                ("event=\"repeated\"", self.status_updates_repeated.get()),
             ],
         );
         counter(

@@ -24,6 +24,10 @@ pub(crate) struct Task {
     pub(crate) latest_status: Option<TaskStatus>,
     /// The latest reliable update, until the scheduler acknowledges it.
     pub(crate) pending_update: Option<TaskStatus>,
+    /// The uuid of the latest update the scheduler acknowledged: the
+    /// agent's re-send of it that crossed the acknowledgement is
+    /// acknowledged again, not forwarded.
+    pub(crate) acknowledged_uuid: Option<String>,
     /// The state of the latest reliable update received for the task (and
     /// forwarded, or pending for the scheduler). `state` may run ahead of
     /// it when an agent's report says more than its update stream has
@@ -67,6 +71,7 @@ impl Task {
             resources: info.resources.clone(),
             latest_status: None,
             pending_update: None,
+            acknowledged_uuid: None,
             update_state: None,
             usage: None,
             info,
@@ -308,6 +313,32 @@ impl Master {
         let Some(fw) = self.frameworks.get_mut(&fid) else {
             return;
         };
+        let (held, acknowledged) = fw
+            .tasks
+            .get(&status.task_id)
+            .map_or((false, false), |task| {
+                let is = |u: Option<&str>| u == Some(uuid.as_str());
+                (
+                    is(task.pending_update.as_ref().and_then(|p| p.uuid.as_deref())),
+                    is(task.acknowledged_uuid.as_deref()),
+                )
+            });
+        if held || acknowledged {
+            // The agent re-sent an update the master took already: its
+            // retry timer ran while the master or the scheduler was slow,
+            // or stopped (a stopped master reads the first copy and every
+            // retry at once). Held, the scheduler has it on its connection
+            // or gets it again when it subscribes, and its acknowledgement
+            // will reach the agent; acknowledged, the copy crossed that
+            // acknowledgement and is acknowledged again. Forwarding it
+            // would deliver it twice.
+            tracing::debug!(framework_id = %fid, task_id = %status.task_id, %uuid, acknowledged, "agent re-sent an update the master took already; not forwarded again");
+            self.metrics.status_updates_repeated.inc();
+            if acknowledged {
+                return self.acknowledge_unforwarded(conn, fid, status.task_id, uuid);
+            }
+            return;
+        }
         let mut freed: Option<(AgentId, Resources)> = None;
         if let Some(task) = fw.tasks.get_mut(&status.task_id) {
             let was_terminal = task.state.is_terminal();
@@ -376,6 +407,7 @@ impl Master {
                         .pending_update
                         .take()
                         .is_some_and(|u| u.state.is_terminal());
+                    task.acknowledged_uuid = Some(uuid.clone());
                     if terminal && task.state.is_terminal() {
                         done = fw.tasks.remove(&task_id);
                     }

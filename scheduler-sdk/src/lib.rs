@@ -17,7 +17,15 @@
 //!   so a dropped launch yields a driver-generated `TASK_DROPPED` update for
 //!   each of its tasks;
 //! - with implicit acknowledgements (the default) each reliable status
-//!   update is acknowledged when [`Scheduler::status_update`] returns.
+//!   update is acknowledged when [`Scheduler::status_update`] returns;
+//! - each status update reaches [`Scheduler::status_update`] once: a copy
+//!   of an update already delivered (same task, same uuid) is not
+//!   delivered again, nor is the master's word (a reconciliation answer,
+//!   `TASK_LOST`) about a task launched through this driver whose own
+//!   terminal update was delivered. The driver remembers this for its
+//!   latest [`DriverConfig::remembered_tasks`] tasks, across reconnections
+//!   and master failovers; a new scheduler process starts afresh, and may
+//!   see again what its predecessor was delivered (Mesos's at-least-once).
 //!
 //! The driver runs its network loop on a tokio runtime of its own (on its
 //! own thread) and the scheduler's callbacks on a second thread, one at a
@@ -28,6 +36,7 @@
 //! queued calls, acknowledgements) lives in a private module and is unit
 //! tested without sockets.
 
+mod delivered;
 mod driver;
 mod endpoint;
 // Its types are public only to the simulation (feature `sim`).
@@ -153,6 +162,14 @@ pub trait Scheduler: Send + 'static {
     /// the master re-sends it later. In explicit mode call
     /// [`SchedulerDriver::acknowledge_status_update`]. Updates without a
     /// uuid (master- or driver-generated) need no acknowledgement.
+    ///
+    /// Each update comes once per driver: a re-sent copy (same task and
+    /// uuid) is not delivered again, and once the terminal update of a
+    /// task launched through this driver has been delivered (its own, with
+    /// a uuid), nothing without a uuid about it is (reconciliation answers,
+    /// reason `REASON_RECONCILIATION`, included) until the task id is
+    /// launched again. See [`DriverConfig::remembered_tasks`] for how far
+    /// back the driver remembers, and `docs/sdk.md` for the details.
     fn status_update(&mut self, driver: &SchedulerDriver, status: &TaskStatus) {}
 
     /// Bytes from an executor. Best effort: do not expect a message to be
@@ -212,6 +229,14 @@ pub struct DriverConfig {
     /// holds (and presenting its client certificate, if any): see
     /// `agora_net::TlsOptions::client`. Default none: plaintext `ws://`.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// How many tasks the driver remembers what it delivered of (the
+    /// latest uuids of each, and whether it ended), so that it delivers
+    /// each update once: beyond it, the task remembered longest ago (since
+    /// its launch, its first update or its end) is forgotten, and a late
+    /// copy of one of its updates, or the master's answer about it, would
+    /// be delivered. About 200 bytes a task.
+    /// Default [`DriverConfig::DEFAULT_REMEMBERED_TASKS`].
+    pub remembered_tasks: usize,
 }
 
 /// Where a driver is in its life.
@@ -251,6 +276,9 @@ impl DriverConfig {
     pub const DEFAULT_RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
     /// Default reconnect backoff cap.
     pub const DEFAULT_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+    /// Default of [`DriverConfig::remembered_tasks`]: ten times the
+    /// completed tasks a master remembers by default.
+    pub const DEFAULT_REMEMBERED_TASKS: usize = 10_000;
 
     /// A configuration for the master at `master` (`HOST:PORT` or a
     /// `ws://` URL) with the defaults elsewhere.
@@ -262,6 +290,7 @@ impl DriverConfig {
             reconnect_backoff_max: Self::DEFAULT_RECONNECT_BACKOFF_MAX,
             credential: None,
             tls: None,
+            remembered_tasks: Self::DEFAULT_REMEMBERED_TASKS,
         }
     }
 }

@@ -6,7 +6,9 @@
 //! wait before reconnecting. The network loop in [`crate::driver`] feeds it
 //! connection events, decoded frames, user commands and clock ticks, and
 //! carries out the [`Action`]s it returns. Time is passed in, so every rule
-//! here is tested without sockets or sleeps.
+//! here is tested without sockets or sleeps. What it has delivered to the
+//! scheduler is remembered in [`Delivered`], so that each status update is
+//! delivered once.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -19,6 +21,7 @@ use agora_proto::{
 };
 use tokio::time::Instant;
 
+use crate::delivered::{Delivered, Verdict};
 use crate::DriverConfig;
 
 /// Heartbeat intervals without any frame from the master after which the
@@ -135,6 +138,7 @@ pub(crate) struct DriverCore {
     queued: VecDeque<Call>,
     finished: bool,
     backoff: Backoff,
+    delivered: Delivered,
 }
 
 // === impl DriverCore ===
@@ -154,6 +158,7 @@ impl DriverCore {
                 config.reconnect_backoff_max,
                 DEFAULT_JITTER,
             ),
+            delivered: Delivered::new(config.remembered_tasks),
         }
     }
 
@@ -262,7 +267,7 @@ impl DriverCore {
             Event::Rescind { offer_id } => {
                 vec![Action::Callback(Callback::OfferRescinded(offer_id))]
             }
-            Event::Update { status } => vec![Action::Callback(Callback::StatusUpdate(status))],
+            Event::Update { status } => self.on_update(status),
             Event::Message {
                 agent_id,
                 executor_id,
@@ -287,6 +292,40 @@ impl DriverCore {
                 status,
             })],
             Event::Heartbeat | Event::Unknown => Vec::new(),
+        }
+    }
+
+    /// A status update from the master: delivered unless the scheduler
+    /// has it already.
+    fn on_update(&mut self, status: TaskStatus) -> Vec<Action> {
+        match self.delivered.check(&status) {
+            Verdict::Deliver => vec![Action::Callback(Callback::StatusUpdate(status))],
+            Verdict::Repeat { acknowledged } => {
+                tracing::debug!(
+                    task_id = %status.task_id,
+                    uuid = ?status.uuid,
+                    acknowledged,
+                    "an update delivered before came again; not delivered twice"
+                );
+                if !acknowledged {
+                    // The scheduler's acknowledgement of the first copy
+                    // answers this one too.
+                    return Vec::new();
+                }
+                match acknowledgement(&status) {
+                    Some(call) => self.send_or_queue(call),
+                    None => Vec::new(),
+                }
+            }
+            Verdict::AfterEnd => {
+                tracing::debug!(
+                    task_id = %status.task_id,
+                    state = %status.state,
+                    reason = ?status.reason,
+                    "the master's word about a task whose end was delivered; not delivered"
+                );
+                Vec::new()
+            }
         }
     }
 
@@ -335,6 +374,9 @@ impl DriverCore {
                 tasks,
                 filters,
             } => {
+                for task in &tasks {
+                    self.delivered.launched(&task.task_id);
+                }
                 if self.is_subscribed() {
                     vec![Action::Send(Call::Launch {
                         offer_ids,
@@ -348,7 +390,11 @@ impl DriverCore {
                     );
                     tasks
                         .into_iter()
-                        .map(|task| Action::Callback(Callback::StatusUpdate(dropped_status(task))))
+                        .map(|task| {
+                            let status = dropped_status(task);
+                            self.delivered.ended_here(&status);
+                            Action::Callback(Callback::StatusUpdate(status))
+                        })
                         .collect()
                 }
             }
@@ -360,7 +406,14 @@ impl DriverCore {
                     Vec::new()
                 }
             }
-            Command::Call(call) => self.send_or_queue(call),
+            Command::Call(call) => {
+                if let Call::Launch { tasks, .. } = &call {
+                    for task in tasks {
+                        self.delivered.launched(&task.task_id);
+                    }
+                }
+                self.send_or_queue(call)
+            }
             Command::Acknowledge { status, implicit } => {
                 if implicit != self.implicit_acknowledgements {
                     if !implicit {
@@ -372,7 +425,12 @@ impl DriverCore {
                     return Vec::new();
                 }
                 match acknowledgement(&status) {
-                    Some(call) => self.send_or_queue(call),
+                    Some(call) => {
+                        if let Call::Acknowledge { task_id, uuid, .. } = &call {
+                            self.delivered.acknowledged(task_id, uuid);
+                        }
+                        self.send_or_queue(call)
+                    }
                     None => Vec::new(),
                 }
             }
@@ -768,6 +826,162 @@ mod tests {
             actions.last(),
             Some(Action::Send(Call::Acknowledge { uuid, .. })) if uuid == "u1"
         ));
+    }
+
+    fn update(status: TaskStatus) -> Event {
+        Event::Update { status }
+    }
+
+    fn answer(task: &str, state: TaskState, message: &str) -> TaskStatus {
+        let mut status = TaskStatus::new(TaskId::new(task), state, Source::SourceMaster)
+            .with_reason(Reason::ReasonReconciliation)
+            .with_message(message);
+        status.agent_id = Some(AgentId::new("a1"));
+        status
+    }
+
+    fn delivered(actions: &[Action]) -> Vec<&TaskStatus> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Callback(Callback::StatusUpdate(status)) => Some(status),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn acks(actions: &[Action]) -> Vec<&str> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send(Call::Acknowledge { uuid, .. }) => Some(uuid.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_repeated_uuid_is_delivered_once_even_across_a_new_master() {
+        let (mut core, now) = subscribed_core(true);
+        let running = reliable("t1", "u1");
+        assert_eq!(
+            delivered(&core.on_event(update(running.clone()), now)).len(),
+            1
+        );
+        // The copy comes while the first is still in its callback: nothing,
+        // the callback's acknowledgement answers both.
+        assert!(core.on_event(update(running.clone()), now).is_empty());
+        let ack = core.on_command(Command::Acknowledge {
+            status: running.clone(),
+            implicit: true,
+        });
+        assert_eq!(acks(&ack), vec!["u1"]);
+        // A copy after the acknowledgement (it was lost with the master
+        // that took it) is acknowledged again, not delivered.
+        let again = core.on_event(update(running.clone()), now);
+        assert!(delivered(&again).is_empty());
+        assert_eq!(acks(&again), vec!["u1"]);
+        // The memory survives a reconnection to another master.
+        core.on_disconnected();
+        core.on_connected(now);
+        core.on_event(subscribed("fw-1"), now);
+        let resent = core.on_event(update(running), now);
+        assert!(delivered(&resent).is_empty(), "{resent:?}");
+        assert_eq!(acks(&resent), vec!["u1"]);
+        // The next update of the task is new.
+        let mut finished = reliable("t1", "u2");
+        finished.state = TaskState::Finished;
+        assert_eq!(delivered(&core.on_event(update(finished), now)).len(), 1);
+    }
+
+    #[test]
+    fn explicit_mode_acknowledges_a_repeat_only_after_the_scheduler_did() {
+        let (mut core, now) = subscribed_core(false);
+        let running = reliable("t1", "u1");
+        assert_eq!(
+            delivered(&core.on_event(update(running.clone()), now)).len(),
+            1
+        );
+        assert!(core.on_event(update(running.clone()), now).is_empty());
+        core.on_command(Command::Acknowledge {
+            status: running.clone(),
+            implicit: false,
+        });
+        assert_eq!(acks(&core.on_event(update(running), now)), vec!["u1"]);
+    }
+
+    #[test]
+    fn a_reconciliation_answer_after_a_terminal_update_is_not_delivered() {
+        let (mut core, now) = subscribed_core(true);
+        let launch = |ids: &[&str]| Command::Launch {
+            offer_ids: vec![OfferId::new("o1")],
+            tasks: ids.iter().map(|id| task(id)).collect(),
+            filters: Filters::default(),
+        };
+        core.on_command(launch(&["t1", "t2"]));
+        let mut finished = reliable("t1", "u2");
+        finished.state = TaskState::Finished;
+        assert_eq!(delivered(&core.on_event(update(finished), now)).len(), 1);
+        // The answer to a reconciliation asked before the end arrived, and
+        // the answer of a master that has forgotten the task since.
+        for late in [
+            answer("t1", TaskState::Finished, "reconciliation"),
+            answer("t1", TaskState::Lost, "unknown task"),
+            answer("t1", TaskState::Running, "reconciliation"),
+        ] {
+            assert!(core.on_event(update(late), now).is_empty());
+        }
+        // Answers about a task whose end the scheduler has not seen are
+        // delivered, each time it asks, terminal ones included: the
+        // master's word ends nothing (it may be about an earlier task with
+        // the id), the task's own report does.
+        let live = answer("t2", TaskState::Running, "reconciliation");
+        let lost = answer("t2", TaskState::Lost, "unknown task");
+        for answer in [&live, &live, &lost, &lost] {
+            assert_eq!(
+                delivered(&core.on_event(update(answer.clone()), now)).len(),
+                1
+            );
+        }
+        // Launched again, the id's answers are about the new task.
+        core.on_command(launch(&["t1"]));
+        let lost = answer("t1", TaskState::Lost, "unknown task");
+        assert_eq!(delivered(&core.on_event(update(lost), now)).len(), 1);
+    }
+
+    #[test]
+    fn a_task_launched_by_an_earlier_scheduler_process_hears_every_answer() {
+        // A failover scheduler's driver did not launch t1: the end it is
+        // told may be of an earlier launch of the id than its
+        // predecessor's last one, so the master's answers go through.
+        let (mut core, now) = subscribed_core(true);
+        let mut failed = reliable("t1", "u2");
+        failed.state = TaskState::Failed;
+        assert_eq!(
+            delivered(&core.on_event(update(failed.clone()), now)).len(),
+            1
+        );
+        let lost = answer("t1", TaskState::Lost, "unknown task");
+        assert_eq!(delivered(&core.on_event(update(lost), now)).len(), 1);
+        // Its uuid is still delivered once.
+        assert!(delivered(&core.on_event(update(failed), now)).is_empty());
+    }
+
+    #[test]
+    fn a_launch_dropped_while_disconnected_ends_its_tasks_once() {
+        let (mut core, now) = subscribed_core(true);
+        core.on_disconnected();
+        let dropped = core.on_command(Command::Launch {
+            offer_ids: vec![OfferId::new("o1")],
+            tasks: vec![task("t1")],
+            filters: Filters::default(),
+        });
+        assert_eq!(delivered(&dropped)[0].state, TaskState::Dropped);
+        core.on_connected(now);
+        core.on_event(subscribed("fw-1"), now);
+        // The master never heard of it.
+        let lost = answer("t1", TaskState::Lost, "unknown task");
+        assert!(core.on_event(update(lost), now).is_empty());
     }
 
     #[test]

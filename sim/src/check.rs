@@ -29,6 +29,7 @@ pub const ONE_TERMINAL: &str = "every launched task reaches exactly one terminal
 pub const IN_ORDER: &str = "updates arrive in order per task";
 pub const NOTHING_LOST: &str = "no update acknowledged to an executor is lost";
 pub const NO_RETURN: &str = "no task comes back after a terminal state";
+pub const ONCE: &str = "the scheduler SDK delivers each (task, uuid) once, and nothing without a uuid after the own terminal update of a task it launched, to its Scheduler";
 pub const EXECUTOR_SAYS: &str = "a task's terminal state is the one its executor reported";
 pub const RUN_TASK_ANSWERED: &str = "every RUN_TASK gets an update";
 pub const PROGRESS: &str = "the cluster makes progress once faults stop";

@@ -113,6 +113,17 @@ pub(crate) struct FwNode {
     /// The uuids of the updates it has heard: delivery is at least once,
     /// and a repeat says nothing new (about any launch of the id).
     pub heard: BTreeSet<String>,
+    /// What the running driver delivered (`ONCE`): each (task, uuid)...
+    pub delivered: BTreeSet<(TaskId, String)>,
+    /// ...the task ids it launched, with the newest launch stamp it had
+    /// delivered of each then...
+    pub launched_here: BTreeMap<TaskId, Option<agora_proto::LaunchStamp>>,
+    /// ...the newest launch stamp of each id's delivered updates...
+    pub newest_stamp: BTreeMap<TaskId, agora_proto::LaunchStamp>,
+    /// ...and those of them whose own terminal update (with a uuid, not
+    /// stamped older than the launch's other updates nor than what it
+    /// knew before the launch) it delivered since it last launched them.
+    pub ended: BTreeSet<TaskId>,
 }
 
 // === impl World: frameworks ===
@@ -152,6 +163,10 @@ impl World {
             clock: 0.0,
             delivering: None,
             heard: BTreeSet::new(),
+            delivered: BTreeSet::new(),
+            launched_here: BTreeMap::new(),
+            newest_stamp: BTreeMap::new(),
+            ended: BTreeSet::new(),
         });
     }
 
@@ -164,6 +179,11 @@ impl World {
         fw.inc += 1;
         fw.conn = None;
         fw.subscribed = false;
+        // A new scheduler process: its driver remembers nothing.
+        fw.delivered.clear();
+        fw.launched_here.clear();
+        fw.newest_stamp.clear();
+        fw.ended.clear();
         let config = DriverConfig {
             master: "sim-master:5050".into(),
             implicit_acknowledgements: true,
@@ -171,6 +191,7 @@ impl World {
             reconnect_backoff_max: Duration::from_secs(5),
             credential: None,
             tls: None,
+            remembered_tasks: DriverConfig::DEFAULT_REMEMBERED_TASKS,
         };
         fw.driver = Some(SimScheduler::new(fw.info.clone(), &config));
         let inc = fw.inc;
@@ -295,12 +316,24 @@ impl World {
     }
 
     fn sched_command(&mut self, f: usize, command: Command) {
-        let actions = self.fws[f]
-            .driver
+        let actions = self.sched_feed(f, command);
+        self.sched_apply(f, actions);
+    }
+
+    /// Hands a command to framework `f`'s driver.
+    fn sched_feed(&mut self, f: usize, command: Command) -> Vec<Action> {
+        let fw = &mut self.fws[f];
+        if let Command::Launch { tasks, .. } = &command {
+            for task in tasks {
+                let newest = fw.newest_stamp.get(&task.task_id).copied();
+                fw.launched_here.insert(task.task_id.clone(), newest);
+                fw.ended.remove(&task.task_id);
+            }
+        }
+        fw.driver
             .as_mut()
             .map(|d| d.on_command(command))
-            .unwrap_or_default();
-        self.sched_apply(f, actions);
+            .unwrap_or_default()
     }
 
     /// Carries out the driver's actions, running the framework's
@@ -334,11 +367,7 @@ impl World {
                 Action::Callback(cb) => {
                     let commands = self.fw_callback(f, cb);
                     for command in commands {
-                        let more = self.fws[f]
-                            .driver
-                            .as_mut()
-                            .map(|d| d.on_command(command))
-                            .unwrap_or_default();
+                        let more = self.sched_feed(f, command);
                         queue.extend(more);
                     }
                 }
@@ -392,6 +421,43 @@ impl World {
             Callback::ResourceOffers(offers) => self.fw_offers(f, offers),
             Callback::StatusUpdate(status) => {
                 let t = self.t;
+                let fw = &mut self.fws[f];
+                let once = match &status.uuid {
+                    Some(uuid) => fw.delivered.insert((status.task_id.clone(), uuid.clone())),
+                    None => !fw.ended.contains(&status.task_id),
+                };
+                if once && status.uuid.is_some() {
+                    let newest = fw.newest_stamp.get(&status.task_id).copied();
+                    let current = match (status.launch_stamp, fw.launched_here.get(&status.task_id))
+                    {
+                        (_, None) => false,
+                        (Some(stamp), Some(before)) => {
+                            newest.is_none_or(|n| stamp >= n) && before.is_none_or(|b| stamp > b)
+                        }
+                        (None, Some(_)) => newest.is_none(),
+                    };
+                    if let Some(stamp) = status.launch_stamp {
+                        let entry = fw
+                            .newest_stamp
+                            .entry(status.task_id.clone())
+                            .or_insert(stamp);
+                        *entry = (*entry).max(stamp);
+                    }
+                    if current && status.state.is_terminal() {
+                        fw.ended.insert(status.task_id.clone());
+                    }
+                }
+                if !once {
+                    let detail = format!(
+                        "framework {f}'s driver delivered {} {} ({:?}, {:?}, uuid {:?}) again",
+                        status.task_id,
+                        status.state.as_str(),
+                        status.source,
+                        status.reason,
+                        status.uuid
+                    );
+                    self.violated(crate::check::ONCE, detail);
+                }
                 let fw = &mut self.fws[f];
                 let tag = fw.delivering;
                 let mut ended = None;

@@ -101,6 +101,39 @@ const FOUND: &[(u64, f64, &str)] = &[
         DEFAULT_BIG,
         "STOP_DELIVERS: a stop during an executor outage",
     ),
+    // Issue 25: the scheduler driver delivered what its scheduler had
+    // already. Seed 20: the driver re-subscribed and reconciled at once;
+    // the task's TASK_FINISHED, re-sent on the subscription, was followed
+    // by the master's answer (TASK_FINISHED, REASON_RECONCILIATION): two
+    // terminal updates. Seed 120: after a master restart the driver's
+    // acknowledgement of a TASK_FINISHED was lost with its connection,
+    // and the master sent the update again on the next subscription.
+    // Found by ONCE with the SDK's deduplication switched off; fix: the
+    // driver's memory of what it delivered (scheduler-sdk/src/delivered.rs).
+    (
+        20,
+        DEFAULT_BIG,
+        "ONCE: a reconciliation answer after the terminal update",
+    ),
+    (
+        120,
+        DEFAULT_BIG,
+        "ONCE: an update re-sent on re-subscription",
+    ),
+    // Issue 25: after an agent restart, an executor re-subscribing
+    // re-sent an unacknowledged TASK_FINISHED of an earlier task with an
+    // id whose new launch was still queued for it; the agent took it for
+    // the new task's, so the new task's stream began ended and its own
+    // updates were dropped (yet acknowledged to the executor). Found by
+    // NOTHING_LOST once the master stopped forwarding agents' re-sends
+    // (which changed this seed's course); fix: an executor's
+    // re-subscription drops the re-sent updates of ids still queued for
+    // it (agent/src/core/executors.rs).
+    (
+        589,
+        DEFAULT_BIG,
+        "NOTHING_LOST: an earlier task's update taken for a queued new task's",
+    ),
 ];
 
 /// `Options::default().big_update_rate`, the rate the seeds above ran

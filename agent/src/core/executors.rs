@@ -515,7 +515,25 @@ impl Core {
             }
             self.insert_task(tkey, Task::staging(eid.clone(), None, task, checkpointed));
         }
+        // A task still queued for the executor is one it has not been
+        // given: an update it re-sends with that id is of an earlier task
+        // with the id, settled before the master launched the id again
+        // (the agent, restarted since, no longer knows its uuid). Taken as
+        // the new task's, it would end the new task's stream before it
+        // began and drop the new task's own updates.
+        let unsent: HashSet<TaskId> = self
+            .executors
+            .get(&key)
+            .map(|ex| ex.queued.iter().cloned().collect())
+            .unwrap_or_default();
         for status in updates {
+            if unsent.contains(&status.task_id) && !known.contains(&status.task_id) {
+                tracing::info!(framework_id = %fid, executor_id = %eid, task_id = %status.task_id, "re-sent update of an earlier task with the id of one not yet launched on the executor; acknowledged and dropped");
+                if let Some(uuid) = status.uuid.as_deref() {
+                    self.ack_executor(&key, &status.task_id, uuid);
+                }
+                continue;
+            }
             self.executor_update(&key, status);
         }
         let mut queued = self

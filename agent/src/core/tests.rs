@@ -974,6 +974,65 @@ fn an_executor_resubscribing_with_a_task_that_ended_here_does_not_get_it_back() 
 }
 
 #[test]
+fn an_update_of_an_earlier_task_resent_before_the_new_one_reached_the_executor_is_dropped() {
+    // Found by the simulation (seed 589 of issue 25): the agent restarted
+    // while t1's executor still held an unacknowledged TASK_FINISHED of
+    // an earlier t1 the master had settled; a new t1 arrived before the
+    // executor re-subscribed. The executor re-sent the old update: taken
+    // for the new t1's, it ended the new t1's stream before it began,
+    // and the new t1's own updates were dropped as after its end.
+    let mut info = custom_task("t1").executor.expect("an executor");
+    info.framework_id = Some(fid());
+    let recovered = Recovered {
+        agent_id: Some(AgentId::new("a1")),
+        frameworks: vec![checkpoint::RecoveredFramework {
+            info: framework(),
+            executors: vec![checkpoint::RecoveredExecutor {
+                executor_id: "e-t1".into(),
+                record: Some(ExecutorRecord {
+                    framework_id: fid(),
+                    info,
+                    run_id: "run-1".into(),
+                    token: "token-1".into(),
+                    pid: Some(4242),
+                    start_time: None,
+                    sandbox: PathBuf::from("/sandboxes/e-t1"),
+                    is_command: false,
+                }),
+                tasks: Vec::new(),
+            }],
+        }],
+        orphans: Vec::new(),
+        alive: ["run-1".to_string()].into_iter().collect(),
+    };
+    let mut h = H::restarted(recovered);
+    let actions = h.run("t1");
+    assert!(launched_to(&actions, 10).is_empty(), "not subscribed yet");
+    let actions = h.input(Input::ExecutorSubscribe {
+        conn: 10,
+        framework_id: fid(),
+        executor_id: ekey("t1").1,
+        token: Some("token-1".into()),
+        updates: vec![executor_status("t1", TaskState::Finished, "old-2")],
+        tasks: Vec::new(),
+    });
+    let actions = h.complete(actions);
+    assert_eq!(
+        acks_to(&actions, 10),
+        [("t1".to_string(), "old-2".to_string())]
+    );
+    assert!(to_master_updates(&actions).is_empty(), "{actions:?}");
+    assert!(checkpointed_updates(&actions).is_empty(), "{actions:?}");
+    assert_eq!(launched_to(&actions, 10), ["t1"], "{actions:?}");
+    // The new t1's own update goes on.
+    let actions = h.executor_sends(10, "t1", TaskState::Running, "new-1");
+    assert_eq!(
+        to_master_updates(&actions),
+        [("t1".to_string(), TaskState::Running)]
+    );
+}
+
+#[test]
 fn an_executor_resubscribing_with_tasks_the_agent_lost_in_a_restart_gets_them_adopted() {
     // The agent restarted without the record of t1 and t2 (it never
     // reached the disk); their executor survived and lists them. Neither

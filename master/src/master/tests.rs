@@ -975,6 +975,85 @@ fn status_updates_are_forwarded_and_acknowledged() {
 }
 
 #[test]
+fn an_agents_resend_of_an_unacknowledged_update_is_not_forwarded_again() {
+    let mut h = H::new();
+    let mut info = FrameworkInfo::new("fw");
+    info.failover_timeout = 60.0;
+    let out = h.subscribe_info(S1, info.clone(), false);
+    let Some(Event::Subscribed { framework_id, .. }) = sched_events(&out, S1).first().cloned()
+    else {
+        panic!("no SUBSCRIBED");
+    };
+    let fid = framework_id;
+    let aid = h.register(A1, "cpus:4;mem:4096");
+    let offer = h.offers(S1).remove(0);
+    h.launch(
+        S1,
+        &[&offer],
+        vec![command_task("t1", &aid, "cpus:1;mem:128")],
+    );
+    let ack = |uuid: &str| scheduler::Call::Acknowledge {
+        agent_id: aid.clone(),
+        task_id: TaskId::new("t1"),
+        uuid: uuid.into(),
+    };
+    let repeated = |h: &H| h.m.metrics.status_updates_repeated.get();
+
+    let out = h.status(A1, &fid, "t1", TaskState::Running, "u1");
+    assert_eq!(updates(&out, S1).len(), 1);
+    // The agent's retry timer ran before the scheduler's acknowledgement
+    // came back (a stopped master reads both copies at once): the copy is
+    // neither forwarded nor acknowledged.
+    for _ in 0..3 {
+        let out = h.status(A1, &fid, "t1", TaskState::Running, "u1");
+        assert!(updates(&out, S1).is_empty(), "forwarded twice: {out:?}");
+        assert!(agent_events(&out, A1).is_empty(), "{out:?}");
+    }
+    assert_eq!(repeated(&h), 3);
+    let out = h.sched(S1, ack("u1"));
+    assert_eq!(
+        agent_events(&out, A1).len(),
+        1,
+        "the acknowledgement goes on"
+    );
+    // A copy that crossed the acknowledgement is acknowledged again.
+    let out = h.status(A1, &fid, "t1", TaskState::Running, "u1");
+    assert!(updates(&out, S1).is_empty(), "forwarded twice: {out:?}");
+    assert_eq!(
+        agent_events(&out, A1),
+        vec![agent::Event::Acknowledge {
+            framework_id: fid.clone(),
+            task_id: TaskId::new("t1"),
+            uuid: "u1".into()
+        }]
+    );
+    assert_eq!(repeated(&h), 4);
+
+    // A terminal update held for a scheduler that is away is sent once
+    // when it subscribes again, however often the agent re-sent it.
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "u2");
+    assert_eq!(updates(&out, S1).len(), 1);
+    h.input(Input::SchedulerClosed { conn: S1 });
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "u2");
+    assert!(updates(&out, S1).is_empty() && agent_events(&out, A1).is_empty());
+    info.id = Some(fid.clone());
+    let out = h.subscribe_info(S2, info, false);
+    let resent: Vec<_> = updates(&out, S2);
+    assert_eq!(resent.len(), 1, "{resent:?}");
+    assert_eq!(resent[0].uuid.as_deref(), Some("u2"));
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "u2");
+    assert!(updates(&out, S2).is_empty(), "forwarded twice: {out:?}");
+    assert_eq!(repeated(&h), 6);
+
+    // Once acknowledged, a late copy is acknowledged to the agent (its
+    // stream drains) and not forwarded: the task is completed.
+    h.sched(S2, ack("u2"));
+    let out = h.status(A1, &fid, "t1", TaskState::Finished, "u2");
+    assert!(updates(&out, S2).is_empty(), "{out:?}");
+    assert_eq!(agent_events(&out, A1).len(), 1, "{out:?}");
+}
+
+#[test]
 fn kill_known_and_unknown_tasks() {
     let (mut h, fid, aid, offer) = setup("cpus:4;mem:4096");
     h.launch(S1, &[&offer], vec![command_task("t1", &aid, "cpus:1")]);
