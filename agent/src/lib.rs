@@ -191,6 +191,7 @@ pub async fn run(
             Some(Arc::new(cgroups))
         }
     };
+    agora_net::doors::warn(&config.open_doors());
     let local = listener.local_addr()?;
     let server_tls = config
         .tls

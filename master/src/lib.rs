@@ -48,7 +48,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{Config, DEFAULT_MAX_AGENT_RESOURCES, DEFAULT_MAX_CONNECTIONS_PER_PEER};
+pub use config::{
+    AgentBounds, Config, DEFAULT_MAX_AGENT_ATTRIBUTES, DEFAULT_MAX_AGENT_RANGES,
+    DEFAULT_MAX_AGENT_RESOURCES, DEFAULT_MAX_AGENT_RESOURCE_ENTRIES, DEFAULT_MAX_AGENT_SET_ITEMS,
+    DEFAULT_MAX_AGENT_TEXT_BYTES, DEFAULT_MAX_CONNECTIONS_PER_PEER,
+};
 #[cfg(feature = "etcd")]
 pub use config::{EtcdOptions, DEFAULT_ETCD_LEASE_TTL};
 pub use registry::RegistryError;
@@ -119,6 +123,8 @@ pub async fn run(
         version: agora_proto::VERSION.to_string(),
     };
     tracing::info!(master_id = %info.id, %address, "master starting");
+    let open_doors = config.open_doors();
+    agora_net::doors::warn(&open_doors);
     #[cfg(feature = "etcd")]
     let election = match &config.etcd {
         Some(options) => {
@@ -175,6 +181,7 @@ pub async fn run(
         queue_capacity: config.connection_queue_capacity,
         first_frame_timeout: config.authentication_timeout,
         metrics,
+        open_doors: agora_net::doors::names(&open_doors),
         auth: Arc::new(http::Authentication {
             credentials: config.credentials.clone(),
             frameworks: config.authenticate_frameworks,

@@ -537,7 +537,11 @@ impl World {
                     asked,
                 ),
             (ConnKind::Agent { .. }, Side::Server, Msg::AgentCall(call)) => {
-                self.master_input(agora_master::sim::Input::Agent { conn, call: *call })
+                self.master_input(agora_master::sim::Input::Agent {
+                    conn,
+                    call: *call,
+                    principal: None,
+                })
             }
             (ConnKind::Sched { fw, inc, .. }, Side::Client, Msg::SchedEvent(event, launch)) => {
                 self.sched_event(fw, inc, conn, *event, launch)

@@ -13,8 +13,11 @@
 //! FRAMEWORK_REMOVED, from the snapshot's bounded list of removed
 //! frameworks, which GET_FRAMEWORKS also answers as
 //! `completed_frameworks`); states that last less than a snapshot interval
-//! (`--state-snapshot-interval`) may be folded into the next one. Calls
-//! that change the cluster are not part of Agora's operator API yet (501).
+//! (`--state-snapshot-interval`) may be folded into the next one. Every
+//! answer and the stream show what the caller may view (`view_frameworks`,
+//! `view_tasks`). TEARDOWN is the one call that changes the cluster: it
+//! needs an authenticated principal whenever the master has credentials
+//! and the `teardown_frameworks` ACL's leave; the others answer 501.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -80,7 +83,7 @@ pub(crate) async fn handle(
     let snapshot = state.app.snapshot_for(&headers);
     use call::Type;
     let response = match call.r#type() {
-        Type::Subscribe => return subscribe(state, accept),
+        Type::Subscribe => return subscribe(state, accept, &headers),
         Type::GetHealth => response_of(response::Type::GetHealth, |r| {
             r.get_health = Some(response::GetHealth { healthy: true })
         }),
@@ -535,11 +538,16 @@ fn event_of(kind: event::Type, fill: impl FnOnce(&mut v1::master::Event)) -> v1:
     e
 }
 
-fn subscribe(state: MesosState, codec: Codec) -> Response {
+/// The operator event stream, of what the subscriber may view: each
+/// snapshot is filtered by the `view_*` ACLs as `GET_STATE` is, so a
+/// framework it may not view never appears (nor its tasks, offers,
+/// executors), and one whose tasks it may not view appears without them.
+fn subscribe(state: MesosState, codec: Codec, headers: &HeaderMap) -> Response {
     let snapshots = state.app.snapshot.clone();
     let cancel = state.app.shutdown.child_token();
     let stream = OperatorStream {
         snapshots,
+        viewer: state.app.viewer(headers),
         cancel,
         codec,
         seen: None,
@@ -556,6 +564,7 @@ fn subscribe(state: MesosState, codec: Codec) -> Response {
 
 struct OperatorStream {
     snapshots: watch::Receiver<Arc<StateSnapshot>>,
+    viewer: crate::http::Viewer,
     cancel: CancellationToken,
     codec: Codec,
     seen: Option<Seen>,
@@ -568,7 +577,7 @@ impl OperatorStream {
             let mut events = Vec::new();
             match &mut self.seen {
                 None => {
-                    let snapshot = self.snapshots.borrow_and_update().clone();
+                    let snapshot = self.viewer.view(self.snapshots.borrow_and_update().clone());
                     events.push(event_of(event::Type::Subscribed, |e| {
                         e.subscribed = Some(event::Subscribed {
                             get_state: Some(get_state(&snapshot)),
@@ -585,7 +594,7 @@ impl OperatorStream {
                             if changed.is_err() {
                                 return None;
                             }
-                            let snapshot = self.snapshots.borrow_and_update().clone();
+                            let snapshot = self.viewer.view(self.snapshots.borrow_and_update().clone());
                             seen.update(&snapshot, &mut |e| events.push(e));
                         }
                         _ = tokio::time::sleep_until(self.next_heartbeat) => {
