@@ -130,9 +130,11 @@ pub struct AgentBounds {
     /// Resource entries (one per name, role and kind; default
     /// [`DEFAULT_MAX_AGENT_RESOURCE_ENTRIES`]).
     pub max_resource_entries: usize,
-    /// Items of one set resource (default [`DEFAULT_MAX_AGENT_SET_ITEMS`]).
+    /// Items of one set resource (default [`DEFAULT_MAX_AGENT_SET_ITEMS`];
+    /// at most [`agora_proto::MAX_WIRE_ITEMS`], where decoding stops).
     pub max_set_items: usize,
-    /// Ranges of one range resource (default [`DEFAULT_MAX_AGENT_RANGES`]).
+    /// Ranges of one range resource (default [`DEFAULT_MAX_AGENT_RANGES`];
+    /// at most [`agora_proto::MAX_WIRE_ITEMS`]).
     pub max_ranges: usize,
     /// Attributes (default [`DEFAULT_MAX_AGENT_ATTRIBUTES`]).
     pub max_attributes: usize,
@@ -383,6 +385,12 @@ impl Config {
             );
         }
         self.tls.validate()?;
+        let wire = agora_proto::MAX_WIRE_ITEMS;
+        if self.agent_bounds.max_set_items > wire || self.agent_bounds.max_ranges > wire {
+            return Err(format!(
+                "max_agent_set_items and max_agent_ranges may be at most {wire}, the most one resource carries in a message"
+            ));
+        }
         if self.max_connections_per_peer == 0 {
             return Err("max_connections_per_peer must be at least 1".into());
         }

@@ -372,6 +372,12 @@ impl Master {
         std::mem::take(&mut self.outbox)
     }
 
+    /// Everything pushed since the last take, left in place.
+    #[cfg(feature = "sim")]
+    pub(crate) fn peek_outputs(&self) -> &[Output] {
+        &self.outbox
+    }
+
     /// Swaps the outputs so far with `spare` (empty, delivered): the
     /// outbox keeps a capacity from batch to batch (up to a bound).
     pub(crate) fn swap_outputs(&mut self, spare: &mut Vec<Output>) {

@@ -20,6 +20,6 @@ pub fn names(doors: &[OpenDoor]) -> Vec<&'static str> {
 /// Logs a warning for each of `doors` (once, at start).
 pub fn warn(doors: &[OpenDoor]) {
     for door in doors {
-        tracing::warn!(open_door = door.name, "{}", door.warning);
+        tracing::warn!(open_door = %door.name, "{}", door.warning);
     }
 }
