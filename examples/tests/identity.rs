@@ -278,6 +278,57 @@ fn v1_subscribe_as(master: std::net::SocketAddr, principal: &str, fid: &Framewor
     })
 }
 
+/// alice subscribes a framework through the Mesos v1 API: its id, its
+/// stream id and the open stream.
+async fn v1_subscribe(master: std::net::SocketAddr) -> (String, String, agora_client::Streaming) {
+    let call = serde_json::json!({
+        "type": "SUBSCRIBE",
+        "subscribe": {"framework_info": {"user": "", "name": "alice-v1", "failover_timeout": 60.0}},
+    });
+    let auth = authorization("alice");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+        ("accept", "application/json"),
+    ];
+    let mut stream = agora_client::Http::new()
+        .stream(
+            agora_client::Method::POST,
+            master,
+            "/api/v1/scheduler",
+            &headers,
+            Some(call.to_string().into_bytes()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stream.status, 200);
+    let stream_id = stream
+        .headers
+        .get("mesos-stream-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a stream id")
+        .to_string();
+    let mut reader = agora_mesos_proto::recordio::Reader::new();
+    loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), stream.chunk())
+            .await
+            .expect("SUBSCRIBED within 30 s")
+            .unwrap()
+            .expect("the stream stays open");
+        reader.feed(&chunk);
+        while let Some(record) = reader.next_record().unwrap() {
+            let event: serde_json::Value = serde_json::from_slice(&record).unwrap();
+            if event["type"] == "SUBSCRIBED" {
+                let fid = event["subscribed"]["framework_id"]["value"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                return (fid, stream_id, stream);
+            }
+        }
+    }
+}
+
 #[test]
 fn no_principal_takes_over_another_principals_framework_or_agent() {
     let secrets = Secrets::new();
@@ -304,7 +355,7 @@ fn no_principal_takes_over_another_principals_framework_or_agent() {
     let (alice, alice_events) = framework_as(&master, "alice", FrameworkInfo::new("alice-job"));
     let fid = registered(&alice_events);
     let ids = ["a0", "a1", "a2", "a3"];
-    launch_and_run(&alice, &alice_events, &ids, 12);
+    launch_and_run(&alice, &alice_events, &ids, 20);
     let started = Instant::now();
 
     // bob, with the native SDK, names alice's framework: refused.
@@ -366,8 +417,39 @@ fn no_principal_takes_over_another_principals_framework_or_agent() {
         "{event}"
     );
     assert!(closed);
+
+    // A v1 stream id is no credential: bob's call naming alice's v1
+    // framework and its stream id is refused, and the framework stays.
+    let (v1_fid, stream_id, stream) = runtime.block_on(v1_subscribe(cluster.master.addr));
+    let call = serde_json::json!({"type": "TEARDOWN", "framework_id": {"value": v1_fid}});
+    let post = |principal: &str| {
+        let auth = authorization(principal);
+        agora_client::blocking::request(
+            agora_client::Method::POST,
+            cluster.master.addr,
+            "/api/v1/scheduler",
+            &[
+                ("authorization", auth.as_str()),
+                ("content-type", "application/json"),
+                ("mesos-stream-id", stream_id.as_str()),
+            ],
+            Some(call.to_string().into_bytes()),
+        )
+        .unwrap()
+    };
+    let refused = post("bob");
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    std::thread::sleep(Duration::from_millis(500));
+    let listed = cluster.state()["frameworks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["id"] == v1_fid.as_str());
+    assert!(listed, "bob tore down alice's v1 framework");
+    assert_eq!(post("alice").status, 202);
+    drop(stream);
     assert!(
-        started.elapsed() < Duration::from_secs(12),
+        started.elapsed() < Duration::from_secs(20),
         "the attacks took longer than alice's tasks run: the test proves nothing"
     );
 
@@ -632,6 +714,20 @@ fn operator_teardown_needs_a_principal_and_is_the_owners_under_acls() {
     let master = cluster.master_address();
     let (alice, alice_events) = framework_as(&master, "alice", FrameworkInfo::new("alice"));
     let fid = registered(&alice_events);
+    // (Teardowns read the snapshot, which follows within an interval.)
+    wait_until(
+        Duration::from_secs(10),
+        "alice's framework in /state",
+        || cluster.logs(),
+        || {
+            let state = cluster.state();
+            let frameworks = state["frameworks"].as_array()?;
+            frameworks
+                .iter()
+                .any(|f| f["id"] == fid.as_str())
+                .then_some(())
+        },
+    );
     for path in ["/api/v1", "/master/teardown", "/teardown"] {
         // Anonymous, or with a wrong secret: 401 (reads stay open).
         assert_eq!(teardown(&cluster, path, &fid, None), 401, "{path}");
@@ -781,7 +877,6 @@ fn operators_see_only_what_the_view_acls_give_them_in_every_form() {
     ops.wait_for("alice-secret-task", "alice's task");
     ops.wait_for("bob-task", "bob's task");
     bob_view.wait_for("bob-task", "bob's task");
-    bob_view.wait_for("TASK_RUNNING", "bob's task running");
     // Whatever bob's stream carried by now, nothing of alice's.
     std::thread::sleep(Duration::from_secs(1));
     let seen = bob_view.text();
@@ -1015,4 +1110,118 @@ fn open_doors_are_warned_of_at_start_and_listed_in_health() {
     );
     assert!(!secure.master.log_tail().contains("open_door"));
     assert!(!secure.agents[0].log_tail().contains("open_door"));
+}
+
+/// The same refusal from a newly elected master, which knows alice's
+/// framework from the registry in etcd alone (no agent reports it: it has
+/// no tasks), while alice's scheduler is away.
+#[cfg(feature = "etcd")]
+#[test]
+fn a_frameworks_principal_survives_a_master_failover() {
+    use support::{bin, http_get, Proc};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = agora_etcd::testing::TestEtcd::start(dir.path()) else {
+        return;
+    };
+    let secrets = Secrets::new();
+    let credentials = secrets.credentials();
+    let mut masters: Vec<Proc> = (0..2)
+        .map(|i| {
+            let work_dir = dir.path().join(format!("master-{i}"));
+            std::fs::create_dir_all(&work_dir).unwrap();
+            let args: Vec<String> = [
+                "--listen",
+                "127.0.0.1:0",
+                "--work-dir",
+                &work_dir.display().to_string(),
+                "--etcd",
+                &format!("http://{}", etcd.endpoint),
+                "--etcd-lease-ttl",
+                "2s",
+                "--credentials",
+                &credentials,
+                "--authenticate-frameworks",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            Proc::spawn(
+                &format!("master {i}"),
+                &bin("agora-master"),
+                &args,
+                &work_dir,
+                &dir.path().join(format!("master-{i}.log")),
+            )
+        })
+        .collect();
+    let logs = |masters: &[Proc]| {
+        masters
+            .iter()
+            .map(|m| format!("--- {} ---\n{}\n", m.name, m.log_tail()))
+            .collect::<String>()
+    };
+    let leader = |masters: &[Proc]| -> Option<usize> {
+        let key = agora_discovery::leader_key("/agora");
+        let record = etcd.client().get(key.as_bytes()).ok()??;
+        let info: agora_proto::LeaderInfo = serde_json::from_slice(&record.value).ok()?;
+        let i = masters
+            .iter()
+            .position(|m| m.addr.to_string() == info.address)?;
+        (http_get(masters[i].addr, "/state").ok()?.0 == 200).then_some(i)
+    };
+    let first = wait_until(
+        Duration::from_secs(30),
+        "a leader",
+        || logs(&masters),
+        || leader(&masters),
+    );
+    let url = format!("etcd://{}/agora", etcd.endpoint);
+    let (alice, alice_events) = framework_as(&url, "alice", FrameworkInfo::new("alice"));
+    let fid = registered(&alice_events);
+    // alice's scheduler dies (its framework waits out its failover
+    // timeout), then so does the leader.
+    let _ = alice.abort();
+    masters[first].kill();
+    let second = wait_until(
+        Duration::from_secs(30),
+        "a new leader",
+        || logs(&masters),
+        || leader(&masters).filter(|i| *i != first),
+    );
+    let new_state = || -> serde_json::Value {
+        serde_json::from_str(&http_get(masters[second].addr, "/state").unwrap().1).unwrap()
+    };
+    let known = new_state()["frameworks"][0].clone();
+    assert_eq!(
+        (
+            known["id"].as_str(),
+            known["principal"].as_str(),
+            known["connected"].as_bool()
+        ),
+        (Some(fid.as_str()), Some("alice"), Some(false)),
+        "{known}"
+    );
+    let mut info = FrameworkInfo::new("bob");
+    info.id = Some(fid.clone());
+    let (bob, bob_events) = framework_as(&url, "bob", info);
+    let error = wait_for(&bob_events, Duration::from_secs(30), |e| match e {
+        SchedEvent::Error(message) => Some(message.clone()),
+        SchedEvent::Registered(_) | SchedEvent::Reregistered => {
+            panic!("bob took alice's framework after the failover")
+        }
+        _ => None,
+    });
+    assert!(error.contains("another principal"), "{error}");
+    let _ = bob.abort();
+    // alice's failover scheduler gets her framework back.
+    let mut info = FrameworkInfo::new("alice");
+    info.id = Some(fid.clone());
+    let (alice, alice_events) = framework_as(&url, "alice", info);
+    assert_eq!(registered(&alice_events), fid);
+    let back = new_state()["frameworks"][0].clone();
+    assert_eq!(back["principal"], "alice", "{back}");
+    let _ = alice.stop(false);
+    for m in &mut masters {
+        m.terminate(Duration::from_secs(5));
+    }
 }

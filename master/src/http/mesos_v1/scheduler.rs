@@ -11,8 +11,9 @@
 //! ERROR and ends, as in Mesos.
 //!
 //! Every other call names the framework and carries its current stream id;
-//! it is checked here (400 malformed, 403 not subscribed, 415/406 media
-//! types, 413 too large, 501 unknown call), translated, queued for the
+//! it is checked here (400 malformed, 403 not subscribed or authenticated
+//! as another principal than the subscription, 415/406 media types, 413
+//! too large, 501 unknown call), translated, queued for the
 //! state task and answered `202 Accepted` without waiting for its effects,
 //! which reach the framework as events.
 
@@ -87,7 +88,7 @@ pub(crate) async fn handle(
     if call.r#type() == v1::scheduler::call::Type::Subscribe {
         subscribe(state, &headers, call, principal).await
     } else {
-        other_call(state, &headers, call).await
+        other_call(state, &headers, call, principal).await
     }
 }
 
@@ -170,6 +171,7 @@ async fn subscribe(
         conn,
         stream_id: stream_id.clone(),
         framework: None,
+        principal: principal.clone(),
         state: state.clone(),
     };
     match convert::framework_info(&info) {
@@ -238,6 +240,7 @@ async fn other_call(
     state: MesosState,
     headers: &HeaderMap,
     mut call: v1::scheduler::Call,
+    principal: Option<String>,
 ) -> Response {
     let Some(framework_id) = call.framework_id.take() else {
         return error(
@@ -263,6 +266,17 @@ async fn other_call(
             return error(
                 StatusCode::BAD_REQUEST,
                 format!("The stream ID '{stream_id}' included in this request didn't match the stream ID currently associated with framework ID {fid}"),
+            )
+        }
+        // A stream id is no credential: a call must come from the
+        // principal that subscribed (as in Mesos).
+        Some(entry) if principal.is_some() && entry.principal != principal => {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "The authenticated principal '{}' is not the principal of framework {fid}",
+                    principal.unwrap_or_default()
+                ),
             )
         }
         Some(entry) => entry.conn,
@@ -351,6 +365,7 @@ struct StreamGuard {
     conn: ConnId,
     stream_id: String,
     framework: Option<FrameworkId>,
+    principal: Option<String>,
     state: MesosState,
 }
 
@@ -437,6 +452,7 @@ impl StreamGuard {
             StreamEntry {
                 stream_id: self.stream_id.clone(),
                 conn: self.conn,
+                principal: self.principal.clone(),
             },
         );
         self.framework = Some(framework);
