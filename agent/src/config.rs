@@ -170,6 +170,43 @@ pub struct Config {
 // === impl Config ===
 
 impl Config {
+    /// The ways into this agent its configuration leaves unguarded, each
+    /// warned of at start and named in `/health` (see `docs/http.md`).
+    pub fn open_doors(&self) -> Vec<agora_net::OpenDoor> {
+        use agora_net::OpenDoor;
+        let mut doors = Vec::new();
+        if !self.tls.enabled() {
+            doors.push(OpenDoor {
+                name: "no_tls",
+                warning: "no TLS on the agent's listener: executors' frames and tokens, sandbox files and operator calls cross the network in clear text (set --tls-cert and --tls-key)",
+            });
+        } else if self.tls.allow_plaintext {
+            doors.push(OpenDoor {
+                name: "plaintext_allowed",
+                warning: "--tls-allow-plaintext: clients may still connect without TLS",
+            });
+        }
+        if self.tls.ca.is_none() {
+            doors.push(OpenDoor {
+                name: "unverified_master",
+                warning: "the master is not verified (no --tls-ca): anyone on the path to it can pose as the master and have this agent run tasks",
+            });
+        }
+        if !self.authenticate_executors {
+            doors.push(OpenDoor {
+                name: "unauthenticated_executors",
+                warning: "Mesos v1 executors' calls need no token: a process that reaches the agent can call as an executor of its framework (set --authenticate-executors; Agora's own executors always present theirs)",
+            });
+        }
+        if !self.authenticate_http {
+            doors.push(OpenDoor {
+                name: "unauthenticated_http",
+                warning: "operator calls are not authenticated: /state, /metrics, /containers and (under the access_sandboxes ACL only) /files answer anyone (set --authenticate-http with --credentials)",
+            });
+        }
+        doors
+    }
+
     /// A configuration with detected resources (all cpus, memory minus a
     /// reserve, disk of the work dir's file system minus a reserve, ports
     /// 31000-32000) and Mesos's defaults elsewhere.

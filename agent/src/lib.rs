@@ -156,6 +156,7 @@ pub async fn run(
         &config.cgroups,
         config.resources.cpus(),
     )?;
+    agora_net::doors::warn(&config.open_doors());
     let local = listener.local_addr()?;
     let server_tls = config
         .tls

@@ -12,6 +12,7 @@ use agora_proto::{
 };
 use tokio::time::Instant;
 
+use crate::acls::Action;
 use crate::master::{master_status, ConnId, Master, Output, CLOSE_POLICY};
 use crate::registry::{AgentRecord, RegistryOp};
 use crate::tasks::Task;
@@ -37,14 +38,18 @@ pub(crate) struct Agent {
     pub(crate) registered_at: f64,
     /// Known from the registry, not re-registered with this master yet.
     pub(crate) recovering: bool,
+    /// The principal that registered it (none: an unauthenticated
+    /// agent): only that principal may re-register its id.
+    pub(crate) principal: Option<String>,
 }
 
 // === impl Agent ===
 
 impl Agent {
-    fn new(id: AgentId, mut info: AgentInfo, conn: ConnId) -> Self {
+    fn new(id: AgentId, mut info: AgentInfo, conn: ConnId, principal: Option<String>) -> Self {
         info.id = Some(id.clone());
         Agent {
+            principal,
             id,
             total: info.resources.clone(),
             info,
@@ -62,8 +67,8 @@ impl Agent {
     }
 
     /// An agent the registry lists, waiting to re-register.
-    pub(crate) fn recovered(id: AgentId, info: AgentInfo) -> Self {
-        let mut agent = Agent::new(id, info, 0);
+    pub(crate) fn recovered(id: AgentId, info: AgentInfo, principal: Option<String>) -> Self {
+        let mut agent = Agent::new(id, info, 0, principal);
         agent.conn = None;
         agent.recovering = true;
         agent
@@ -73,6 +78,7 @@ impl Agent {
         RegistryOp::PutAgent(AgentRecord {
             id: self.id.clone(),
             info: self.info.clone(),
+            principal: self.principal.clone(),
         })
     }
 }
@@ -90,6 +96,7 @@ impl Master {
         tasks: Vec<TaskReport>,
         executors: Vec<ExecutorReport>,
         frameworks: Vec<FrameworkInfo>,
+        principal: Option<String>,
     ) {
         if protocol != PROTOCOL_VERSION {
             return self.agent_fatal(
@@ -101,6 +108,14 @@ impl Master {
             let msg = format!("this connection is already registered as agent {existing}");
             return self.agent_error(conn, msg);
         }
+        let acls = &self.config.acls;
+        if acls.restricts(Action::RegisterAgents) {
+            if let Err(msg) = acls.check(Action::RegisterAgents, principal.as_deref(), None) {
+                tracing::warn!(hostname = %info.hostname, ?principal, %msg, "agent registration refused");
+                self.metrics.refused_agent_unauthorized.inc();
+                return self.agent_fatal(conn, format!("registration refused: {msg}"));
+            }
+        }
         if info.resources.is_empty() {
             return self.agent_fatal(conn, "registration refused: the agent offers no resources");
         }
@@ -108,15 +123,21 @@ impl Master {
             over_limit(&info.resources, &self.config.max_agent_resources)
         {
             tracing::warn!(hostname = %info.hostname, resource = name, offered, max, "agent registration refused: resources above --max-agent-resources");
+            self.metrics.refused_agent_bounds.inc();
             return self.agent_fatal(
                 conn,
                 format!("registration refused: the agent offers {name}:{offered}, above this master's --max-agent-resources ({name}:{max})"),
             );
         }
+        if let Err(msg) = self.config.agent_bounds.check(&info) {
+            tracing::warn!(?principal, %msg, "agent registration refused: beyond a bound");
+            self.metrics.refused_agent_bounds.inc();
+            return self.agent_fatal(conn, format!("registration refused: {msg}"));
+        }
         let aid = match &info.id {
             None => {
                 let aid = AgentId::new(self.new_id("S"));
-                let agent = Agent::new(aid.clone(), info, conn);
+                let agent = Agent::new(aid.clone(), info, conn, principal);
                 self.allocator.add_agent(&aid, &agent.total, &[], true);
                 tracing::info!(agent_id = %aid, hostname = %agent.info.hostname, resources = %agent.total, "agent registered");
                 self.persist(agent.record());
@@ -150,7 +171,24 @@ impl Master {
                 },
             );
         }
-        self.reregister_agent(now, conn, aid, info, tasks, executors, frameworks);
+        if let Some(agent) = self.agents.get(&aid) {
+            if agent.principal != principal {
+                // Another principal's agent id: refused, the agent that
+                // has it left as it is (connected or not).
+                tracing::warn!(agent_id = %aid, owner = ?agent.principal, ?principal, "re-registration of an agent id by another principal refused");
+                self.metrics.refused_agent_principal.inc();
+                return self.agent_fatal(
+                    conn,
+                    format!(
+                        "registration refused: agent {aid} belongs to another principal; {} may not re-register it",
+                        describe_principal(principal.as_deref())
+                    ),
+                );
+            }
+        }
+        self.reregister_agent(
+            now, conn, aid, info, tasks, executors, frameworks, principal,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -163,6 +201,7 @@ impl Master {
         tasks: Vec<TaskReport>,
         executors: Vec<ExecutorReport>,
         frameworks: Vec<FrameworkInfo>,
+        principal: Option<String>,
     ) {
         let known = self.agents.contains_key(&aid);
         if known {
@@ -181,7 +220,7 @@ impl Master {
         let mut agent = self
             .agents
             .remove(&aid)
-            .unwrap_or_else(|| Agent::new(aid.clone(), info.clone(), conn));
+            .unwrap_or_else(|| Agent::new(aid.clone(), info.clone(), conn, principal));
         // Recorded again only when new to the registry or changed.
         let recorded = known.then(|| agent.info.clone());
         agent.info = AgentInfo {
@@ -226,6 +265,9 @@ impl Master {
                 let mut fw_info = FrameworkInfo::new(format!("recovered {fid}"));
                 fw_info.id = Some(fid.clone());
                 self.recover_framework(now, fw_info, &fid);
+                if let Some(fw) = self.frameworks.get_mut(&fid) {
+                    fw.unclaimed = true;
+                }
             }
             let stale = report
                 .latest_status
@@ -806,6 +848,13 @@ impl Master {
             tracing::debug!(framework_id = %fid, "framework not connected; executor message dropped");
         }
     }
+}
+
+/// A principal for a refusal's message.
+pub(crate) fn describe_principal(principal: Option<&str>) -> String {
+    principal.map_or("no principal (unauthenticated)".to_string(), |p| {
+        format!("principal {p:?}")
+    })
 }
 
 /// The first scalar of `resources` (summed over roles) above what `max`

@@ -113,6 +113,7 @@ pub(crate) fn build(agents: usize, tasks: usize, frameworks: usize) -> Master {
                     executors: vec![],
                     frameworks: vec![],
                 },
+                principal: None,
             },
         );
         agent_conns.push(conn);
@@ -207,6 +208,7 @@ pub(crate) fn build(agents: usize, tasks: usize, frameworks: usize) -> Master {
                             framework_id: fid.clone(),
                             status,
                         },
+                        principal: None,
                     },
                 );
             }
@@ -256,6 +258,7 @@ fn update_tasks(
                     framework_id: fid.clone(),
                     status,
                 },
+                principal: None,
             },
         );
         let scheduler_conn = m.frameworks.get(fid).and_then(|f| f.conn);
@@ -390,6 +393,7 @@ where
         net: Arc::default(),
         operator_stream_backlog: crate::DEFAULT_OPERATOR_STREAM_BACKLOG,
         auth: Arc::default(),
+        open_doors: Vec::new(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

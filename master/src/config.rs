@@ -90,6 +90,10 @@ pub struct Config {
     /// roles): an agent registering with more is refused, as a broken or
     /// forged agent (default [`DEFAULT_MAX_AGENT_RESOURCES`]).
     pub max_agent_resources: Resources,
+    /// The other bounds of an agent's registration: how many resources
+    /// and attributes, how large a set or range list, how long a name
+    /// (see [`AgentBounds`]).
+    pub agent_bounds: AgentBounds,
     /// Completed tasks kept for `/state` and reconciliation (default 1000).
     pub max_completed_tasks: usize,
     /// Removed frameworks kept for `/state` and the operator API
@@ -139,6 +143,43 @@ pub struct Config {
     #[cfg(feature = "etcd")]
     pub etcd: Option<EtcdOptions>,
 }
+
+/// Bounds of what an agent may register with: a registration beyond any
+/// of them is refused with a message naming the bound (and kept nowhere).
+/// Ports ranges must also lie within 0–65535. The defaults are far above
+/// any real machine; an operator with more (a huge port list, hundreds of
+/// attributes) raises the flag of the same name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentBounds {
+    /// Resource entries (one per name, role and kind; default
+    /// [`DEFAULT_MAX_AGENT_RESOURCE_ENTRIES`]).
+    pub max_resource_entries: usize,
+    /// Items of one set resource (default [`DEFAULT_MAX_AGENT_SET_ITEMS`];
+    /// at most [`agora_proto::MAX_WIRE_ITEMS`], where decoding stops).
+    pub max_set_items: usize,
+    /// Ranges of one range resource (default [`DEFAULT_MAX_AGENT_RANGES`];
+    /// at most [`agora_proto::MAX_WIRE_ITEMS`]).
+    pub max_ranges: usize,
+    /// Attributes (default [`DEFAULT_MAX_AGENT_ATTRIBUTES`]).
+    pub max_attributes: usize,
+    /// Bytes of one name or text: a resource's name, role or set item, an
+    /// attribute's name or text, the hostname and address (default
+    /// [`DEFAULT_MAX_AGENT_TEXT_BYTES`]).
+    pub max_text_bytes: usize,
+}
+
+/// Default [`AgentBounds::max_resource_entries`].
+pub const DEFAULT_MAX_AGENT_RESOURCE_ENTRIES: usize = 128;
+/// Default [`AgentBounds::max_set_items`].
+pub const DEFAULT_MAX_AGENT_SET_ITEMS: usize = 1024;
+/// Default [`AgentBounds::max_ranges`].
+pub const DEFAULT_MAX_AGENT_RANGES: usize = 1024;
+/// Default [`AgentBounds::max_attributes`].
+pub const DEFAULT_MAX_AGENT_ATTRIBUTES: usize = 128;
+/// Default [`AgentBounds::max_text_bytes`].
+pub const DEFAULT_MAX_AGENT_TEXT_BYTES: usize = 1024;
+/// The highest port: a `ports` range beyond it is refused.
+pub const MAX_PORT: u64 = 65_535;
 
 /// Where and how a master campaigns for leadership (see `docs/protocol.md`,
 /// "High availability").
@@ -199,6 +240,7 @@ impl Default for Config {
             acls: std::sync::Arc::default(),
             max_agent_resources: Resources::parse(DEFAULT_MAX_AGENT_RESOURCES)
                 .expect("the default --max-agent-resources parses"),
+            agent_bounds: AgentBounds::default(),
             max_completed_tasks: 1000,
             max_completed_frameworks: 50,
             max_removed_agents: 100_000,
@@ -217,7 +259,142 @@ impl Default for Config {
     }
 }
 
+impl Default for AgentBounds {
+    fn default() -> Self {
+        AgentBounds {
+            max_resource_entries: DEFAULT_MAX_AGENT_RESOURCE_ENTRIES,
+            max_set_items: DEFAULT_MAX_AGENT_SET_ITEMS,
+            max_ranges: DEFAULT_MAX_AGENT_RANGES,
+            max_attributes: DEFAULT_MAX_AGENT_ATTRIBUTES,
+            max_text_bytes: DEFAULT_MAX_AGENT_TEXT_BYTES,
+        }
+    }
+}
+
+impl AgentBounds {
+    /// The first bound `info` is beyond, as a refusal that names it (and
+    /// its flag).
+    pub(crate) fn check(&self, info: &agora_proto::AgentInfo) -> Result<(), String> {
+        use agora_proto::AttributeValue;
+        let text = |what: &str, value: &str| -> Result<(), String> {
+            if value.len() > self.max_text_bytes {
+                return Err(format!(
+                    "{what} is {} bytes long, above --max-agent-text-bytes ({})",
+                    value.len(),
+                    self.max_text_bytes
+                ));
+            }
+            Ok(())
+        };
+        text("the hostname", &info.hostname)?;
+        text("the address", &info.address)?;
+        let entries = info.resources.iter().count();
+        if entries > self.max_resource_entries {
+            return Err(format!(
+                "the agent offers {entries} resource entries, above --max-agent-resource-entries ({})",
+                self.max_resource_entries
+            ));
+        }
+        for r in info.resources.iter() {
+            text("a resource name", &r.name)?;
+            text(&format!("the role of resource {}", r.name), &r.role)?;
+            match &r.value {
+                Value::Scalar(_) => {}
+                Value::Ranges(ranges) => {
+                    if ranges.len() > self.max_ranges {
+                        return Err(format!(
+                            "resource {} has {} ranges, above --max-agent-ranges ({})",
+                            r.name,
+                            ranges.len(),
+                            self.max_ranges
+                        ));
+                    }
+                    if r.name == "ports" {
+                        if let Some(range) = ranges.iter().find(|range| range.end > MAX_PORT) {
+                            return Err(format!(
+                                "resource ports has range [{}-{}], beyond the highest port {MAX_PORT}",
+                                range.begin, range.end
+                            ));
+                        }
+                    }
+                }
+                Value::Set(items) => {
+                    if items.len() > self.max_set_items {
+                        return Err(format!(
+                            "resource {} has {} set items, above --max-agent-set-items ({})",
+                            r.name,
+                            items.len(),
+                            self.max_set_items
+                        ));
+                    }
+                    for item in items {
+                        text(&format!("an item of resource {}", r.name), item)?;
+                    }
+                }
+            }
+        }
+        let attributes = &info.attributes.0;
+        if attributes.len() > self.max_attributes {
+            return Err(format!(
+                "the agent has {} attributes, above --max-agent-attributes ({})",
+                attributes.len(),
+                self.max_attributes
+            ));
+        }
+        for a in attributes {
+            text("an attribute name", &a.name)?;
+            if let AttributeValue::Text(value) = &a.value {
+                text(&format!("the value of attribute {}", a.name), value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Config {
+    /// The ways into this master its configuration leaves unguarded, each
+    /// warned of at start and named in `/health` (see `docs/http.md`).
+    pub fn open_doors(&self) -> Vec<agora_net::OpenDoor> {
+        use agora_net::OpenDoor;
+        let mut doors = Vec::new();
+        if !self.tls.enabled() {
+            doors.push(OpenDoor {
+                name: "no_tls",
+                warning: "no TLS: frames, credentials and task definitions cross the network in clear text, and a peer cannot tell this master from an impostor (set --tls-cert and --tls-key)",
+            });
+        } else if self.tls.allow_plaintext {
+            doors.push(OpenDoor {
+                name: "plaintext_allowed",
+                warning: "--tls-allow-plaintext: clients may still connect without TLS",
+            });
+        }
+        if !self.authenticate_frameworks {
+            doors.push(OpenDoor {
+                name: "unauthenticated_frameworks",
+                warning: "frameworks are not authenticated: anyone who reaches the master may subscribe, and by declaring a framework's principal re-subscribe as it (set --authenticate-frameworks with --credentials)",
+            });
+        }
+        if !self.authenticate_agents {
+            doors.push(OpenDoor {
+                name: "unauthenticated_agents",
+                warning: "agents are not authenticated: anyone who reaches the master may register an agent, receive tasks and report their states (set --authenticate-agents with --credentials)",
+            });
+        }
+        if !self.authenticate_http {
+            doors.push(OpenDoor {
+                name: "unauthenticated_http",
+                warning: "operator reads are not authenticated: /state, the operator API and the web UI answer anyone (set --authenticate-http with --credentials)",
+            });
+        }
+        if self.credentials.is_none() {
+            doors.push(OpenDoor {
+                name: "unauthenticated_operator_writes",
+                warning: "no --credentials: operator calls that change the cluster (TEARDOWN) are taken from anyone; with credentials they need an authenticated principal",
+            });
+        }
+        doors
+    }
+
     /// Checks values that would make the master misbehave.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
@@ -243,6 +420,12 @@ impl Config {
             );
         }
         self.tls.validate()?;
+        let wire = agora_proto::MAX_WIRE_ITEMS;
+        if self.agent_bounds.max_set_items > wire || self.agent_bounds.max_ranges > wire {
+            return Err(format!(
+                "max_agent_set_items and max_agent_ranges may be at most {wire}, the most one resource carries in a message"
+            ));
+        }
         if self.max_connections_per_peer == 0 {
             return Err("max_connections_per_peer must be at least 1".into());
         }

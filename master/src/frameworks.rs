@@ -40,6 +40,10 @@ pub(crate) struct Framework {
     pub(crate) suppressed: bool,
     /// Learnt from an agent's report, never subscribed to this master.
     pub(crate) recovered: bool,
+    /// Learnt from an agent's task report without its `FrameworkInfo`
+    /// (an agent that did not report it): its principal is unknown, and
+    /// its first subscription sets it.
+    pub(crate) unclaimed: bool,
     pub(crate) registered_at: f64,
     /// The epoch of its launches' stamps, durable in its record.
     pub(crate) launch_epoch: u64,
@@ -74,6 +78,7 @@ impl Framework {
             disconnected: None,
             suppressed: false,
             recovered: false,
+            unclaimed: false,
             registered_at: agora_proto::now_timestamp(),
             launch_epoch: 0,
             launch_seq: 0,
@@ -194,6 +199,9 @@ impl Master {
                         CLOSE_POLICY,
                     );
                 }
+                if let Err(msg) = self.may_subscribe(&fid, &info) {
+                    return self.scheduler_fatal(conn, msg, CLOSE_POLICY);
+                }
                 match self.frameworks.get(&fid).and_then(|f| f.conn) {
                     Some(_) if !force => {
                         return self.scheduler_fatal(
@@ -221,6 +229,7 @@ impl Master {
                             ..info
                         };
                         fw.recovered = false;
+                        fw.unclaimed = false;
                         let roles = fw.roles();
                         self.allocator.update_framework(&fid, &roles);
                     }
@@ -281,6 +290,27 @@ impl Master {
             self.send_scheduler(conn, Event::Update { status });
         }
         self.schedule_allocation(now);
+    }
+
+    /// Whether a subscription with `info` may take framework `fid`: only
+    /// from the principal recorded for it (the one it authenticated as,
+    /// or with authentication off the `principal` it declared), as in
+    /// Mesos, whose master refuses a change of `FrameworkInfo.principal`.
+    /// A framework this master does not know is adopted; one learnt
+    /// without its `FrameworkInfo` is claimed by its first subscription.
+    fn may_subscribe(&self, fid: &FrameworkId, info: &FrameworkInfo) -> Result<(), String> {
+        let Some(fw) = self.frameworks.get(fid) else {
+            return Ok(());
+        };
+        if fw.unclaimed || fw.info.principal == info.principal {
+            return Ok(());
+        }
+        tracing::warn!(framework_id = %fid, owner = ?fw.info.principal, principal = ?info.principal, "subscription naming another principal's framework refused");
+        self.metrics.refused_framework_principal.inc();
+        Err(format!(
+            "subscription refused: framework {fid} belongs to another principal; {} may not subscribe as it",
+            crate::agents::describe_principal(info.principal.as_deref())
+        ))
     }
 
     pub(crate) fn scheduler_closed(&mut self, now: Instant, conn: ConnId) {

@@ -49,8 +49,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{
-    Config, DEFAULT_MAX_AGENT_RESOURCES, DEFAULT_MAX_CONNECTIONS_PER_PEER,
-    DEFAULT_MAX_FAILOVER_TIMEOUT, DEFAULT_OPERATOR_STREAM_BACKLOG,
+    AgentBounds, Config, DEFAULT_MAX_AGENT_ATTRIBUTES, DEFAULT_MAX_AGENT_RANGES,
+    DEFAULT_MAX_AGENT_RESOURCES, DEFAULT_MAX_AGENT_RESOURCE_ENTRIES, DEFAULT_MAX_AGENT_SET_ITEMS,
+    DEFAULT_MAX_AGENT_TEXT_BYTES, DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_FAILOVER_TIMEOUT,
+    DEFAULT_OPERATOR_STREAM_BACKLOG,
 };
 #[cfg(feature = "etcd")]
 pub use config::{EtcdOptions, DEFAULT_ETCD_LEASE_TTL};
@@ -122,6 +124,8 @@ pub async fn run(
         version: agora_proto::VERSION.to_string(),
     };
     tracing::info!(master_id = %info.id, %address, "master starting");
+    let open_doors = config.open_doors();
+    agora_net::doors::warn(&open_doors);
     #[cfg(feature = "etcd")]
     let election = match &config.etcd {
         Some(options) => {
@@ -182,6 +186,7 @@ pub async fn run(
         bodies: agora_net::Bodies::new(&config.limits, net.clone()),
         net: net.clone(),
         operator_stream_backlog: config.operator_stream_backlog,
+        open_doors: agora_net::doors::names(&open_doors),
         auth: Arc::new(http::Authentication {
             credentials: config.credentials.clone(),
             frameworks: config.authenticate_frameworks,

@@ -74,8 +74,10 @@ struct Flags {
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     authentication_timeout: Duration,
     /// Authorization rules: JSON (Mesos's ACL format: register_frameworks,
-    /// run_tasks, teardown_frameworks, view_frameworks, view_tasks, with
-    /// `permissive`) or the file holding it.
+    /// register_agents, run_tasks, teardown_frameworks, view_frameworks,
+    /// view_tasks, with `permissive`) or the file holding it. Once given,
+    /// an operator may tear down only frameworks of its own principal
+    /// unless a teardown_frameworks rule says otherwise.
     #[arg(long)]
     acls: Option<String>,
     /// The most an agent may offer of each scalar named (e.g.
@@ -83,6 +85,23 @@ struct Flags {
     /// refused.
     #[arg(long, default_value = agora_master::DEFAULT_MAX_AGENT_RESOURCES, value_parser = parse_resources)]
     max_agent_resources: agora_proto::Resources,
+    /// Resource entries (one per name, role and kind) an agent may
+    /// register with.
+    #[arg(long, default_value_t = agora_master::DEFAULT_MAX_AGENT_RESOURCE_ENTRIES)]
+    max_agent_resource_entries: usize,
+    /// Items of one set resource an agent may register with.
+    #[arg(long, default_value_t = agora_master::DEFAULT_MAX_AGENT_SET_ITEMS)]
+    max_agent_set_items: usize,
+    /// Ranges of one range resource an agent may register with.
+    #[arg(long, default_value_t = agora_master::DEFAULT_MAX_AGENT_RANGES)]
+    max_agent_ranges: usize,
+    /// Attributes an agent may register with.
+    #[arg(long, default_value_t = agora_master::DEFAULT_MAX_AGENT_ATTRIBUTES)]
+    max_agent_attributes: usize,
+    /// Bytes of one name or text in an agent's registration (resource
+    /// names, roles, set items, attributes, hostname, address).
+    #[arg(long, default_value_t = agora_master::DEFAULT_MAX_AGENT_TEXT_BYTES)]
+    max_agent_text_bytes: usize,
     /// Connections not yet authenticated, subscribed or registered open
     /// at once from one peer address; past it a new one closes the
     /// oldest of them.
@@ -268,6 +287,13 @@ async fn main() -> anyhow::Result<()> {
             None => std::sync::Arc::default(),
         },
         max_agent_resources: flags.max_agent_resources,
+        agent_bounds: agora_master::AgentBounds {
+            max_resource_entries: flags.max_agent_resource_entries,
+            max_set_items: flags.max_agent_set_items,
+            max_ranges: flags.max_agent_ranges,
+            max_attributes: flags.max_agent_attributes,
+            max_text_bytes: flags.max_agent_text_bytes,
+        },
         max_completed_tasks: flags.max_completed_tasks,
         max_completed_frameworks: flags.max_completed_frameworks,
         max_removed_agents: flags.max_removed_agents,

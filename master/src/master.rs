@@ -40,7 +40,14 @@ pub enum Input {
     /// A scheduler connection ended.
     SchedulerClosed { conn: ConnId },
     /// A decoded call from an agent connection.
-    Agent { conn: ConnId, call: agent::Call },
+    Agent {
+        conn: ConnId,
+        call: agent::Call,
+        /// With a `REGISTER`: the principal the connection authenticated
+        /// as (`--authenticate-agents`), none for an unauthenticated one.
+        /// Read only there (the connection's first call binds it).
+        principal: Option<String>,
+    },
     /// An agent connection ended.
     AgentClosed { conn: ConnId },
     /// An operator tears a framework down (authorized by the HTTP side).
@@ -207,7 +214,11 @@ impl Master {
         for record in state.agents.values() {
             self.agents.insert(
                 record.id.clone(),
-                Agent::recovered(record.id.clone(), record.info.clone()),
+                Agent::recovered(
+                    record.id.clone(),
+                    record.info.clone(),
+                    record.principal.clone(),
+                ),
             );
         }
         if !state.agents.is_empty() {
@@ -281,7 +292,11 @@ impl Master {
         match input {
             Input::Scheduler { conn, call } => self.scheduler_call(now, conn, call),
             Input::SchedulerClosed { conn } => self.scheduler_closed(now, conn),
-            Input::Agent { conn, call } => self.agent_call(now, conn, call),
+            Input::Agent {
+                conn,
+                call,
+                principal,
+            } => self.agent_call(now, conn, call, principal),
             Input::AgentClosed { conn } => self.agent_closed(now, conn),
             Input::OperatorTeardown {
                 framework_id,
@@ -367,6 +382,12 @@ impl Master {
         std::mem::take(&mut self.outbox)
     }
 
+    /// Everything pushed since the last take, left in place.
+    #[cfg(feature = "sim")]
+    pub(crate) fn peek_outputs(&self) -> &[Output] {
+        &self.outbox
+    }
+
     /// Swaps the outputs so far with `spare` (empty, delivered): the
     /// outbox keeps a capacity from batch to batch (up to a bound).
     pub(crate) fn swap_outputs(&mut self, spare: &mut Vec<Output>) {
@@ -425,7 +446,13 @@ impl Master {
         }
     }
 
-    fn agent_call(&mut self, now: Instant, conn: ConnId, call: agent::Call) {
+    fn agent_call(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        call: agent::Call,
+        principal: Option<String>,
+    ) {
         use agent::Call;
         if let Call::Register {
             protocol,
@@ -436,7 +463,7 @@ impl Master {
         } = call
         {
             return self.register_agent(
-                now, conn, protocol, agent_info, tasks, executors, frameworks,
+                now, conn, protocol, agent_info, tasks, executors, frameworks, principal,
             );
         }
         let Some(aid) = self.agent_conns.get(&conn).cloned() else {

@@ -81,6 +81,15 @@ pub(crate) struct Metrics {
     /// Disconnected frameworks removed to keep within
     /// `--max-disconnected-frameworks` (or its bytes).
     pub(crate) frameworks_removed_disconnected_cap: Counter,
+    /// Subscriptions naming a framework of another principal, refused.
+    pub(crate) refused_framework_principal: Counter,
+    /// Re-registrations of an agent id of another principal, refused.
+    pub(crate) refused_agent_principal: Counter,
+    /// Agent registrations the `register_agents` ACL refused.
+    pub(crate) refused_agent_unauthorized: Counter,
+    /// Agent registrations beyond a bound (resources, sets, ranges, ports,
+    /// attributes, text), refused.
+    pub(crate) refused_agent_bounds: Counter,
     /// Times the registry log was cut at an unreadable record on start.
     pub(crate) registry_truncations: Counter,
     /// Bytes cut off the registry log.
@@ -400,6 +409,26 @@ impl Metrics {
             "agora_master_agents_removed_total",
             "Agents removed after missing their pings",
             &[("", self.agents_removed.get())],
+        );
+        counter(
+            &mut out,
+            "agora_master_identity_refusals_total",
+            "Registrations refused for who sent them: a subscription naming another principal's framework, an agent re-registration of another principal's agent id, an agent the register_agents ACL refuses, an agent beyond the registration bounds",
+            &[
+                (
+                    "reason=\"framework_principal\"",
+                    self.refused_framework_principal.get(),
+                ),
+                (
+                    "reason=\"agent_principal\"",
+                    self.refused_agent_principal.get(),
+                ),
+                (
+                    "reason=\"agent_unauthorized\"",
+                    self.refused_agent_unauthorized.get(),
+                ),
+                ("reason=\"agent_bounds\"", self.refused_agent_bounds.get()),
+            ],
         );
         counter(
             &mut out,

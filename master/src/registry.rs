@@ -87,6 +87,11 @@ pub struct AgentRecord {
     pub id: AgentId,
     /// As registered (hostname, address, resources, attributes), `id` set.
     pub(crate) info: AgentInfo,
+    /// The principal that registered it: only it may re-register the id.
+    /// None: an unauthenticated agent (or a record written before
+    /// principals were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) principal: Option<String>,
 }
 
 /// A framework that subscribed to the master.
@@ -451,6 +456,7 @@ pub(crate) fn test_agent_record(id: &str, hostname: &str) -> AgentRecord {
             resources: agora_proto::Resources::parse("cpus:2;mem:1024").unwrap(),
             attributes: Default::default(),
         },
+        principal: None,
     }
 }
 

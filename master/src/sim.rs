@@ -33,6 +33,8 @@ pub struct SimMaster {
 pub struct AgentBooks {
     pub id: AgentId,
     pub connected: bool,
+    /// The principal the agent id is bound to.
+    pub principal: Option<String>,
     pub total: Resources,
     /// Taken by live tasks and custom executors.
     pub used: Resources,
@@ -42,6 +44,22 @@ pub struct AgentBooks {
     pub executors: Vec<(FrameworkId, ExecutorId, Resources)>,
     /// The allocator's books for the agent.
     pub allocator: Option<AgentAccounts>,
+}
+
+/// A connection the master takes calls from as a framework or an agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    pub conn: ConnId,
+    pub bound: Bound,
+    /// The principal of the framework or agent it acts as.
+    pub principal: Option<String>,
+}
+
+/// What a connection acts as.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bound {
+    Framework(FrameworkId),
+    Agent(AgentId),
 }
 
 /// One outstanding offer.
@@ -109,6 +127,11 @@ impl SimMaster {
         self.inner.take_outputs()
     }
 
+    /// What the inputs so far ask to be sent, left to be taken.
+    pub fn peek_outputs(&self) -> &[Output] {
+        self.inner.peek_outputs()
+    }
+
     /// What the inputs so far changed in the registered state, to be made
     /// durable before the outputs go out.
     pub fn take_registry_ops(&mut self) -> Vec<RegistryOp> {
@@ -124,6 +147,7 @@ impl SimMaster {
             .map(|a| AgentBooks {
                 id: a.id.clone(),
                 connected: a.conn.is_some(),
+                principal: a.principal.clone(),
                 total: a.total.clone(),
                 used: a.used.clone(),
                 offered: a.offered.clone(),
@@ -211,6 +235,57 @@ impl SimMaster {
             .frameworks
             .values()
             .map(|f| (f.id.clone(), f.conn.is_some()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Who may act as what: each connection the master takes calls from
+    /// as a framework's scheduler or as an agent, with the principal that
+    /// framework or agent is bound to.
+    pub fn bindings(&self) -> Vec<Binding> {
+        let mut out: Vec<Binding> = self
+            .inner
+            .scheduler_conns
+            .iter()
+            .map(|(conn, fid)| Binding {
+                conn: *conn,
+                bound: Bound::Framework(fid.clone()),
+                principal: self
+                    .inner
+                    .frameworks
+                    .get(fid)
+                    .and_then(|f| f.info.principal.clone()),
+            })
+            .chain(self.inner.agent_conns.iter().map(|(conn, aid)| Binding {
+                conn: *conn,
+                bound: Bound::Agent(aid.clone()),
+                principal: self.inner.agents.get(aid).and_then(|a| a.principal.clone()),
+            }))
+            .collect();
+        out.sort_by_key(|b| b.conn);
+        out
+    }
+
+    /// The principal each framework the master knows is bound to.
+    pub fn framework_principals(&self) -> Vec<(FrameworkId, Option<String>)> {
+        let mut out: Vec<_> = self
+            .inner
+            .frameworks
+            .values()
+            .map(|f| (f.id.clone(), f.info.principal.clone()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The principal each agent the master knows is bound to.
+    pub fn agent_principals(&self) -> Vec<(AgentId, Option<String>)> {
+        let mut out: Vec<_> = self
+            .inner
+            .agents
+            .values()
+            .map(|a| (a.id.clone(), a.principal.clone()))
             .collect();
         out.sort();
         out

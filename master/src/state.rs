@@ -146,6 +146,10 @@ pub(crate) struct AgentState {
     pub(crate) attributes: Attributes,
     pub(crate) tasks: usize,
     pub(crate) executors: Vec<ExecutorId>,
+    /// The framework of each of `executors`, in the same order (for the
+    /// `view_frameworks` ACL; not part of `/state`).
+    #[serde(skip)]
+    pub(crate) executor_frameworks: Vec<FrameworkId>,
     pub(crate) registered_at: f64,
 }
 
@@ -453,6 +457,7 @@ fn agent_view(a: &Agent) -> AgentState {
         attributes: a.info.attributes.clone(),
         tasks: a.tasks.len(),
         executors: a.executors.keys().map(|(_, e)| e.clone()).collect(),
+        executor_frameworks: a.executors.keys().map(|(f, _)| f.clone()).collect(),
         registered_at: a.registered_at,
     }
 }
@@ -1114,8 +1119,10 @@ impl StateSnapshot {
     /// The snapshot as `principal` may see it under `acls`
     /// (`view_frameworks`, `view_tasks`, by the user a framework runs
     /// as): `None` when it sees everything. A framework it may not view is
-    /// left out with its offers and completed tasks; one whose tasks it
-    /// may not view is listed with none.
+    /// left out with its offers, completed tasks, custom executors (in
+    /// the agents' lists) and place in its roles' lists; one whose tasks
+    /// it may not view is listed with none. The summary counts what is
+    /// left (agents' resources stay whole: they are the cluster's).
     pub(crate) fn viewed_by(
         &self,
         acls: &crate::acls::Acls,
@@ -1141,13 +1148,13 @@ impl StateSnapshot {
             }
             frameworks.push(f);
         }
-        let offers = self
+        let offers: Vec<_> = self
             .offers
             .iter()
             .filter(|o| !hidden.contains(&o.framework_id))
             .cloned()
             .collect();
-        let completed_tasks = self
+        let completed_tasks: Vec<_> = self
             .completed_tasks
             .iter()
             .filter(|t| {
@@ -1155,14 +1162,57 @@ impl StateSnapshot {
             })
             .cloned()
             .collect();
+        let mut summary = self.summary.clone();
+        summary.frameworks = frameworks.len();
+        summary.frameworks_connected = frameworks.iter().filter(|f| f.connected).count();
+        summary.tasks_by_state.clear();
+        summary.tasks_active = 0;
+        for t in frameworks.iter().flat_map(|f| f.tasks.iter()) {
+            *summary.tasks_by_state.entry(t.state).or_default() += 1;
+            summary.tasks_active += 1;
+        }
+        summary.completed_by_state.clear();
+        for t in &completed_tasks {
+            *summary.completed_by_state.entry(t.state).or_default() += 1;
+        }
+        summary.offers_outstanding = offers.len();
+        let agents = if hidden.is_empty() {
+            self.agents.clone()
+        } else {
+            let list = self.agents.iter().map(|a| {
+                if !a.executor_frameworks.iter().any(|f| hidden.contains(f)) {
+                    return a.clone();
+                }
+                let mut a = (***a).clone();
+                let (executors, frameworks): (Vec<_>, Vec<_>) = a
+                    .executors
+                    .into_iter()
+                    .zip(a.executor_frameworks)
+                    .filter(|(_, f)| !hidden.contains(f))
+                    .unzip();
+                a.executors = executors;
+                a.executor_frameworks = frameworks;
+                View::shared(a)
+            });
+            Arc::new(list.collect())
+        };
+        let roles = self
+            .roles
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r.frameworks.retain(|f| !hidden.contains(f));
+                r
+            })
+            .collect();
         Some(StateSnapshot {
             master: self.master.clone(),
             started_at: self.started_at,
             generated_at: self.generated_at,
-            summary: self.summary.clone(),
-            agents: self.agents.clone(),
+            summary,
+            agents,
             frameworks,
-            roles: self.roles.clone(),
+            roles,
             offers: Arc::new(offers),
             completed_tasks: Arc::new(completed_tasks),
             completed_frameworks: Arc::new(

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod body;
 pub mod conn;
+pub mod doors;
 pub mod limits;
 pub mod serve;
 pub mod stats;
@@ -13,6 +14,7 @@ pub mod tls;
 
 pub use body::{Bodies, BodyError};
 pub use conn::Connection;
+pub use doors::OpenDoor;
 pub use limits::{LimitFlags, Limits};
 pub use serve::{serve, ServeOptions};
 pub use stats::NetStats;

@@ -8,12 +8,14 @@
 //!  "teardown_frameworks": [{"principals": {"values": ["ops"]}, "framework_principals": {"type": "ANY"}}],
 //!  "view_frameworks": [{"principals": {"type": "ANY"}, "users": {"type": "ANY"}}],
 //!  "view_tasks": [{"principals": {"values": ["ops"]}, "users": {"type": "ANY"}}],
-//!  "access_sandboxes": [{"principals": {"values": ["ops"]}, "users": {"type": "ANY"}}]}
+//!  "access_sandboxes": [{"principals": {"values": ["ops"]}, "users": {"type": "ANY"}}],
+//!  "register_agents": [{"principals": {"values": ["agent"]}, "agents": {"type": "ANY"}}]}
 //! ```
 //!
-//! The master decides the first five; agents decide `access_sandboxes`
+//! The master decides all but `access_sandboxes`, which agents decide
 //! (reading a sandbox through `/files`, by the user its framework runs
-//! as).
+//! as). `register_agents` says which principals may register agents; its
+//! object is `agents`, `ANY` or `NONE` only (as in Mesos).
 //!
 //! An entity is `{"values": [...]}`, `{"type": "ANY"}` or
 //! `{"type": "NONE"}`. For an action, the rules are read in order and the
@@ -22,7 +24,10 @@
 //! match everything, `values` what they list; a request without a
 //! principal matches only `ANY` and `NONE`); it allows unless either
 //! entity is `NONE`. When no rule matches, `permissive` (default `true`)
-//! decides.
+//! decides, with one exception: once ACLs are given (`--acls`, even `{}`),
+//! a `teardown_frameworks` request that no rule matches is allowed only to
+//! the framework's own principal (and, with `permissive: false`, to no
+//! one). Without ACLs every request is allowed.
 
 use std::path::Path;
 
@@ -81,6 +86,8 @@ pub enum Action {
     ViewTasks,
     /// An operator reads the sandbox of an executor run as a user.
     AccessSandboxes,
+    /// A principal registers an agent.
+    RegisterAgents,
 }
 
 impl Action {
@@ -92,6 +99,7 @@ impl Action {
             Action::ViewFrameworks => "view_frameworks",
             Action::ViewTasks => "view_tasks",
             Action::AccessSandboxes => "access_sandboxes",
+            Action::RegisterAgents => "register_agents",
         }
     }
 }
@@ -99,6 +107,9 @@ impl Action {
 /// The ACLs: rules per action and the default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acls {
+    /// Whether ACLs were given at all (`--acls`): see the module
+    /// documentation for what that changes.
+    given: bool,
     permissive: bool,
     register_frameworks: Vec<Rule>,
     run_tasks: Vec<Rule>,
@@ -106,12 +117,14 @@ pub struct Acls {
     view_frameworks: Vec<Rule>,
     view_tasks: Vec<Rule>,
     access_sandboxes: Vec<Rule>,
+    register_agents: Vec<Rule>,
 }
 
 impl Default for Acls {
     /// No rules, permissive: everything allowed (no `--acls`).
     fn default() -> Self {
         Acls {
+            given: false,
             permissive: true,
             register_frameworks: Vec::new(),
             run_tasks: Vec::new(),
@@ -119,6 +132,7 @@ impl Default for Acls {
             view_frameworks: Vec::new(),
             view_tasks: Vec::new(),
             access_sandboxes: Vec::new(),
+            register_agents: Vec::new(),
         }
     }
 }
@@ -140,6 +154,8 @@ struct File {
     view_tasks: Vec<UsersRule>,
     #[serde(default)]
     access_sandboxes: Vec<UsersRule>,
+    #[serde(default)]
+    register_agents: Vec<AgentsRule>,
 }
 
 fn yes() -> bool {
@@ -158,6 +174,13 @@ struct RolesRule {
 struct UsersRule {
     principals: Entity,
     users: Entity,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentsRule {
+    principals: Entity,
+    agents: Entity,
 }
 
 #[derive(Deserialize)]
@@ -202,7 +225,13 @@ impl Acls {
                 })
                 .collect()
         };
+        if file.register_agents.iter().any(|r| r.agents.kind.is_none()) {
+            return Err(
+                "ACLs: register_agents takes agents of type ANY or NONE, not values".to_string(),
+            );
+        }
         Ok(Acls {
+            given: true,
             permissive: file.permissive,
             register_frameworks: rules(
                 file.register_frameworks
@@ -240,6 +269,12 @@ impl Acls {
                     .map(|r| (r.principals, r.users))
                     .collect(),
             )?,
+            register_agents: rules(
+                file.register_agents
+                    .into_iter()
+                    .map(|r| (r.principals, r.agents))
+                    .collect(),
+            )?,
         })
     }
 
@@ -251,6 +286,7 @@ impl Acls {
             Action::ViewFrameworks => &self.view_frameworks,
             Action::ViewTasks => &self.view_tasks,
             Action::AccessSandboxes => &self.access_sandboxes,
+            Action::RegisterAgents => &self.register_agents,
         }
     }
 
@@ -260,15 +296,29 @@ impl Acls {
         self.rules(action)
             .iter()
             .find(|r| r.subjects.matches(subject) && r.objects.matches(object))
-            .map_or(self.permissive, |r| {
-                !r.subjects.denies() && !r.objects.denies()
-            })
+            .map_or_else(
+                || self.default_allows(action, subject, object),
+                |r| !r.subjects.denies() && !r.objects.denies(),
+            )
+    }
+
+    /// What decides when no rule matches: `permissive`, but a teardown
+    /// under given ACLs is the framework's own principal's only.
+    fn default_allows(&self, action: Action, subject: Option<&str>, object: Option<&str>) -> bool {
+        match action {
+            Action::TeardownFrameworks if self.given => {
+                self.permissive && subject.is_some() && subject == object
+            }
+            _ => self.permissive,
+        }
     }
 
     /// Whether any rule restricts `action` (or the default denies): when
     /// not, every request is allowed and callers may skip the checks.
     pub fn restricts(&self, action: Action) -> bool {
-        !self.permissive || !self.rules(action).is_empty()
+        !self.permissive
+            || !self.rules(action).is_empty()
+            || (self.given && action == Action::TeardownFrameworks)
     }
 
     /// `Err` naming what was refused, for messages.
@@ -281,14 +331,19 @@ impl Acls {
         if self.allows(action, subject, object) {
             Ok(())
         } else {
-            Err(format!(
-                "not authorized: {} of {} by {}",
-                action.name(),
-                object.map_or("(none)".to_string(), |o| format!("{o:?}")),
-                subject.map_or("an unauthenticated principal".to_string(), |s| format!(
-                    "principal {s:?}"
-                )),
-            ))
+            let by = subject.map_or("an unauthenticated principal".to_string(), |s| {
+                format!("principal {s:?}")
+            });
+            Err(match (action, object) {
+                (Action::RegisterAgents, _) => {
+                    format!("not authorized: {} by {by}", action.name())
+                }
+                (_, object) => format!(
+                    "not authorized: {} of {} by {by}",
+                    action.name(),
+                    object.map_or("(none)".to_string(), |o| format!("{o:?}")),
+                ),
+            })
         }
     }
 }
@@ -377,6 +432,53 @@ mod tests {
     }
 
     #[test]
+    fn teardown_is_the_owners_once_acls_are_given() {
+        // Without ACLs, anyone (as today).
+        let none = Acls::default();
+        assert!(!none.restricts(Action::TeardownFrameworks));
+        assert!(none.allows(Action::TeardownFrameworks, None, Some("alice")));
+        // Given, even `{}`: the framework's own principal only.
+        let given = acls("{}");
+        assert!(given.restricts(Action::TeardownFrameworks));
+        assert!(given.allows(Action::TeardownFrameworks, Some("alice"), Some("alice")));
+        assert!(!given.allows(Action::TeardownFrameworks, Some("bob"), Some("alice")));
+        assert!(!given.allows(Action::TeardownFrameworks, None, Some("alice")));
+        assert!(!given.allows(Action::TeardownFrameworks, None, None));
+        // Other actions keep `permissive`.
+        assert!(given.allows(Action::ViewTasks, Some("bob"), Some("alice")));
+        // A rule still decides first.
+        let ops = acls(
+            r#"{"teardown_frameworks":[{"principals":{"values":["ops"]},"framework_principals":{"type":"ANY"}}]}"#,
+        );
+        assert!(ops.allows(Action::TeardownFrameworks, Some("ops"), Some("alice")));
+        assert!(ops.allows(Action::TeardownFrameworks, Some("bob"), Some("bob")));
+        assert!(!ops.allows(Action::TeardownFrameworks, Some("bob"), Some("alice")));
+        // Not permissive: no one but whom the rules name.
+        let strict = acls(r#"{"permissive":false}"#);
+        assert!(!strict.allows(Action::TeardownFrameworks, Some("alice"), Some("alice")));
+    }
+
+    #[test]
+    fn register_agents_names_the_agents_principals() {
+        let a = acls(
+            r#"{"register_agents":[{"principals":{"values":["agent"]},"agents":{"type":"ANY"}},
+                                   {"principals":{"type":"ANY"},"agents":{"type":"NONE"}}]}"#,
+        );
+        assert!(a.restricts(Action::RegisterAgents));
+        assert!(a.allows(Action::RegisterAgents, Some("agent"), None));
+        assert!(!a.allows(Action::RegisterAgents, Some("alice"), None));
+        assert!(!a.allows(Action::RegisterAgents, None, None));
+        let message = a
+            .check(Action::RegisterAgents, Some("alice"), None)
+            .unwrap_err();
+        assert!(
+            message.contains("register_agents") && message.contains("alice"),
+            "{message}"
+        );
+        assert!(!acls("{}").restricts(Action::RegisterAgents));
+    }
+
+    #[test]
     fn bad_files_are_refused_with_a_reason() {
         for bad in [
             "",
@@ -389,7 +491,15 @@ mod tests {
         ] {
             assert!(Acls::parse(bad).is_err(), "{bad}");
         }
-        assert_eq!(Acls::parse("{}"), Ok(Acls::default()));
+        assert_eq!(
+            Acls::parse("{}").map(|a| a.restricts(Action::RunTasks)),
+            Ok(false)
+        );
+        assert!(Acls::parse(
+            r#"{"register_agents":[{"principals":{"type":"ANY"},"agents":{"values":["a"]}}]}"#
+        )
+        .unwrap_err()
+        .contains("register_agents"));
         assert!(Acls::load("/nonexistent/acls.json")
             .unwrap_err()
             .contains("/nonexistent/acls.json"));

@@ -42,6 +42,7 @@ pub use ids::{
 };
 pub use resources::{
     round_scalar, Range, Resource, ResourceError, Resources, Value, DEFAULT_ROLE, MAX_SCALAR,
+    MAX_WIRE_ITEMS,
 };
 pub use types::{
     now_timestamp, AgentInfo, Bytes, CommandInfo, ExecutorApi, ExecutorInfo, Filters,

@@ -24,6 +24,12 @@ pub const DEFAULT_ROLE: &str = "*";
 /// point where `f64` stops holding three decimal places exactly).
 pub const MAX_SCALAR: f64 = 1e12;
 
+/// Most ranges, or set items, one resource may carry in a message: a
+/// decoder stops at the next one, so a peer cannot make a process build a
+/// set of millions of items before any check sees it. (The master bounds
+/// an agent's far lower: `--max-agent-set-items`, `--max-agent-ranges`.)
+pub const MAX_WIRE_ITEMS: usize = 65_536;
+
 /// What is wrong with a resource string or value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ResourceError {
@@ -121,10 +127,58 @@ struct ResourceWire {
     role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scalar: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_list"
+    )]
     ranges: Option<Vec<(u64, u64)>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_list"
+    )]
     set: Option<Vec<String>>,
+}
+
+/// A list of at most [`MAX_WIRE_ITEMS`], refused at the next item.
+fn bounded_list<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<BoundedList<T>>::deserialize(deserializer)?.map(|list| list.0))
+}
+
+/// What [`bounded_list`] decodes.
+struct BoundedList<T>(Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for BoundedList<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+            type Value = BoundedList<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a list of at most {MAX_WIRE_ITEMS} items")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                while let Some(item) = seq.next_element()? {
+                    if out.len() == MAX_WIRE_ITEMS {
+                        return Err(serde::de::Error::custom(format!(
+                            "a resource carries more than {MAX_WIRE_ITEMS} ranges or set items"
+                        )));
+                    }
+                    out.push(item);
+                }
+                Ok(BoundedList(out))
+            }
+        }
+        deserializer.deserialize_seq(Visitor(std::marker::PhantomData))
+    }
 }
 
 /// Rounds to Mesos's fixed point of three decimal places: what
@@ -831,6 +885,26 @@ impl std::ops::AddAssign<&Resources> for Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resource_on_the_wire_carries_at_most_max_wire_items() {
+        let set = |n: usize| {
+            let items: Vec<String> = (0..n).map(|i| format!("i{i}")).collect();
+            serde_json::json!([{"name": "gpus", "set": items}]).to_string()
+        };
+        let r: Resources = serde_json::from_str(&set(MAX_WIRE_ITEMS)).unwrap();
+        assert_eq!(r.iter().count(), 1);
+        let e = serde_json::from_str::<Resources>(&set(MAX_WIRE_ITEMS + 1)).unwrap_err();
+        assert!(e.to_string().contains("more than 65536"), "{e}");
+        let ranges: Vec<(u64, u64)> = (0..=MAX_WIRE_ITEMS as u64)
+            .map(|i| (3 * i, 3 * i))
+            .collect();
+        let text = serde_json::json!([{"name": "ports", "ranges": ranges}]).to_string();
+        assert!(serde_json::from_str::<Resources>(&text).is_err());
+        // An explicit null is still no value.
+        let text = r#"[{"name": "cpus", "scalar": 1, "set": null, "ranges": null}]"#;
+        assert!(serde_json::from_str::<Resources>(text).is_ok());
+    }
     use proptest::prelude::*;
 
     fn r(s: &str) -> Resources {

@@ -68,6 +68,8 @@ pub(crate) struct AgentNode {
     /// The RUN_TASK being handled: updates the agent makes for its task id
     /// meanwhile answer it.
     pub running: Option<(FrameworkId, TaskId, u32)>,
+    /// The id the master gave it last (what a forger names).
+    pub id: Option<agora_proto::AgentId>,
 }
 
 /// The master link as the agent's shell runs it.
@@ -176,6 +178,7 @@ impl World {
             shut_down: false,
             launches: BTreeMap::new(),
             running: None,
+            id: None,
         });
     }
 
@@ -829,8 +832,10 @@ impl World {
             }
             agent_api::Event::Registered {
                 ping_interval_seconds,
+                agent_id,
                 ..
             } => {
+                a.id = Some(agent_id.clone());
                 let interval = if ping_interval_seconds.is_finite() && *ping_interval_seconds > 0.0
                 {
                     (ping_interval_seconds.min(86_400.0) * SEC as f64) as Time

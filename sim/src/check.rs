@@ -41,6 +41,7 @@ pub const STOP_DELIVERS: &str =
     "an executor stopped while its agent is away delivers its terminal updates before it exits";
 pub const LOG_PREFIX: &str =
     "an agent recovers its log up to the first damaged record, nothing after";
+pub const IDENTITY: &str = "no action on a framework or agent by a principal other than its own";
 
 /// One launch of a task id by framework `f`: a framework may launch an id
 /// again once the task of that id has ended (Mesos allows it), and each
@@ -66,6 +67,9 @@ struct Heard {
 pub(crate) struct Checker {
     /// The master took a step since the books were last checked.
     pub master_stepped: bool,
+    /// The principal each framework and agent id was first bound to.
+    framework_principals: BTreeMap<FrameworkId, Option<String>>,
+    agent_principals: BTreeMap<AgentId, Option<String>>,
     ids: BTreeMap<FrameworkId, usize>,
     heard: BTreeMap<LaunchKey, Heard>,
     /// The launch of each task id its framework made last: what the
@@ -111,6 +115,33 @@ impl Checker {
 
     pub(crate) fn framework_id(&mut self, f: usize, id: FrameworkId) {
         self.ids.insert(id, f);
+    }
+
+    /// The principals the master's books bind each framework and agent
+    /// to: never another than the first (across master failovers too).
+    pub(crate) fn principals(
+        &mut self,
+        frameworks: &[(FrameworkId, Option<String>)],
+        agents: &[(AgentId, Option<String>)],
+    ) -> Result<(), (&'static str, String)> {
+        fn same<K: Ord + Clone + std::fmt::Debug>(
+            first: &mut BTreeMap<K, Option<String>>,
+            now: &[(K, Option<String>)],
+            what: &str,
+        ) -> Result<(), (&'static str, String)> {
+            for (id, principal) in now {
+                let bound = first.entry(id.clone()).or_insert_with(|| principal.clone());
+                if bound != principal {
+                    return Err((
+                        IDENTITY,
+                        format!("{what} {id:?} was bound to {bound:?}, now to {principal:?}"),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        same(&mut self.framework_principals, frameworks, "framework")?;
+        same(&mut self.agent_principals, agents, "agent")
     }
 
     /// Framework `f` launched `task` (its launch `launch`) on `agent`.
@@ -537,7 +568,10 @@ impl World {
         }
         let interned = master.allocator_interned();
         if !interned.within_bound() {
-            self.violated(BOUNDED, format!("{interned:?}"));
+            return self.violated(BOUNDED, format!("{interned:?}"));
+        }
+        if let Err((invariant, detail)) = self.check_identity() {
+            self.violated(invariant, detail);
         }
     }
 }

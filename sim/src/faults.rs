@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::executor::ExecFault;
+use crate::forgery::{Principal, Victim};
 use crate::world::{Ev, Side, Time, World, MS, SEC};
 
 use crate::Options;
@@ -26,6 +27,10 @@ const EXEC_OUTAGE_MAX: Time = 40 * SEC;
 const BURST_BYTES: usize = 20 << 20;
 /// Mixed into the seed of the storage faults' generator.
 const STORAGE_SALT: u64 = 0x5707_a6e0_d15c_0b5e;
+/// Mixed into the seed of the forgeries' generator.
+const FORGERY_SALT: u64 = 0xf0e9_ed1d_e471_7a11;
+/// Share of (non-calm) seeds with forged registrations.
+const FORGERY_RATE: f64 = 0.5;
 
 /// A timed fault (or the recovery that ends one).
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +102,12 @@ pub(crate) enum Fault {
     },
     ExecHeal {
         agent: usize,
+    },
+    /// A forger under `principal` re-subscribes as a framework or
+    /// re-registers as an agent (see `forgery.rs`).
+    Forge {
+        victim: Victim,
+        principal: Principal,
     },
 }
 
@@ -272,9 +283,11 @@ impl Plan {
                 }
             }
         }
-        // Storage faults, from their own generator.
+        // Storage faults and forgeries, each from a generator of its own.
         if !calm {
             plan.storage_faults(quiet_at);
+            let seed = rng.clone().random::<u64>() ^ FORGERY_SALT;
+            plan.forgeries(&mut StdRng::seed_from_u64(seed), quiet_at);
         }
         plan.faults.sort_by_key(|(at, _)| *at);
         // Drawn last, so the rest of the schedule stays what it was.
@@ -302,6 +315,40 @@ impl Plan {
                 };
                 self.faults.push((at, fault));
             }
+        }
+    }
+
+    /// Forged re-subscriptions and re-registrations in a share of the
+    /// seeds: each names a framework or an agent, under a principal that
+    /// is not its own (another framework's, an agent's, a stranger's or
+    /// none).
+    fn forgeries(&mut self, rng: &mut StdRng, quiet_at: Time) {
+        if !rng.random_bool(FORGERY_RATE) {
+            return;
+        }
+        for _ in 0..rng.random_range(1..=4) {
+            let at = rng.random_range(SEC..quiet_at);
+            let victim = if rng.random_bool(0.5) {
+                Victim::Framework(rng.random_range(0..self.fws))
+            } else {
+                Victim::Agent(rng.random_range(0..self.agents))
+            };
+            let own = match victim {
+                Victim::Framework(f) => Principal::Framework(f),
+                Victim::Agent(i) => Principal::Agent(i),
+            };
+            let principal = loop {
+                let p = match rng.random_range(0..4) {
+                    0 => Principal::Framework(rng.random_range(0..self.fws)),
+                    1 => Principal::Agent(rng.random_range(0..self.agents)),
+                    2 => Principal::Stranger,
+                    _ => Principal::Anonymous,
+                };
+                if p != own {
+                    break p;
+                }
+            };
+            self.faults.push((at, Fault::Forge { victim, principal }));
         }
     }
 
@@ -451,6 +498,7 @@ impl World {
                 Node::Framework(f) => self.fws[f].clock += secs,
             },
             Fault::Arrive { fw, n } => self.fw_enqueue(fw, n, false),
+            Fault::Forge { victim, principal } => self.forge(victim, principal),
             Fault::Rerole { fw } => {
                 self.reroles += 1;
                 let role = format!("role-{fw}-{}", self.reroles);
@@ -518,7 +566,9 @@ impl World {
             .filter(|(_, c)| match c.kind {
                 crate::world::ConnKind::Agent { agent, .. } => self.cut_off(Some(agent), None),
                 crate::world::ConnKind::Sched { fw, .. } => self.cut_off(None, Some(fw)),
-                crate::world::ConnKind::Exec { .. } => false,
+                crate::world::ConnKind::Exec { .. } | crate::world::ConnKind::Forger { .. } => {
+                    false
+                }
             })
             .map(|(id, _)| *id)
             .collect();

@@ -143,7 +143,7 @@ impl World {
             checkpoint: true,
             roles: vec![role],
             hostname: format!("s{f}"),
-            principal: None,
+            principal: crate::forgery::Principal::Framework(f).name(),
             webui_url: None,
         };
         self.fws.push(FwNode {

@@ -13,6 +13,7 @@ mod agent;
 mod check;
 mod executor;
 mod faults;
+mod forgery;
 mod framework;
 mod master;
 mod registry;
@@ -22,8 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use check::{
-    BOOKS, BOUNDED, EXECUTOR_SAYS, FRAMES_FIT, IN_ORDER, LOG_PREFIX, NOTHING_LOST, NO_RETURN,
-    OFFERS_DISJOINT, ONCE, ONE_TERMINAL, PROGRESS, RUN_TASK_ANSWERED, STOP_DELIVERS,
+    BOOKS, BOUNDED, EXECUTOR_SAYS, FRAMES_FIT, IDENTITY, IN_ORDER, LOG_PREFIX, NOTHING_LOST,
+    NO_RETURN, OFFERS_DISJOINT, ONCE, ONE_TERMINAL, PROGRESS, RUN_TASK_ANSWERED, STOP_DELIVERS,
 };
 
 /// What a run may choose from, and how much it reports.

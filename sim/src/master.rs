@@ -92,9 +92,9 @@ impl World {
             .conns
             .iter()
             .filter(|(_, c)| match c.kind {
-                ConnKind::Sched { master, .. } | ConnKind::Agent { master, .. } => {
-                    master == self.master.inc
-                }
+                ConnKind::Sched { master, .. }
+                | ConnKind::Agent { master, .. }
+                | ConnKind::Forger { master, .. } => master == self.master.inc,
                 ConnKind::Exec { .. } => false,
             })
             .map(|(id, _)| *id)
@@ -122,9 +122,7 @@ impl World {
         let now = self.now();
         self.wall(self.master.clock);
         let launching = launching(&input);
-        if let Some(core) = self.master.core.as_mut() {
-            core.handle(now, input);
-        }
+        self.master_handle(now, input);
         self.master_attribute(&launching, &asked);
         self.master_after_step();
     }
@@ -210,9 +208,7 @@ impl World {
         let batch: Vec<(Input, Asked)> = self.master.queued.drain(..n).collect();
         for (input, asked) in batch {
             let launching = launching(&input);
-            if let Some(core) = self.master.core.as_mut() {
-                core.handle(now, input);
-            }
+            self.master_handle(now, input);
             self.master_attribute(&launching, &asked);
         }
         if let Some(core) = self.master.core.as_mut() {

@@ -55,6 +55,13 @@ pub(crate) enum ConnKind {
     /// Executor process `proc` to agent `agent` (process incarnation
     /// `inc`).
     Exec { proc: u64, agent: usize, inc: u64 },
+    /// A forger under `principal` to master incarnation `master`, posing
+    /// as an agent (`agent`) or a scheduler (see `forgery.rs`).
+    Forger {
+        master: u64,
+        agent: bool,
+        principal: crate::forgery::Principal,
+    },
 }
 
 /// A connection: frames in order per direction until it closes or breaks.
@@ -536,8 +543,29 @@ impl World {
                     agora_master::sim::Input::Scheduler { conn, call: *call },
                     asked,
                 ),
-            (ConnKind::Agent { .. }, Side::Server, Msg::AgentCall(call)) => {
-                self.master_input(agora_master::sim::Input::Agent { conn, call: *call })
+            (ConnKind::Agent { agent, .. }, Side::Server, Msg::AgentCall(call)) => {
+                // The connection's principal goes with its REGISTER, as
+                // the master's WebSocket layer hands it on.
+                let principal = matches!(*call, agent_api::Call::Register { .. })
+                    .then(|| crate::forgery::Principal::Agent(agent).name())
+                    .flatten();
+                self.master_input(agora_master::sim::Input::Agent {
+                    conn,
+                    call: *call,
+                    principal,
+                })
+            }
+            (ConnKind::Forger { principal, .. }, Side::Server, Msg::AgentCall(call)) => self
+                .master_input(agora_master::sim::Input::Agent {
+                    conn,
+                    call: *call,
+                    principal: principal.name(),
+                }),
+            (ConnKind::Forger { .. }, Side::Server, Msg::SchedCall(call, _)) => {
+                self.master_input(agora_master::sim::Input::Scheduler { conn, call: *call })
+            }
+            (ConnKind::Forger { principal, .. }, Side::Client, msg) => {
+                self.forger_heard(conn, principal, msg)
             }
             (ConnKind::Sched { fw, inc, .. }, Side::Client, Msg::SchedEvent(event, launch)) => {
                 self.sched_event(fw, inc, conn, *event, launch)
@@ -580,11 +608,32 @@ impl World {
                     self.master_input(agora_master::sim::Input::SchedulerClosed { conn });
                 }
             }
-            (ConnKind::Agent { master, .. }, Side::Server) => {
+            (ConnKind::Agent { master, .. }, Side::Server)
+            | (
+                ConnKind::Forger {
+                    master,
+                    agent: true,
+                    ..
+                },
+                Side::Server,
+            ) => {
                 if master == self.master.inc && self.master.up {
                     self.master_input(agora_master::sim::Input::AgentClosed { conn });
                 }
             }
+            (
+                ConnKind::Forger {
+                    master,
+                    agent: false,
+                    ..
+                },
+                Side::Server,
+            ) => {
+                if master == self.master.inc && self.master.up {
+                    self.master_input(agora_master::sim::Input::SchedulerClosed { conn });
+                }
+            }
+            (ConnKind::Forger { .. }, Side::Client) => {}
             (ConnKind::Sched { fw, inc, .. }, Side::Client) => {
                 self.sched_conn_ended(fw, inc, conn, &reason)
             }

@@ -172,6 +172,8 @@ fn native_frames() {
             status: status("t-2"),
         }),
         r#"{"type":"REGISTER","protocol":1,"agent_info":{"hostname":"h","address":"127.0.0.1:1","resources":[{"name":"cpus","scalar":2},{"name":"mem","scalar":1024}],"attributes":{"rack":"r1"}}}"#.to_string(),
+        // Sets and ranges: their lists decode bounded (MAX_WIRE_ITEMS).
+        r#"{"type":"REGISTER","protocol":1,"agent_info":{"id":"m-S1","hostname":"h","address":"127.0.0.1:1","resources":[{"name":"gpus","set":["g0","g1"]},{"name":"ports","ranges":[[31000,31010],[32000,32000]]},{"name":"disks","set":null,"scalar":1}]}}"#.to_string(),
     ];
     let executors = [
         agora_proto::encode(&executor::Call::Update {

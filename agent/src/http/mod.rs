@@ -100,7 +100,7 @@ pub(crate) fn router(
     Router::new()
         .route("/api/executor", get(executor_ws))
         .route("/api/v1/executor", axum::routing::any(mesos_v1::executor))
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(health))
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
         .route("/metrics", get(metrics))
@@ -120,6 +120,25 @@ pub(crate) fn router(
             allow_cross_origin,
         ))
         .with_state(app_state)
+}
+
+/// `ok` as text; with `Accept: application/json`, `{"status": "serving",
+/// "open_doors"}`, the names of the ways in that the agent's
+/// configuration leaves unguarded (`[]` when none).
+async fn health(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    let wants_json = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"));
+    if !wants_json {
+        return "ok".into_response();
+    }
+    let doors = app.shared.config.open_doors();
+    axum::Json(serde_json::json!({
+        "status": "serving",
+        "open_doors": agora_net::doors::names(&doors),
+    }))
+    .into_response()
 }
 
 /// Paths served without operator authentication: probes and the

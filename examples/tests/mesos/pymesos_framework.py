@@ -20,6 +20,10 @@ Scenarios:
   restart      launch a long task, print "ready"; after the master
                restarts, re-subscribe (pymesos does it by itself), find
                the task by reconciliation, kill it, tear down
+  takeover     FRAMEWORK_ID PRINCIPAL SECRET: subscribe naming another
+               principal's framework, authenticated as PRINCIPAL; the
+               master must refuse it (an ERROR event): print "refused"
+               with the message, or fail if it subscribes
 """
 
 import json
@@ -150,14 +154,18 @@ def update_of(task_id, states):
     return match
 
 
-def start(master, framework_id=None, capabilities=(), framework=None):
+def start(master, framework_id=None, capabilities=(), framework=None,
+          principal=None, secret=None):
     info = dict(user="", name="pymesos test framework", failover_timeout=300,
                 capabilities=[dict(type=c) for c in capabilities])
     if framework_id:
         info["id"] = dict(value=framework_id)
+    if principal:
+        info["principal"] = principal
     framework = framework or Framework()
     driver = MesosSchedulerDriver(framework, info, master, use_addict=False,
-                                  implicit_acknowledgements=False)
+                                  implicit_acknowledgements=False,
+                                  principal=principal, secret=secret)
     driver.start()
     return framework, driver
 
@@ -271,6 +279,24 @@ def restart(master):
     say("done")
 
 
+def takeover(master, framework_id, principal, secret):
+    framework, driver = start(master, framework_id=framework_id,
+                              principal=principal, secret=secret)
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline:
+        try:
+            kind, value = framework.events.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if kind == "error":
+            say("refused", message=value)
+            driver.stop(failover=True)
+            os._exit(0)
+        if kind in ("registered", "reregistered"):
+            fail("subscribed as another principal's framework")
+    fail("timed out waiting for the refusal")
+
+
 def main():
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     master, scenario = sys.argv[1], sys.argv[2]
@@ -284,6 +310,8 @@ def main():
         failover_second(master, sys.argv[3])
     elif scenario == "restart":
         restart(master)
+    elif scenario == "takeover":
+        takeover(master, sys.argv[3], sys.argv[4], sys.argv[5])
     else:
         fail("unknown scenario " + scenario)
 

@@ -146,9 +146,13 @@ fn find_agent<'a>(
         .map(|i| &**snapshot.agents[i])
 }
 
-/// `GET /api/v1/summary`: counts and resource totals (as in `/events`).
-pub(crate) async fn summary(State(app): State<AppState>) -> Response {
-    let snapshot = app.snapshot.borrow().clone();
+/// `GET /api/v1/summary`: counts and resource totals (as in `/events`),
+/// of what the requester may view.
+pub(crate) async fn summary(
+    State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let snapshot = app.snapshot_for(&headers);
     Json(summary_json(&snapshot)).into_response()
 }
 
@@ -163,12 +167,14 @@ fn summary_json(snapshot: &StateSnapshot) -> serde_json::Value {
 }
 
 /// `GET /api/v1/agents?offset&limit&q`: agents by id; `q` matches id,
-/// hostname or address.
+/// hostname or address. Custom executors of frameworks the requester may
+/// not view are left out.
 pub(crate) async fn agents(
     State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
     Query(params): Query<ListParams>,
 ) -> Response {
-    let snapshot = app.snapshot.borrow().clone();
+    let snapshot = app.snapshot_for(&headers);
     let (offset, limit) = params.window();
     let q = params.query();
     let items = snapshot.agents.iter().map(|a| &***a).filter(|a| {
@@ -271,16 +277,19 @@ pub(crate) async fn tasks(
 }
 
 /// `GET /events`: server-sent events named `summary`, each carrying the
-/// JSON of `/api/v1/summary`, sent when a new snapshot is published and at
-/// most once a second. Ends when the master shuts down.
+/// JSON of `/api/v1/summary` (as the requester may view it), sent when a
+/// new snapshot is published and at most once a second. Ends when the
+/// master shuts down.
 pub(crate) async fn events(
     State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let rx = app.snapshot.clone();
     let shutdown = app.shutdown.clone();
-    let stream = futures::stream::unfold(
-        (rx, shutdown, true),
-        |(mut rx, shutdown, first)| async move {
+    let viewer = app.viewer(&headers);
+    let stream = futures::stream::unfold((rx, shutdown, true), move |(mut rx, shutdown, first)| {
+        let viewer = viewer.clone();
+        async move {
             if !first {
                 tokio::select! {
                     _ = shutdown.cancelled() => return None,
@@ -292,12 +301,13 @@ pub(crate) async fn events(
                 }
             }
             let snapshot = rx.borrow_and_update().clone();
+            let snapshot = viewer.view(snapshot);
             let event = Event::default()
                 .event("summary")
                 .data(summary_json(&snapshot).to_string());
             Some((Ok(event), (rx, shutdown, false)))
-        },
-    );
+        }
+    });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 

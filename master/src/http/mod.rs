@@ -69,6 +69,9 @@ pub(crate) struct AppState {
     /// Bytes an operator event stream may have waiting for its reader.
     pub(crate) operator_stream_backlog: usize,
     pub(crate) auth: Arc<Authentication>,
+    /// The names of the ways in this master's configuration leaves
+    /// unguarded (`Config::open_doors`), for `/health`.
+    pub(crate) open_doors: Vec<&'static str>,
 }
 
 /// Who must authenticate, against which credentials.
@@ -83,25 +86,60 @@ pub(crate) struct Authentication {
     pub(crate) acls: Arc<crate::acls::Acls>,
 }
 
+/// Who reads the state, under which ACLs: filters each snapshot a
+/// stream sends (`/events`, the operator `SUBSCRIBE`) as a single read
+/// would be.
+#[derive(Debug, Clone)]
+pub(crate) struct Viewer {
+    acls: Arc<crate::acls::Acls>,
+    principal: Option<String>,
+}
+
 impl AppState {
     /// The latest snapshot as the requester may see it (`view_*` ACLs,
     /// by the principal its `Authorization` names; none: anonymous).
     pub(crate) fn snapshot_for(&self, headers: &HeaderMap) -> Arc<StateSnapshot> {
         let snapshot = self.snapshot.borrow().clone();
-        let principal = self.auth.principal(false, headers).ok().flatten();
-        match snapshot.viewed_by(&self.auth.acls, principal.as_deref()) {
+        self.viewer(headers).view(snapshot)
+    }
+
+    /// The requester, as [`AppState::snapshot_for`] filters for it.
+    pub(crate) fn viewer(&self, headers: &HeaderMap) -> Viewer {
+        Viewer {
+            acls: self.auth.acls.clone(),
+            principal: self.auth.principal(false, headers).ok().flatten(),
+        }
+    }
+}
+
+impl Viewer {
+    /// `snapshot` as this viewer may see it.
+    pub(crate) fn view(&self, snapshot: Arc<StateSnapshot>) -> Arc<StateSnapshot> {
+        match snapshot.viewed_by(&self.acls, self.principal.as_deref()) {
             Some(filtered) => Arc::new(filtered),
             None => snapshot,
         }
     }
 }
 
-/// An operator's teardown of framework `fid`: `400` for a framework the
-/// master does not have, `403` when the `teardown_frameworks` ACL refuses
-/// the operator (by its principal) the framework (by its principal),
-/// else handed to the master and `200`.
+/// An operator's teardown of framework `fid`: `401` without valid
+/// credentials when the master has any (a call that changes the cluster
+/// needs a principal, with or without `--authenticate-http`), `400` for a
+/// framework the master does not have, `403` when the
+/// `teardown_frameworks` ACL refuses the operator (by its principal) the
+/// framework (by its principal), else handed to the master and `200`.
 pub(crate) async fn operator_teardown(app: &AppState, headers: &HeaderMap, fid: &str) -> Response {
     use axum::http::StatusCode;
+    let operator = match app.auth.operator_writer(headers) {
+        Ok(operator) => operator,
+        Err(refusal) => {
+            tracing::warn!(
+                framework_id = fid,
+                "operator teardown refused: not authenticated"
+            );
+            return refusal;
+        }
+    };
     let snapshot = app.snapshot.borrow().clone();
     let Some(framework) = snapshot.frameworks.iter().find(|f| f.id.as_str() == fid) else {
         return (
@@ -110,13 +148,12 @@ pub(crate) async fn operator_teardown(app: &AppState, headers: &HeaderMap, fid: 
         )
             .into_response();
     };
-    let operator = app.auth.principal(false, headers).ok().flatten();
     if let Err(message) = app.auth.acls.check(
         crate::acls::Action::TeardownFrameworks,
         operator.as_deref(),
         framework.principal.as_deref(),
     ) {
-        tracing::warn!(framework_id = fid, ?operator, "operator teardown refused");
+        tracing::warn!(framework_id = fid, ?operator, framework_principal = ?framework.principal, "operator teardown refused");
         return (StatusCode::FORBIDDEN, message).into_response();
     }
     let input = Input::OperatorTeardown {
@@ -212,6 +249,19 @@ async fn operator_auth(
 }
 
 impl Authentication {
+    /// The principal of an operator call that changes the cluster
+    /// (`TEARDOWN`, and later drain, quota, …): required whenever the
+    /// master has credentials, even without `--authenticate-http`; `Err`
+    /// the `401` answer. Without credentials there is no one to check:
+    /// `Ok(None)` (an open door, warned of at start).
+    #[allow(clippy::result_large_err)] // the error is the answer, built once
+    pub(crate) fn operator_writer(
+        &self,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<Option<String>, Response> {
+        self.principal(self.credentials.is_some(), headers)
+    }
+
     /// The principal `headers` authenticate when `required`: `Ok(None)`
     /// when authentication is not required and none is offered; `Err`
     /// the answer (401) when it is required and missing or wrong.
@@ -270,7 +320,9 @@ async fn version() -> Json<serde_json::Value> {
 }
 
 /// `ok` as text (load balancers, scripts); with `Accept: application/json`,
-/// `{"status": "serving", "master_id", "address", "uptime_seconds"}`.
+/// `{"status": "serving", "master_id", "address", "uptime_seconds",
+/// "open_doors"}`, the last the names of the ways in that the master's
+/// configuration leaves unguarded (`[]` when none).
 async fn health(State(app): State<AppState>, headers: HeaderMap) -> Response {
     let wants_json = headers
         .get(header::ACCEPT)
@@ -285,6 +337,7 @@ async fn health(State(app): State<AppState>, headers: HeaderMap) -> Response {
         "master_id": snapshot.master.id,
         "address": snapshot.master.address,
         "uptime_seconds": (agora_proto::now_timestamp() - snapshot.started_at).max(0.0),
+        "open_doors": app.open_doors,
     }))
     .into_response()
 }

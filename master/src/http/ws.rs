@@ -240,8 +240,18 @@ struct Refusal {
 /// A scheduler's `SUBSCRIBE` on a connection authenticated as
 /// `principal` takes that principal: one naming another is refused
 /// (fatal), as Mesos refuses a framework whose principal differs from the
-/// one it authenticated.
+/// one it authenticated. An agent's `REGISTER` carries the connection's
+/// principal to the master, which binds the agent id to it.
 fn bind_principal(mut input: Input, principal: Option<&str>) -> Result<Input, Refusal> {
+    if let Input::Agent {
+        call: agent::Call::Register { .. },
+        principal: bound,
+        ..
+    } = &mut input
+    {
+        *bound = principal.map(str::to_string);
+        return Ok(input);
+    }
     let (
         Some(principal),
         Input::Scheduler {
@@ -275,7 +285,11 @@ fn parse(kind: Kind, conn: u64, text: &str) -> Result<Input, Refusal> {
                 fatal: false,
             }),
         Kind::Agent => decode::<agent::Call>(text)
-            .map(|call| Input::Agent { conn, call })
+            .map(|call| Input::Agent {
+                conn,
+                call,
+                principal: None,
+            })
             .map_err(|e| {
                 // A registration that does not parse (e.g. impossible
                 // resources) is refused outright.

@@ -57,7 +57,20 @@ impl H {
     }
 
     fn agent(&mut self, conn: ConnId, call: agent::Call) -> Vec<Output> {
-        self.input(Input::Agent { conn, call })
+        self.input(Input::Agent {
+            conn,
+            call,
+            principal: None,
+        })
+    }
+
+    /// A call from an agent connection authenticated as `principal`.
+    fn agent_as(&mut self, conn: ConnId, principal: &str, call: agent::Call) -> Vec<Output> {
+        self.input(Input::Agent {
+            conn,
+            call,
+            principal: Some(principal.to_string()),
+        })
     }
 
     fn input(&mut self, input: Input) -> Vec<Output> {
@@ -1799,6 +1812,7 @@ fn kill_of_a_task_on_an_agent_still_to_reregister_waits_for_it() {
         AgentRecord {
             id: aid.clone(),
             info: agent_info(Some(&aid), "cpus:4;mem:4096"),
+            principal: None,
         },
     );
     let fid = FrameworkId::new("fw");
@@ -2017,6 +2031,7 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
             AgentRecord {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
+                principal: None,
             },
         );
     }
@@ -2843,6 +2858,7 @@ fn reconciliation_of_an_id_held_on_another_agent_waits_for_the_named_agent() {
             AgentRecord {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
+                principal: None,
             },
         );
     }
@@ -3017,4 +3033,452 @@ fn an_agent_offering_more_than_max_agent_resources_is_refused_and_never_offered(
     let offers = h.offers(fw);
     assert_eq!(offers.len(), 1);
     assert_eq!(offers[0].agent_id, aid);
+}
+
+// --- identity: principals of frameworks and agents ---
+
+fn info_as(name: &str, principal: Option<&str>, id: Option<&FrameworkId>) -> FrameworkInfo {
+    let mut info = FrameworkInfo::new(name);
+    info.principal = principal.map(str::to_string);
+    info.id = id.cloned();
+    info.failover_timeout = 3600.0;
+    info
+}
+
+fn register_as(h: &mut H, conn: ConnId, principal: Option<&str>, info: AgentInfo) -> Vec<Output> {
+    let call = agent::Call::Register {
+        protocol: PROTOCOL_VERSION,
+        agent_info: info,
+        tasks: vec![],
+        executors: vec![],
+        frameworks: vec![],
+    };
+    match principal {
+        Some(p) => h.agent_as(conn, p, call),
+        None => h.agent(conn, call),
+    }
+}
+
+fn agent_fatal_error(out: &[Output], conn: ConnId) -> Option<String> {
+    agent_events(out, conn).into_iter().find_map(|e| match e {
+        agent::Event::Error {
+            message,
+            fatal: true,
+        } => Some(message),
+        _ => None,
+    })
+}
+
+fn subscribed(out: &[Output], conn: ConnId) -> Option<FrameworkId> {
+    sched_events(out, conn).into_iter().find_map(|e| match e {
+        Event::Subscribed { framework_id, .. } => Some(framework_id),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_framework_is_subscribed_to_by_its_own_principal_only() {
+    const S3: ConnId = 3;
+    let mut h = H::new();
+    let out = h.subscribe_info(S1, info_as("alice", Some("alice"), None), false);
+    let fid = subscribed(&out, S1).expect("alice subscribed");
+    let aid = h.register(A1, "cpus:4;mem:4096");
+    let offer = h.offer_from(S1, &aid);
+    h.launch(
+        S1,
+        &[&offer],
+        vec![command_task("t1", &aid, "cpus:1;mem:128")],
+    );
+    // bob (and an anonymous client) naming alice's framework, with force:
+    // refused, and alice's subscription untouched.
+    for (conn, principal) in [(S2, Some("bob")), (S3, None)] {
+        let out = h.subscribe_info(conn, info_as("bob", principal, Some(&fid)), true);
+        let message = fatal_error(&out, conn).expect("a fatal error");
+        assert!(
+            message.contains(fid.as_str()) && message.contains("another principal"),
+            "{message}"
+        );
+        assert!(closed(&out, conn));
+        assert!(!closed(&out, S1), "alice's connection kept: {out:?}");
+        assert!(sched_events(&out, S1).is_empty(), "{out:?}");
+        assert!(agent_events(&out, A1).is_empty(), "{out:?}");
+    }
+    let fw = &h.m.frameworks[&fid];
+    assert_eq!(fw.conn, Some(S1));
+    assert_eq!(fw.info.principal.as_deref(), Some("alice"));
+    assert_eq!(h.m.metrics.refused_framework_principal.get(), 2);
+    // bob's connection never subscribed: its calls are refused.
+    let out = h.sched(S2, scheduler::Call::Teardown);
+    assert!(h.m.frameworks.contains_key(&fid), "{out:?}");
+    // alice fails over to a new connection: taken over, as before.
+    let out = h.subscribe_info(S3, info_as("alice", Some("alice"), Some(&fid)), true);
+    assert_eq!(subscribed(&out, S3), Some(fid.clone()));
+    assert!(closed(&out, S1));
+}
+
+#[test]
+fn a_frameworks_principal_survives_a_master_failover() {
+    let mut h = H::new();
+    h.m.recover(&RegistryState::default(), h.now, 10_000.0);
+    let out = h.subscribe_info(S1, info_as("alice", Some("alice"), None), false);
+    let fid = subscribed(&out, S1).expect("alice subscribed");
+    let mut state = RegistryState::default();
+    for op in h.m.take_registry_ops() {
+        state.apply(&op, 100);
+    }
+    // The registry as etcd or the file keeps it: through JSON.
+    let state: RegistryState =
+        serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    let mut h = H::new();
+    h.m.recover(&state, h.now, 10_000.0);
+    let out = h.subscribe_info(S2, info_as("bob", Some("bob"), Some(&fid)), true);
+    assert!(fatal_error(&out, S2).is_some_and(|m| m.contains("another principal")));
+    let out = h.subscribe_info(S1, info_as("alice", Some("alice"), Some(&fid)), false);
+    assert_eq!(subscribed(&out, S1), Some(fid));
+}
+
+#[test]
+fn a_framework_recovered_from_an_agents_report_keeps_its_principal() {
+    let fid = FrameworkId::new("m0-F0");
+    let aid = AgentId::new("m0-S0");
+    let mut h = H::new();
+    let report = TaskReport {
+        framework_id: fid.clone(),
+        task: command_task("t1", &aid, "cpus:1;mem:128"),
+        state: TaskState::Running,
+        latest_status: None,
+    };
+    h.agent(
+        A1,
+        agent::Call::Register {
+            protocol: PROTOCOL_VERSION,
+            agent_info: agent_info(Some(&aid), "cpus:4;mem:4096"),
+            tasks: vec![report.clone()],
+            executors: vec![],
+            frameworks: vec![info_as("alice", Some("alice"), Some(&fid))],
+        },
+    );
+    let out = h.subscribe_info(S2, info_as("bob", Some("bob"), Some(&fid)), true);
+    assert!(fatal_error(&out, S2).is_some());
+    let out = h.subscribe_info(S1, info_as("alice", Some("alice"), Some(&fid)), true);
+    assert_eq!(subscribed(&out, S1), Some(fid.clone()));
+
+    // An agent that reports the task without its framework's info: the
+    // principal is unknown, and the first subscription claims it; from
+    // then on it is bound.
+    let other = FrameworkId::new("m0-F1");
+    let mut h = H::new();
+    let report = TaskReport {
+        framework_id: other.clone(),
+        ..report
+    };
+    h.register_info(A1, agent_info(Some(&aid), "cpus:4;mem:4096"), vec![report]);
+    let out = h.subscribe_info(S1, info_as("alice", Some("alice"), Some(&other)), true);
+    assert_eq!(subscribed(&out, S1), Some(other.clone()));
+    let out = h.subscribe_info(S2, info_as("bob", Some("bob"), Some(&other)), true);
+    assert!(fatal_error(&out, S2).is_some());
+}
+
+#[test]
+fn an_agent_id_is_re_registered_by_its_own_principal_only() {
+    let (mut h, fid, aid, offer) = {
+        let mut h = H::new();
+        let fid = h.subscribe(S1, "fw");
+        let out = register_as(
+            &mut h,
+            A1,
+            Some("agent"),
+            agent_info(None, "cpus:4;mem:4096"),
+        );
+        let aid = match agent_events(&out, A1).first() {
+            Some(agent::Event::Registered { agent_id, .. }) => agent_id.clone(),
+            other => panic!("no REGISTERED: {other:?}"),
+        };
+        let offer = h.offer_from(S1, &aid);
+        (h, fid, aid, offer)
+    };
+    h.launch(
+        S1,
+        &[&offer],
+        vec![command_task("t1", &aid, "cpus:1;mem:128")],
+    );
+    h.status(A1, &fid, "t1", TaskState::Running, "u1");
+    // A framework's credential, and an unauthenticated peer, re-register
+    // the agent's id: refused, the live agent and its task untouched.
+    for principal in [Some("alice"), None] {
+        let out = register_as(
+            &mut h,
+            A2,
+            principal,
+            agent_info(Some(&aid), "cpus:4;mem:4096"),
+        );
+        let message = agent_fatal_error(&out, A2).expect("refused");
+        assert!(
+            message.contains(aid.as_str()) && message.contains("another principal"),
+            "{message}"
+        );
+        assert!(closed(&out, A2));
+        assert!(!closed(&out, A1), "{out:?}");
+        assert!(updates(&out, S1).is_empty(), "{out:?}");
+        assert!(agent_events(&out, A1).is_empty(), "{out:?}");
+    }
+    assert_eq!(h.m.agents[&aid].conn, Some(A1));
+    assert_eq!(h.m.agent_conns.get(&A2), None);
+    assert_eq!(
+        h.m.frameworks[&fid].tasks[&TaskId::new("t1")].state,
+        TaskState::Running
+    );
+    assert_eq!(h.m.metrics.refused_agent_principal.get(), 2);
+    // The agent itself re-registers on a new connection: accepted.
+    let out = register_as(
+        &mut h,
+        A2,
+        Some("agent"),
+        agent_info(Some(&aid), "cpus:4;mem:4096"),
+    );
+    assert!(
+        matches!(
+            agent_events(&out, A2).first(),
+            Some(agent::Event::Registered { .. })
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn an_agents_principal_survives_a_master_failover() {
+    let mut h = H::new();
+    h.m.recover(&RegistryState::default(), h.now, 10_000.0);
+    let out = register_as(
+        &mut h,
+        A1,
+        Some("agent"),
+        agent_info(None, "cpus:4;mem:4096"),
+    );
+    let Some(agent::Event::Registered { agent_id: aid, .. }) =
+        agent_events(&out, A1).first().cloned()
+    else {
+        panic!("no REGISTERED: {out:?}");
+    };
+    let mut state = RegistryState::default();
+    for op in h.m.take_registry_ops() {
+        state.apply(&op, 100);
+    }
+    let state: RegistryState =
+        serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    assert_eq!(state.agents[&aid].principal.as_deref(), Some("agent"));
+    let mut h = H::new();
+    h.m.recover(&state, h.now, 10_000.0);
+    let out = register_as(
+        &mut h,
+        A2,
+        Some("alice"),
+        agent_info(Some(&aid), "cpus:4;mem:4096"),
+    );
+    assert!(agent_fatal_error(&out, A2).is_some(), "{out:?}");
+    assert!(h.m.agents[&aid].recovering, "still waiting for the agent");
+    let out = register_as(
+        &mut h,
+        A1,
+        Some("agent"),
+        agent_info(Some(&aid), "cpus:4;mem:4096"),
+    );
+    assert!(
+        matches!(
+            agent_events(&out, A1).first(),
+            Some(agent::Event::Registered { .. })
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn register_agents_acl_admits_the_listed_principals_only() {
+    let acls = crate::acls::Acls::parse(
+        r#"{"register_agents":[{"principals":{"values":["agent"]},"agents":{"type":"ANY"}},
+                               {"principals":{"type":"ANY"},"agents":{"type":"NONE"}}]}"#,
+    )
+    .unwrap();
+    let mut h = H::with(Config {
+        acls: std::sync::Arc::new(acls),
+        ..Config::default()
+    });
+    for (conn, principal) in [(A1, None), (A2, Some("alice"))] {
+        let out = register_as(&mut h, conn, principal, agent_info(None, "cpus:4;mem:4096"));
+        let message = agent_fatal_error(&out, conn).expect("refused");
+        assert!(message.contains("register_agents"), "{message}");
+    }
+    assert!(h.m.agents.is_empty());
+    assert_eq!(h.m.metrics.refused_agent_unauthorized.get(), 2);
+    let out = register_as(
+        &mut h,
+        103,
+        Some("agent"),
+        agent_info(None, "cpus:4;mem:4096"),
+    );
+    assert!(matches!(
+        agent_events(&out, 103).first(),
+        Some(agent::Event::Registered { .. })
+    ));
+}
+
+#[test]
+fn agent_registrations_beyond_the_bounds_are_refused_naming_them() {
+    let mut h = H::new();
+    let big_set = format!(
+        "cpus:4;mem:4096;gpus:{{{}}}",
+        (0..2000)
+            .map(|i| format!("g{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let many_ranges = format!(
+        "cpus:4;mem:4096;ports:[{}]",
+        (0..1100)
+            .map(|i| format!("{}-{}", 2 * i, 2 * i))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let many_entries = format!(
+        "cpus:4;mem:4096;{}",
+        (0..130)
+            .map(|i| format!("r{i}:1"))
+            .collect::<Vec<_>>()
+            .join(";")
+    );
+    let cases: Vec<(AgentInfo, &str)> = vec![
+        (agent_info(None, &big_set), "--max-agent-set-items"),
+        (agent_info(None, &many_ranges), "--max-agent-ranges"),
+        (
+            agent_info(None, &many_entries),
+            "--max-agent-resource-entries",
+        ),
+        (
+            agent_info(None, "cpus:4;mem:4096;ports:[0-18446744073709551615]"),
+            "highest port 65535",
+        ),
+        (
+            agent_info(None, "cpus:4;mem:4096;ports:[31000-65536]"),
+            "highest port 65535",
+        ),
+        (
+            AgentInfo {
+                attributes: agora_proto::Attributes::parse(
+                    &(0..200)
+                        .map(|i| format!("a{i}:x"))
+                        .collect::<Vec<_>>()
+                        .join(";"),
+                )
+                .unwrap(),
+                ..agent_info(None, "cpus:4;mem:4096")
+            },
+            "--max-agent-attributes",
+        ),
+        (
+            AgentInfo {
+                attributes: agora_proto::Attributes::parse(&format!("rack:{}", "x".repeat(2000)))
+                    .unwrap(),
+                ..agent_info(None, "cpus:4;mem:4096")
+            },
+            "--max-agent-text-bytes",
+        ),
+        (
+            AgentInfo {
+                hostname: "h".repeat(5000),
+                ..agent_info(None, "cpus:4;mem:4096")
+            },
+            "--max-agent-text-bytes",
+        ),
+    ];
+    let n = cases.len() as u64;
+    for (info, bound) in cases {
+        let out = register_as(&mut h, A1, None, info);
+        let message = agent_fatal_error(&out, A1).expect("refused");
+        assert!(message.contains(bound), "{bound}: {message}");
+        assert!(closed(&out, A1));
+    }
+    assert!(h.m.agents.is_empty());
+    assert_eq!(h.m.metrics.refused_agent_bounds.get(), n);
+    // At the bounds: admitted.
+    let at_bounds = format!(
+        "cpus:4;mem:4096;ports:[0-65535];gpus:{{{}}}",
+        (0..1024)
+            .map(|i| format!("g{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    h.register(A2, &at_bounds);
+}
+
+#[test]
+fn an_operator_teardown_is_carried_out_by_the_master() {
+    // (The HTTP side authenticates and authorizes it; see
+    // `http::operator_teardown`.)
+    let (mut h, fid, _, _) = setup("cpus:4;mem:4096");
+    let out = h.input(Input::OperatorTeardown {
+        framework_id: fid.clone(),
+        operator: Some("ops".into()),
+    });
+    assert!(fatal_error(&out, S1).is_some());
+    assert!(h.m.removed_frameworks.contains(&fid));
+}
+
+#[test]
+fn a_viewer_sees_the_counts_roles_and_executors_of_what_it_may_view() {
+    let mut h = H::new();
+    let mut alice = info_as("alice", Some("alice"), None);
+    alice.user = "alice".into();
+    let mut bob = info_as("bob", Some("bob"), None);
+    bob.user = "bob".into();
+    let fa = subscribed(&h.subscribe_info(S1, alice, false), S1).unwrap();
+    let fb = subscribed(&h.subscribe_info(S2, bob, false), S2).unwrap();
+    h.register(A1, "cpus:8;mem:8192");
+    h.register(A2, "cpus:8;mem:8192");
+    let out = h.advance(Duration::from_secs(1));
+    for (conn, task) in [(S1, "a1"), (S2, "b1")] {
+        let offer = offers_in(&out, conn).remove(0);
+        let exec = format!("{task}-exec");
+        let aid = offer.agent_id.clone();
+        h.launch(
+            conn,
+            &[&offer],
+            vec![executor_task(
+                task,
+                &aid,
+                "cpus:1;mem:128",
+                &exec,
+                "cpus:0.1;mem:32",
+            )],
+        );
+    }
+    let executors = |s: &crate::state::StateSnapshot| -> Vec<ExecutorId> {
+        s.agents.iter().flat_map(|a| a.executors.clone()).collect()
+    };
+    let snapshot = h.m.snapshot();
+    assert_eq!(snapshot.summary.frameworks, 2);
+    assert_eq!(snapshot.summary.tasks_active, 2);
+    assert_eq!(executors(&snapshot).len(), 2);
+    let acls = crate::acls::Acls::parse(
+        r#"{"view_frameworks":[{"principals":{"values":["alice"]},"users":{"values":["alice"]}},
+                               {"principals":{"type":"ANY"},"users":{"type":"NONE"}}]}"#,
+    )
+    .unwrap();
+    let seen = snapshot.viewed_by(&acls, Some("alice")).expect("filtered");
+    assert_eq!(seen.frameworks.len(), 1);
+    assert_eq!(seen.frameworks[0].id, fa);
+    assert_eq!(seen.summary.frameworks, 1);
+    assert_eq!(seen.summary.tasks_active, 1);
+    assert_eq!(
+        executors(&seen),
+        vec![ExecutorId::new("a1-exec")],
+        "bob's executor is not alice's to see"
+    );
+    assert!(seen.roles.iter().all(|r| !r.frameworks.contains(&fb)));
+    assert!(seen.offers.iter().all(|o| o.framework_id != fb));
+    // Nothing for an anonymous reader; the agents' resources stay whole.
+    let seen = snapshot.viewed_by(&acls, None).expect("filtered");
+    assert_eq!(seen.summary.frameworks, 0);
+    assert_eq!(seen.summary.tasks_active, 0);
+    assert!(executors(&seen).is_empty());
+    assert_eq!(seen.summary.cpus_total, snapshot.summary.cpus_total);
 }

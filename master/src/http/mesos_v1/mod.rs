@@ -52,6 +52,9 @@ pub(crate) const STREAM_ID: &str = "Mesos-Stream-Id";
 pub(crate) struct StreamEntry {
     pub(crate) stream_id: String,
     pub(crate) conn: ConnId,
+    /// The principal the subscription authenticated as: a call naming the
+    /// stream must authenticate as it too.
+    pub(crate) principal: Option<String>,
 }
 
 /// State of the Mesos front door, as its handlers get it: a request costs

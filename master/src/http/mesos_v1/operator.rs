@@ -13,12 +13,16 @@
 //! FRAMEWORK_REMOVED, from the snapshot's bounded list of removed
 //! frameworks, which GET_FRAMEWORKS also answers as
 //! `completed_frameworks`); states that last less than a snapshot interval
-//! (`--state-snapshot-interval`) may be folded into the next one. The
-//! stream's events are computed once for all its readers, and a reader
-//! that stops reading is cut off (`operator_feed.rs`). TEARDOWN removes a
-//! framework. Every other call type is answered `501` naming it
-//! ("master.Call.type DRAIN_AGENT is not supported"), as is any field Agora
-//! does not carry out (`400`); the list is `agora_mesos_proto::support`'s.
+//! (`--state-snapshot-interval`) may be folded into the next one. Every
+//! answer and the stream show what the caller may view (`view_frameworks`,
+//! `view_tasks`); the stream's events are computed once for all its
+//! readers of one principal, and a reader that stops reading is cut off
+//! (`operator_feed.rs`). TEARDOWN is the one call that changes the
+//! cluster: it needs an authenticated principal whenever the master has
+//! credentials, and the `teardown_frameworks` ACL's leave. Every other
+//! call type is answered `501` naming it ("master.Call.type DRAIN_AGENT is
+//! not supported"), as is any field Agora does not carry out (`400`); the
+//! list is `agora_mesos_proto::support`'s.
 
 use std::collections::{BTreeMap, HashMap};
 

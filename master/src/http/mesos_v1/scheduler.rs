@@ -12,7 +12,8 @@
 //!
 //! Every other call names the framework and carries its current stream id;
 //! it is checked here (400 malformed or a field Agora does not carry out,
-//! 403 not subscribed, 415/406 media types, 413 too large, 501 unknown or
+//! 403 not subscribed or authenticated as another principal than the
+//! subscription, 415/406 media types, 413 too large, 501 unknown or
 //! refused call type), translated, queued for the state task and answered
 //! `202 Accepted` without waiting for its effects, which reach the
 //! framework as events. An ACCEPT refused whole (an offer operation Agora
@@ -100,7 +101,8 @@ pub(crate) async fn handle(
                 .decode_ignoring_unknown_keys::<v1::scheduler::Call>(&bytes)
                 .filter(|c| c.r#type() == v1::scheduler::call::Type::Accept)
             {
-                return other_call(state, &headers, call, connection, Some(message)).await;
+                return other_call(state, &headers, call, connection, principal, Some(message))
+                    .await;
             }
             return error(StatusCode::BAD_REQUEST, message);
         }
@@ -108,7 +110,7 @@ pub(crate) async fn handle(
     if call.r#type() == v1::scheduler::call::Type::Subscribe {
         subscribe(state, &headers, call, principal, connection).await
     } else {
-        other_call(state, &headers, call, connection, None).await
+        other_call(state, &headers, call, connection, principal, None).await
     }
 }
 
@@ -185,6 +187,7 @@ async fn subscribe(
         conn,
         stream_id: stream_id.clone(),
         framework: None,
+        principal: principal.clone(),
         state: state.clone(),
         connection,
         _ended: ended.drop_guard(),
@@ -290,6 +293,7 @@ async fn other_call(
     headers: &HeaderMap,
     mut call: v1::scheduler::Call,
     connection: Option<Connection>,
+    principal: Option<String>,
     refused: Option<String>,
 ) -> Response {
     let Some(framework_id) = call.framework_id.take() else {
@@ -316,6 +320,17 @@ async fn other_call(
             return error(
                 StatusCode::BAD_REQUEST,
                 format!("The stream ID '{stream_id}' included in this request didn't match the stream ID currently associated with framework ID {fid}"),
+            )
+        }
+        // A stream id is no credential: a call must come from the
+        // principal that subscribed (as in Mesos).
+        Some(entry) if principal.is_some() && entry.principal != principal => {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "The authenticated principal '{}' is not the principal of framework {fid}",
+                    principal.unwrap_or_default()
+                ),
             )
         }
         Some(entry) => entry.conn,
@@ -419,6 +434,7 @@ struct StreamGuard {
     conn: ConnId,
     stream_id: String,
     framework: Option<FrameworkId>,
+    principal: Option<String>,
     state: MesosState,
     connection: Option<Connection>,
     /// Ends the cut-off watch with the stream.
@@ -508,6 +524,7 @@ impl StreamGuard {
             StreamEntry {
                 stream_id: self.stream_id.clone(),
                 conn: self.conn,
+                principal: self.principal.clone(),
             },
         );
         self.framework = Some(framework);
