@@ -94,7 +94,10 @@ impl World {
         let id = self.next_proc;
         self.next_proc += 1;
         let now = self.now();
-        let driver = SimExecutor::from_env(&spec.env, now).ok();
+        // The executor reads its environment and the secrets the agent
+        // hands it over its inherited socket (its token) alike.
+        let vars: Vec<(String, String)> = spec.env.iter().chain(&spec.secrets).cloned().collect();
+        let driver = SimExecutor::from_env(&vars, now).ok();
         let is_command = key
             .1
             .as_str()
