@@ -513,9 +513,20 @@ async fn health_events_and_ui() {
     let h: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         keys(&h),
-        set(&["status", "master_id", "address", "uptime_seconds"])
+        set(&["status", "master_id", "address", "uptime_seconds", "open_doors"])
     );
     assert_eq!(h["status"], "serving");
+    // A test master has no TLS and no authentication: every door is open.
+    assert_eq!(
+        h["open_doors"],
+        serde_json::json!([
+            "no_tls",
+            "unauthenticated_frameworks",
+            "unauthenticated_agents",
+            "unauthenticated_http",
+            "unauthenticated_operator_writes"
+        ]),
+    );
 
     // The first server-sent event comes at once.
     let mut stream = agora_client::Http::new()
