@@ -51,7 +51,13 @@ struct FlinkFiles {
     dir: PathBuf,
     conf_dir: PathBuf,
     rest_port: u16,
-    rpc_port: u16,
+}
+
+/// Flink's ZooKeeper (`bin/zookeeper.sh`, the server shaded in
+/// flink-dist), killed with its process group on drop.
+struct ZooKeeper {
+    child: Child,
+    port: u16,
 }
 
 // === the environment ===
@@ -193,7 +199,6 @@ impl FlinkFiles {
             dir,
             conf_dir,
             rest_port,
-            rpc_port,
         }
     }
 
@@ -440,6 +445,119 @@ fn expected_counts(lines: usize) -> String {
     counts.iter().map(|(w, c)| format!("{w} {c}\n")).collect()
 }
 
+// === impl ZooKeeper ===
+
+impl ZooKeeper {
+    /// A standalone ZooKeeper on a free port, its data under `dir`.
+    fn start(env: &FlinkEnv, dir: &Path) -> ZooKeeper {
+        let conf = dir.join("zookeeper");
+        std::fs::create_dir_all(conf.join("data")).unwrap();
+        std::fs::copy(
+            env.home.join("conf/log4j-console.properties"),
+            conf.join("log4j-console.properties"),
+        )
+        .unwrap();
+        std::fs::write(conf.join("config.yaml"), "zookeeper.heap.mb: 128\n").unwrap();
+        let port = free_port();
+        std::fs::write(
+            conf.join("zoo.cfg"),
+            format!(
+                "tickTime=1000\ninitLimit=10\nsyncLimit=5\nclientPort={port}\nclientPortAddress=127.0.0.1\ndataDir={}\n",
+                conf.join("data").display()
+            ),
+        )
+        .unwrap();
+        let out = std::fs::File::create(conf.join("zookeeper.out")).unwrap();
+        let child = Command::new(env.home.join("bin/zookeeper.sh"))
+            .args(["start-foreground", "1"])
+            .env("FLINK_HOME", &env.home)
+            .env("FLINK_CONF_DIR", &conf)
+            .env("FLINK_LOG_DIR", conf.join("log"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .expect("bin/zookeeper.sh");
+        wait_until(
+            Duration::from_secs(60),
+            "ZooKeeper to listen",
+            || std::fs::read_to_string(conf.join("zookeeper.out")).unwrap_or_default(),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+        );
+        ZooKeeper { child, port }
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        // zookeeper.sh does not exec: the JVM is in the script's group.
+        let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// The pid of the TaskManager JVM of Agora worker `id` (its environment
+/// names the worker), if it runs.
+fn taskmanager_pid(id: &str) -> Option<i32> {
+    let needle = format!("AGORA_WORKER_ID={id}");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("TaskManagerRunner") {
+            continue;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        if environ
+            .split(|b| *b == 0)
+            .any(|var| var == needle.as_bytes())
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// The one job's id, once it is RUNNING with every task running.
+fn running_job(jm: &JobManager) -> Option<String> {
+    let (jid, state) = jm.jobs().into_iter().next()?;
+    if state != "RUNNING" {
+        return None;
+    }
+    let job = jm.get(&format!("/jobs/{jid}"))?;
+    let all_running = job["vertices"]
+        .as_array()?
+        .iter()
+        .all(|v| v["status"].as_str() == Some("RUNNING"));
+    all_running.then_some(jid)
+}
+
+/// (completed checkpoints, id of the checkpoint the job was restored
+/// from) of job `jid`.
+fn checkpoints(jm: &JobManager, jid: &str) -> Option<(u64, Option<u64>)> {
+    let c = jm.get(&format!("/jobs/{jid}/checkpoints"))?;
+    let completed = c["counts"]["completed"].as_u64()?;
+    let restored = c["latest"]["restored"]["id"].as_u64();
+    Some((completed, restored))
+}
+
+/// Live (non-terminal) Agora tasks of the framework `name`.
+fn live_tasks(cluster_state: &Value, name: &str) -> Vec<String> {
+    let mut out: Vec<String> = cluster_state["frameworks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["name"].as_str() == Some(name))
+        .flat_map(|f| f["tasks"].as_array().cloned().unwrap_or_default())
+        .filter(|t| !is_terminal(t["state"].as_str().unwrap_or("")))
+        .filter_map(|t| t["id"].as_str().map(String::from))
+        .collect();
+    out.sort();
+    out
+}
+
 // === scenarios ===
 
 /// A session cluster starts with no TaskManager; `flink run` of a bounded
@@ -548,4 +666,358 @@ fn session_cluster_runs_wordcount_on_requested_taskmanagers_and_releases_them() 
             || jm.log_text().contains("Agora: releasing TaskManager"),
         "the driver released them"
     );
+}
+
+// === high availability: Agora's masters on etcd, Flink's JobManager on ZooKeeper ===
+
+/// etcd, two masters and two agents following the leader.
+#[cfg(feature = "etcd")]
+struct HaAgora {
+    dir: tempfile::TempDir,
+    etcd: agora_etcd::testing::TestEtcd,
+    masters: Vec<support::Proc>,
+    agents: Vec<support::Proc>,
+}
+
+#[cfg(feature = "etcd")]
+const AGORA_PREFIX: &str = "/agora";
+
+#[cfg(feature = "etcd")]
+impl HaAgora {
+    fn start() -> Option<HaAgora> {
+        let dir = tempfile::Builder::new()
+            .prefix("agora-flink-ha-")
+            .tempdir()
+            .unwrap();
+        let etcd = agora_etcd::testing::TestEtcd::start(dir.path())?;
+        let mut ha = HaAgora {
+            dir,
+            etcd,
+            masters: Vec::new(),
+            agents: Vec::new(),
+        };
+        for i in 0..2 {
+            let work_dir = ha.dir.path().join(format!("master-{i}"));
+            std::fs::create_dir_all(&work_dir).unwrap();
+            let args: Vec<String> = [
+                "--listen",
+                "127.0.0.1:0",
+                "--work-dir",
+                &work_dir.display().to_string(),
+                "--etcd",
+                &format!("http://{}", ha.etcd.endpoint),
+                "--etcd-prefix",
+                AGORA_PREFIX,
+                "--etcd-lease-ttl",
+                "2s",
+                "--allocation-interval",
+                "200ms",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let log = ha.dir.path().join(format!("master-{i}.log"));
+            ha.masters.push(support::Proc::spawn(
+                &format!("master {i}"),
+                &bin("agora-master"),
+                &args,
+                &work_dir,
+                &log,
+            ));
+        }
+        for i in 0..2 {
+            let work_dir = ha.dir.path().join(format!("agent-{i}"));
+            std::fs::create_dir_all(&work_dir).unwrap();
+            let mut args: Vec<String> = [
+                "--master",
+                &ha.master_url(),
+                "--listen",
+                "127.0.0.1:0",
+                "--work-dir",
+                &work_dir.display().to_string(),
+                "--resources",
+                &agent_resources(i),
+                "--command-executor",
+                &bin("agora-command-executor").display().to_string(),
+                "--reconnect-backoff-max",
+                "300ms",
+                "--status-update-retry-min",
+                "200ms",
+                "--status-update-retry-max",
+                "1s",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(agora_examples::local::agent_user_flags());
+            let log = ha.dir.path().join(format!("agent-{i}.log"));
+            ha.agents.push(support::Proc::spawn(
+                &format!("agent {i}"),
+                &bin("agora-agent"),
+                &args,
+                &work_dir,
+                &log,
+            ));
+        }
+        wait_until(
+            Duration::from_secs(30),
+            "two agents at the leading master",
+            || ha.logs(),
+            || {
+                let state = ha.state()?;
+                (agora_examples::local::connected_agents(&state) >= 2).then_some(())
+            },
+        );
+        Some(ha)
+    }
+
+    fn master_url(&self) -> String {
+        format!("etcd://{}{AGORA_PREFIX}", self.etcd.endpoint)
+    }
+
+    /// The leading master's index.
+    fn leader(&self) -> Option<usize> {
+        let key = agora_discovery::leader_key(AGORA_PREFIX);
+        let record = self.etcd.client().get(key.as_bytes()).ok()??;
+        let leader: Value = serde_json::from_slice(&record.value).ok()?;
+        let address = leader["address"].as_str()?;
+        self.masters
+            .iter()
+            .position(|m| m.addr.to_string() == address)
+    }
+
+    /// The leader's `/state`.
+    fn state(&self) -> Option<Value> {
+        let leader = self.leader()?;
+        match http_get(self.masters[leader].addr, "/state") {
+            Ok((200, body)) => serde_json::from_str(&body).ok(),
+            _ => None,
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for p in self.masters.iter().chain(&self.agents) {
+            out.push_str(&format!("--- {} ---\n{}\n", p.name, p.log_tail()));
+        }
+        out
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Drop for HaAgora {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+        for p in self.agents.iter_mut().chain(self.masters.iter_mut()) {
+            p.terminate(Duration::from_secs(5));
+        }
+        support::kill_sandboxed_processes(self.dir.path());
+    }
+}
+
+/// A streaming job with checkpoints on two TaskManagers, through three
+/// failures: a TaskManager's JVM SIGKILLed (replaced through Agora, the
+/// job restored from its checkpoint); the leading Agora master SIGKILLed
+/// (the job runs on, no TaskManager lost or added); the JobManager
+/// SIGKILLed and started again with ZooKeeper HA and the driver's worker
+/// store in etcd (the same TaskManagers recovered without a new Agora
+/// task, the job restored from its checkpoint).
+#[cfg(feature = "etcd")]
+#[test]
+fn streaming_job_survives_taskmanager_agora_master_and_jobmanager_failures() {
+    let _serial = serial();
+    let Some(env) = flink_env() else { return };
+    let Some(mut agora) = HaAgora::start() else {
+        return;
+    };
+    let zk = ZooKeeper::start(env, agora.dir.path());
+    let files = FlinkFiles::new(
+        env,
+        agora.dir.path(),
+        "ha",
+        &[
+            ("agora.master", agora.master_url()),
+            (
+                "agora.store",
+                format!("etcd://{}/flink-ha", agora.etcd.endpoint),
+            ),
+            ("agora.bridge.start-timeout", "60s".into()),
+            ("high-availability.type", "zookeeper".into()),
+            (
+                "high-availability.zookeeper.quorum",
+                format!("127.0.0.1:{}", zk.port),
+            ),
+            (
+                "high-availability.storageDir",
+                format!("file://{}", agora.dir.path().join("ha-storage").display()),
+            ),
+            ("high-availability.cluster-id", "/agora-flink-test".into()),
+            (
+                "high-availability.zookeeper.client.session-timeout",
+                "6000".into(),
+            ),
+            (
+                "execution.checkpointing.dir",
+                format!("file://{}", agora.dir.path().join("checkpoints").display()),
+            ),
+            ("restart-strategy.type", "fixed-delay".into()),
+            ("restart-strategy.fixed-delay.attempts", "1000".into()),
+            ("restart-strategy.fixed-delay.delay", "1s".into()),
+            ("resourcemanager.taskmanager-timeout", "30s".into()),
+        ],
+    );
+    let framework = "flink-ha";
+    let mut jm = JobManager::session(env, &files);
+    let rest = format!("127.0.0.1:{}", files.rest_port);
+    let (ok, stdout, stderr) = files.flink_cli(
+        env,
+        &[
+            "run",
+            "-d",
+            "-m",
+            &rest,
+            "-p",
+            "2",
+            "-c",
+            "agora.flink.jobs.Forever",
+            env.jobs_jar.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(
+        ok,
+        "flink run -d failed\n{stdout}\n{stderr}\n{}",
+        jm.log_tail()
+    );
+    let context = |jm: &JobManager, agora: &HaAgora| format!("{}\n{}", jm.log_tail(), agora.logs());
+    let jid = wait_until(
+        Duration::from_secs(120),
+        "the streaming job RUNNING with a checkpoint",
+        || context(&jm, &agora),
+        || {
+            let jid = running_job(&jm)?;
+            (checkpoints(&jm, &jid)?.0 >= 1).then_some(jid)
+        },
+    );
+    let live = agora.state().map(|s| live_tasks(&s, framework)).unwrap();
+    assert_eq!(live.len(), 2, "two TaskManager tasks: {live:?}");
+
+    // 1. A TaskManager's JVM dies: Flink hears it from Agora, asks for a
+    // new one, and the job runs again from its last checkpoint.
+    let victim = live[0].clone();
+    let pid = taskmanager_pid(&victim).expect("the TaskManager's JVM");
+    nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    let replaced = wait_until(
+        Duration::from_secs(120),
+        "a replacement TaskManager and the job RUNNING from its checkpoint",
+        || context(&jm, &agora),
+        || {
+            let live = live_tasks(&agora.state()?, framework);
+            if live.len() != 2 || live.contains(&victim) {
+                return None;
+            }
+            running_job(&jm)?;
+            let (_, restored) = checkpoints(&jm, &jid)?;
+            restored?;
+            let tms = jm.taskmanagers()?;
+            live.iter().all(|id| tms.contains(id)).then_some(live)
+        },
+    );
+    eprintln!(
+        "TaskManager {victim} SIGKILLed: replaced by {replaced:?}, job RUNNING from its checkpoint after {:.1?}",
+        killed.elapsed()
+    );
+    assert!(jm
+        .log_text()
+        .contains(&format!("TaskManager {victim} ended")));
+
+    // 2. The leading Agora master dies: the bridge follows the new leader
+    // through etcd; the job keeps running on the same TaskManagers.
+    let old = agora.leader().expect("a leading master");
+    let (completed_before, _) = checkpoints(&jm, &jid).unwrap();
+    agora.masters[old].kill();
+    let new = wait_until(
+        Duration::from_secs(30),
+        "a new leading master",
+        || agora.logs(),
+        || agora.leader().filter(|i| *i != old),
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the bridge to re-register with the new master",
+        || context(&jm, &agora),
+        || {
+            jm.log_text()
+                .contains("connection to the master: reconnected")
+                .then_some(())
+        },
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "more checkpoints after the master failover",
+        || context(&jm, &agora),
+        || {
+            let (completed, _) = checkpoints(&jm, &jid)?;
+            (completed >= completed_before + 3).then_some(())
+        },
+    );
+    assert_eq!(running_job(&jm).as_deref(), Some(jid.as_str()));
+    let after = wait_until(
+        Duration::from_secs(30),
+        "the new master to know the TaskManagers",
+        || agora.logs(),
+        || {
+            let live = live_tasks(&agora.state()?, framework);
+            (!live.is_empty()).then_some(live)
+        },
+    );
+    assert_eq!(
+        after, replaced,
+        "no TaskManager lost or added across the master failover (master {old} → {new})"
+    );
+
+    // 3. The JobManager dies (SIGKILL) and is started again: it recovers
+    // the same TaskManagers from the etcd store (no new Agora task) and
+    // the job from ZooKeeper and its checkpoint.
+    jm.crash();
+    let crashed = Instant::now();
+    let jm2 = JobManager::session(env, &files);
+    let jid2 = wait_until(
+        Duration::from_secs(150),
+        "the job RUNNING again under the new JobManager",
+        || context(&jm2, &agora),
+        || {
+            let jid = running_job(&jm2)?;
+            let (_, restored) = checkpoints(&jm2, &jid)?;
+            restored?;
+            Some(jid)
+        },
+    );
+    let took = crashed.elapsed();
+    assert_eq!(jid2, jid, "the same job");
+    let tms = jm2.taskmanagers().unwrap_or_default();
+    let live = live_tasks(&agora.state().unwrap(), framework);
+    assert_eq!(live, replaced, "no new Agora task for the new JobManager");
+    let mut tms_sorted = tms.clone();
+    tms_sorted.sort();
+    assert_eq!(
+        tms_sorted, replaced,
+        "the same TaskManagers registered again"
+    );
+    assert!(
+        jm2.log_text()
+            .contains("2 TaskManager(s) of previous attempts recovered"),
+        "the driver recovered both\n{}",
+        jm2.log_tail()
+    );
+    eprintln!(
+        "JobManager SIGKILLed: the new one runs the job from its checkpoint {:.1?} later (ZooKeeper session timeout 6 s) on the same TaskManagers {tms:?}",
+        took
+    );
+    drop(jm2);
+    drop(jm);
+    drop(zk);
 }
