@@ -1021,3 +1021,99 @@ fn streaming_job_survives_taskmanager_agora_master_and_jobmanager_failures() {
     drop(jm);
     drop(zk);
 }
+
+/// An application cluster (`agora-application.sh`) runs WordCount at
+/// parallelism 2 with `agora.locality.hosts: h2`: both TaskManagers land
+/// on the agent of host h2 (of three with room); when the job ends the
+/// JobManager deregisters, every TaskManager task ends, and it exits 0.
+#[test]
+fn application_cluster_runs_its_job_on_preferred_hosts_and_tears_down() {
+    let _serial = serial();
+    let Some(env) = flink_env() else { return };
+    let mut cluster = TestCluster::start_with(0, &agent_resources(0), FAST_MASTER_FLAGS);
+    for i in 0..3 {
+        cluster.add_agent_named(
+            &format!("h{i}"),
+            &format!("rack:r{}", i % 2),
+            &agent_resources(i),
+            &[],
+        );
+    }
+    cluster.wait_agents(3);
+    let files = FlinkFiles::new(
+        env,
+        cluster.dir.path(),
+        "application",
+        &[
+            ("agora.master", cluster.master_address()),
+            ("agora.locality.hosts", "h2".into()),
+            ("parallelism.default", "2".into()),
+        ],
+    );
+    let output = files.dir.join("wordcount.txt");
+    let mut jm = JobManager::start(
+        env,
+        &files,
+        "agora-application.sh",
+        &[
+            "--jar".into(),
+            env.jobs_jar.display().to_string(),
+            "--class".into(),
+            "agora.flink.jobs.WordCount".into(),
+            "--".into(),
+            "--lines".into(),
+            "500".into(),
+            "--output".into(),
+            output.display().to_string(),
+        ],
+    );
+    let status = jm
+        .wait_exit(Duration::from_secs(180))
+        .unwrap_or_else(|| panic!("the application cluster did not exit\n{}", jm.log_tail()));
+    assert!(status.success(), "the JobManager exited {status}\n{}", jm.log_tail());
+    assert_eq!(
+        std::fs::read_to_string(&output).unwrap_or_default(),
+        expected_counts(500),
+        "the job's counts\n{}",
+        jm.log_tail()
+    );
+    let log = jm.log_text();
+    assert!(log.contains("Agora: deregistering (SUCCEEDED)"), "{}", jm.log_tail());
+
+    // Both TaskManagers ran on h2, and every task has ended.
+    let state = cluster.state();
+    let h2 = state["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["hostname"].as_str() == Some("h2"))
+        .and_then(|a| a["id"].as_str())
+        .expect("agent h2")
+        .to_string();
+    let tasks: Vec<Value> = state["frameworks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(state["completed_frameworks"].as_array().into_iter().flatten())
+        .filter(|f| f["name"].as_str() == Some("flink-application"))
+        .flat_map(|f| f["tasks"].as_array().cloned().unwrap_or_default())
+        .chain(state["completed_tasks"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let ours: Vec<&Value> = tasks
+        .iter()
+        .filter(|t| t["id"].as_str().is_some_and(|id| id.starts_with("worker-")))
+        .collect();
+    assert_eq!(ours.len(), 2, "two TaskManager tasks: {ours:?}");
+    for t in &ours {
+        assert_eq!(t["agent_id"].as_str(), Some(h2.as_str()), "placed on h2: {t}");
+        assert!(
+            is_terminal(t["state"].as_str().unwrap_or("")),
+            "ended with the application: {t}"
+        );
+    }
+    assert!(
+        log.matches("on h2 (host)").count() >= 2,
+        "the driver reports HOST locality\n{}",
+        jm.log_tail()
+    );
+}
