@@ -138,11 +138,11 @@ fn agent_resources(agent: usize) -> String {
     format!("cpus:4;mem:8192;disk:4096;ports:[{base}-{}]", base + 19)
 }
 
-/// A master and `n` agents, each with ports of its own.
-fn cluster(n: usize) -> TestCluster {
+/// A master and `n` agents with `flags`, each with ports of its own.
+fn cluster(n: usize, flags: &[&str]) -> TestCluster {
     let mut cluster = TestCluster::start_with(0, &agent_resources(0), FAST_MASTER_FLAGS);
     for i in 0..n {
-        cluster.add_agent(&agent_resources(i), &[]);
+        cluster.add_agent(&agent_resources(i), flags);
     }
     cluster.wait_agents(n);
     cluster
@@ -445,6 +445,51 @@ fn expected_counts(lines: usize) -> String {
     counts.iter().map(|(w, c)| format!("{w} {c}\n")).collect()
 }
 
+/// A cgroups root of the test's own, removed on drop (declare it before
+/// the cluster, so the agents have stopped by then).
+struct CgroupsRoot(String);
+
+impl CgroupsRoot {
+    /// The root, or `None` (printed why) where cgroups isolation cannot run.
+    fn new(test: &str) -> Option<CgroupsRoot> {
+        let root = format!("agora-test-{}-{test}", std::process::id());
+        match agora_agent::isolation::check_cgroups(&root) {
+            Ok(()) => Some(CgroupsRoot(root)),
+            Err(why) => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "{test}: cgroups isolation cannot run here: {why}"
+                );
+                eprintln!("{test}: TaskManager usage not checked: cgroups isolation cannot run here: {why}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for CgroupsRoot {
+    fn drop(&mut self) {
+        let _ = agora_agent::isolation::destroy_cgroups_root(&self.0);
+    }
+}
+
+/// The usage entry of the container running task `id`, from any agent's
+/// `/monitor/statistics`.
+fn container_usage(cluster: &TestCluster, id: &str) -> Option<Value> {
+    cluster.agents.iter().find_map(|agent| {
+        let (code, body) = http_get(agent.addr, "/monitor/statistics").ok()?;
+        if code != 200 {
+            return None;
+        }
+        let entries: Value = serde_json::from_str(&body).ok()?;
+        entries
+            .as_array()?
+            .iter()
+            .find(|e| e["tasks"] == serde_json::json!([id]))
+            .cloned()
+    })
+}
+
 // === impl ZooKeeper ===
 
 impl ZooKeeper {
@@ -568,14 +613,19 @@ fn live_tasks(cluster_state: &Value, name: &str) -> Vec<String> {
 fn session_cluster_runs_wordcount_on_requested_taskmanagers_and_releases_them() {
     let _serial = serial();
     let Some(env) = flink_env() else { return };
-    let cluster = cluster(2);
+    let cgroups = CgroupsRoot::new("flink");
+    let mut flags = Vec::new();
+    if let Some(root) = &cgroups {
+        flags = vec!["--isolation", "cgroups", "--cgroups-root", root.0.as_str()];
+    }
+    let cluster = cluster(2, &flags);
     let files = FlinkFiles::new(
         env,
         cluster.dir.path(),
         "session",
         &[
             ("agora.master", cluster.master_address()),
-            ("resourcemanager.taskmanager-timeout", "5s".into()),
+            ("resourcemanager.taskmanager-timeout", "10s".into()),
         ],
     );
     let jm = JobManager::session(env, &files);
@@ -631,7 +681,34 @@ fn session_cluster_runs_wordcount_on_requested_taskmanagers_and_releases_them() 
         );
     }
 
-    // Idle for 5 s, both are released: their tasks end as killed and
+    // Under cgroups isolation each TaskManager is a container of its own,
+    // limited to the memory Flink computed for it (1024 MB).
+    if cgroups.is_some() {
+        for (id, _) in &tasks {
+            let usage = wait_until(
+                Duration::from_secs(5),
+                &format!("the usage of TaskManager {id}'s container"),
+                || cluster.logs(),
+                || container_usage(&cluster, id),
+            );
+            let stats = &usage["statistics"];
+            let mem = stats["mem_total_bytes"].as_u64().unwrap_or(0);
+            let limit = stats["mem_limit_bytes"].as_u64().unwrap_or(0);
+            eprintln!(
+                "TaskManager {id}: {} MB in use, limit {} MB, cpus limit {}",
+                mem >> 20,
+                limit >> 20,
+                stats["cpus_limit"]
+            );
+            assert!(mem > 64 << 20, "a JVM's memory is counted: {usage}");
+            assert!(
+                limit >= 1024 << 20,
+                "limited to the TaskManager's size: {usage}"
+            );
+        }
+    }
+
+    // Idle for 10 s, both are released: their tasks end as killed and
     // Flink lists no TaskManager.
     let ended = wait_until(
         Duration::from_secs(60),
@@ -1070,7 +1147,11 @@ fn application_cluster_runs_its_job_on_preferred_hosts_and_tears_down() {
     let status = jm
         .wait_exit(Duration::from_secs(180))
         .unwrap_or_else(|| panic!("the application cluster did not exit\n{}", jm.log_tail()));
-    assert!(status.success(), "the JobManager exited {status}\n{}", jm.log_tail());
+    assert!(
+        status.success(),
+        "the JobManager exited {status}\n{}",
+        jm.log_tail()
+    );
     assert_eq!(
         std::fs::read_to_string(&output).unwrap_or_default(),
         expected_counts(500),
@@ -1078,7 +1159,11 @@ fn application_cluster_runs_its_job_on_preferred_hosts_and_tears_down() {
         jm.log_tail()
     );
     let log = jm.log_text();
-    assert!(log.contains("Agora: deregistering (SUCCEEDED)"), "{}", jm.log_tail());
+    assert!(
+        log.contains("Agora: deregistering (SUCCEEDED)"),
+        "{}",
+        jm.log_tail()
+    );
 
     // Both TaskManagers ran on h2, and every task has ended.
     let state = cluster.state();
@@ -1094,10 +1179,20 @@ fn application_cluster_runs_its_job_on_preferred_hosts_and_tears_down() {
         .as_array()
         .into_iter()
         .flatten()
-        .chain(state["completed_frameworks"].as_array().into_iter().flatten())
+        .chain(
+            state["completed_frameworks"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
         .filter(|f| f["name"].as_str() == Some("flink-application"))
         .flat_map(|f| f["tasks"].as_array().cloned().unwrap_or_default())
-        .chain(state["completed_tasks"].as_array().cloned().unwrap_or_default())
+        .chain(
+            state["completed_tasks"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        )
         .collect();
     let ours: Vec<&Value> = tasks
         .iter()
@@ -1105,7 +1200,11 @@ fn application_cluster_runs_its_job_on_preferred_hosts_and_tears_down() {
         .collect();
     assert_eq!(ours.len(), 2, "two TaskManager tasks: {ours:?}");
     for t in &ours {
-        assert_eq!(t["agent_id"].as_str(), Some(h2.as_str()), "placed on h2: {t}");
+        assert_eq!(
+            t["agent_id"].as_str(),
+            Some(h2.as_str()),
+            "placed on h2: {t}"
+        );
         assert!(
             is_terminal(t["state"].as_str().unwrap_or("")),
             "ended with the application: {t}"
