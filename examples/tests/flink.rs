@@ -1216,3 +1216,125 @@ fn application_cluster_runs_its_job_on_preferred_hosts_and_tears_down() {
         jm.log_tail()
     );
 }
+
+// === benchmark ===
+
+/// Milliseconds since midnight of a Flink log line's timestamp
+/// (`2026-12-06 10:54:16,426 …`).
+fn log_millis(line: &str) -> Option<u64> {
+    let time = line.get(11..23)?;
+    let (hms, ms) = time.split_once(',')?;
+    let mut parts = hms.split(':').map(|p| p.parse::<u64>().ok());
+    let (h, m, s) = (parts.next()??, parts.next()??, parts.next()??);
+    Some(((h * 60 + m) * 60 + s) * 1000 + ms.parse::<u64>().ok()?)
+}
+
+/// The benchmark (`cargo test -p agora-examples --test flink bench_flink
+/// -- --ignored --nocapture`): for 1, 4 and 8 TaskManagers, the time
+/// from `flink run -d` of a job of that parallelism on an idle session
+/// cluster to all TaskManagers registered, split into Agora's share
+/// (request → task running) and the TaskManager JVM's (task running →
+/// registered), next to the target (JVM start plus < 1 s of Agora's).
+#[test]
+#[ignore = "a benchmark: run it with --ignored --nocapture"]
+fn bench_flink() {
+    let _serial = serial();
+    let Some(env) = flink_env() else { return };
+    let cluster = cluster(2, &[]);
+    let files = FlinkFiles::new(
+        env,
+        cluster.dir.path(),
+        "bench",
+        &[
+            ("agora.master", cluster.master_address()),
+            ("resourcemanager.taskmanager-timeout", "3s".into()),
+        ],
+    );
+    let jm = JobManager::session(env, &files);
+    let rest = format!("127.0.0.1:{}", files.rest_port);
+    println!(
+        "{:>4} {:>22} {:>26} {:>26}  target",
+        "TMs", "submit → all registered", "Agora: request → running", "JVM: running → registered"
+    );
+    for n in [1usize, 4, 8] {
+        let log_before = jm.log_text().len();
+        let started = Instant::now();
+        let (ok, stdout, stderr) = files.flink_cli(
+            env,
+            &[
+                "run",
+                "-d",
+                "-m",
+                &rest,
+                "-p",
+                &n.to_string(),
+                "-c",
+                "agora.flink.jobs.Forever",
+                env.jobs_jar.to_str().unwrap(),
+            ],
+            Duration::from_secs(120),
+        );
+        assert!(ok, "{stdout}\n{stderr}");
+        wait_until(
+            Duration::from_secs(240),
+            &format!("{n} TaskManagers registered"),
+            || jm.log_tail(),
+            || (jm.taskmanagers()?.len() >= n).then_some(()),
+        );
+        let all = started.elapsed();
+        // Per TaskManager, from the JobManager's log.
+        let log = jm.log_text()[log_before..].to_string();
+        let mut requested: BTreeMap<String, u64> = BTreeMap::new();
+        let mut placed: BTreeMap<String, String> = BTreeMap::new();
+        let mut running: BTreeMap<String, u64> = BTreeMap::new();
+        let mut registered: BTreeMap<String, u64> = BTreeMap::new();
+        for line in log.lines() {
+            let Some(t) = log_millis(line) else { continue };
+            if let Some(rest) = line.split("Agora: requested TaskManager #").nth(1) {
+                requested.insert(rest.split(' ').next().unwrap_or("").to_string(), t);
+            } else if let Some(rest) = line.split("Agora: TaskManager #").nth(1) {
+                let mut words = rest.split(' ');
+                let request = words.next().unwrap_or("").to_string();
+                let worker = words.nth(1).unwrap_or("").to_string();
+                placed.insert(worker, request);
+            } else if let Some(rest) = line.split("Agora: TaskManager ").nth(1) {
+                if let Some(worker) = rest.strip_suffix(" is running") {
+                    running.insert(worker.to_string(), t);
+                }
+            } else if line.contains("Registering TaskManager with ResourceID ") {
+                if let Some(rest) = line.split("ResourceID ").nth(1) {
+                    registered.insert(rest.split(' ').next().unwrap_or("").to_string(), t);
+                }
+            }
+        }
+        let mut agora_max = 0u64;
+        let mut jvm_max = 0u64;
+        for (worker, request) in &placed {
+            if let (Some(r), Some(run), Some(reg)) = (
+                requested.get(request),
+                running.get(worker),
+                registered.get(worker),
+            ) {
+                agora_max = agora_max.max(run.saturating_sub(*r));
+                jvm_max = jvm_max.max(reg.saturating_sub(*run));
+            }
+        }
+        println!(
+            "{n:>4} {:>21.2}s {:>25.2}s {:>25.2}s  JVM start + < 1 s of Agora's ({})",
+            all.as_secs_f64(),
+            agora_max as f64 / 1000.0,
+            jvm_max as f64 / 1000.0,
+            if agora_max < 1000 { "met" } else { "missed" }
+        );
+        let jid = running_job(&jm).or_else(|| jm.jobs().first().map(|j| j.0.clone()));
+        if let Some(jid) = jid {
+            let _ = files.flink_cli(env, &["cancel", "-m", &rest, &jid], Duration::from_secs(60));
+        }
+        wait_until(
+            Duration::from_secs(120),
+            "the idle TaskManagers released",
+            || jm.log_tail(),
+            || (jm.taskmanagers()?.is_empty()).then_some(()),
+        );
+    }
+}
