@@ -55,6 +55,7 @@ struct FlinkFiles {
 
 /// Flink's ZooKeeper (`bin/zookeeper.sh`, the server shaded in
 /// flink-dist), killed with its process group on drop.
+#[cfg(feature = "etcd")]
 struct ZooKeeper {
     child: Child,
     port: u16,
@@ -351,6 +352,7 @@ impl JobManager {
 
     /// SIGKILLs the JVM only (a JobManager crash); its bridge sees its
     /// stdin close and stops in failover mode.
+    #[cfg(feature = "etcd")]
     fn crash(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -492,6 +494,7 @@ fn container_usage(cluster: &TestCluster, id: &str) -> Option<Value> {
 
 // === impl ZooKeeper ===
 
+#[cfg(feature = "etcd")]
 impl ZooKeeper {
     /// A standalone ZooKeeper on a free port, its data under `dir`.
     fn start(env: &FlinkEnv, dir: &Path) -> ZooKeeper {
@@ -534,6 +537,7 @@ impl ZooKeeper {
     }
 }
 
+#[cfg(feature = "etcd")]
 impl Drop for ZooKeeper {
     fn drop(&mut self) {
         // zookeeper.sh does not exec: the JVM is in the script's group.
@@ -544,6 +548,7 @@ impl Drop for ZooKeeper {
 
 /// The pid of the TaskManager JVM of Agora worker `id` (its environment
 /// names the worker), if it runs.
+#[cfg(feature = "etcd")]
 fn taskmanager_pid(id: &str) -> Option<i32> {
     let needle = format!("AGORA_WORKER_ID={id}");
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -581,6 +586,7 @@ fn running_job(jm: &JobManager) -> Option<String> {
 
 /// (completed checkpoints, id of the checkpoint the job was restored
 /// from) of job `jid`.
+#[cfg(feature = "etcd")]
 fn checkpoints(jm: &JobManager, jid: &str) -> Option<(u64, Option<u64>)> {
     let c = jm.get(&format!("/jobs/{jid}/checkpoints"))?;
     let completed = c["counts"]["completed"].as_u64()?;
@@ -589,6 +595,7 @@ fn checkpoints(jm: &JobManager, jid: &str) -> Option<(u64, Option<u64>)> {
 }
 
 /// Live (non-terminal) Agora tasks of the framework `name`.
+#[cfg(feature = "etcd")]
 fn live_tasks(cluster_state: &Value, name: &str) -> Vec<String> {
     let mut out: Vec<String> = cluster_state["frameworks"]
         .as_array()
@@ -1337,4 +1344,241 @@ fn bench_flink() {
             || (jm.taskmanagers()?.is_empty()).then_some(()),
         );
     }
+}
+
+// === the bridge alone (no Java needed) ===
+
+/// `agora-flink-bridge` driven over its stdin/stdout as the Java driver
+/// drives it, against a real master and agent.
+struct BridgeProc {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    events: std::sync::mpsc::Receiver<Value>,
+}
+
+impl BridgeProc {
+    fn start(master: &str, store: &Path, log: &Path) -> BridgeProc {
+        let mut child = Command::new(bin("agora-flink-bridge"))
+            .args([
+                "--master",
+                master,
+                "--name",
+                "bridge-test",
+                "--locality-wait-ms",
+                "100",
+                "--store",
+                &format!("file:{}", store.display()),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .unwrap(),
+            )
+            .spawn()
+            .expect("agora-flink-bridge");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, events) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("the bridge wrote {line:?}: {e}"));
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        BridgeProc {
+            stdin: child.stdin.take(),
+            child,
+            events,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next event (within 30 s).
+    fn next(&self) -> Value {
+        self.events
+            .recv_timeout(Duration::from_secs(30))
+            .expect("an event from the bridge")
+    }
+
+    /// Skips `connection` events.
+    fn next_of_note(&self) -> Value {
+        loop {
+            let event = self.next();
+            if event["event"] != "connection" {
+                return event;
+            }
+        }
+    }
+}
+
+impl Drop for BridgeProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The bridge's contract, without Flink: `recovered` first; a worker's
+/// `placed` before its `running`; bad commands refused by name; a
+/// release ends as `killed`; closing stdin leaves the workers running and
+/// the next bridge on the same store recovers them; `deregister` ends
+/// them all.
+#[test]
+fn bridge_speaks_json_lines_for_the_flink_driver() {
+    let _serial = serial();
+    let cluster = cluster(1, &[]);
+    let store = cluster.dir.path().join("bridge-store/workers");
+    let log = cluster.dir.path().join("bridge.log");
+    let context = || {
+        format!(
+            "{}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default(),
+            cluster.logs()
+        )
+    };
+    let mut bridge = BridgeProc::start(&cluster.master_address(), &store, &log);
+    assert_eq!(bridge.next_of_note()["event"], "recovered", "{}", context());
+    let spec = |request: u64, extra: &str| {
+        format!(
+            r#"{{"op":"request","request":{request},"spec":{{"name":"w","resources":"cpus:0.1;mem:32","ports":["rpc"],"command":"sleep 600"{extra}}}}}"#
+        )
+    };
+
+    bridge.send(&spec(1, ""));
+    let placed = bridge.next_of_note();
+    assert_eq!(placed["event"], "placed", "{placed}\n{}", context());
+    assert_eq!(placed["request"], 1);
+    let first = placed["worker"]["id"].as_str().unwrap().to_string();
+    assert!(
+        placed["worker"]["ports"]["rpc"].as_u64().is_some(),
+        "{placed}"
+    );
+    let running = bridge.next_of_note();
+    assert_eq!(
+        running,
+        serde_json::json!({"event": "running", "worker": first})
+    );
+
+    bridge.send(&format!(
+        r#"{{"op":"release","worker":"{first}","force":true}}"#
+    ));
+    let refused = bridge.next_of_note();
+    assert_eq!(refused["event"], "refused", "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("force"),
+        "{refused}"
+    );
+    bridge.send(&spec(2, r#","constraints":["hostname:NEAR:x"]"#));
+    let failed = bridge.next_of_note();
+    assert_eq!(failed["event"], "request_failed", "{failed}");
+    assert_eq!(failed["request"], 2);
+    assert!(
+        failed["error"].as_str().unwrap().contains("NEAR"),
+        "{failed}"
+    );
+    bridge.send("not json");
+    assert_eq!(bridge.next_of_note()["event"], "refused");
+
+    bridge.send(&spec(3, ""));
+    let placed = bridge.next_of_note();
+    assert_eq!(
+        (placed["event"].as_str(), placed["request"].as_u64()),
+        (Some("placed"), Some(3))
+    );
+    let second = placed["worker"]["id"].as_str().unwrap().to_string();
+    assert_eq!(bridge.next_of_note()["event"], "running");
+
+    bridge.send(&format!(r#"{{"op":"release","worker":"{first}"}}"#));
+    let ended = bridge.next_of_note();
+    assert_eq!(
+        (
+            ended["event"].as_str(),
+            ended["worker"].as_str(),
+            ended["cause"].as_str()
+        ),
+        (Some("terminated"), Some(first.as_str()), Some("killed")),
+        "{ended}"
+    );
+
+    // Stdin closes (the JobManager died): the bridge ends, the worker lives.
+    drop(bridge.stdin.take());
+    let ended = bridge.next_of_note();
+    assert_eq!(ended["event"], "ended", "{ended}");
+    let status = bridge.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    wait_until(
+        Duration::from_secs(20),
+        "the unreleased worker alone running",
+        context,
+        || {
+            let state = cluster.state();
+            let live: Vec<String> = state["frameworks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|f| f["tasks"].as_array().cloned().unwrap_or_default())
+                .filter(|t| !is_terminal(t["state"].as_str().unwrap_or("")))
+                .filter_map(|t| t["id"].as_str().map(String::from))
+                .collect();
+            (live == vec![second.clone()]).then_some(())
+        },
+    );
+
+    // The next bridge on the same store recovers it; deregister ends it.
+    let mut bridge = BridgeProc::start(&cluster.master_address(), &store, &log);
+    let recovered = bridge.next_of_note();
+    assert_eq!(
+        recovered["event"],
+        "recovered",
+        "{recovered}\n{}",
+        context()
+    );
+    let ids: Vec<&str> = recovered["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec![second.as_str()]);
+    bridge.send(r#"{"op":"deregister","status":"succeeded","diagnostics":"test over"}"#);
+    let ended = loop {
+        let event = bridge.next_of_note();
+        if event["event"] == "ended" {
+            break event;
+        }
+    };
+    assert_eq!(ended["reason"], "deregistered", "{ended}");
+    assert!(bridge.child.wait().unwrap().success());
+    wait_until(
+        Duration::from_secs(20),
+        "every worker task to end",
+        context,
+        || {
+            let state = cluster.state();
+            let live = state["frameworks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|f| f["tasks"].as_array().cloned().unwrap_or_default())
+                .filter(|t| !is_terminal(t["state"].as_str().unwrap_or("")))
+                .count();
+            (live == 0).then_some(())
+        },
+    );
 }

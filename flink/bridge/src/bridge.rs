@@ -19,7 +19,7 @@ use agora_workers::{
     TerminationCause, WorkerDriver, WorkerEventHandler, WorkerHandle, WorkerId, WorkerStore,
 };
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::protocol::{Command, Event};
@@ -27,6 +27,11 @@ use crate::store::StoreChoice;
 
 /// How long requests still in flight get to fail once the driver stopped.
 const DRAIN_REQUESTS: Duration = Duration::from_secs(5);
+
+/// How long a `deregister` waits for the driver to be subscribed: only a
+/// subscribed framework can be torn down (its workers would otherwise
+/// run on until the failover timeout, unrecorded).
+const DEREGISTER_CONNECT_WAIT: Duration = Duration::from_secs(30);
 
 /// Everything the bridge needs.
 #[derive(Debug, Clone)]
@@ -51,8 +56,12 @@ pub struct Outcome {
     pub failed: bool,
 }
 
-/// Feeds the worker driver's callbacks to the writer.
-struct Handler(mpsc::UnboundedSender<Event>);
+/// Feeds the worker driver's callbacks to the writer, and keeps whether
+/// the driver is subscribed.
+struct Handler {
+    events: mpsc::UnboundedSender<Event>,
+    connected: watch::Sender<bool>,
+}
 
 struct Contender(mpsc::UnboundedSender<Option<LeaderEpoch>>);
 
@@ -128,7 +137,11 @@ where
             }
         }
     };
-    let handler = Arc::new(Handler(events.clone()));
+    let (connected, connection) = watch::channel(false);
+    let handler = Arc::new(Handler {
+        events: events.clone(),
+        connected,
+    });
     let driver = match WorkerDriver::initialize(options.driver.clone(), store, handler) {
         Ok(driver) => driver,
         Err(e) => return failed(format!("cannot start the worker driver: {e}")),
@@ -167,7 +180,7 @@ where
         tokio::select! {
             line = lines.next_line() => match line {
                 Ok(Some(line)) => {
-                    if let Some(outcome) = on_line(&driver, &line, events, &mut requests, &mut in_flight).await {
+                    if let Some(outcome) = on_line(&driver, &line, events, &connection, &mut requests, &mut in_flight).await {
                         break outcome;
                     }
                 }
@@ -217,6 +230,7 @@ async fn on_line(
     driver: &WorkerDriver,
     line: &str,
     events: &mpsc::UnboundedSender<Event>,
+    connection: &watch::Receiver<bool>,
     requests: &mut HashMap<u64, RequestId>,
     in_flight: &mut JoinSet<u64>,
 ) -> Option<Outcome> {
@@ -285,6 +299,14 @@ async fn on_line(
             status,
             diagnostics,
         } => {
+            let mut connection = connection.clone();
+            let subscribed =
+                tokio::time::timeout(DEREGISTER_CONNECT_WAIT, connection.wait_for(|c| *c)).await;
+            if !matches!(subscribed, Ok(Ok(_))) {
+                tracing::warn!(
+                    "deregistering while not subscribed to a master: the master tears the framework down only after its failover timeout"
+                );
+            }
             let result = driver.deregister(status.into(), diagnostics).await;
             return Some(match result {
                 Ok(()) => Outcome {
@@ -405,28 +427,30 @@ impl WorkerEventHandler for Handler {
             workers = workers.len(),
             "previous attempts' workers recovered"
         );
-        let _ = self.0.send(Event::Recovered { workers });
+        let _ = self.events.send(Event::Recovered { workers });
     }
 
     fn on_worker_running(&self, worker: &WorkerHandle) {
-        let _ = self.0.send(Event::Running {
+        let _ = self.events.send(Event::Running {
             worker: worker.id.clone(),
         });
     }
 
     fn on_worker_terminated(&self, id: &WorkerId, cause: TerminationCause, diagnostics: &str) {
         tracing::info!(worker_id = %id, %cause, diagnostics, "worker terminated");
-        let _ = self.0.send(Event::terminated(id, cause, diagnostics));
+        let _ = self.events.send(Event::terminated(id, cause, diagnostics));
     }
 
     fn on_connection(&self, state: ConnectionState) {
         tracing::info!(?state, "connection to the master");
-        let _ = self.0.send(Event::Connection { state });
+        self.connected
+            .send_replace(state != ConnectionState::Disconnected);
+        let _ = self.events.send(Event::Connection { state });
     }
 
     fn on_error(&self, error: &FatalError) {
         tracing::error!(%error, "the worker driver failed");
-        let _ = self.0.send(Event::Error {
+        let _ = self.events.send(Event::Error {
             message: error.to_string(),
         });
     }
