@@ -1357,13 +1357,17 @@ struct BridgeProc {
 }
 
 impl BridgeProc {
-    fn start(master: &str, store: &Path, log: &Path) -> BridgeProc {
+    fn start(master: &str, store: &Path, secret: &Path, log: &Path) -> BridgeProc {
         let mut child = Command::new(bin("agora-flink-bridge"))
             .args([
                 "--master",
                 master,
                 "--name",
                 "bridge-test",
+                "--principal",
+                "flink",
+                "--secret-file",
+                &secret.display().to_string(),
                 "--locality-wait-ms",
                 "100",
                 "--store",
@@ -1438,11 +1442,26 @@ impl Drop for BridgeProc {
 /// `placed` before its `running`; bad commands refused by name; a
 /// release ends as `killed`; closing stdin leaves the workers running and
 /// the next bridge on the same store recovers them; `deregister` ends
-/// them all.
+/// them all. The master authenticates frameworks: the bridge subscribes
+/// with `--principal` and `--secret-file`.
 #[test]
 fn bridge_speaks_json_lines_for_the_flink_driver() {
     let _serial = serial();
-    let cluster = cluster(1, &[]);
+    let secrets = tempfile::tempdir().unwrap();
+    let credentials = secrets.path().join("credentials.json");
+    std::fs::write(
+        &credentials,
+        r#"{"credentials":[{"principal":"flink","secret":"f-secret"}]}"#,
+    )
+    .unwrap();
+    let secret = secrets.path().join("flink-secret");
+    std::fs::write(&secret, "f-secret\n").unwrap();
+    let credentials = credentials.display().to_string();
+    let mut master_flags = FAST_MASTER_FLAGS.to_vec();
+    master_flags.extend(["--credentials", &credentials, "--authenticate-frameworks"]);
+    let mut cluster = TestCluster::start_with(0, &agent_resources(0), &master_flags);
+    cluster.add_agent(&agent_resources(0), &[]);
+    cluster.wait_agents(1);
     let store = cluster.dir.path().join("bridge-store/workers");
     let log = cluster.dir.path().join("bridge.log");
     let context = || {
@@ -1452,7 +1471,7 @@ fn bridge_speaks_json_lines_for_the_flink_driver() {
             cluster.logs()
         )
     };
-    let mut bridge = BridgeProc::start(&cluster.master_address(), &store, &log);
+    let mut bridge = BridgeProc::start(&cluster.master_address(), &store, &secret, &log);
     assert_eq!(bridge.next_of_note()["event"], "recovered", "{}", context());
     let spec = |request: u64, extra: &str| {
         format!(
@@ -1541,7 +1560,7 @@ fn bridge_speaks_json_lines_for_the_flink_driver() {
     );
 
     // The next bridge on the same store recovers it; deregister ends it.
-    let mut bridge = BridgeProc::start(&cluster.master_address(), &store, &log);
+    let mut bridge = BridgeProc::start(&cluster.master_address(), &store, &secret, &log);
     let recovered = bridge.next_of_note();
     assert_eq!(
         recovered["event"],
