@@ -130,12 +130,17 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Agent resources: room for several TaskManagers, and ports of its own
-/// (all agents share this machine, and TaskManagers bind the offered
-/// ports): 20 ports from a base that differs per agent and per run.
-fn agent_resources(agent: usize) -> String {
-    let run = (std::process::id() as usize + rand_u64() as usize) % 1000;
-    let base = 20_000 + ((run * 7 + agent) % 1500) * 20;
+/// Agent resources: room for several TaskManagers, and 20 ports of its
+/// own (all agents share this machine, and TaskManagers bind the offered
+/// ports): each call takes the next range below Linux's ephemeral ports
+/// (32768 and up), starting from a place that differs per run.
+fn agent_resources(_agent: usize) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    static START: OnceLock<usize> = OnceLock::new();
+    let start = *START.get_or_init(|| (std::process::id() as usize ^ rand_u64() as usize) % 630);
+    let slot = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % 630;
+    let base = 20_000 + slot * 20;
     format!("cpus:4;mem:8192;disk:4096;ports:[{base}-{}]", base + 19)
 }
 
@@ -570,6 +575,18 @@ fn taskmanager_pid(id: &str) -> Option<i32> {
     None
 }
 
+/// A process's parent.
+#[cfg(feature = "etcd")]
+fn parent_pid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The one job's id, once it is RUNNING with every task running.
 fn running_job(jm: &JobManager) -> Option<String> {
     let (jid, state) = jm.jobs().into_iter().next()?;
@@ -901,9 +918,11 @@ impl Drop for HaAgora {
     }
 }
 
-/// A streaming job with checkpoints on two TaskManagers, through three
+/// A streaming job with checkpoints on two TaskManagers, through four
 /// failures: a TaskManager's JVM SIGKILLed (replaced through Agora, the
-/// job restored from its checkpoint); the leading Agora master SIGKILLed
+/// job restored from its checkpoint); a TaskManager killed by Agora (its
+/// command executor dies and the agent kills the task: TASK_FAILED,
+/// replaced); the leading Agora master SIGKILLed
 /// (the job runs on, no TaskManager lost or added); the JobManager
 /// SIGKILLed and started again with ZooKeeper HA and the driver's worker
 /// store in etcd (the same TaskManagers recovered without a new Agora
@@ -1014,9 +1033,52 @@ fn streaming_job_survives_taskmanager_agora_master_and_jobmanager_failures() {
         "TaskManager {victim} SIGKILLed: replaced by {replaced:?}, job RUNNING from its checkpoint after {:.1?}",
         killed.elapsed()
     );
-    assert!(jm
-        .log_text()
-        .contains(&format!("TaskManager {victim} ended")));
+    let log = jm.log_text();
+    assert!(log.contains(&format!("TaskManager {victim} ended")));
+    for line in log
+        .lines()
+        .filter(|l| l.contains("Agora: TaskManager") && l.contains(" ended: "))
+    {
+        eprintln!("{line}");
+    }
+
+    // 1b. Agora kills a TaskManager: its command executor dies, and the
+    // agent kills the task it ran (TASK_FAILED); replaced the same way.
+    let victim = replaced[0].clone();
+    let tm = taskmanager_pid(&victim).expect("the TaskManager's JVM");
+    let executor = parent_pid(tm).expect("the TaskManager's parent");
+    let cmdline = std::fs::read(format!("/proc/{executor}/cmdline")).unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains("agora-command-executor"),
+        "the TaskManager runs under its command executor: {}",
+        String::from_utf8_lossy(&cmdline)
+    );
+    nix::sys::signal::kill(Pid::from_raw(executor), Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    let replaced = wait_until(
+        Duration::from_secs(120),
+        "a replacement for the TaskManager Agora killed, the job RUNNING again",
+        || context(&jm, &agora),
+        || {
+            let live = live_tasks(&agora.state()?, framework);
+            if live.len() != 2 || live.contains(&victim) || support::process_alive(tm) {
+                return None;
+            }
+            running_job(&jm)?;
+            let tms = jm.taskmanagers()?;
+            live.iter().all(|id| tms.contains(id)).then_some(live)
+        },
+    );
+    eprintln!(
+        "TaskManager {victim}'s executor SIGKILLed: the agent killed the TaskManager; replaced by {replaced:?}, job RUNNING after {:.1?}",
+        killed.elapsed()
+    );
+    let log = jm.log_text();
+    let ended = log
+        .lines()
+        .find(|l| l.contains(&format!("TaskManager {victim} ended")))
+        .unwrap_or_default();
+    assert!(ended.contains("failed"), "reported as failed: {ended}");
 
     // 2. The leading Agora master dies: the bridge follows the new leader
     // through etcd; the job keeps running on the same TaskManagers.
