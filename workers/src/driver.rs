@@ -405,7 +405,10 @@ async fn run(
         info.roles = vec![role.clone()];
     }
     info.hostname = options.hostname.clone();
+    info.webui_url = options.webui_url.clone();
+    info.principal = options.credential.as_ref().map(|c| c.principal.clone());
     let mut config = DriverConfig::new(options.master.clone());
+    config.credential = options.credential.clone();
     config.implicit_acknowledgements = false;
     config.reconnect_backoff_max = options.reconnect_backoff_max;
     let scheduler = SchedulerDriver::new(Forward(inner.commands.clone()), info, config);

@@ -64,6 +64,11 @@ pub struct DriverOptions {
     pub role: Option<String>,
     /// Host the runtime runs on (informational).
     pub hostname: String,
+    /// Principal and secret for a master that authenticates frameworks
+    /// (the principal is also the framework's). Default none.
+    pub credential: Option<proto::Credential>,
+    /// The runtime's web UI, shown by the master. Default none.
+    pub webui_url: Option<String>,
     /// How long the master keeps the workers of a disconnected runtime.
     /// Default one week (Flink's and the Mesos HA guide's advice).
     pub failover_timeout: Duration,
@@ -157,6 +162,8 @@ impl DriverOptions {
             framework_name: name.into(),
             role: None,
             hostname: String::new(),
+            credential: None,
+            webui_url: None,
             failover_timeout: Self::DEFAULT_FAILOVER_TIMEOUT,
             locality_wait: Self::DEFAULT_LOCALITY_WAIT,
             refuse_unusable: Duration::from_secs(30),
