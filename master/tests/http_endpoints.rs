@@ -513,7 +513,13 @@ async fn health_events_and_ui() {
     let h: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         keys(&h),
-        set(&["status", "master_id", "address", "uptime_seconds", "open_doors"])
+        set(&[
+            "status",
+            "master_id",
+            "address",
+            "uptime_seconds",
+            "open_doors"
+        ])
     );
     assert_eq!(h["status"], "serving");
     // A test master has no TLS and no authentication: every door is open.
