@@ -139,6 +139,13 @@ pub const AGENT_COLUMNS: &[Column] = &[
         cell: |a| yes_no(&a["connected"]),
     },
     Column {
+        title: "UNAVAILABLE",
+        cell: |a| match a["unavailable"].as_str() {
+            Some(why) => why.to_string(),
+            None => "-".to_string(),
+        },
+    },
+    Column {
         title: "TASKS",
         cell: |a| s(&a["tasks"]),
     },

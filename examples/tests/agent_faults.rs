@@ -103,6 +103,7 @@ impl Job {
     fn task(&self, i: usize, offer: &agora_proto::Offer) -> TaskInfo {
         let program = bin("ledger-executor").display().to_string();
         TaskInfo {
+            allocation_role: None,
             launch_stamp: None,
             name: self.task_name(i),
             task_id: TaskId::new(self.task_name(i)),

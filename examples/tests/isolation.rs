@@ -322,6 +322,7 @@ fn executor_task(
 ) -> TaskInfo {
     let program = bin("test-executor").display().to_string();
     TaskInfo {
+        allocation_role: None,
         launch_stamp: None,
         name: name.into(),
         task_id: TaskId::new(name),

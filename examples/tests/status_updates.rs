@@ -113,6 +113,7 @@ impl Scheduler for Once {
                 let id = TaskId::new(format!("once-{i}"));
                 job.launched.insert(id.clone(), offer.agent_id.clone());
                 tasks.push(TaskInfo {
+                    allocation_role: None,
                     launch_stamp: None,
                     name: id.to_string(),
                     task_id: id,

@@ -54,6 +54,7 @@ impl Scheduler for Hasty {
                 outcomes.pending.pop_front();
                 let id = format!("hasty-{i}");
                 tasks.push(TaskInfo {
+                    allocation_role: None,
                     launch_stamp: None,
                     name: id.clone(),
                     task_id: TaskId::new(&id),

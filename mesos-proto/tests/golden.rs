@@ -229,6 +229,7 @@ fn launch_group_and_heartbeat_are_written_as_mesos_writes_them() {
         labels: [("k".to_string(), "v".to_string())].into(),
     };
     let task = agora_proto::TaskInfo {
+        allocation_role: None,
         launch_stamp: None,
         name: "a".into(),
         task_id: agora_proto::TaskId::new("t"),

@@ -11,6 +11,7 @@ use agora_proto::{
 
 fn task() -> TaskInfo {
     TaskInfo {
+        allocation_role: None,
         launch_stamp: None,
         name: "t".into(),
         task_id: TaskId::new("t1"),

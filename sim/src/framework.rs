@@ -665,6 +665,7 @@ impl World {
             _ => None,
         };
         Some(TaskInfo {
+            allocation_role: None,
             launch_stamp: None,
             name: format!("task {}", want.id),
             task_id: want.id.clone(),

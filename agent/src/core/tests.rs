@@ -1372,6 +1372,7 @@ mod recording {
 
     fn executor_task(id: &str, executor: &str) -> TaskInfo {
         TaskInfo {
+            allocation_role: None,
             launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),

@@ -771,6 +771,7 @@ impl Bench {
             ),
         };
         TaskInfo {
+            allocation_role: None,
             launch_stamp: None,
             name: format!("bench {i}"),
             task_id: TaskId::new(format!("b{i}")),

@@ -585,6 +585,7 @@ impl BenchFramework for BenchScheduler {
             };
             let tasks = (0..self.args.tasks)
                 .map(|i| TaskInfo {
+                    allocation_role: None,
                     launch_stamp: None,
                     name: format!("t{i}"),
                     task_id: TaskId::new(format!("t{i:05}")),

@@ -112,6 +112,7 @@ impl Scheduler for TestScheduler {
                 progress.next += 1;
                 println!("launching task {id} on agent {}", offer.agent_id);
                 tasks.push(TaskInfo {
+                    allocation_role: None,
                     launch_stamp: None,
                     name: format!("task {id}"),
                     task_id: TaskId::new(format!("task-{id}")),

@@ -132,6 +132,7 @@ pub async fn ack(ws: &mut Conn, status: &TaskStatus) {
 
 pub fn command_task(id: &str, command: Option<CommandInfo>) -> TaskInfo {
     TaskInfo {
+        allocation_role: None,
         launch_stamp: None,
         name: id.into(),
         task_id: TaskId::new(id),
