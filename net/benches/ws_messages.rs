@@ -96,7 +96,10 @@ async fn run(metered: bool, count: usize, size: usize) -> f64 {
         .unwrap();
     let got = rx.next().await.unwrap().unwrap();
     let elapsed = start.elapsed();
-    assert_eq!(got.into_text().unwrap().as_str(), (count * size).to_string());
+    assert_eq!(
+        got.into_text().unwrap().as_str(),
+        (count * size).to_string()
+    );
     token.cancel();
     drop((tx, rx));
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
@@ -117,7 +120,10 @@ fn main() {
         .unwrap();
     let repeat = if quick { 1 } else { 5 };
     let cases: &[(&str, usize, usize)] = if quick {
-        &[("small (200 B)", 20_000, 200), ("large (1 MiB)", 20, 1 << 20)]
+        &[
+            ("small (200 B)", 20_000, 200),
+            ("large (1 MiB)", 20, 1 << 20),
+        ]
     } else {
         &[
             ("small (200 B)", 200_000, 200),

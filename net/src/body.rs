@@ -78,9 +78,7 @@ impl Bodies {
         let small = (budget / 4).max(SMALL_BODY);
         Arc::new(Bodies {
             small: Arc::new(Semaphore::new(small)),
-            large: Arc::new(Semaphore::new(
-                budget.saturating_sub(small).max(SMALL_BODY),
-            )),
+            large: Arc::new(Semaphore::new(budget.saturating_sub(small).max(SMALL_BODY))),
             timeout: limits.body_timeout,
             min_rate: limits.body_min_rate,
             stats,
@@ -101,6 +99,14 @@ impl Bodies {
     /// [`crate::gate`]).
     pub(crate) fn pools(&self) -> (Arc<Semaphore>, Arc<Semaphore>) {
         (self.small.clone(), self.large.clone())
+    }
+
+    pub(crate) fn small_pool(&self) -> &Arc<Semaphore> {
+        &self.small
+    }
+
+    pub(crate) fn large_pool(&self) -> &Arc<Semaphore> {
+        &self.large
     }
 
     pub(crate) fn stats(&self) -> &NetStats {

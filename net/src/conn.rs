@@ -404,13 +404,15 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for ConnIo<I> {
         let before = buf.filled().len();
         match link.gate.get() {
             None => ready!(Pin::new(io).poll_read(cx, buf))?,
-            Some(gate) => match ready!(gate.poll_read(cx, buf, |cx, buf| Pin::new(io).poll_read(cx, buf))) {
-                Gated::Read(result) => result?,
-                Gated::Expired => {
-                    link.close(CloseReason::MessageTimeout);
-                    return Poll::Ready(Ok(()));
+            Some(gate) => {
+                match ready!(gate.poll_read(cx, buf, |cx, buf| Pin::new(io).poll_read(cx, buf))) {
+                    Gated::Read(result) => result?,
+                    Gated::Expired => {
+                        link.close(CloseReason::MessageTimeout);
+                        return Poll::Ready(Ok(()));
+                    }
                 }
-            },
+            }
         }
         let n = buf.filled().len() - before;
         if n > 0 {
