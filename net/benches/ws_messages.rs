@@ -41,7 +41,7 @@ async fn ws(
         .max_frame_size(16 * 1024 * 1024)
         .on_upgrade(move |mut socket| async move {
             if let (true, Some(c)) = (app.metered, &connection) {
-                c.meter_messages(&app.bodies);
+                c.meter_messages(&app.bodies, 16 * 1024 * 1024);
             }
             let mut bytes = 0usize;
             while let Some(Ok(message)) = socket.recv().await {

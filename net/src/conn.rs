@@ -211,20 +211,21 @@ impl Connection {
         self.0.close(CloseReason::Handler);
     }
 
-    /// The connection carries a WebSocket (call it before reading the
-    /// first message): from now on the bytes of a message not yet complete
-    /// are charged to `bodies`' budget of body memory as they are read (a
-    /// read waits, unread, while there is no room), and a message must be
-    /// complete within `bodies`' deadline for its size so far, else the
-    /// connection is closed. Call [`Connection::message_done`] on each
-    /// message received. See `agora_net::gate` (the module's
-    /// documentation).
-    pub fn meter_messages(&self, bodies: &Arc<Bodies>) {
-        let _ = self.0.gate.set(Gate::new(bodies.clone()));
+    /// The connection carries a WebSocket whose frames are at most
+    /// `max_frame` bytes (call it before reading the first message): from
+    /// now on each frame the peer sends is charged to `bodies`' budget of
+    /// body memory for its declared size before the WebSocket has its
+    /// header (a frame waits, unread, while there is no room), until the
+    /// handler has its message; and a message in progress must be whole
+    /// within `bodies`' deadline for its size, else the connection is
+    /// closed. Call [`Connection::message_done`] on each message received
+    /// (data or control). See the `gate` module's documentation.
+    pub fn meter_messages(&self, bodies: &Arc<Bodies>, max_frame: usize) {
+        let _ = self.0.gate.set(Gate::new(bodies.clone(), max_frame));
     }
 
-    /// The WebSocket has a whole message (data or control): the room its
-    /// bytes took is given back and its deadline is off.
+    /// The handler has a whole message (data or control): the room of
+    /// the messages passed whole is given back.
     pub fn message_done(&self) {
         if let Some(gate) = self.0.gate.get() {
             gate.message_done();

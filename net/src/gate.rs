@@ -50,6 +50,9 @@ const MAX_HEADER: usize = 14;
 /// A connection's metering of its WebSocket messages.
 pub(crate) struct Gate {
     bodies: Arc<Bodies>,
+    /// The WebSocket's limit on a frame's payload: a frame declaring more
+    /// is refused by it from its header, and passes uncharged.
+    max_frame: u64,
     state: Mutex<Metered>,
 }
 
@@ -142,10 +145,11 @@ fn payload_len(head: &[u8]) -> u64 {
 // === impl Gate ===
 
 impl Gate {
-    pub(crate) fn new(bodies: Arc<Bodies>) -> Gate {
+    pub(crate) fn new(bodies: Arc<Bodies>, max_frame: usize) -> Gate {
         let (small, large) = bodies.pools();
         Gate {
             bodies,
+            max_frame: max_frame as u64,
             state: Mutex::new(Metered {
                 small: PollSemaphore::new(small),
                 large: PollSemaphore::new(large),
@@ -282,9 +286,12 @@ impl Gate {
             }
             let payload = payload_len(&m.head);
             let size = m.head_len as u64 + payload;
-            if !self.charge(cx, m, size) {
+            if payload <= self.max_frame && !self.charge(cx, m, size) {
                 m.head_len -= 1;
                 return Scan::Cut(i);
+            }
+            if payload > self.max_frame {
+                m.frame = Room::default();
             }
             m.control = m.head[0] & 0x08 != 0;
             m.fin = m.head[0] & 0x80 != 0;
@@ -301,8 +308,7 @@ impl Gate {
     /// Takes room for a frame of `size` bytes (header and payload); false
     /// while there is none (the read is woken when there is).
     fn charge(&self, cx: &mut Context<'_>, m: &mut Metered, size: u64) -> bool {
-        // Larger than any permit: the WebSocket refuses such a frame
-        // from its header (its limit is far below).
+        // Larger than any permit (and than the WebSocket's limit).
         let Ok(permits) = u32::try_from(size) else {
             m.waiting = None;
             m.frame = Room::default();
@@ -522,7 +528,7 @@ mod tests {
             ..Limits::default()
         };
         let bodies = Bodies::new(&limits, Arc::default());
-        (bodies.clone(), Gate::new(bodies))
+        (bodies.clone(), Gate::new(bodies, 16 << 20))
     }
 
     /// A masked client frame: header and `len` bytes of payload.
@@ -615,6 +621,14 @@ mod tests {
         // An idle connection holds nothing.
         assert!(read_once(&gate, &mut peer, 4096).is_pending());
         assert_eq!(held(&bodies), 0);
+        // A frame over the WebSocket's limit passes its header uncharged:
+        // the WebSocket refuses it from there.
+        let mut over = vec![0x82, 0x80 | 127];
+        over.extend_from_slice(&(32u64 << 20).to_be_bytes());
+        over.extend_from_slice(&[1, 2, 3, 4, b'x']);
+        peer.send(&over);
+        assert_eq!(read_all(&gate, &mut peer), over.len());
+        assert_eq!(held(&bodies), 0);
     }
 
     #[tokio::test]
@@ -624,7 +638,7 @@ mod tests {
         let mut one = Peer::default();
         one.send(&frame(true, 2, 2 << 20)[..1000]);
         assert_eq!(read_all(&first, &mut one), 1000);
-        let second = Gate::new(bodies.clone());
+        let second = Gate::new(bodies.clone(), 16 << 20);
         let mut two = Peer::default();
         let big = frame(true, 2, 2 << 20);
         let small = frame(true, 1, 50);
@@ -638,7 +652,7 @@ mod tests {
         second.message_done();
         assert_eq!(held(&bodies), (2 << 20) + 14);
         // Small calls still pass.
-        let third = Gate::new(bodies.clone());
+        let third = Gate::new(bodies.clone(), 16 << 20);
         let mut three = Peer::default();
         three.send(&frame(true, 1, 10));
         assert_eq!(read_all(&third, &mut three), 16);

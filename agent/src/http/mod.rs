@@ -562,7 +562,7 @@ async fn serve_executor(ws: WebSocket, app: AppState, connection: Option<agora_n
     if let Some(connection) = &connection {
         // A message's bytes are charged to the body budget until it is
         // whole, and it has the body deadline to arrive.
-        connection.meter_messages(&app.bodies);
+        connection.meter_messages(&app.bodies, agora_proto::MAX_FRAME_BYTES);
     }
     let (sink, mut stream) = ws.split();
     let mut writer = tokio::spawn(write_executor(

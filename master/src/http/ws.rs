@@ -53,7 +53,7 @@ pub(crate) async fn serve(
     if let Some(connection) = &connection {
         // A message's bytes are charged to the body budget until it is
         // whole, and it has the body deadline to arrive.
-        connection.meter_messages(&app.bodies);
+        connection.meter_messages(&app.bodies, MAX_FRAME_BYTES);
     }
     let (mut sink, mut stream) = socket.split();
 
