@@ -757,44 +757,37 @@ fn disconnected_frameworks_stay_bounded_with_the_oldest_removed_first() {
 
 // --- WebSocket messages ---
 
-/// 100 connections upgrade to the native scheduler WebSocket, each
-/// sending 15 MB of a frame declared as 16 MB and stalling: the master
-/// reads no more of them than its body budget (RSS under +100 MB), a
-/// real framework subscribes and runs a job meanwhile, and every stalled
-/// connection is closed by the message deadline (counted as
-/// `message_timeout`).
-#[test]
-fn stalled_websocket_messages_leave_the_master_bounded_and_are_closed_by_the_deadline() {
-    // A stalled message has 6 s plus a second per 16 MB it got in.
-    let deadline = Duration::from_secs(6);
-    let cluster = TestCluster::start_with(
-        1,
-        AGENT,
-        &[
-            "--http-body-timeout",
-            "6s",
-            "--http-body-min-rate",
-            "16000000",
-        ],
-    );
-    let addr = cluster.master.addr;
-    let pid = cluster.master.pid();
+/// 100 stalled WebSocket messages at once against `path` of the process
+/// `pid` at `addr`, `meanwhile` run as they stall: its RSS stays under
+/// +100 MB, and each connection is closed within `deadline` (plus
+/// slack) and counted under `prefix` as `message_timeout`.
+fn attack_with_stalled_messages(
+    pid: i32,
+    addr: SocketAddr,
+    path: &str,
+    prefix: &str,
+    deadline: Duration,
+    meanwhile: impl FnOnce() -> String,
+) {
     let before = rss_kib(pid);
     let watch = RssWatch::start(pid);
     let patience = deadline + Duration::from_secs(20);
     let attack: Vec<_> = (0..100)
-        .map(|_| std::thread::spawn(move || stalled_message(addr, "/api/scheduler", patience)))
+        .map(|_| {
+            let path = path.to_string();
+            std::thread::spawn(move || stalled_message(addr, &path, patience))
+        })
         .collect();
     std::thread::sleep(Duration::from_secs(1));
-    let held = metric(addr, "agora_master_http_body_bytes");
-    let job = run_job(&cluster, 10);
+    let held = metric(addr, &format!("{prefix}_http_body_bytes"));
+    let during = meanwhile();
     let results: Vec<_> = attack.into_iter().map(|t| t.join().unwrap()).collect();
     let peak = watch.peak_kib();
     drop(watch);
     let full = results.iter().filter(|(sent, _)| *sent == WS_SENT).count();
     let slowest = results.iter().filter_map(|(_, t)| *t).max();
     println!(
-        "stalled WebSocket messages: RSS {} MiB before, peak {} MiB (+{} MiB); {} MiB of body budget held after 1 s; {full} of 100 sent all {WS_SENT} bytes; slowest close after {slowest:?}; a 10-task job meanwhile took {job:?}",
+        "{path}: stalled WebSocket messages: RSS {} MiB before, peak {} MiB (+{} MiB); {} MiB of body budget held after 1 s; {full} of 100 sent all {WS_SENT} bytes; slowest close after {slowest:?}; {during}",
         before / 1024,
         peak / 1024,
         peak.saturating_sub(before) / 1024,
@@ -821,12 +814,66 @@ fn stalled_websocket_messages_leave_the_master_bounded_and_are_closed_by_the_dea
     assert_eq!(
         metric(
             addr,
-            "agora_master_connections_closed_total{reason=\"message_timeout\"}"
+            &format!("{prefix}_connections_closed_total{{reason=\"message_timeout\"}}")
         ),
         100.0
     );
-    assert_eq!(metric(addr, "agora_master_http_body_bytes"), 0.0);
+    assert_eq!(metric(addr, &format!("{prefix}_http_body_bytes")), 0.0);
     assert_eq!(get_fresh(addr, "/health").0, 200);
+}
+
+/// 100 connections upgrade to the native scheduler WebSocket, each
+/// sending 15 MB of a frame declared as 16 MB and stalling: the master
+/// reads no more of them than its body budget (RSS under +100 MB), a
+/// real framework subscribes and runs a job meanwhile, and every stalled
+/// connection is closed by the message deadline (counted as
+/// `message_timeout`).
+#[test]
+fn stalled_websocket_messages_leave_the_master_bounded_and_are_closed_by_the_deadline() {
+    // A stalled message has 6 s plus a second per 16 MB it declares.
+    let cluster = TestCluster::start_with(
+        1,
+        AGENT,
+        &[
+            "--http-body-timeout",
+            "6s",
+            "--http-body-min-rate",
+            "16000000",
+        ],
+    );
+    attack_with_stalled_messages(
+        cluster.master.pid(),
+        cluster.master.addr,
+        "/api/scheduler",
+        "agora_master",
+        Duration::from_secs(7),
+        || format!("a 10-task job meanwhile took {:?}", run_job(&cluster, 10)),
+    );
+}
+
+/// The same against an agent's executor WebSocket (`/api/executor`),
+/// which anyone may open: the agent stays bounded and closes them.
+#[test]
+fn stalled_websocket_messages_leave_the_agent_bounded_and_are_closed_by_the_deadline() {
+    let cluster = TestCluster::start_full(
+        1,
+        AGENT,
+        &[],
+        &[
+            "--http-body-timeout",
+            "6s",
+            "--http-body-min-rate",
+            "16000000",
+        ],
+    );
+    attack_with_stalled_messages(
+        cluster.agents[0].pid(),
+        cluster.agents[0].addr,
+        "/api/executor",
+        "agora_agent",
+        Duration::from_secs(7),
+        || format!("a 10-task job meanwhile took {:?}", run_job(&cluster, 10)),
+    );
 }
 
 // --- streams whose reader stops reading ---

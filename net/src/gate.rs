@@ -53,6 +53,8 @@ pub(crate) struct Gate {
     /// The WebSocket's limit on a frame's payload: a frame declaring more
     /// is refused by it from its header, and passes uncharged.
     max_frame: u64,
+    /// Room in the large pool below which reads are cut short.
+    scarce: usize,
     state: Mutex<Metered>,
 }
 
@@ -150,6 +152,7 @@ impl Gate {
         Gate {
             bodies,
             max_frame: max_frame as u64,
+            scarce: max_frame.saturating_add(MAX_HEADER),
             state: Mutex::new(Metered {
                 small: PollSemaphore::new(small),
                 large: PollSemaphore::new(large),
@@ -213,7 +216,26 @@ impl Gate {
             }
             passed
         } else {
-            match read(cx, buf) {
+            // While a frame of the largest size would not find room, a
+            // read stops a header past the frame being passed: a frame
+            // that must wait then leaves at most its header with the gate.
+            let limit = if self.bodies.large_pool().available_permits() < self.scarce {
+                usize::try_from(m.left)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(MAX_HEADER)
+            } else {
+                usize::MAX
+            };
+            let polled = if buf.remaining() <= limit {
+                read(cx, buf)
+            } else {
+                let mut cut = ReadBuf::new(buf.initialize_unfilled_to(limit));
+                let polled = read(cx, &mut cut);
+                let n = cut.filled().len();
+                buf.advance(n);
+                polled
+            };
+            match polled {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Gated::Read(Err(e))),
                 Poll::Pending => return self.pending(cx, m),
@@ -253,6 +275,12 @@ impl Gate {
             m.started = None;
             m.away = None;
         }
+    }
+
+    #[cfg(test)]
+    fn stash_len(&self) -> usize {
+        let m = lock(&self.state);
+        m.stash.len() - m.stash_at
     }
 
     /// The connection closed: everything is given back.
@@ -600,7 +628,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_message_is_charged_its_declared_size_until_the_handler_has_it() {
-        let (bodies, gate) = gate(4 << 20);
+        // Room for the largest frame: reads are not cut short.
+        let (bodies, gate) = gate(64 << 20);
         let mut peer = Peer::default();
         let small = frame(true, 1, 100);
         peer.send(&small);
@@ -648,9 +677,18 @@ mod tests {
         // finish, and the rest waits with the gate.
         let passed = read_all(&second, &mut two);
         assert_eq!(passed, small.len() + header_len(&big) - 1);
-        assert_eq!(two.at, two.sent.len(), "what was read is kept, not lost");
+        assert_eq!(
+            two.at - passed,
+            second.stash_len(),
+            "what was read is kept, not lost"
+        );
         second.message_done();
         assert_eq!(held(&bodies), (2 << 20) + 14);
+        assert!(
+            second.stash_len() <= MAX_HEADER,
+            "{} bytes kept while room is scarce",
+            second.stash_len()
+        );
         // Small calls still pass.
         let third = Gate::new(bodies.clone(), 16 << 20);
         let mut three = Peer::default();
@@ -667,7 +705,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_message_begun_in_the_same_read_keeps_its_room_when_the_last_one_is_taken() {
-        let (bodies, gate) = gate(4 << 20);
+        let (bodies, gate) = gate(64 << 20);
         let mut peer = Peer::default();
         let first = frame(true, 1, 10);
         let second = frame(true, 2, 100_000);
