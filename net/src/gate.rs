@@ -6,8 +6,11 @@
 //! included, *before* the last byte of its header reaches the WebSocket:
 //! the WebSocket reserves room for a frame's declared size once it has
 //! its header, so a frame the budget has no room for is held back (its
-//! header unfinished, the bytes after it kept by the gate, at most one
-//! read) and its read waits, as a request body waits for room. Frames of
+//! header unfinished, the bytes after it kept by the gate) and its read
+//! waits, as a request body waits for room. What the gate keeps is at
+//! most a header while the budget lacks room for a frame of the largest
+//! size (reads then stop a header past the frame being passed), else at
+//! most one read. Frames of
 //! at most 64 KiB draw on the reserve for small bodies, larger ones on
 //! the rest, so a flood of large messages leaves room for small calls.
 //!
@@ -186,6 +189,9 @@ impl Gate {
         buf: &mut ReadBuf<'_>,
         read: impl FnOnce(&mut Context<'_>, &mut ReadBuf<'_>) -> Poll<Result<(), E>>,
     ) -> Poll<Gated<Result<(), E>>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Gated::Read(Ok(())));
+        }
         let mut m = lock(&self.state);
         let m = &mut *m;
         if let Some(started) = m.started {
