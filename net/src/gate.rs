@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
 use tokio::io::ReadBuf;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::PollSemaphore;
 
@@ -80,9 +80,8 @@ struct Room {
 struct Metered {
     small: PollSemaphore,
     large: PollSemaphore,
-    held_small: Option<OwnedSemaphorePermit>,
-    held_large: Option<OwnedSemaphorePermit>,
-    /// Room held in all.
+    /// Room held in all (permits taken from the pools and forgotten:
+    /// given back by count).
     held: Room,
     /// Of it, for messages passed whole (given back by `message_done`).
     complete: Room,
@@ -159,8 +158,6 @@ impl Gate {
             state: Mutex::new(Metered {
                 small: PollSemaphore::new(small),
                 large: PollSemaphore::new(large),
-                held_small: None,
-                held_large: None,
                 held: Room::default(),
                 complete: Room::default(),
                 fragments: Room::default(),
@@ -350,54 +347,48 @@ impl Gate {
         };
         let size = size as usize;
         let small = size <= SMALL_BODY;
-        let permit = if m.waiting.is_none() {
-            let pool: &Arc<Semaphore> = if small {
-                self.bodies.small_pool()
-            } else {
-                self.bodies.large_pool()
-            };
-            pool.clone().try_acquire_many_owned(permits).ok()
+        let pool: &Semaphore = if small {
+            self.bodies.small_pool()
         } else {
-            None
+            self.bodies.large_pool()
         };
-        let permit = match permit {
-            Some(permit) => permit,
-            None => {
-                m.waiting = Some(size);
-                let pool = if small { &mut m.small } else { &mut m.large };
-                match pool.poll_acquire_many(cx, permits) {
-                    Poll::Ready(Some(permit)) => permit,
-                    // The pools are never closed; were one, the frame
-                    // passes unmetered rather than never.
-                    Poll::Ready(None) => {
-                        m.waiting = None;
-                        m.frame = Room::default();
-                        return true;
-                    }
-                    Poll::Pending => return false,
+        let taken = m.waiting.is_none()
+            && match pool.try_acquire_many(permits) {
+                Ok(permit) => {
+                    permit.forget();
+                    true
                 }
+                Err(_) => false,
+            };
+        if !taken {
+            m.waiting = Some(size);
+            let pool = if small { &mut m.small } else { &mut m.large };
+            match pool.poll_acquire_many(cx, permits) {
+                Poll::Ready(Some(permit)) => permit.forget(),
+                // The pools are never closed; were one, the frame passes
+                // unmetered rather than never.
+                Poll::Ready(None) => {
+                    m.waiting = None;
+                    m.frame = Room::default();
+                    return true;
+                }
+                Poll::Pending => return false,
             }
-        };
+        }
         m.waiting = None;
-        let held = if small {
+        m.frame = if small {
             m.held.small += size;
-            m.frame = Room {
+            Room {
                 small: size,
                 large: 0,
-            };
-            &mut m.held_small
+            }
         } else {
             m.held.large += size;
-            m.frame = Room {
+            Room {
                 small: 0,
                 large: size,
-            };
-            &mut m.held_large
+            }
         };
-        match held {
-            Some(held) => held.merge(permit),
-            None => *held = Some(permit),
-        }
         self.bodies
             .stats()
             .body_bytes
@@ -455,21 +446,17 @@ impl Gate {
     }
 
     fn give_back(&self, m: &mut Metered, room: Room) {
-        let mut given = 0;
-        if room.small > 0 {
-            if let Some(held) = m.held_small.as_mut() {
-                drop(held.split(room.small));
-                m.held.small -= room.small;
-                given += room.small;
-            }
+        let small = room.small.min(m.held.small);
+        let large = room.large.min(m.held.large);
+        if small > 0 {
+            self.bodies.small_pool().add_permits(small);
+            m.held.small -= small;
         }
-        if room.large > 0 {
-            if let Some(held) = m.held_large.as_mut() {
-                drop(held.split(room.large));
-                m.held.large -= room.large;
-                given += room.large;
-            }
+        if large > 0 {
+            self.bodies.large_pool().add_permits(large);
+            m.held.large -= large;
         }
+        let given = small + large;
         if given > 0 {
             self.bodies
                 .stats()
@@ -479,15 +466,8 @@ impl Gate {
     }
 
     fn release_all(&self, m: &mut Metered) {
-        let held = m.held.small + m.held.large;
-        if held > 0 {
-            self.bodies
-                .stats()
-                .body_bytes
-                .fetch_sub(held as u64, Ordering::Relaxed);
-        }
-        m.held_small = None;
-        m.held_large = None;
+        let held = m.held;
+        self.give_back(m, held);
         m.held = Room::default();
         m.complete = Room::default();
         m.fragments = Room::default();
