@@ -441,7 +441,15 @@ impl Gate {
             .stats()
             .closed_message_timeout
             .fetch_add(1, Ordering::Relaxed);
-        self.release_all(m);
+        // The room stays held until the connection is dropped, with the
+        // WebSocket's buffers: given back now, another frame could fill
+        // its room before this one's memory is freed. A wait for room
+        // ends now (it holds what it was given so far until dropped).
+        m.waiting = None;
+        m.started = None;
+        let (small, large) = self.bodies.pools();
+        m.small = PollSemaphore::new(small);
+        m.large = PollSemaphore::new(large);
         Gated::Expired
     }
 
@@ -735,7 +743,6 @@ mod tests {
             read_once(&gate, &mut peer, 4096),
             Poll::Ready(Gated::Expired)
         ));
-        assert_eq!(held(&bodies), 0);
         assert_eq!(
             bodies
                 .stats()
@@ -743,6 +750,10 @@ mod tests {
                 .load(Ordering::Relaxed),
             1
         );
+        // Its room is given back with the connection's buffers.
+        assert_eq!(held(&bodies), late.len() as u64);
+        gate.closed();
+        assert_eq!(held(&bodies), 0);
     }
 
     #[tokio::test]
