@@ -559,6 +559,11 @@ async fn serve_executor(ws: WebSocket, app: AppState, connection: Option<agora_n
         stall: app.shared.config.executor_stall_timeout,
     };
     let done = CancellationToken::new();
+    if let Some(connection) = &connection {
+        // A message's bytes are charged to the body budget until it is
+        // whole, and it has the body deadline to arrive.
+        connection.meter_messages(&app.bodies, agora_proto::MAX_FRAME_BYTES);
+    }
     let (sink, mut stream) = ws.split();
     let mut writer = tokio::spawn(write_executor(
         sink,
@@ -598,6 +603,9 @@ async fn serve_executor(ws: WebSocket, app: AppState, connection: Option<agora_n
                 break;
             }
         };
+        if let (Some(Ok(_)), Some(connection)) = (&frame, &connection) {
+            connection.message_done();
+        }
         let text = match frame {
             None | Some(Ok(Message::Close(_))) => break,
             Some(Err(e)) => {
