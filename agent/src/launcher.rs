@@ -61,6 +61,10 @@ pub struct LaunchSpec {
     /// The user the framework names (`FrameworkInfo.user`); the agent
     /// decides whom the executor runs as from it ([`crate::users`]).
     pub user: String,
+    /// With `--container-logger logrotate`: the executor's stdout and
+    /// stderr go through loggers that rotate the sandbox's files
+    /// ([`crate::logrotate`]); `None`: straight into the files.
+    pub logger: Option<crate::logrotate::Logrotate>,
 }
 
 /// A process the agent started (or re-attached to), named by a pidfd.
@@ -118,6 +122,7 @@ impl LaunchSpec {
                 fetch: command.uris.clone(),
                 limits: None,
                 user: String::new(),
+                logger: None,
             }
         } else {
             let mut arguments = command.arguments.iter();
@@ -132,6 +137,7 @@ impl LaunchSpec {
                 fetch: command.uris.clone(),
                 limits: None,
                 user: String::new(),
+                logger: None,
             }
         }
     }
@@ -236,6 +242,10 @@ impl Process {
                 k
             })
             .collect();
+        let outputs = match &spec.logger {
+            Some(logger) => Some(logger.start(&spec.sandbox, user.map(|u| (u.uid, u.gid)))?),
+            None => None,
+        };
         let pid = sys::spawn_session(&sys::SpawnArgs {
             program: &program,
             argv: &argv,
@@ -243,11 +253,16 @@ impl Process {
             cwd: &spec.sandbox,
             stdout: &spec.sandbox.join("stdout"),
             stderr: &spec.sandbox.join("stderr"),
+            output_fds: outputs
+                .as_ref()
+                .map(|(out, err)| (out.as_fd(), err.as_fd())),
             user,
             secrets: secrets.as_ref().map(AsFd::as_fd),
         })?;
-        // The executor has its copy of the secrets' socket.
+        // The executor has its copy of the secrets' socket, and of its
+        // loggers' pipes (which end when it and its children are gone).
         drop(secrets);
+        drop(outputs);
         // The child cannot be reaped before this (only this process reaps
         // its children, and it has not), so the pidfd names it.
         let pidfd = match sys::pidfd_open(pid) {
@@ -568,6 +583,7 @@ mod tests {
             fetch: Vec::new(),
             limits: None,
             user: String::new(),
+            logger: None,
         };
         let env = spec.environment();
         assert_eq!(spec.resolve(&env).unwrap(), PathBuf::from("/bin/sh"));
