@@ -84,9 +84,16 @@ impl Collector {
         }
     }
 
-    /// One sweep at Unix time `now`, with the disk `usage` (0..=1) and
-    /// the `live` sandboxes.
-    pub(crate) fn sweep(&mut self, now: f64, usage: f64, live: &HashSet<PathBuf>) -> Swept {
+    /// One sweep at Unix time `now`, with the disk `usage` (0..=1), the
+    /// `live` sandboxes and the frameworks the agent knows (whose
+    /// directories stay).
+    pub(crate) fn sweep(
+        &mut self,
+        now: f64,
+        usage: f64,
+        live: &HashSet<PathBuf>,
+        known: &HashSet<String>,
+    ) -> Swept {
         let max_age = max_age(self.gc_delay, self.headroom, usage).as_secs_f64();
         let before = self.ended.clone();
         let mut swept = Swept::default();
@@ -136,7 +143,12 @@ impl Collector {
                     framework_emptied = true;
                 }
             }
+            let is_known = framework
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| known.contains(n));
             if framework_emptied
+                && !is_known
                 && std::fs::remove_dir(&executors).is_ok()
                 && std::fs::remove_dir(&framework).is_ok()
             {
@@ -183,6 +195,16 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
                 .is_some_and(|n| agora_proto::validate_executor_id(n).is_ok())
         })
         .map(|e| e.path())
+        .collect()
+}
+
+/// The frameworks the agent's `/state` view shows.
+pub(crate) fn known_frameworks(state: &serde_json::Value) -> HashSet<String> {
+    state["frameworks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["id"].as_str().map(str::to_string))
         .collect()
 }
 
@@ -248,11 +270,12 @@ pub(crate) async fn run(
             continue;
         }
         let live = live_sandboxes(&state);
+        let known = known_frameworks(&state);
         let work_dir = collector.work_dir.clone();
         let now = agora_proto::now_timestamp();
         let done = tokio::task::spawn_blocking(move || {
             let usage = disk_usage(&work_dir);
-            let swept = collector.sweep(now, usage, &live);
+            let swept = collector.sweep(now, usage, &live, &known);
             (collector, swept)
         })
         .await;
@@ -300,9 +323,10 @@ mod tests {
         let ended = run_dir(work.path(), "f1", "e1", "r1");
         let live_run = run_dir(work.path(), "f1", "e2", "r1");
         let live: HashSet<PathBuf> = [live_run.clone()].into();
+        let known = HashSet::new();
         let mut gc = Collector::new(work.path(), Duration::from_secs(100), 0.1);
         // First seen ended: kept.
-        let swept = gc.sweep(1000.0, 0.0, &live);
+        let swept = gc.sweep(1000.0, 0.0, &live, &known);
         assert_eq!(
             swept,
             Swept {
@@ -312,8 +336,8 @@ mod tests {
         );
         // Before 90 s (100 s * 0.9): kept; the checkpoint survives a restart.
         let mut gc = Collector::new(work.path(), Duration::from_secs(100), 0.1);
-        assert!(gc.sweep(1080.0, 0.0, &live).removed.is_empty());
-        let swept = gc.sweep(1091.0, 0.0, &live);
+        assert!(gc.sweep(1080.0, 0.0, &live, &known).removed.is_empty());
+        let swept = gc.sweep(1091.0, 0.0, &live, &known);
         assert!(swept.removed.contains(&ended), "{swept:?}");
         assert!(!ended.exists());
         assert!(
@@ -330,10 +354,15 @@ mod tests {
         let work = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(crate::paths::meta_root(work.path())).unwrap();
         let ended = run_dir(work.path(), "f1", "e1", "r1");
+        let _other = run_dir(work.path(), "f2", "e1", "r1");
+        let (none, known) = (HashSet::new(), HashSet::from(["f2".to_string()]));
         let mut gc = Collector::new(work.path(), DEFAULT_GC_DELAY, 0.1);
-        assert!(gc.sweep(1000.0, 0.95, &HashSet::new()).removed.is_empty());
-        let swept = gc.sweep(1001.0, 0.95, &HashSet::new());
+        assert!(gc.sweep(1000.0, 0.95, &none, &known).removed.is_empty());
+        let swept = gc.sweep(1001.0, 0.95, &none, &known);
         assert!(swept.removed.contains(&ended), "{swept:?}");
+        // A framework the agent no longer knows goes with its last run;
+        // one it knows keeps its directory.
         assert!(!work.path().join("frameworks/f1").exists());
+        assert!(work.path().join("frameworks/f2").exists());
     }
 }
