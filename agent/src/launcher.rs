@@ -64,7 +64,7 @@ pub struct LaunchSpec {
     /// With `--container-logger logrotate`: the executor's stdout and
     /// stderr go through loggers that rotate the sandbox's files
     /// ([`crate::logrotate`]); `None`: straight into the files.
-    pub logger: Option<crate::logrotate::Logrotate>,
+    pub logger: Option<Box<crate::logrotate::Logrotate>>,
 }
 
 /// A process the agent started (or re-attached to), named by a pidfd.

@@ -312,12 +312,12 @@ async fn output_through_the_logrotate_logger_is_rotated_by_size() {
         "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo \"line $i\"; done; echo END",
         &sandbox,
     );
-    spec.logger = Some(agora_agent::logrotate::Logrotate {
+    spec.logger = Some(Box::new(agora_agent::logrotate::Logrotate {
         program: env!("CARGO_BIN_EXE_agora-logrotate-logger").into(),
         max_stdout_size: 4096,
         max_stderr_size: 4096,
         max_files: 2,
-    });
+    }));
     let _process = Process::spawn(&spec).unwrap();
     let last = wait_for_file(&sandbox.join("stdout"), "END").await;
     let size = |name: &str| std::fs::metadata(sandbox.join(name)).map(|m| m.len()).ok();

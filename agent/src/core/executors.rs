@@ -80,7 +80,7 @@ impl Core {
         let limits_asked = spec.limits;
         spec.user = self.framework_user(&ekey.0);
         if let Some(logger) = &self.shared.config.container_logger {
-            spec.logger = Some(logger.clone());
+            spec.logger = Some(Box::new(logger.clone()));
             if is_command {
                 // The command executor pipes its tasks' output through
                 // the same logger.
