@@ -19,7 +19,7 @@
 //! signalled only while its leader is seen alive.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -210,6 +210,40 @@ impl Process {
         spec: &LaunchSpec,
         user: Option<&crate::users::RunAs>,
     ) -> std::io::Result<Process> {
+        let outputs = Process::start_loggers(spec, user)?;
+        Process::spawn_with_outputs(
+            spec,
+            user,
+            outputs
+                .as_ref()
+                .map(|(out, err)| (out.as_fd(), err.as_fd())),
+        )
+    }
+
+    /// Starts the loggers of `spec.logger` (none without one): the write
+    /// ends of their pipes, for [`Process::spawn_with_outputs`]. Call it
+    /// outside any container: a logger started from a thread inside a
+    /// container's cgroup (v1) would be in that container.
+    pub fn start_loggers(
+        spec: &LaunchSpec,
+        user: Option<&crate::users::RunAs>,
+    ) -> std::io::Result<Option<(OwnedFd, OwnedFd)>> {
+        match &spec.logger {
+            Some(logger) => logger
+                .start(&spec.sandbox, user.map(|u| (u.uid, u.gid)))
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Process::spawn_as`] with `outputs` (write ends of loggers'
+    /// pipes) as the executor's stdout and stderr instead of the
+    /// sandbox's files.
+    pub fn spawn_with_outputs(
+        spec: &LaunchSpec,
+        user: Option<&crate::users::RunAs>,
+        outputs: Option<(BorrowedFd<'_>, BorrowedFd<'_>)>,
+    ) -> std::io::Result<Process> {
         let mut env = spec.environment();
         let secrets = if spec.secrets.is_empty() {
             None
@@ -242,10 +276,6 @@ impl Process {
                 k
             })
             .collect();
-        let outputs = match &spec.logger {
-            Some(logger) => Some(logger.start(&spec.sandbox, user.map(|u| (u.uid, u.gid)))?),
-            None => None,
-        };
         let pid = sys::spawn_session(&sys::SpawnArgs {
             program: &program,
             argv: &argv,
@@ -259,10 +289,8 @@ impl Process {
             user,
             secrets: secrets.as_ref().map(AsFd::as_fd),
         })?;
-        // The executor has its copy of the secrets' socket, and of its
-        // loggers' pipes (which end when it and its children are gone).
+        // The executor has its copy of the secrets' socket.
         drop(secrets);
-        drop(outputs);
         // The child cannot be reaped before this (only this process reaps
         // its children, and it has not), so the pidfd names it.
         let pidfd = match sys::pidfd_open(pid) {
