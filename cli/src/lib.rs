@@ -290,6 +290,12 @@ pub async fn task_log(
             .file(&fid, &eid, file, offset, LOG_CHUNK)
             .await
             .with_context(|| format!("reading {file} of task {task_id}"))?;
+        if chunk.size < offset {
+            // Rotated (`--container-logger logrotate`): the new file is
+            // read from its start.
+            offset = 0;
+            continue;
+        }
         out.write_all(chunk.data.as_bytes())?;
         out.flush()?;
         offset = chunk.offset + chunk.length;
