@@ -183,6 +183,7 @@ impl DrfAllocator {
                     subscribed: true,
                     suppressed: false,
                     allocated: Scalars::default(),
+                    allocations: 0,
                 });
             }
         }
@@ -261,6 +262,7 @@ impl DrfAllocator {
                     subscribed: false,
                     suppressed: false,
                     allocated: Scalars::default(),
+                    allocations: 0,
                 });
                 fw.roles.last_mut().expect("just pushed")
             }

@@ -174,6 +174,7 @@ impl DrfAllocator {
                     continue;
                 };
                 let taken = self.take(f, a, role, &offer);
+                self.count_allocation(f, role);
                 given.insert((a, f));
                 out.push(self.allocation(f, a, role, taken));
                 served = true;
@@ -188,7 +189,7 @@ impl DrfAllocator {
         now: Instant,
         agent_order: &[usize],
         queues: &mut [RoleQueue],
-        order: &mut BTreeSet<(u64, usize)>,
+        order: &mut BTreeSet<Rank>,
         given: &mut GivenSet,
         out: &mut Vec<Allocation>,
     ) {
@@ -215,7 +216,7 @@ impl DrfAllocator {
                 }
                 // (role, framework, what to take: None = all)
                 let mut pick: Option<(usize, usize, Option<Resources>)> = None;
-                for &(_, r) in order.iter() {
+                for &(_, _, r) in order.iter() {
                     let role_name = &self.roles[r].name;
                     let mut resources = if ag.free_reserved {
                         Self::for_role(&ag.available, role_name)

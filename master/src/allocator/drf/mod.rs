@@ -37,7 +37,7 @@ mod tests;
 use books::{reserved_roles, Scalars};
 use cycle::Offerable;
 use filters::Filter;
-use sorter::{share_key, RoleQueue};
+use sorter::{share_key, Rank, RoleQueue};
 
 /// The default [`Allocator`]: hierarchical weighted DRF with reservations
 /// and quota. See the module documentation.
@@ -124,6 +124,8 @@ struct Role {
     quota: Scalars,
     /// Everything allocated for this role, to any framework.
     allocated: Scalars,
+    /// Allocations made for this role so far: the sorter's tie-break.
+    allocations: u64,
 }
 
 #[derive(Debug)]
@@ -143,6 +145,8 @@ struct FwRole {
     subscribed: bool,
     suppressed: bool,
     allocated: Scalars,
+    /// Allocations made to this client so far: the sorter's tie-break.
+    allocations: u64,
 }
 
 #[derive(Debug)]
@@ -595,6 +599,7 @@ impl DrfAllocator {
             weight,
             quota,
             allocated: Scalars::default(),
+            allocations: 0,
         });
         self.role_index.insert(name.to_string(), r);
         r

@@ -37,7 +37,7 @@ impl DrfAllocator {
         now: Instant,
         agent_order: &[usize],
         queues: &mut [RoleQueue],
-        order: &mut BTreeSet<(u64, usize)>,
+        order: &mut BTreeSet<Rank>,
         given: &mut GivenSet,
         out: &mut Vec<Allocation>,
     ) {

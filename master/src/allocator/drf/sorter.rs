@@ -9,7 +9,11 @@
 //!
 //! Each cycle heaps the eligible frameworks of every role by share, and
 //! orders the roles by weighted share; a client served goes back into its
-//! heap at its new share.
+//! heap at its new share. Equal shares are ordered by the number of
+//! allocations made so far, fewer first, as Mesos's DRF sorter does: two
+//! frameworks that keep returning to share 0 (short tasks on a small
+//! cluster) take turns instead of the first one always winning the tie.
+//! Then by index, so the order is total and a cycle deterministic.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -19,15 +23,20 @@ use tokio::time::Instant;
 
 use super::*;
 
+/// Where a client (a framework in a role, or a role) stands: its share
+/// key, then its allocations so far, then its index; lowest first.
+pub(super) type Rank = (u64, u64, usize);
+
 /// Per-cycle ordering of one role's eligible frameworks: a min-heap on
-/// (share key, framework), popped in order while looking for a client
-/// (cheaper than re-sorting a search tree on every allocation).
+/// their [`Rank`], popped in order while looking for a client (cheaper
+/// than re-sorting a search tree on every allocation).
 #[derive(Debug, Default)]
 pub(super) struct RoleQueue {
-    pub(super) clients: BinaryHeap<Reverse<(u64, usize)>>,
+    pub(super) clients: BinaryHeap<Reverse<Rank>>,
     /// Clients popped while looking, put back before the look ends.
-    pub(super) skipped: Vec<Reverse<(u64, usize)>>,
-    pub(super) key: u64,
+    pub(super) skipped: Vec<Reverse<Rank>>,
+    /// The role's own rank in the cycle's order of roles.
+    pub(super) rank: Rank,
 }
 
 pub(super) fn share_key(s: f64) -> u64 {
@@ -105,7 +114,7 @@ impl DrfAllocator {
 
     /// Eligible frameworks per role, ordered by share in the role, and the
     /// roles with at least one, ordered by weighted share.
-    pub(super) fn queues(&self) -> (Vec<RoleQueue>, BTreeSet<(u64, usize)>) {
+    pub(super) fn queues(&self) -> (Vec<RoleQueue>, BTreeSet<Rank>) {
         let mut queues: Vec<RoleQueue> = (0..self.roles.len())
             .map(|_| RoleQueue::default())
             .collect();
@@ -116,42 +125,69 @@ impl DrfAllocator {
             }
             for fr in &fw.roles {
                 if fr.subscribed && !fr.suppressed {
-                    queues[fr.role]
-                        .clients
-                        .push(Reverse((share_key(fr.allocated.share(&self.total)), f)));
+                    queues[fr.role].clients.push(Reverse((
+                        share_key(fr.allocated.share(&self.total)),
+                        fr.allocations,
+                        f,
+                    )));
                 }
             }
         }
         let mut order = BTreeSet::new();
         for (r, q) in queues.iter_mut().enumerate() {
             if !q.clients.is_empty() {
-                q.key = share_key(self.weighted_role_share(r));
-                order.insert((q.key, r));
+                q.rank = self.role_rank(r);
+                order.insert(q.rank);
             }
         }
         (queues, order)
     }
 
-    /// After `take` for a client `f` picked from `role`'s queue: puts it
-    /// back at its new share, and re-sorts the role.
+    /// The role's place among roles: weighted share, then allocations.
+    fn role_rank(&self, r: usize) -> Rank {
+        (
+            share_key(self.weighted_role_share(r)),
+            self.roles[r].allocations,
+            r,
+        )
+    }
+
+    /// Counts one allocation to framework `f` for `role` (and to the
+    /// role), for the tie-break; returns the client's count.
+    pub(super) fn count_allocation(&mut self, f: usize, role: usize) -> u64 {
+        self.roles[role].allocations += 1;
+        self.frameworks
+            .get_mut(f)
+            .and_then(Option::as_mut)
+            .and_then(|fw| fw.roles.iter_mut().find(|fr| fr.role == role))
+            .map_or(0, |fr| {
+                fr.allocations += 1;
+                fr.allocations
+            })
+    }
+
+    /// After `take` for a client `f` picked from `role`'s queue: counts
+    /// the allocation, puts the client back at its new rank, and re-sorts
+    /// the role.
     pub(super) fn requeue(
-        &self,
+        &mut self,
         queues: &mut [RoleQueue],
-        order: &mut BTreeSet<(u64, usize)>,
+        order: &mut BTreeSet<Rank>,
         f: usize,
         role: usize,
     ) {
+        let allocations = self.count_allocation(f, role);
         let q = &mut queues[role];
         let new = self
             .fw(f)
             .and_then(|fw| fw.roles.iter().find(|fr| fr.role == role))
             .map_or(0.0, |fr| fr.allocated.share(&self.total));
-        q.clients.push(Reverse((share_key(new), f)));
+        q.clients.push(Reverse((share_key(new), allocations, f)));
         // Roles only leave `order` within a cycle: one alone stays in
-        // order whatever its key, so it is not touched.
-        if order.len() > 1 && order.remove(&(q.key, role)) {
-            q.key = share_key(self.weighted_role_share(role));
-            order.insert((q.key, role));
+        // order whatever its rank, so it is not touched.
+        if order.len() > 1 && order.remove(&q.rank) {
+            q.rank = self.role_rank(role);
+            order.insert(q.rank);
         }
     }
 
@@ -171,12 +207,13 @@ impl DrfAllocator {
     ) -> Option<usize> {
         let check_given = !given.is_empty();
         let mut found = None;
-        while let Some(Reverse((key, f))) = q.clients.pop() {
+        while let Some(Reverse(rank)) = q.clients.pop() {
+            let f = rank.2;
             if local.contains(&f)
                 || (check_given && given.contains(&(a, f)))
                 || Self::filtered(&self.slots, ag, f, offer, now)
             {
-                q.skipped.push(Reverse((key, f)));
+                q.skipped.push(Reverse(rank));
             } else {
                 found = Some(f);
                 break;
@@ -330,5 +367,43 @@ mod tests {
         );
         assert_eq!(alloc.framework_share(&fid("x"), "web"), 0.0);
         assert!((alloc.framework_share(&fid("x"), "batch") - expect).abs() < 1e-9);
+    }
+
+    /// Hands the single agent out `n` times; each holder gives it all
+    /// back before the next cycle (a short task that ended), so every
+    /// cycle starts from equal shares of 0. Returns who got it each time.
+    fn turns(alloc: &mut DrfAllocator, n: usize) -> Vec<String> {
+        let now = Instant::now();
+        (0..n)
+            .map(|_| {
+                let out = alloc.allocate(now);
+                assert_eq!(out.len(), 1, "{out:?}");
+                let a = &out[0];
+                alloc.recover(&a.framework_id, &a.agent_id, &a.resources, None, now);
+                a.framework_id.as_str().to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn equal_shares_go_to_the_framework_with_fewer_allocations() {
+        let mut alloc = DrfAllocator::new(opts());
+        alloc.add_framework(&fid("a"), &[], true);
+        alloc.add_framework(&fid("b"), &[], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:1;mem:1024"), &[], true);
+        // Both at share 0 every time: they take turns.
+        assert_eq!(turns(&mut alloc, 6), ["a", "b", "a", "b", "a", "b"]);
+        // A newcomer has had nothing yet: it wins the next tie.
+        alloc.add_framework(&fid("c"), &[], true);
+        assert_eq!(turns(&mut alloc, 1), ["c"]);
+    }
+
+    #[test]
+    fn equal_role_shares_go_to_the_role_with_fewer_allocations() {
+        let mut alloc = DrfAllocator::new(opts());
+        alloc.add_framework(&fid("a"), &["x".to_string()], true);
+        alloc.add_framework(&fid("b"), &["y".to_string()], true);
+        alloc.add_agent(&aid("s1"), &r("cpus:1;mem:1024"), &[], true);
+        assert_eq!(turns(&mut alloc, 4), ["a", "b", "a", "b"]);
     }
 }
