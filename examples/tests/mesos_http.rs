@@ -546,3 +546,167 @@ fn bare_repeated_values_subscribe_and_each_chunk_holds_one_record() {
     assert_eq!(f["id"], framework_id.as_str(), "{f}");
     assert!(f["role"] == "x" || f["roles"] == json!(["x"]), "{f}");
 }
+
+/// `POST /api/v1` on the agent with a JSON call, accepting `accept`.
+fn agent_call(agent: &str, call: &Value, accept: &str) -> agora_client::Response {
+    agora_client::blocking::request(
+        agora_client::Method::POST,
+        agent,
+        "/api/v1",
+        &[("content-type", "application/json"), ("accept", accept)],
+        Some(call.to_string().into_bytes()),
+    )
+    .expect("agent operator call")
+}
+
+#[test]
+fn the_agents_operator_api_answers_its_read_calls_and_refuses_the_rest() {
+    use agora_mesos_proto::v1::agent::Response as AgentResponse;
+    use agora_mesos_proto::Codec;
+
+    let cluster = TestCluster::start(1, AGENT);
+    let (driver, events) = start_framework(&cluster.master_address(), FrameworkInfo::new("looker"));
+    let offer = wait_for(&events, Duration::from_secs(20), |e| match e {
+        SchedEvent::Offers(offers) => offers.first().cloned(),
+        _ => None,
+    });
+    let task = command_task("long", &offer, "sleep 60", "cpus:0.5;mem:32");
+    driver
+        .launch_tasks(
+            std::slice::from_ref(&offer.id),
+            vec![task],
+            Filters::default(),
+        )
+        .unwrap();
+    wait_for(&events, Duration::from_secs(30), |e| match e {
+        SchedEvent::Update(s) if s.task_id.as_str() == "long" && s.state == TaskState::Running => {
+            Some(())
+        }
+        _ => None,
+    });
+    let state = cluster.state();
+    let agent = state["agents"][0]["address"]
+        .as_str()
+        .expect("agent address")
+        .to_string();
+    let agent_id = state["agents"][0]["id"]
+        .as_str()
+        .expect("agent id")
+        .to_string();
+    let framework_id = state["frameworks"][0]["id"]
+        .as_str()
+        .expect("framework id")
+        .to_string();
+
+    // JSON: GET_TASKS, GET_FRAMEWORKS, GET_EXECUTORS, GET_CONTAINERS.
+    let answer = agent_call(&agent, &json!({"type": "GET_TASKS"}), "application/json");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    let tasks: Value = serde_json::from_str(&answer.text()).unwrap();
+    assert_eq!(tasks["type"], "GET_TASKS", "{tasks}");
+    let launched = &tasks["get_tasks"]["launched_tasks"];
+    assert_eq!(launched.as_array().map(Vec::len), Some(1), "{tasks}");
+    assert_eq!(launched[0]["task_id"]["value"], "long", "{tasks}");
+    assert_eq!(launched[0]["state"], "TASK_RUNNING", "{tasks}");
+    assert_eq!(
+        launched[0]["agent_id"]["value"],
+        agent_id.as_str(),
+        "{tasks}"
+    );
+    assert_eq!(
+        launched[0]["framework_id"]["value"],
+        framework_id.as_str(),
+        "{tasks}"
+    );
+    assert!(
+        launched[0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "cpus" && r["scalar"]["value"] == 0.5),
+        "{tasks}"
+    );
+
+    let answer = agent_call(
+        &agent,
+        &json!({"type": "GET_FRAMEWORKS"}),
+        "application/json",
+    );
+    let frameworks: Value = serde_json::from_str(&answer.text()).unwrap();
+    let f = &frameworks["get_frameworks"]["frameworks"][0]["framework_info"];
+    assert_eq!(f["id"]["value"], framework_id.as_str(), "{frameworks}");
+    assert_eq!(f["name"], "looker", "{frameworks}");
+
+    let answer = agent_call(
+        &agent,
+        &json!({"type": "GET_EXECUTORS"}),
+        "application/json",
+    );
+    let executors: Value = serde_json::from_str(&answer.text()).unwrap();
+    let e = &executors["get_executors"]["executors"][0]["executor_info"];
+    assert_eq!(e["executor_id"]["value"], "long", "{executors}");
+    assert_eq!(
+        e["framework_id"]["value"],
+        framework_id.as_str(),
+        "{executors}"
+    );
+
+    // `show_nested` changes nothing: no nested containers exist.
+    let answer = agent_call(
+        &agent,
+        &json!({"type": "GET_CONTAINERS", "get_containers": {"show_nested": true}}),
+        "application/json",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let containers: Value = serde_json::from_str(&answer.text()).unwrap();
+    let c = &containers["get_containers"]["containers"][0];
+    assert_eq!(c["executor_id"]["value"], "long", "{containers}");
+    assert_eq!(
+        c["framework_id"]["value"],
+        framework_id.as_str(),
+        "{containers}"
+    );
+    assert!(
+        c["container_id"]["value"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty()),
+        "{containers}"
+    );
+
+    // Protobuf: GET_STATE holds the three lists.
+    let answer = agent_call(
+        &agent,
+        &json!({"type": "GET_STATE"}),
+        "application/x-protobuf",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        answer.header("content-type"),
+        Some("application/x-protobuf")
+    );
+    let response: AgentResponse = Codec::Protobuf.decode(&answer.body).expect("GET_STATE");
+    let got = response.get_state.expect("get_state");
+    assert_eq!(
+        got.get_tasks.unwrap().launched_tasks[0].task_id.value,
+        "long"
+    );
+    assert_eq!(got.get_executors.unwrap().executors.len(), 1);
+    assert_eq!(
+        got.get_frameworks.unwrap().frameworks[0]
+            .framework_info
+            .name,
+        "looker"
+    );
+
+    // Any other call type: 501 naming it.
+    for call in [
+        "GET_HEALTH",
+        "LAUNCH_NESTED_CONTAINER_SESSION",
+        "KILL_CONTAINER",
+    ] {
+        let answer = agent_call(&agent, &json!({"type": call}), "application/json");
+        assert_eq!(answer.status, 501, "{call}: {}", answer.text());
+        assert!(answer.text().contains(call), "{call}: {}", answer.text());
+    }
+    drop(driver);
+}

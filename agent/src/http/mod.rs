@@ -1,6 +1,7 @@
 //! The agent's port: the executor WebSocket at `/api/executor`, the
 //! Mesos v1 executor API at `/api/v1/executor` ([`mesos_v1`], a second
-//! front door onto the same core machinery), and HTTP
+//! front door onto the same core machinery), the read-only calls of
+//! Mesos's v1 agent operator API at `/api/v1` ([`operator_v1`]), and HTTP
 //! `/health`, `/state`, `/version`, `/metrics` (Prometheus text) and
 //! `/files/FID/EID[/PATH]` (an executor's sandbox, confined by
 //! [`crate::files`]; see `docs/http.md`). HTTP answers to a page of an
@@ -34,6 +35,7 @@ use crate::monitor::Monitor;
 use crate::shared::{Counters, Shared};
 
 mod mesos_v1;
+mod operator_v1;
 
 /// Most queued events written to an executor with one flush.
 const WRITE_BATCH: usize = 256;
@@ -100,6 +102,8 @@ pub(crate) fn router(
     Router::new()
         .route("/api/executor", get(executor_ws))
         .route("/api/v1/executor", axum::routing::any(mesos_v1::executor))
+        .route("/api/v1", axum::routing::any(operator_v1::handle))
+        .route("/slave(1)/api/v1", axum::routing::any(operator_v1::handle))
         .route("/health", get(health))
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))
