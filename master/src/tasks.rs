@@ -654,3 +654,43 @@ fn executor_id_of(info: &TaskInfo) -> ExecutorId {
         None => ExecutorId::new(info.task_id.as_str()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use agora_proto::Source;
+
+    use super::*;
+
+    fn status(state: TaskState, timestamp: f64) -> TaskStatus {
+        let mut status = TaskStatus::new(TaskId::new("t"), state, Source::SourceExecutor);
+        status.timestamp = timestamp;
+        status
+    }
+
+    #[test]
+    fn a_task_keeps_its_first_update_and_the_latest_ones() {
+        let mut statuses = Vec::new();
+        record_status(&mut statuses, &status(TaskState::Starting, 1.0));
+        for i in 0..20 {
+            let mut running = status(TaskState::Running, 2.0 + f64::from(i));
+            running.healthy = Some(i % 2 == 0);
+            record_status(&mut statuses, &running);
+        }
+        assert_eq!(statuses.len(), MAX_TASK_STATUSES);
+        assert_eq!(statuses[0].state, TaskState::Starting);
+        let times: Vec<f64> = statuses[1..].iter().map(|s| s.timestamp).collect();
+        assert_eq!(times, [15.0, 16.0, 17.0, 18.0, 19.0, 20.0, 21.0]);
+        assert_eq!(statuses.last().unwrap().healthy, Some(false));
+    }
+
+    #[test]
+    fn an_update_reported_again_is_recorded_once() {
+        let mut statuses = Vec::new();
+        let running = status(TaskState::Running, 5.0);
+        record_status(&mut statuses, &running);
+        record_status(&mut statuses, &running);
+        assert_eq!(statuses.len(), 1);
+        record_status(&mut statuses, &status(TaskState::Finished, 6.0));
+        assert_eq!(statuses.len(), 2);
+    }
+}
