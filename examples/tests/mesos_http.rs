@@ -710,3 +710,44 @@ fn the_agents_operator_api_answers_its_read_calls_and_refuses_the_rest() {
     }
     drop(driver);
 }
+
+#[test]
+fn the_operator_stream_writes_each_record_in_a_chunk_of_its_own() {
+    let cluster = TestCluster::start_with(1, AGENT, &["--allocation-interval", "100ms"]);
+    let master = cluster.master_address();
+    let mut stream = raw_post(&master, "/api/v1", r#"{"type":"SUBSCRIBE"}"#, &[]);
+    assert_eq!(stream.status, 200);
+    // SUBSCRIBED and the HEARTBEAT after it: two chunks.
+    let subscribed = stream.event();
+    assert_eq!(subscribed["type"], "SUBSCRIBED", "{subscribed}");
+    let heartbeat = stream.event();
+    assert_eq!(heartbeat["type"], "HEARTBEAT", "{heartbeat}");
+
+    // A framework's tasks come and go: a burst of events per snapshot.
+    let (ok, out, err) = cluster.run_bin(
+        "agora-execute",
+        &[
+            "--master",
+            &master,
+            "--name",
+            "burst",
+            "--command",
+            "true",
+            "--instances",
+            "6",
+            "--timeout",
+            "60s",
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(ok, "agora-execute failed\n{out}\n{err}");
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen.iter().any(|t| t == "FRAMEWORK_REMOVED") {
+        assert!(Instant::now() < deadline, "{seen:?}\n{}", cluster.logs());
+        let event = stream.event();
+        seen.push(event["type"].as_str().unwrap_or_default().to_string());
+    }
+    let updates = seen.iter().filter(|t| *t == "TASK_UPDATED" || *t == "TASK_ADDED").count();
+    assert!(updates >= 6, "{seen:?}");
+}
