@@ -566,6 +566,10 @@ fn the_agents_operator_api_answers_its_read_calls_and_refuses_the_rest() {
 
     let cluster = TestCluster::start(1, AGENT);
     let (driver, events) = start_framework(&cluster.master_address(), FrameworkInfo::new("looker"));
+    let framework_id = wait_for(&events, Duration::from_secs(20), |e| match e {
+        SchedEvent::Registered(id) => Some(id.to_string()),
+        _ => None,
+    });
     let offer = wait_for(&events, Duration::from_secs(20), |e| match e {
         SchedEvent::Offers(offers) => offers.first().cloned(),
         _ => None,
@@ -592,10 +596,6 @@ fn the_agents_operator_api_answers_its_read_calls_and_refuses_the_rest() {
     let agent_id = state["agents"][0]["id"]
         .as_str()
         .expect("agent id")
-        .to_string();
-    let framework_id = state["frameworks"][0]["id"]
-        .as_str()
-        .expect("framework id")
         .to_string();
 
     // JSON: GET_TASKS, GET_FRAMEWORKS, GET_EXECUTORS, GET_CONTAINERS.
@@ -748,6 +748,9 @@ fn the_operator_stream_writes_each_record_in_a_chunk_of_its_own() {
         let event = stream.event();
         seen.push(event["type"].as_str().unwrap_or_default().to_string());
     }
-    let updates = seen.iter().filter(|t| *t == "TASK_UPDATED" || *t == "TASK_ADDED").count();
+    let updates = seen
+        .iter()
+        .filter(|t| *t == "TASK_UPDATED" || *t == "TASK_ADDED")
+        .count();
     assert!(updates >= 6, "{seen:?}");
 }

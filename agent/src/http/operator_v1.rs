@@ -1,7 +1,7 @@
 //! `POST /api/v1` on the agent: the read-only calls of Mesos's v1 agent
-//! operator API, answered from the agent's latest `/state` view in the
-//! codec `Accept` asks for (JSON or protobuf), behind the same
-//! `--authenticate-http` as `/state`.
+//! operator API, answered from a `/state` view the core publishes for the
+//! call, in the codec `Accept` asks for (JSON or protobuf), behind the
+//! same `--authenticate-http` as `/state`.
 //!
 //! Carried out: `GET_STATE`, `GET_FRAMEWORKS`, `GET_EXECUTORS`,
 //! `GET_TASKS` and `GET_CONTAINERS`. Any other call type is refused `501`
@@ -33,7 +33,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use super::{core_state, AppState};
+use super::AppState;
 
 /// `POST /api/v1`.
 pub(super) async fn handle(
@@ -98,8 +98,11 @@ pub(super) async fn handle(
         };
         return refuse(status, refusal.to_string());
     }
-    let Some(state) = core_state(&app).await else {
-        return refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping");
+    // A view published after the call arrived: the periodic one may
+    // predate a launch the caller knows of.
+    let state = match super::mesos_v1::fresh_snapshot(&app).await {
+        Ok(state) => state,
+        Err(refusal) => return refusal,
     };
     use call::Type;
     let response = match call.r#type() {
