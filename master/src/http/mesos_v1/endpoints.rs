@@ -258,6 +258,10 @@ fn status_json(s: &StatusRecord) -> Value {
 fn framework_json(f: &FrameworkState, s: &StateSnapshot) -> Value {
     let (active, completed): (Vec<_>, Vec<_>) =
         f.tasks.iter().partition(|t| !t.state.is_terminal());
+    // As Mesos: a task whose agent is unreachable is listed apart.
+    let (unreachable, active): (Vec<_>, Vec<_>) = active
+        .into_iter()
+        .partition(|t| t.state == TaskState::Unreachable);
     let roles = &f.roles;
     let role = roles.first().map(String::as_str);
     let mut out = json!({
@@ -278,7 +282,7 @@ fn framework_json(f: &FrameworkState, s: &StateSnapshot) -> Value {
         "offered_resources": resource_map(f.offered.list()),
         "resources": resource_map(&(f.used.list() + f.offered.list())),
         "tasks": active.iter().map(|t| task_json(t, role)).collect::<Vec<_>>(),
-        "unreachable_tasks": [],
+        "unreachable_tasks": unreachable.iter().map(|t| task_json(t, role)).collect::<Vec<_>>(),
         "completed_tasks": completed.iter().map(|t| task_json(t, role)).collect::<Vec<_>>()
             .into_iter()
             .chain(s.completed_tasks.iter().filter(|t| t.framework_id == f.id).map(|t| task_json(t, role)))
