@@ -53,15 +53,22 @@ fn mesos_task(id: &str, eid: &str, script: &Path, mesos: bool) -> TaskInfo {
 struct Stream {
     body: agora_client::Streaming,
     reader: recordio::Reader,
+    /// Records read and not yet taken.
+    pending: std::collections::VecDeque<Vec<u8>>,
     codec: Codec,
 }
 
 impl Stream {
     /// The next event, as JSON (protobuf events are decoded, then written
     /// as Mesos's JSON).
+    ///
+    /// Every stream is read checking that the agent writes one RecordIO
+    /// record per HTTP chunk, as libprocess does: hyper hands over a
+    /// chunk's data whole or in pieces, never two chunks' together, so a
+    /// piece that completes two records would be a chunk holding two.
     async fn next(&mut self) -> serde_json::Value {
         loop {
-            if let Some(record) = self.reader.next_record().unwrap() {
+            if let Some(record) = self.pending.pop_front() {
                 let event: v1::executor::Event = self.codec.decode(&record).unwrap();
                 let json = agora_mesos_proto::codec::to_json(&event).unwrap();
                 return serde_json::from_slice(&json).unwrap();
@@ -72,6 +79,14 @@ impl Stream {
                 .unwrap()
                 .expect("the agent ended the stream");
             self.reader.feed(&chunk);
+            while let Some(record) = self.reader.next_record().unwrap() {
+                self.pending.push_back(record);
+            }
+            assert!(
+                self.pending.len() <= 1,
+                "one HTTP chunk held {} records",
+                self.pending.len()
+            );
         }
     }
 
@@ -164,6 +179,7 @@ async fn subscribe_v1_with(
     Stream {
         body,
         reader: recordio::Reader::new(),
+        pending: Default::default(),
         codec,
     }
 }

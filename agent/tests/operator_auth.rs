@@ -109,6 +109,27 @@ async fn operators_authenticate_and_sandboxes_follow_the_acls() {
             .status,
         200
     );
+    // The v1 operator API, as /state: 401 without credentials.
+    let call = |authorization: Option<String>| async move {
+        let mut headers = vec![("content-type", "application/json".to_string())];
+        if let Some(a) = authorization {
+            headers.push(("authorization", a));
+        }
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        agora_client::Http::new()
+            .request(
+                agora_client::Method::POST,
+                agent.addr,
+                "/api/v1",
+                &headers,
+                Some(br#"{"type":"GET_TASKS"}"#.to_vec()),
+            )
+            .await
+            .unwrap()
+            .status
+    };
+    assert_eq!(call(None).await, 401);
+    assert_eq!(call(Some(dev.clone())).await, 200);
     // The sandbox: ops may read alice's, dev may not.
     let answer = get_as(agent.addr, "/files/fw-1/task-1/stdout", Some(&ops)).await;
     assert_eq!(answer.status, 200);

@@ -378,8 +378,8 @@ impl Master {
                 Some(task) if task.agent_id == aid => {
                     if !task.state.is_terminal() {
                         task.state = report.state;
-                        if report.latest_status.is_some() {
-                            task.latest_status = report.latest_status;
+                        if let Some(status) = report.latest_status {
+                            task.set_latest_status(status);
                         }
                     }
                 }
@@ -427,7 +427,9 @@ impl Master {
                 None => {
                     let mut task = Task::new(fid.clone(), report.task, report.state);
                     task.agent_id = aid.clone();
-                    task.latest_status = report.latest_status;
+                    if let Some(status) = report.latest_status {
+                        task.set_latest_status(status);
+                    }
                     fw.tasks.insert(task.info.task_id.clone(), task);
                 }
             }
@@ -502,7 +504,7 @@ impl Master {
                     "the re-registered agent does not have this task",
                     Some(aid.clone()),
                 );
-                task.latest_status = Some(status.clone());
+                task.set_latest_status(status.clone());
                 self.send_framework(fid, scheduler::Event::Update { status });
             }
         }
@@ -724,7 +726,7 @@ impl Master {
                 .get(&fid)
                 .and_then(|f| f.tasks.get(&tid))
                 .is_some_and(|t| t.agent_id == *aid);
-            let Some(task) = self
+            let Some(mut task) = self
                 .frameworks
                 .get_mut(&fid)
                 .filter(|_| lives_here)
@@ -742,6 +744,7 @@ impl Master {
                     reason,
                     Some(aid.clone()),
                 );
+                task.set_latest_status(status.clone());
                 self.send_framework(&fid, scheduler::Event::Update { status });
                 TaskState::Lost
             };

@@ -198,6 +198,14 @@ pub(crate) struct TaskView {
     /// What its container uses (agents with `--isolation cgroups`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) usage: Option<agora_proto::agent::ContainerUsage>,
+    /// Its status updates, for the Mesos endpoints (`/master/state`,
+    /// `/tasks`); not in Agora's own `/state`.
+    #[serde(skip)]
+    pub(crate) statuses: Vec<crate::tasks::StatusRecord>,
+    /// The role its resources were allocated to, when the master knows
+    /// it (for the Mesos endpoints).
+    #[serde(skip)]
+    pub(crate) role: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -477,6 +485,8 @@ pub(crate) fn task_view(t: &Task) -> TaskView {
         resources: ResourcesView::new(t.resources.clone()),
         finished_at: None,
         usage: t.usage.clone(),
+        statuses: t.statuses.clone(),
+        role: t.info.allocation_role.clone(),
     }
 }
 
@@ -491,6 +501,8 @@ fn completed_view(c: &CompletedTask) -> TaskView {
         resources: ResourcesView::new(c.resources.clone()),
         finished_at: Some(c.finished_at),
         usage: None,
+        statuses: c.statuses.clone(),
+        role: None,
     }
 }
 
@@ -1270,6 +1282,8 @@ mod tests {
             resources: ResourcesView::new(Resources::parse(&resources).unwrap()),
             finished_at: None,
             usage: None,
+            statuses: Vec::new(),
+            role: None,
         })
     }
 

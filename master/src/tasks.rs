@@ -22,6 +22,10 @@ pub(crate) struct Task {
     /// The task's own resources (its executor's are accounted on the agent).
     pub(crate) resources: Resources,
     pub(crate) latest_status: Option<TaskStatus>,
+    /// The updates the task went through, as Mesos's `Task.statuses`
+    /// (`/master/state`, `/tasks`): the first and the latest
+    /// [`MAX_TASK_STATUSES`]` - 1`.
+    pub(crate) statuses: Vec<StatusRecord>,
     /// The latest reliable update, until the scheduler acknowledges it.
     pub(crate) pending_update: Option<TaskStatus>,
     /// The uuid of the latest update the scheduler acknowledged: the
@@ -36,6 +40,23 @@ pub(crate) struct Task {
     /// What its container uses, as its agent last reported (agents with
     /// `--isolation cgroups`).
     pub(crate) usage: Option<agora_proto::agent::ContainerUsage>,
+}
+
+/// How many status updates of a task the master keeps for `/master/state`
+/// and `/tasks` (Mesos keeps every one; a health-checked task sends one
+/// per change of health, without end): the first, which orders `/tasks`,
+/// and the latest ones.
+pub(crate) const MAX_TASK_STATUSES: usize = 8;
+
+/// One status update of a task, as Mesos's endpoints show it: `state`,
+/// `timestamp`, and `healthy` and `labels` when set. (Agora's status
+/// updates carry no `container_status`.)
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StatusRecord {
+    pub(crate) state: TaskState,
+    pub(crate) timestamp: f64,
+    pub(crate) healthy: Option<bool>,
+    pub(crate) labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A task that reached a terminal state and was forgotten.
@@ -56,6 +77,35 @@ pub(crate) struct CompletedTask {
     pub(crate) last_uuid: Option<String>,
     /// Its launch's stamp, when it had one.
     pub(crate) launch_stamp: Option<agora_proto::LaunchStamp>,
+    /// Its status updates (see [`Task::statuses`]).
+    pub(crate) statuses: Vec<StatusRecord>,
+}
+
+// === impl StatusRecord ===
+
+impl StatusRecord {
+    pub(crate) fn of(status: &TaskStatus) -> Self {
+        StatusRecord {
+            state: status.state,
+            timestamp: status.timestamp,
+            healthy: status.healthy,
+            labels: status.labels.clone(),
+        }
+    }
+}
+
+/// Appends `status` to a bounded list of updates: the first is kept, and
+/// the oldest after it makes room. An update already recorded (an agent's
+/// re-registration reports the latest one again) is not added twice.
+pub(crate) fn record_status(statuses: &mut Vec<StatusRecord>, status: &TaskStatus) {
+    let record = StatusRecord::of(status);
+    if statuses.last() == Some(&record) {
+        return;
+    }
+    if statuses.len() >= MAX_TASK_STATUSES {
+        statuses.remove(1);
+    }
+    statuses.push(record);
 }
 
 // === impl Task ===
@@ -70,6 +120,7 @@ impl Task {
             state,
             resources: info.resources.clone(),
             latest_status: None,
+            statuses: Vec::new(),
             pending_update: None,
             acknowledged_uuid: None,
             update_state: None,
@@ -103,6 +154,12 @@ impl Task {
         status.executor_id = Some(self.executor_id.clone());
         Some(status)
     }
+
+    /// Takes `status` as the task's latest update and records it.
+    pub(crate) fn set_latest_status(&mut self, status: TaskStatus) {
+        record_status(&mut self.statuses, &status);
+        self.latest_status = Some(status);
+    }
 }
 
 // === impl Master: tasks ===
@@ -129,6 +186,7 @@ impl Master {
             message,
             Some(task.agent_id.clone()),
         );
+        let statuses = vec![StatusRecord::of(&status)];
         self.send_framework(fid, Event::Update { status });
         let existing = self
             .frameworks
@@ -164,6 +222,7 @@ impl Master {
                 finished_at: agora_proto::now_timestamp(),
                 last_uuid: None,
                 launch_stamp: None,
+                statuses,
             });
         }
     }
@@ -218,6 +277,7 @@ impl Master {
             finished_at: agora_proto::now_timestamp(),
             last_uuid,
             launch_stamp,
+            statuses: task.statuses,
         });
     }
 
@@ -348,7 +408,7 @@ impl Master {
                     freed = Some((task.agent_id.clone(), task.resources.clone()));
                 }
             }
-            task.latest_status = Some(status.clone());
+            task.set_latest_status(status.clone());
             task.pending_update = Some(status.clone());
             task.update_state = Some(status.state);
         }
@@ -592,5 +652,45 @@ fn executor_id_of(info: &TaskInfo) -> ExecutorId {
     match &info.executor {
         Some(e) => e.executor_id.clone(),
         None => ExecutorId::new(info.task_id.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agora_proto::Source;
+
+    use super::*;
+
+    fn status(state: TaskState, timestamp: f64) -> TaskStatus {
+        let mut status = TaskStatus::new(TaskId::new("t"), state, Source::SourceExecutor);
+        status.timestamp = timestamp;
+        status
+    }
+
+    #[test]
+    fn a_task_keeps_its_first_update_and_the_latest_ones() {
+        let mut statuses = Vec::new();
+        record_status(&mut statuses, &status(TaskState::Starting, 1.0));
+        for i in 0..20 {
+            let mut running = status(TaskState::Running, 2.0 + f64::from(i));
+            running.healthy = Some(i % 2 == 0);
+            record_status(&mut statuses, &running);
+        }
+        assert_eq!(statuses.len(), MAX_TASK_STATUSES);
+        assert_eq!(statuses[0].state, TaskState::Starting);
+        let times: Vec<f64> = statuses[1..].iter().map(|s| s.timestamp).collect();
+        assert_eq!(times, [15.0, 16.0, 17.0, 18.0, 19.0, 20.0, 21.0]);
+        assert_eq!(statuses.last().unwrap().healthy, Some(false));
+    }
+
+    #[test]
+    fn an_update_reported_again_is_recorded_once() {
+        let mut statuses = Vec::new();
+        let running = status(TaskState::Running, 5.0);
+        record_status(&mut statuses, &running);
+        record_status(&mut statuses, &running);
+        assert_eq!(statuses.len(), 1);
+        record_status(&mut statuses, &status(TaskState::Finished, 6.0));
+        assert_eq!(statuses.len(), 2);
     }
 }

@@ -185,13 +185,15 @@ impl Codec {
                     Ok(message) => message,
                     // Only when the strict parse fails: the body may use
                     // a Mesos 0.x name of a field (mesoshttp sends
-                    // `TaskInfo.slave_id` beside `agent_id`).
-                    Err(e) => with_v0_names(body, &descriptor, &options)?.ok_or_else(|| {
-                        CodecError::Json {
+                    // `TaskInfo.slave_id` beside `agent_id`), or a bare
+                    // value where a field is repeated (`"roles": "x"`),
+                    // which Mesos's parser takes as a one-element list.
+                    Err(e) => {
+                        leniently(body, &descriptor, &options)?.ok_or_else(|| CodecError::Json {
                             message: name(),
                             reason: e.to_string(),
-                        }
-                    })?,
+                        })?
+                    }
                 }
             }
             Codec::Protobuf => DynamicMessage::decode(descriptor.clone(), body).map_err(|e| {
@@ -302,10 +304,12 @@ pub fn to_json_value<T: ReflectMessage>(message: &T) -> serde_json::Value {
 /// field's; a different one is an error.
 const V0_NAMES: &[(&str, &str, &str)] = &[("mesos.v1.TaskInfo", "slave_id", "agent_id")];
 
-/// Decodes a JSON `body` of `descriptor` after renaming the 0.x keys of
-/// [`V0_NAMES`]; `None` when there is none to rename (the first error
+/// Decodes a JSON `body` of `descriptor` as Mesos's stout parser reads
+/// it: after renaming the 0.x keys of [`V0_NAMES`] and making each bare
+/// value (string, number, bool or object) of a repeated field a list of
+/// that one value. `None` when there is nothing to change (the first error
 /// stands).
-fn with_v0_names(
+fn leniently(
     body: &[u8],
     descriptor: &prost_reflect::MessageDescriptor,
     options: &DeserializeOptions,
@@ -313,9 +317,9 @@ fn with_v0_names(
     let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Ok(None);
     };
-    let mut renamed = false;
-    rename_v0_keys(&mut value, descriptor, &mut renamed)?;
-    if !renamed {
+    let mut changed = false;
+    mesos_shapes(&mut value, descriptor, &mut changed)?;
+    if !changed {
         return Ok(None);
     }
     DynamicMessage::deserialize_with_options(descriptor.clone(), value, options)
@@ -326,10 +330,10 @@ fn with_v0_names(
         })
 }
 
-fn rename_v0_keys(
+fn mesos_shapes(
     value: &mut serde_json::Value,
     descriptor: &prost_reflect::MessageDescriptor,
-    renamed: &mut bool,
+    changed: &mut bool,
 ) -> Result<(), CodecError> {
     let serde_json::Value::Object(object) = value else {
         return Ok(());
@@ -341,7 +345,7 @@ fn rename_v0_keys(
         let Some(given) = object.remove(old) else {
             continue;
         };
-        *renamed = true;
+        *changed = true;
         match object.get(new) {
             Some(current) if *current != given => {
                 return Err(CodecError::Json {
@@ -362,6 +366,12 @@ fn rename_v0_keys(
         else {
             continue;
         };
+        if field.is_list()
+            && !matches!(inner, serde_json::Value::Array(_) | serde_json::Value::Null)
+        {
+            *inner = serde_json::Value::Array(vec![inner.take()]);
+            *changed = true;
+        }
         let Kind::Message(inner_descriptor) = field.kind() else {
             continue;
         };
@@ -371,10 +381,10 @@ fn rename_v0_keys(
         match inner {
             serde_json::Value::Array(items) => {
                 for item in items {
-                    rename_v0_keys(item, &inner_descriptor, renamed)?;
+                    mesos_shapes(item, &inner_descriptor, changed)?;
                 }
             }
-            other => rename_v0_keys(other, &inner_descriptor, renamed)?,
+            other => mesos_shapes(other, &inner_descriptor, changed)?,
         }
     }
     Ok(())
@@ -643,6 +653,70 @@ mod tests {
             )
             .unwrap_err();
         assert!(err.to_string().contains("'slave_id'"), "{err}");
+    }
+
+    #[test]
+    fn a_bare_string_of_a_repeated_field_is_a_list_of_one() {
+        use crate::v1;
+        let call: v1::scheduler::Call = Codec::Json
+            .decode(
+                br#"{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":"u","name":"n","roles":"x","capabilities":[{"type":"MULTI_ROLE"}]}}}"#,
+            )
+            .unwrap();
+        assert_eq!(call.subscribe.unwrap().framework_info.roles, vec!["x"]);
+    }
+
+    #[test]
+    fn a_bare_number_of_a_repeated_field_is_a_list_of_one() {
+        use crate::v1;
+        let check: v1::HealthCheck = Codec::Json
+            .decode(br#"{"type":"HTTP","http":{"port":80,"statuses":200}}"#)
+            .unwrap();
+        assert_eq!(check.http.unwrap().statuses, vec![200]);
+    }
+
+    #[test]
+    fn a_bare_object_of_a_repeated_field_is_a_list_of_one_at_any_depth() {
+        use crate::v1;
+        // A capability, an offer id, an operation and a task, each bare.
+        let call: v1::scheduler::Call = Codec::Json
+            .decode(
+                br#"{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":"u","name":"n","roles":["x"],"capabilities":{"type":"MULTI_ROLE"}}}}"#,
+            )
+            .unwrap();
+        let info = call.subscribe.unwrap().framework_info;
+        assert_eq!(info.capabilities.len(), 1);
+        assert_eq!(
+            info.capabilities[0].r#type(),
+            v1::framework_info::capability::Type::MultiRole
+        );
+        let call: v1::scheduler::Call = Codec::Json
+            .decode(
+                br#"{"type":"ACCEPT","accept":{"offer_ids":{"value":"o"},"operations":{"type":"LAUNCH","launch":{"task_infos":{"name":"t","task_id":{"value":"t"},"agent_id":{"value":"a"},"resources":{"name":"cpus","type":"SCALAR","scalar":{"value":1}}}}}}}"#,
+            )
+            .unwrap();
+        let accept = call.accept.unwrap();
+        assert_eq!(accept.offer_ids[0].value, "o");
+        let task = &accept.operations[0].launch.as_ref().unwrap().task_infos[0];
+        assert_eq!(task.task_id.value, "t");
+        assert_eq!(task.resources[0].name, "cpus");
+    }
+
+    #[test]
+    fn leniency_still_refuses_unknown_keys_and_wrong_types() {
+        use crate::v1;
+        let err = Codec::Json
+            .decode::<v1::scheduler::Call>(
+                br#"{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":"u","name":"n","roles":"x","bogus":1}}}"#,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("bogus"), "{err}");
+        // A number where the list holds strings is no list of one string.
+        assert!(Codec::Json
+            .decode::<v1::scheduler::Call>(
+                br#"{"type":"SUBSCRIBE","subscribe":{"framework_info":{"user":"u","name":"n","roles":7}}}"#,
+            )
+            .is_err());
     }
 
     #[test]

@@ -257,6 +257,11 @@ pub const CARRIED: &[Carried] = &[
     ),
     // The operator API (the master's `/api/v1`).
     carried("mesos.v1.master.Call", &["type", "get_metrics", "teardown"]),
+    carried("mesos.v1.agent.Call", &["type", "get_containers"]),
+    carried(
+        "mesos.v1.agent.Call.GetContainers",
+        &["show_nested", "show_standalone"],
+    ),
     carried("mesos.v1.master.Call.GetMetrics", &["timeout"]),
     carried("mesos.v1.master.Call.Teardown", &["framework_id"]),
 ];
@@ -298,6 +303,16 @@ pub const CARRIED_VALUES: &[CarriedValues] = &[
     values(
         "mesos.v1.executor.Call.type",
         &["SUBSCRIBE", "UPDATE", "MESSAGE", "HEARTBEAT"],
+    ),
+    values(
+        "mesos.v1.agent.Call.type",
+        &[
+            "GET_STATE",
+            "GET_FRAMEWORKS",
+            "GET_EXECUTORS",
+            "GET_TASKS",
+            "GET_CONTAINERS",
+        ],
     ),
     values(
         "mesos.v1.master.Call.type",

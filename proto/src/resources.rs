@@ -735,6 +735,8 @@ impl Resources {
 
     /// Sum of the scalar resource `name` over all roles (0 when absent).
     pub fn scalar(&self, name: &str) -> f64 {
+        // A fold from +0.0, not `sum()`: the sum of no f64 is -0.0, which
+        // JSON writes as `-0.0` for a resource that is simply absent.
         round_scalar(
             self.items
                 .iter()
@@ -743,7 +745,7 @@ impl Resources {
                     Value::Scalar(v) => Some(v),
                     _ => None,
                 })
-                .sum(),
+                .fold(0.0, |sum, v| sum + v),
         )
     }
 
@@ -885,6 +887,14 @@ impl std::ops::AddAssign<&Resources> for Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_absent_scalar_is_a_positive_zero() {
+        let r = Resources::parse("mem:32").unwrap();
+        assert!(r.scalar("cpus").is_sign_positive());
+        assert_eq!(serde_json::json!(r.scalar("gpus")).to_string(), "0.0");
+        assert!(Resources::new().scalar("mem").is_sign_positive());
+    }
 
     #[test]
     fn a_resource_on_the_wire_carries_at_most_max_wire_items() {

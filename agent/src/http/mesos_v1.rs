@@ -301,7 +301,7 @@ fn other_run(
 /// The `/state` view published after this point (the periodic one may
 /// predate a launch).
 #[allow(clippy::result_large_err)] // the refusal is the handler's answer
-async fn fresh_snapshot(app: &AppState) -> Result<crate::messages::Snapshot, Response> {
+pub(super) async fn fresh_snapshot(app: &AppState) -> Result<crate::messages::Snapshot, Response> {
     let (done, published) = oneshot::channel();
     if app.core.send(CoreEvent::Publish(done)).await.is_err() || published.await.is_err() {
         return Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "Agent is stopping"));

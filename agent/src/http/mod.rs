@@ -1,6 +1,7 @@
 //! The agent's port: the executor WebSocket at `/api/executor`, the
 //! Mesos v1 executor API at `/api/v1/executor` ([`mesos_v1`], a second
-//! front door onto the same core machinery), and HTTP
+//! front door onto the same core machinery), the read-only calls of
+//! Mesos's v1 agent operator API at `/api/v1` ([`operator_v1`]), and HTTP
 //! `/health`, `/state`, `/version`, `/metrics` (Prometheus text) and
 //! `/files/FID/EID[/PATH]` (an executor's sandbox, confined by
 //! [`crate::files`]; see `docs/http.md`), and Mesos's files API
@@ -37,6 +38,7 @@ use crate::shared::{Counters, Shared};
 
 mod mesos_files;
 mod mesos_v1;
+mod operator_v1;
 
 /// Most queued events written to an executor with one flush.
 const WRITE_BATCH: usize = 256;
@@ -103,6 +105,8 @@ pub(crate) fn router(
     let router = Router::new()
         .route("/api/executor", get(executor_ws))
         .route("/api/v1/executor", axum::routing::any(mesos_v1::executor))
+        .route("/api/v1", axum::routing::any(operator_v1::handle))
+        .route("/slave(1)/api/v1", axum::routing::any(operator_v1::handle))
         .route("/health", get(health))
         .route("/version", get(|| async { agora_proto::VERSION }))
         .route("/state", get(state))

@@ -195,7 +195,7 @@ const MAX_FORM_BYTES: usize = 64 * 1024;
 
 /// The (percent-decoded) value of `name` in an
 /// `application/x-www-form-urlencoded` body.
-fn url_form_field(body: &[u8], name: &str) -> Option<String> {
+pub(crate) fn url_form_field(body: &[u8], name: &str) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
     text.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=')?;

@@ -1,8 +1,10 @@
 //! The JSON endpoints Mesos tools scrape, in Mesos's shapes, from the
 //! latest `/state` snapshot: `/master/state` (also `/state.json` and
 //! `/master/state.json`, which mesos-dns still asks for),
-//! `/master/state-summary`, `/metrics/snapshot` (the keys mesos_exporter
-//! reads), `/master/redirect`, `/master/version` and `/master/health`.
+//! `/master/state-summary`, `/slaves`, `/frameworks` and `/tasks` (the
+//! Mesos CLI's and UIs' lists), `/metrics/snapshot` (the keys
+//! mesos_exporter reads), `/master/redirect`, `/master/version` and
+//! `/master/health`. Each list is of what the requester may view.
 //!
 //! `/master/state` omits `pid` for frameworks (they are HTTP frameworks:
 //! mesos-dns parses every `pid` it finds as a libprocess UPID) and writes
@@ -10,8 +12,9 @@
 
 use std::collections::BTreeMap;
 
+use agora_mesos_proto::convert::ResourceStyle;
 use agora_proto::{Resources, TaskState};
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -21,6 +24,7 @@ use super::{version_json, MesosState};
 use crate::frameworks::CompletedFramework;
 use crate::http::AppState;
 use crate::state::{AgentState, FrameworkState, StateSnapshot, TaskView};
+use crate::tasks::StatusRecord;
 
 pub(crate) async fn version() -> Json<Value> {
     Json(version_json())
@@ -62,6 +66,73 @@ pub(crate) async fn metrics_snapshot(
 ) -> Json<BTreeMap<String, f64>> {
     let snapshot = state.app.snapshot.borrow().clone();
     Json(metrics(&state.app, &snapshot))
+}
+
+/// How many tasks `/tasks` lists without a `limit` (Mesos's `TASK_LIMIT`).
+pub(crate) const TASK_LIMIT: usize = 100;
+
+/// `/slaves` (and `/master/slaves`): the agents as `/master/state` shows
+/// them, with the `*_full` resource lists Mesos adds here; `slave_id`
+/// selects one.
+pub(crate) async fn slaves(
+    State(state): State<MesosState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let snapshot = state.app.snapshot_for(&headers);
+    let query = query.unwrap_or_default();
+    match tokio::task::spawn_blocking(move || master_slaves(&snapshot, &Query(&query))).await {
+        Ok(body) => Json(body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// `/frameworks` (and `/master/frameworks`): the frameworks as
+/// `/master/state` shows them; `framework_id` selects one.
+pub(crate) async fn frameworks(
+    State(state): State<MesosState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let snapshot = state.app.snapshot_for(&headers);
+    let query = query.unwrap_or_default();
+    match tokio::task::spawn_blocking(move || master_frameworks(&snapshot, &Query(&query))).await {
+        Ok(body) => Json(body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// `/tasks` (and `/master/tasks`, `/tasks.json`, `/master/tasks.json`):
+/// the tasks of every framework the requester may see, with Mesos's
+/// `framework_id`, `task_id`, `order`, `limit` and `offset`.
+pub(crate) async fn tasks(
+    State(state): State<MesosState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let snapshot = state.app.snapshot_for(&headers);
+    let query = query.unwrap_or_default();
+    match tokio::task::spawn_blocking(move || master_tasks(&snapshot, &Query(&query))).await {
+        Ok(body) => Json(body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// A request's query string.
+struct Query<'a>(&'a str);
+
+impl Query<'_> {
+    fn get(&self, name: &str) -> Option<String> {
+        crate::http::url_form_field(self.0.as_bytes(), name)
+    }
+
+    /// A count parameter; one that is absent or not a count takes
+    /// `default`, as Mesos's `numify` failing does.
+    fn count(&self, name: &str, default: usize) -> usize {
+        self.get(name)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default)
+    }
 }
 
 /// `host` and `host:port` of an address.
@@ -144,8 +215,10 @@ fn agent_json(a: &AgentState) -> Value {
     })
 }
 
-fn task_json(t: &TaskView) -> Value {
-    json!({
+/// A task as Mesos's `json(Task)` writes it; `role` is the role its
+/// resources were allocated to, or else its framework's first.
+fn task_json(t: &TaskView, framework_role: Option<&str>) -> Value {
+    let mut out = json!({
         "id": t.id,
         "name": t.name,
         "framework_id": t.framework_id,
@@ -153,14 +226,44 @@ fn task_json(t: &TaskView) -> Value {
         "slave_id": t.agent_id,
         "state": t.state.as_str(),
         "resources": resource_map(t.resources.list()),
-        "statuses": t.finished_at.map_or_else(Vec::new, |at| vec![json!({"state": t.state.as_str(), "timestamp": at})]),
-    })
+        "statuses": t.statuses.iter().map(status_json).collect::<Vec<_>>(),
+    });
+    if let Some(role) = t.role.as_deref().or(framework_role) {
+        out["role"] = json!(role);
+    }
+    out
+}
+
+/// One status update as Mesos's `json(TaskStatus)` writes it: `state`,
+/// `timestamp`, then `labels` and `healthy` when set.
+fn status_json(s: &StatusRecord) -> Value {
+    let mut out = json!({
+        "state": s.state.as_str(),
+        "timestamp": s.timestamp,
+    });
+    if !s.labels.is_empty() {
+        out["labels"] = Value::Array(
+            s.labels
+                .iter()
+                .map(|(key, value)| json!({"key": key, "value": value}))
+                .collect(),
+        );
+    }
+    if let Some(healthy) = s.healthy {
+        out["healthy"] = json!(healthy);
+    }
+    out
 }
 
 fn framework_json(f: &FrameworkState, s: &StateSnapshot) -> Value {
     let (active, completed): (Vec<_>, Vec<_>) =
         f.tasks.iter().partition(|t| !t.state.is_terminal());
+    // As Mesos: a task whose agent is unreachable is listed apart.
+    let (unreachable, active): (Vec<_>, Vec<_>) = active
+        .into_iter()
+        .partition(|t| t.state == TaskState::Unreachable);
     let roles = &f.roles;
+    let role = roles.first().map(String::as_str);
     let mut out = json!({
         "id": f.id,
         "name": f.name,
@@ -178,11 +281,11 @@ fn framework_json(f: &FrameworkState, s: &StateSnapshot) -> Value {
         "used_resources": resource_map(f.used.list()),
         "offered_resources": resource_map(f.offered.list()),
         "resources": resource_map(&(f.used.list() + f.offered.list())),
-        "tasks": active.iter().map(|t| task_json(t)).collect::<Vec<_>>(),
-        "unreachable_tasks": [],
-        "completed_tasks": completed.iter().map(|t| task_json(t)).collect::<Vec<_>>()
+        "tasks": active.iter().map(|t| task_json(t, role)).collect::<Vec<_>>(),
+        "unreachable_tasks": unreachable.iter().map(|t| task_json(t, role)).collect::<Vec<_>>(),
+        "completed_tasks": completed.iter().map(|t| task_json(t, role)).collect::<Vec<_>>()
             .into_iter()
-            .chain(s.completed_tasks.iter().filter(|t| t.framework_id == f.id).map(|t| task_json(t)))
+            .chain(s.completed_tasks.iter().filter(|t| t.framework_id == f.id).map(|t| task_json(t, role)))
             .collect::<Vec<_>>(),
         "offers": s.offers.iter().filter(|o| o.framework_id == f.id).map(|o| json!({
             "id": o.id,
@@ -206,6 +309,7 @@ fn framework_json(f: &FrameworkState, s: &StateSnapshot) -> Value {
 /// A removed framework in `/master/state`'s `completed_frameworks`.
 fn completed_framework_json(f: &CompletedFramework, s: &StateSnapshot) -> Value {
     let none = Resources::new();
+    let role = f.info.effective_roles().into_iter().next();
     json!({
         "id": f.id,
         "name": f.info.name,
@@ -224,7 +328,7 @@ fn completed_framework_json(f: &CompletedFramework, s: &StateSnapshot) -> Value 
         "resources": resource_map(&none),
         "tasks": [],
         "unreachable_tasks": [],
-        "completed_tasks": s.completed_tasks.iter().filter(|t| t.framework_id == f.id).map(|t| task_json(t)).collect::<Vec<_>>(),
+        "completed_tasks": s.completed_tasks.iter().filter(|t| t.framework_id == f.id).map(|t| task_json(t, role.as_deref())).collect::<Vec<_>>(),
         "offers": [],
         "executors": [],
     })
@@ -258,6 +362,136 @@ pub(crate) fn master_state(s: &StateSnapshot) -> Value {
         "completed_frameworks": s.completed_frameworks.iter().rev().map(|f| completed_framework_json(f, s)).collect::<Vec<_>>(),
         "orphan_tasks": [],
         "unregistered_frameworks": [],
+    })
+}
+
+/// `/slaves` in Mesos's shape.
+fn master_slaves(s: &StateSnapshot, query: &Query<'_>) -> Value {
+    let selected = query.get("slave_id");
+    let full = |r: &Resources| -> Value {
+        Value::Array(
+            agora_mesos_proto::convert::mesos_resources(r, &ResourceStyle::default())
+                .iter()
+                .map(agora_mesos_proto::codec::to_json_value)
+                .collect(),
+        )
+    };
+    let slaves: Vec<Value> = s
+        .agents
+        .iter()
+        .filter(|a| selected.as_deref().is_none_or(|id| a.id.as_str() == id))
+        .map(|a| {
+            let mut v = agent_json(a);
+            let total = a.total.list();
+            let mut reserved: BTreeMap<String, Resources> = BTreeMap::new();
+            for r in total.iter().filter(|r| r.is_reserved()) {
+                reserved
+                    .entry(r.role.clone())
+                    .or_default()
+                    .add_resource(r.clone());
+            }
+            v["reserved_resources_full"] = Value::Object(
+                reserved
+                    .iter()
+                    .map(|(role, r)| (role.clone(), full(r)))
+                    .collect(),
+            );
+            v["unreserved_resources_full"] =
+                full(&total.filter_roles(|r| r == agora_proto::DEFAULT_ROLE));
+            v["used_resources_full"] = full(a.used.list());
+            v["offered_resources_full"] = full(a.offered.list());
+            v
+        })
+        .collect();
+    json!({
+        "slaves": slaves,
+        "recovered_slaves": [],
+    })
+}
+
+/// `/frameworks` in Mesos's shape.
+fn master_frameworks(s: &StateSnapshot, query: &Query<'_>) -> Value {
+    let selected = query.get("framework_id");
+    let wanted =
+        |id: &agora_proto::FrameworkId| selected.as_deref().is_none_or(|s| id.as_str() == s);
+    json!({
+        "frameworks": s.frameworks.iter().filter(|f| wanted(&f.id)).map(|f| framework_json(f, s)).collect::<Vec<_>>(),
+        "completed_frameworks": s.completed_frameworks.iter().rev().filter(|f| wanted(&f.id)).map(|f| completed_framework_json(f, s)).collect::<Vec<_>>(),
+        "unregistered_frameworks": [],
+    })
+}
+
+/// `/tasks` in Mesos's shape: the live and completed tasks of the
+/// selected frameworks, ordered by the time of their first status update
+/// (descending unless `order=asc`; tasks without one, still staging, come
+/// last descending and first ascending, as Mesos's comparator puts them),
+/// then `offset` and `limit`.
+fn master_tasks(s: &StateSnapshot, query: &Query<'_>) -> Value {
+    let framework = query.get("framework_id");
+    let task = query.get("task_id");
+    let ascending = query.get("order").as_deref() == Some("asc");
+    let limit = query.count("limit", TASK_LIMIT);
+    let offset = query.count("offset", 0);
+    let selected = |t: &TaskView| {
+        framework
+            .as_deref()
+            .is_none_or(|id| t.framework_id.as_str() == id)
+            && task.as_deref().is_none_or(|id| t.id.as_str() == id)
+    };
+    let role_of = |fid: &agora_proto::FrameworkId| -> Option<String> {
+        match s.frameworks.iter().find(|f| &f.id == fid) {
+            Some(f) => f.roles.first().cloned(),
+            None => s
+                .completed_frameworks
+                .iter()
+                .find(|f| &f.id == fid)
+                .and_then(|f| f.info.effective_roles().into_iter().next()),
+        }
+    };
+    let mut tasks: Vec<&TaskView> = s
+        .frameworks
+        .iter()
+        .flat_map(|f| f.tasks.iter().map(|t| &***t))
+        .chain(s.completed_tasks.iter().map(|t| &***t))
+        .filter(|t| selected(t))
+        .collect();
+    let first = |t: &TaskView| t.statuses.first().map(|s| s.timestamp);
+    // A stable sort: tasks of one instant keep the snapshot's order.
+    tasks.sort_by(|a, b| {
+        use std::cmp::Ordering;
+        match (first(a), first(b)) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => {
+                if ascending {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            }
+            (Some(_), None) => {
+                if ascending {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                }
+            }
+            (Some(x), Some(y)) => {
+                let o = x.total_cmp(&y);
+                if ascending {
+                    o
+                } else {
+                    o.reverse()
+                }
+            }
+        }
+    });
+    json!({
+        "tasks": tasks
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|t| task_json(t, role_of(&t.framework_id).as_deref()))
+            .collect::<Vec<_>>(),
     })
 }
 

@@ -14,7 +14,8 @@
 //!   GET_EXECUTORS, GET_MASTER, GET_FLAGS, GET_METRICS and the SUBSCRIBE
 //!   event stream), answered from the `/state` snapshot.
 //! - `GET /master/state` (also `/state.json`, `/master/state.json`),
-//!   `/master/state-summary`, `/metrics/snapshot`, `/master/redirect`
+//!   `/master/state-summary`, `/slaves`, `/frameworks`, `/tasks` (each
+//!   also under `/master/`), `/metrics/snapshot`, `/master/redirect`
 //!   (`endpoints.rs`): the JSON that Mesos tools scrape.
 //!
 //! The paths are also served under Mesos's process prefix
@@ -91,6 +92,14 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/master/state.json", get(endpoints::state))
         .route("/state.json", get(endpoints::state))
         .route("/master/state-summary", get(endpoints::state_summary))
+        .route("/slaves", get(endpoints::slaves))
+        .route("/master/slaves", get(endpoints::slaves))
+        .route("/frameworks", get(endpoints::frameworks))
+        .route("/master/frameworks", get(endpoints::frameworks))
+        .route("/tasks", get(endpoints::tasks))
+        .route("/master/tasks", get(endpoints::tasks))
+        .route("/tasks.json", get(endpoints::tasks))
+        .route("/master/tasks.json", get(endpoints::tasks))
         .route("/metrics/snapshot", get(endpoints::metrics_snapshot))
         .route("/master/redirect", get(endpoints::redirect))
         .route("/redirect", get(endpoints::redirect))

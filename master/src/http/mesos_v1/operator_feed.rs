@@ -34,6 +34,10 @@ use crate::state::StateSnapshot;
 /// Heartbeat period of the operator event stream (Mesos's).
 const HEARTBEAT: Duration = Duration::from_secs(15);
 
+/// The records of one snapshot's events (or SUBSCRIBED), each framed
+/// alone: the body writes one record per chunk, as libprocess does.
+type Batch = Arc<[Bytes]>;
+
 /// Who a feed is for: everyone (`None`), or one principal (and the
 /// anonymous) when ACLs restrict what operators see.
 type ViewKey = Option<Option<String>>;
@@ -45,7 +49,7 @@ pub(crate) struct Feeds(Mutex<HashMap<ViewKey, mpsc::UnboundedSender<Reader>>>);
 /// One reader's queue, as its feed holds it.
 struct Reader {
     codec: Codec,
-    queue: mpsc::UnboundedSender<Bytes>,
+    queue: mpsc::UnboundedSender<Batch>,
     /// Bytes queued and not yet taken by the response body.
     queued: Arc<AtomicUsize>,
     /// Chunks the response body took, and how many at the last heartbeat.
@@ -78,7 +82,7 @@ pub(crate) fn subscribe(
     let acls = &app.auth.acls;
     let key = (acls.restricts(Action::ViewFrameworks) || acls.restricts(Action::ViewTasks))
         .then_some(principal);
-    let (queue, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let (queue, mut rx) = mpsc::unbounded_channel::<Batch>();
     let queued = Arc::new(AtomicUsize::new(0));
     let taken = Arc::new(AtomicUsize::new(0));
     let mut reader = Reader {
@@ -112,18 +116,28 @@ pub(crate) fn subscribe(
             }
         }
     }
-    // The first chunk (SUBSCRIBED) was not counted in the backlog.
+    // The first batch (SUBSCRIBED) was not counted in the backlog.
     let mut first = true;
-    let body = futures::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|chunk| {
-            chunk.map(|chunk| {
-                if !std::mem::take(&mut first) {
+    let mut current: Option<(Batch, usize)> = None;
+    let body = futures::stream::poll_fn(move |cx| loop {
+        if let Some((batch, next)) = &mut current {
+            if let Some(chunk) = batch.get(*next).cloned() {
+                *next += 1;
+                if !first {
                     queued.fetch_sub(chunk.len(), Ordering::AcqRel);
                 }
                 taken.fetch_add(1, Ordering::AcqRel);
-                Ok::<_, Infallible>(chunk)
-            })
-        })
+                return std::task::Poll::Ready(Some(Ok::<_, Infallible>(chunk)));
+            }
+            if current.take().is_some() {
+                first = false;
+            }
+        }
+        match rx.poll_recv(cx) {
+            std::task::Poll::Ready(Some(batch)) => current = Some((batch, 0)),
+            std::task::Poll::Ready(None) => return std::task::Poll::Ready(None),
+            std::task::Poll::Pending => return std::task::Poll::Pending,
+        }
     });
     let mut response = (StatusCode::OK, Body::from_stream(body)).into_response();
     response.headers_mut().insert(
@@ -205,10 +219,10 @@ impl Feed {
             }),
             event_of(event::Type::Heartbeat, |_| {}),
         ];
-        let chunk = encode(reader.codec, &events);
-        // The first chunk holds the whole state: it is not held against
+        let batch = encode(reader.codec, &events);
+        // The first batch holds the whole state: it is not held against
         // the reader's backlog.
-        if reader.queue.send(chunk).is_ok() {
+        if reader.queue.send(batch).is_ok() {
             self.readers.push(reader);
         }
     }
@@ -219,7 +233,7 @@ impl Feed {
         if events.is_empty() {
             return;
         }
-        let mut chunks: [Option<Bytes>; 2] = [None, None];
+        let mut batches: [Option<(Batch, usize)>; 2] = [None, None];
         let limit = self.app.operator_stream_backlog;
         let metrics = self.app.metrics.clone();
         self.readers.retain(|reader| {
@@ -227,10 +241,14 @@ impl Feed {
                 Codec::Json => 0,
                 Codec::Protobuf => 1,
             };
-            let chunk = chunks[slot]
-                .get_or_insert_with(|| encode(reader.codec, events))
+            let (batch, len) = batches[slot]
+                .get_or_insert_with(|| {
+                    let batch = encode(reader.codec, events);
+                    let len = batch.iter().map(Bytes::len).sum();
+                    (batch, len)
+                })
                 .clone();
-            let backlog = reader.queued.load(Ordering::Acquire) + chunk.len();
+            let backlog = reader.queued.load(Ordering::Acquire) + len;
             if backlog > limit {
                 metrics.streams_cut_operator.inc();
                 let peer = reader.connection.as_ref().map(|c| c.peer());
@@ -238,8 +256,8 @@ impl Feed {
                 reader.cut();
                 return false;
             }
-            reader.queued.fetch_add(chunk.len(), Ordering::AcqRel);
-            reader.queue.send(chunk).is_ok()
+            reader.queued.fetch_add(len, Ordering::AcqRel);
+            reader.queue.send(batch).is_ok()
         });
     }
 
@@ -288,14 +306,16 @@ impl Reader {
     }
 }
 
-/// `events` as RecordIO records in `codec`.
-fn encode(codec: Codec, events: &[v1::master::Event]) -> Bytes {
-    let mut chunk = Vec::new();
-    for e in events {
-        match codec.encode(e) {
-            Ok(bytes) => recordio::frame_into(&mut chunk, &bytes),
-            Err(err) => tracing::error!(error = %err, "cannot encode an operator event"),
-        }
-    }
-    Bytes::from(chunk)
+/// `events` as RecordIO records in `codec`, one chunk each.
+fn encode(codec: Codec, events: &[v1::master::Event]) -> Batch {
+    events
+        .iter()
+        .filter_map(|e| match codec.encode(e) {
+            Ok(bytes) => Some(Bytes::from(recordio::frame(&bytes))),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot encode an operator event");
+                None
+            }
+        })
+        .collect()
 }

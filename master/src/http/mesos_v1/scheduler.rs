@@ -2,7 +2,9 @@
 //!
 //! A SUBSCRIBE gets `200` at once with `Content-Type` equal to the codec
 //! the request's `Accept` allows, a `Mesos-Stream-Id`, and a chunked body
-//! of RecordIO records: SUBSCRIBED (then a HEARTBEAT) or, when the master
+//! of RecordIO records, one per HTTP chunk as libprocess writes them
+//! (hyper writes the chunks that are ready together): SUBSCRIBED (then a
+//! HEARTBEAT) or, when the master
 //! refuses the framework, ERROR and the end of the stream. The stream is a
 //! connection like a native WebSocket: it has a connection id in the
 //! master, a bounded queue the state task writes to, and it is closed
@@ -47,7 +49,8 @@ use crate::http::{AppState, ConnHandle, Outbound};
 use crate::master::{ConnId, Input};
 use crate::state::StateSnapshot;
 
-/// Most queued events written to the stream as one chunk.
+/// Most queued events taken from the queue at once (each is its own
+/// chunk; hyper writes the ready chunks together).
 const WRITE_BATCH: usize = 256;
 
 pub(crate) async fn handle(
@@ -458,51 +461,60 @@ impl Subscription {
                 _ = self.cancel.cancelled() => None,
             };
             let first = first?;
-            // Everything already queued goes out as one chunk.
-            let mut chunk = Vec::new();
+            // Everything already queued is taken at once, one record per
+            // chunk as libprocess writes them (clients such as mesos-go's
+            // and pymesos's decode the records of a chunk one by one, and
+            // some read one per chunk); hyper writes the chunks that are
+            // ready together, so a burst is still one socket write.
             let mut next = Some(first);
             let mut taken = 0;
+            let mut records = 0;
             while let Some(out) = next.take() {
-                self.write(out, &mut chunk);
+                records += self.write(out);
                 taken += 1;
                 if self.closing || taken >= WRITE_BATCH {
                     break;
                 }
                 next = self.rx.try_recv().ok();
             }
-            if !chunk.is_empty() {
+            if records > 0 {
                 // Line-reading JSON clients (mesoshttp) hand an event over
                 // only once the next record begins: a HEARTBEAT after each
                 // burst delivers the burst now rather than at the next
                 // heartbeat interval.
                 if self.codec == Codec::Json && !self.last_was_heartbeat && !self.closing {
                     if let Ok(bytes) = self.codec.encode(&translate::heartbeat()) {
-                        recordio::frame_into(&mut chunk, &bytes);
+                        self.pending.push_back(Bytes::from(recordio::frame(&bytes)));
                         self.last_was_heartbeat = true;
                     }
                 }
-                self.pending.push_back(Bytes::from(chunk));
             }
         }
     }
 
-    fn write(&mut self, out: Outbound, chunk: &mut Vec<u8>) {
+    /// Queues `out`'s records, one chunk each; how many.
+    fn write(&mut self, out: Outbound) -> usize {
         let event = match out {
             Outbound::Scheduler(event) => *event,
             Outbound::Close { .. } => {
                 self.closing = true;
-                return;
+                return 0;
             }
-            Outbound::Agent(_) => return,
+            Outbound::Agent(_) => return 0,
         };
         if let Event::Subscribed { framework_id, .. } = &event {
             self.guard.subscribed(framework_id.clone());
         }
+        let mut records = 0;
         for mesos in translate::translate_event(event, self.caps) {
             self.last_was_heartbeat = mesos.r#type() == v1::scheduler::event::Type::Heartbeat;
             self.record.clear();
             match self.codec.encode_into(&mesos, &mut self.record) {
-                Ok(()) => recordio::frame_into(chunk, &self.record),
+                Ok(()) => {
+                    self.pending
+                        .push_back(Bytes::from(recordio::frame(&self.record)));
+                    records += 1;
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "cannot encode a Mesos scheduler event; dropped")
                 }
@@ -510,6 +522,7 @@ impl Subscription {
         }
         let metrics = &self.guard.state.app.metrics;
         metrics.frames_out_scheduler.inc();
+        records
     }
 }
 
