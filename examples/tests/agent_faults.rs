@@ -103,12 +103,14 @@ impl Job {
     fn task(&self, i: usize, offer: &agora_proto::Offer) -> TaskInfo {
         let program = bin("ledger-executor").display().to_string();
         TaskInfo {
+            container: None,
             launch_stamp: None,
             name: self.task_name(i),
             task_id: TaskId::new(self.task_name(i)),
             agent_id: offer.agent_id.clone(),
             resources: Resources::parse("cpus:0.01;mem:1").unwrap(),
             executor: Some(ExecutorInfo {
+                container: None,
                 executor_id: ExecutorId::new(self.executor_of(i)),
                 framework_id: None,
                 command: CommandInfo::program(program),

@@ -322,12 +322,14 @@ fn executor_task(
 ) -> TaskInfo {
     let program = bin("test-executor").display().to_string();
     TaskInfo {
+        container: None,
         launch_stamp: None,
         name: name.into(),
         task_id: TaskId::new(name),
         agent_id: offer.agent_id.clone(),
         resources: Resources::parse(resources).unwrap(),
         executor: Some(ExecutorInfo {
+            container: None,
             executor_id: ExecutorId::new(executor_id),
             framework_id: None,
             command: CommandInfo::program(program),

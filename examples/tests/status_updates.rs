@@ -113,12 +113,14 @@ impl Scheduler for Once {
                 let id = TaskId::new(format!("once-{i}"));
                 job.launched.insert(id.clone(), offer.agent_id.clone());
                 tasks.push(TaskInfo {
+                    container: None,
                     launch_stamp: None,
                     name: id.to_string(),
                     task_id: id,
                     agent_id: offer.agent_id.clone(),
                     resources: task_resources.clone(),
                     executor: Some(ExecutorInfo {
+                        container: None,
                         executor_id: ExecutorId::new("once-executor"),
                         framework_id: None,
                         command: CommandInfo::program(self.executor.clone()),

@@ -54,12 +54,14 @@ impl Scheduler for Hasty {
                 outcomes.pending.pop_front();
                 let id = format!("hasty-{i}");
                 tasks.push(TaskInfo {
+                    container: None,
                     launch_stamp: None,
                     name: id.clone(),
                     task_id: TaskId::new(&id),
                     agent_id: offer.agent_id.clone(),
                     resources: task_resources.clone(),
                     executor: Some(ExecutorInfo {
+                        container: None,
                         executor_id: ExecutorId::new(&id),
                         framework_id: None,
                         command: CommandInfo::program(self.executor.clone()),

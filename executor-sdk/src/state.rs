@@ -794,6 +794,7 @@ mod tests {
     fn subscribed() -> Event {
         Event::Subscribed {
             executor_info: ExecutorInfo {
+                container: None,
                 executor_id: ExecutorId::new("ex-1"),
                 framework_id: None,
                 command: CommandInfo::default(),
@@ -813,6 +814,7 @@ mod tests {
 
     fn task(id: &str) -> TaskInfo {
         TaskInfo {
+            container: None,
             launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),

@@ -616,6 +616,7 @@ impl Core {
     pub(super) fn command_executor_info(&self, ekey: &ExecKey) -> ExecutorInfo {
         let program = &self.shared.config.command_executor;
         ExecutorInfo {
+            container: None,
             executor_id: ekey.1.clone(),
             framework_id: Some(ekey.0.clone()),
             command: CommandInfo {

@@ -1372,12 +1372,14 @@ mod recording {
 
     fn executor_task(id: &str, executor: &str) -> TaskInfo {
         TaskInfo {
+            container: None,
             launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),
             agent_id: AgentId::new("a1"),
             resources: Resources::parse("cpus:0.5;mem:32").unwrap(),
             executor: Some(ExecutorInfo {
+                container: None,
                 executor_id: ExecutorId::new(executor),
                 framework_id: None,
                 command: CommandInfo {
