@@ -534,3 +534,98 @@ fn pymesos_runs_a_task_in_an_image_and_hears_refusals_by_name() {
         "{refused}"
     );
 }
+
+/// A directory named `name` under `base`, at most `depth` levels down.
+fn find_dir(base: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(base).ok()?;
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        if entry.file_name() == name {
+            return Some(path);
+        }
+        if depth > 0 {
+            if let Some(found) = find_dir(&path, name, depth - 1) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn under_cgroups_isolation_the_container_gets_its_task_memory_limit() {
+    let Some(fixture) = Fixture::start("cgroups") else {
+        return;
+    };
+    let root = format!("agora-test-{}-images", std::process::id());
+    if let Err(why) = agora_agent::isolation::check_cgroups(&root) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "cgroups isolation cannot run here: {why}"
+        );
+        eprintln!("skipping: cgroups isolation cannot run here: {why}");
+        return;
+    }
+    if !Path::new("/sys/fs/cgroup/memory").is_dir() {
+        eprintln!("skipping: no cgroup v1 memory hierarchy to read the limit from");
+        return;
+    }
+    let mut flags = fixture.agent_flags();
+    flags.extend([
+        "--isolation".into(),
+        "cgroups".into(),
+        "--cgroups-root".into(),
+        root.clone(),
+    ]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let cluster = TestCluster::start_full(1, AGENT, &[], &flags);
+    let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new("limits"));
+    let offer = next_offer(&rx);
+    let mut task = command_task("limited", &offer, "sleep 600", "cpus:0.5;mem:48");
+    task.container = Some(Box::new(ContainerInfo::docker(format!(
+        "{}/{IMAGE}",
+        fixture.addr
+    ))));
+    driver
+        .launch_tasks(
+            std::slice::from_ref(&offer.id),
+            vec![task],
+            Default::default(),
+        )
+        .unwrap();
+    let running = wait_for(&rx, Duration::from_secs(120), |e| match e {
+        SchedEvent::Update(s) if s.task_id.as_str() == "limited" => {
+            assert!(!s.state.is_terminal(), "{s:?}\n{}", cluster.logs());
+            (s.state == TaskState::Running).then(|| s.clone())
+        }
+        _ => None,
+    });
+    let id = running
+        .container_status
+        .as_ref()
+        .and_then(|c| c.container_id.clone())
+        .expect("the update names the container");
+    let cgroup = find_dir(Path::new("/sys/fs/cgroup/memory"), &id, 4)
+        .unwrap_or_else(|| panic!("no memory cgroup {id}"));
+    assert!(
+        cgroup.to_string_lossy().contains(&root),
+        "{} is not under --cgroups-root {root}",
+        cgroup.display()
+    );
+    let limit = std::fs::read_to_string(cgroup.join("memory.limit_in_bytes")).unwrap();
+    assert_eq!(limit.trim(), (48u64 << 20).to_string());
+    driver
+        .kill_task(&agora_proto::TaskId::new("limited"))
+        .unwrap();
+    let killed = terminal(&rx, "limited");
+    assert_eq!(killed.state, TaskState::Killed, "{killed:?}");
+    assert!(!cgroup.exists(), "{} is left", cgroup.display());
+    let _ = driver.stop(false);
+    drop(cluster);
+    if let Err(e) = agora_agent::isolation::destroy_cgroups_root(&root) {
+        eprintln!("cleaning up cgroups root {root}: {e}");
+    }
+}
