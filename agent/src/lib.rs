@@ -199,7 +199,7 @@ pub async fn run(
     let processes = processes::Processes::start(
         core_tx.clone(),
         containerizer,
-        images,
+        images.clone(),
         shared.config.users,
         &recovered.alive,
     )?;
@@ -218,6 +218,7 @@ pub async fn run(
         snapshot.clone(),
         monitor.clone(),
         net.clone(),
+        images,
     );
     let server = tokio::spawn(agora_net::serve(
         listener,

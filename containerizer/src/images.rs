@@ -257,6 +257,16 @@ impl ImageContainers {
         })
     }
 
+    /// Imports the images of `archive` (a `docker save` or OCI-layout
+    /// tarball) into the layer store, under the names it gives them, for
+    /// hosts without a registry (`agora image import FILE`).
+    pub async fn import(
+        &self,
+        archive: &std::path::Path,
+    ) -> Result<Vec<provisioner::ImportedImage>, ProvisionError> {
+        self.inner.provisioner.import(archive).await
+    }
+
     /// Ends container `id` whole: kills what runs in it, removes its
     /// mounts, cgroup and run directory. A container already gone is not
     /// an error.

@@ -629,3 +629,76 @@ fn under_cgroups_isolation_the_container_gets_its_task_memory_limit() {
         eprintln!("cleaning up cgroups root {root}: {e}");
     }
 }
+
+#[test]
+fn an_image_imported_with_agora_image_import_runs_without_a_registry() {
+    let Some(fixture) = Fixture::start("import") else {
+        return;
+    };
+    // A `docker save` archive of the test image under a name no registry
+    // has.
+    let archive = fixture.dir.path().join("saved.tar");
+    let layout = fixture.dir.path().join("image/layout");
+    run(
+        "skopeo",
+        &[
+            "--insecure-policy",
+            "copy",
+            "--quiet",
+            &format!("oci:{}:1", layout.display()),
+            &format!("docker-archive:{}:airgapped/busybox:1", archive.display()),
+        ],
+    );
+    let flags = fixture.agent_flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let cluster = TestCluster::start_full(1, AGENT, &[], &flags);
+    let agent = cluster.agents[0].addr.to_string();
+    let (ok, out, err) = cluster.run_bin(
+        "agora",
+        &["image", "import", path(&archive), "--agent", &agent],
+        Duration::from_secs(120),
+    );
+    assert!(
+        ok,
+        "agora image import failed: {out}\n{err}\n{}",
+        cluster.logs()
+    );
+    assert!(out.contains("airgapped/busybox:1"), "{out}");
+    // Not an archive: refused, naming the cause.
+    let junk = fixture.dir.path().join("junk.tar");
+    std::fs::write(&junk, b"not a tarball").unwrap();
+    let (ok, _, err) = cluster.run_bin(
+        "agora",
+        &["image", "import", path(&junk), "--agent", &agent],
+        Duration::from_secs(60),
+    );
+    assert!(!ok && err.contains("400"), "{err}");
+
+    let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new("imported"));
+    let offer = next_offer(&rx);
+    let mut task = command_task(
+        "from-archive",
+        &offer,
+        "cat /etc/os-release",
+        "cpus:0.2;mem:32",
+    );
+    task.container = Some(Box::new(ContainerInfo::docker("airgapped/busybox:1")));
+    driver
+        .launch_tasks(
+            std::slice::from_ref(&offer.id),
+            vec![task],
+            Default::default(),
+        )
+        .unwrap();
+    let status = terminal(&rx, "from-archive");
+    assert_eq!(
+        status.state,
+        TaskState::Finished,
+        "{status:?}\n{}",
+        cluster.logs()
+    );
+    let sandbox = sandbox_of(&cluster.dir.path().join("agent-0"), "from-archive");
+    let stdout = std::fs::read_to_string(sandbox.join("stdout")).unwrap();
+    assert!(stdout.contains("ID=agora-busybox"), "{stdout}");
+    let _ = driver.stop(false);
+}
