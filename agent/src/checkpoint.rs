@@ -542,6 +542,7 @@ mod tests {
     fn task_info(id: &str) -> TaskInfo {
         TaskInfo {
             container: None,
+            allocation_role: None,
             launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),

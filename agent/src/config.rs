@@ -173,6 +173,16 @@ pub struct Config {
     /// work directory fills, for the status update log and checkpoints
     /// (`--disk-reserve`; 0: none).
     pub disk_reserve: u64,
+    /// How long after an executor's run ended its sandbox is removed, at
+    /// most (`--gc-delay`; see [`crate::gc`]).
+    pub gc_delay: Duration,
+    /// The share of the disk kept free in computing a sandbox's maximum
+    /// age (`--gc-disk-headroom`, 0..=1).
+    pub gc_disk_headroom: f64,
+    /// `--container-logger logrotate`: executors' (and command tasks')
+    /// output rotated by size ([`crate::logrotate`]); `None` (Mesos's
+    /// `sandbox` logger): appended to the sandbox's files as it comes.
+    pub container_logger: Option<crate::logrotate::Logrotate>,
 }
 
 // === impl Config ===
@@ -263,6 +273,9 @@ impl Config {
             allowed_host_paths: None,
             disk_check_interval: crate::disk::DEFAULT_CHECK_INTERVAL,
             disk_min_free: crate::disk::DEFAULT_MIN_FREE,
+            gc_delay: crate::gc::DEFAULT_GC_DELAY,
+            gc_disk_headroom: crate::gc::DEFAULT_GC_DISK_HEADROOM,
+            container_logger: None,
             disk_reserve: crate::disk::DEFAULT_RESERVE,
         }
     }

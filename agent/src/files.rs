@@ -24,6 +24,15 @@
 //!
 //! Missing sandboxes, and missing files inside them, are
 //! [`FileError::NotFound`] (404).
+//!
+//! Mesos's files API (`/files/read`, `/files/browse`, `/files/download`,
+//! `/files/debug`) names a file by one `path`: the sandbox's absolute
+//! path as `/state` gives it (`executors[].directory`), or the virtual
+//! `/frameworks/FID/executors/EID/runs/latest` (or `runs/RUN`), either
+//! followed by a path inside the sandbox. [`MesosPath::parse`] takes such
+//! a path apart without looking at the file system (a path of any other
+//! form is `NotFound`, whether or not something exists there), and the
+//! rest goes through [`open`] and its checks above.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -97,6 +106,38 @@ pub struct Listing {
     pub run_id: String,
     /// Entries by name.
     pub entries: Vec<DirEntry>,
+}
+
+/// A Mesos files-API `path`, taken apart: which sandbox, and where in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MesosPath {
+    /// The framework whose sandbox it is.
+    pub framework_id: String,
+    /// The executor (a command task's own id).
+    pub executor_id: String,
+    /// The run (`None`: `latest`).
+    pub run: Option<String>,
+    /// The path inside the sandbox ("" for the sandbox itself).
+    pub relative: String,
+}
+
+/// One entry of `/files/browse`, with Mesos's fields.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileInfo {
+    /// The path asked for, joined with the entry's name.
+    pub path: String,
+    /// Hard links.
+    pub nlink: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, Unix seconds.
+    pub mtime: i64,
+    /// Type and permissions as `ls -l` shows them (`-rw-r--r--`).
+    pub mode: String,
+    /// Owner's user name (the number when it has none).
+    pub uid: String,
+    /// Group name (the number when it has none).
+    pub gid: String,
 }
 
 /// What a path names.
@@ -177,6 +218,204 @@ pub fn open(
         }
     }
     Ok(Target::File { file, run_id })
+}
+
+// === impl MesosPath ===
+
+impl MesosPath {
+    /// Takes apart `path`: `/frameworks/FID/executors/EID/runs/RUN[/REL]`
+    /// (the virtual form, `RUN` being `latest` or a run id), or the same
+    /// under `work_dir` (the real sandbox path). Looks at no file.
+    pub fn parse(work_dir: &Path, path: &str) -> Result<MesosPath, FileError> {
+        let not_found = || FileError::NotFound(format!("{path}: no such sandbox file"));
+        let rest = match path.strip_prefix("/frameworks/") {
+            Some(rest) => rest,
+            None => {
+                let prefix = format!(
+                    "{}/frameworks/",
+                    work_dir.to_string_lossy().trim_end_matches('/')
+                );
+                let canonical = std::fs::canonicalize(work_dir)
+                    .ok()
+                    .map(|c| format!("{}/frameworks/", c.to_string_lossy().trim_end_matches('/')));
+                path.strip_prefix(&prefix)
+                    .or_else(|| canonical.as_deref().and_then(|c| path.strip_prefix(c)))
+                    .ok_or_else(not_found)?
+            }
+        };
+        let mut parts = rest.splitn(6, '/');
+        let (Some(fid), Some("executors"), Some(eid), Some("runs"), Some(run)) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(not_found());
+        };
+        let relative = parts.next().unwrap_or("").to_string();
+        let forbidden = |what: &str, e: &dyn std::fmt::Display| {
+            FileError::Forbidden(format!("{path}: invalid {what} id: {e}"))
+        };
+        agora_proto::validate_id(fid).map_err(|e| forbidden("framework", &e))?;
+        agora_proto::validate_executor_id(eid).map_err(|e| forbidden("executor", &e))?;
+        let run = match run {
+            "latest" => None,
+            run => {
+                agora_proto::validate_id(run).map_err(|e| forbidden("run", &e))?;
+                Some(run.to_string())
+            }
+        };
+        // Checked here too, so a refused path is refused before its
+        // framework's ACL is asked about.
+        relative_path(&relative)?;
+        Ok(MesosPath {
+            framework_id: fid.to_string(),
+            executor_id: eid.to_string(),
+            run,
+            relative,
+        })
+    }
+
+    /// [`open`]s what the path names.
+    pub fn open(&self, work_dir: &Path) -> Result<Target, FileError> {
+        open(
+            work_dir,
+            &self.framework_id,
+            &self.executor_id,
+            self.run.as_deref(),
+            &self.relative,
+        )
+    }
+
+    /// `/files/browse`: the entries of the directory the path names (of
+    /// the file alone when it names a file), each named by `path` joined
+    /// with its name, sorted by path. Entries are described as they are
+    /// (a symlink as a symlink: what it points to is not looked at).
+    pub fn browse(&self, work_dir: &Path, path: &str) -> Result<Vec<FileInfo>, FileError> {
+        let base = path.trim_end_matches('/');
+        match self.open(work_dir)? {
+            Target::File { file, .. } => {
+                let meta = file.metadata()?;
+                Ok(vec![file_info(base.to_string(), &meta)])
+            }
+            Target::Dir(_) => {
+                let run = match &self.run {
+                    Some(run) => run.clone(),
+                    None => latest_run(
+                        crate::paths::sandbox_dir(
+                            work_dir,
+                            &self.framework_id,
+                            &self.executor_id,
+                            "latest",
+                        )
+                        .map_err(|e| FileError::Forbidden(e.to_string()))?
+                        .parent()
+                        .ok_or_else(|| FileError::NotFound("sandbox".into()))?,
+                    )?,
+                };
+                let root = canonical(
+                    &crate::paths::sandbox_dir(
+                        work_dir,
+                        &self.framework_id,
+                        &self.executor_id,
+                        &run,
+                    )
+                    .map_err(|e| FileError::Forbidden(e.to_string()))?,
+                    "sandbox",
+                )?;
+                let dir = resolve(&root, &relative_path(&self.relative)?, &self.relative)?;
+                let mut entries: Vec<FileInfo> = std::fs::read_dir(&dir)?
+                    .filter_map(Result::ok)
+                    .take(MAX_LISTING)
+                    .filter_map(|e| {
+                        let meta = e.path().symlink_metadata().ok()?;
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        Some(file_info(format!("{base}/{name}"), &meta))
+                    })
+                    .collect();
+                entries.sort_by(|a, b| a.path.cmp(&b.path));
+                Ok(entries)
+            }
+        }
+    }
+}
+
+fn file_info(path: String, meta: &std::fs::Metadata) -> FileInfo {
+    use std::os::unix::fs::MetadataExt;
+    let uid = meta.uid();
+    let gid = meta.gid();
+    FileInfo {
+        path,
+        nlink: meta.nlink(),
+        size: meta.size(),
+        mtime: meta.mtime(),
+        mode: mode_string(meta.mode()),
+        uid: nix::unistd::User::from_uid(uid.into())
+            .ok()
+            .flatten()
+            .map_or_else(|| uid.to_string(), |u| u.name),
+        gid: nix::unistd::Group::from_gid(gid.into())
+            .ok()
+            .flatten()
+            .map_or_else(|| gid.to_string(), |g| g.name),
+    }
+}
+
+/// `st_mode` as `ls -l` writes it (`drwxr-x---`, `-rwsr-xr-x`, ...), as
+/// Mesos's browse answers it.
+pub fn mode_string(mode: u32) -> String {
+    let kind = match mode & libc::S_IFMT {
+        libc::S_IFDIR => 'd',
+        libc::S_IFLNK => 'l',
+        libc::S_IFCHR => 'c',
+        libc::S_IFBLK => 'b',
+        libc::S_IFIFO => 'p',
+        libc::S_IFSOCK => 's',
+        _ => '-',
+    };
+    let mut out = String::with_capacity(10);
+    out.push(kind);
+    let special = [
+        (libc::S_ISUID, 's', 'S'),
+        (libc::S_ISGID, 's', 'S'),
+        (libc::S_ISVTX, 't', 'T'),
+    ];
+    for (i, (bit, on, off)) in special.into_iter().enumerate() {
+        let shift = 6 - 3 * i as u32;
+        let bits = (mode >> shift) & 0o7;
+        out.push(if bits & 4 != 0 { 'r' } else { '-' });
+        out.push(if bits & 2 != 0 { 'w' } else { '-' });
+        let exec = bits & 1 != 0;
+        out.push(match (mode & bit != 0, exec) {
+            (true, true) => on,
+            (true, false) => off,
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    out
+}
+
+/// Mesos's `/files/read` answer: `{"data", "offset"}`. `offset` -1 asks
+/// for the size alone (`data` empty, `offset` the size); an offset at or
+/// past the end answers the size with no data; `length` is capped at
+/// [`DEFAULT_READ_LENGTH`] (Mesos's 16 pages) and read to the end of the
+/// file when absent.
+pub fn read_mesos(
+    file: &mut File,
+    offset: i64,
+    length: Option<usize>,
+) -> Result<serde_json::Value, FileError> {
+    let size = file.metadata()?.len();
+    if offset < 0 || offset as u64 >= size {
+        return Ok(serde_json::json!({ "data": "", "offset": size }));
+    }
+    let length = length
+        .unwrap_or(DEFAULT_READ_LENGTH)
+        .min(DEFAULT_READ_LENGTH);
+    let chunk = read_chunk(file, "", String::new(), offset as u64, length)?;
+    Ok(serde_json::json!({ "data": chunk.data, "offset": offset }))
 }
 
 /// Reads up to `length` bytes (capped at [`MAX_READ_LENGTH`]) at `offset`.
@@ -465,6 +704,53 @@ mod tests {
         // Once it is the file's only name, it is.
         std::fs::remove_file(&outside).unwrap();
         assert_eq!(status(work.path(), "linked"), 200);
+    }
+
+    #[test]
+    fn mesos_paths_name_a_sandbox_without_looking() {
+        let work = Path::new("/var/agora");
+        let p = MesosPath::parse(work, "/frameworks/fw/executors/ex/runs/latest/a/stdout").unwrap();
+        assert_eq!(
+            (
+                p.framework_id.as_str(),
+                p.executor_id.as_str(),
+                p.run,
+                p.relative.as_str()
+            ),
+            ("fw", "ex", None, "a/stdout")
+        );
+        let p = MesosPath::parse(work, "/var/agora/frameworks/fw/executors/ex/runs/r1").unwrap();
+        assert_eq!((p.run.as_deref(), p.relative.as_str()), (Some("r1"), ""));
+        for missing in [
+            "/etc/passwd",
+            "/frameworks/fw",
+            "/var/agora/meta/x",
+            "stdout",
+        ] {
+            assert!(
+                matches!(MesosPath::parse(work, missing), Err(FileError::NotFound(_))),
+                "{missing}"
+            );
+        }
+        for bad in [
+            "/frameworks/fw/executors/ex/runs/latest/../../x",
+            "/frameworks/../executors/ex/runs/latest/stdout",
+            "/frameworks/fw/executors/ex/runs/latest//stdout",
+        ] {
+            assert!(
+                matches!(MesosPath::parse(work, bad), Err(FileError::Forbidden(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn modes_read_as_ls_writes_them() {
+        assert_eq!(mode_string(libc::S_IFREG | 0o644), "-rw-r--r--");
+        assert_eq!(mode_string(libc::S_IFDIR | 0o750), "drwxr-x---");
+        assert_eq!(mode_string(libc::S_IFREG | 0o4755), "-rwsr-xr-x");
+        assert_eq!(mode_string(libc::S_IFDIR | 0o1777), "drwxrwxrwt");
+        assert_eq!(mode_string(libc::S_IFLNK | 0o777), "lrwxrwxrwx");
     }
 
     #[test]

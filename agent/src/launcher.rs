@@ -19,7 +19,7 @@
 //! signalled only while its leader is seen alive.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -61,6 +61,10 @@ pub struct LaunchSpec {
     /// The user the framework names (`FrameworkInfo.user`); the agent
     /// decides whom the executor runs as from it ([`crate::users`]).
     pub user: String,
+    /// With `--container-logger logrotate`: the executor's stdout and
+    /// stderr go through loggers that rotate the sandbox's files
+    /// ([`crate::logrotate`]); `None`: straight into the files.
+    pub logger: Option<Box<crate::logrotate::Logrotate>>,
 }
 
 /// A process the agent started (or re-attached to), named by a pidfd.
@@ -118,6 +122,7 @@ impl LaunchSpec {
                 fetch: command.uris.clone(),
                 limits: None,
                 user: String::new(),
+                logger: None,
             }
         } else {
             let mut arguments = command.arguments.iter();
@@ -132,6 +137,7 @@ impl LaunchSpec {
                 fetch: command.uris.clone(),
                 limits: None,
                 user: String::new(),
+                logger: None,
             }
         }
     }
@@ -204,6 +210,40 @@ impl Process {
         spec: &LaunchSpec,
         user: Option<&crate::users::RunAs>,
     ) -> std::io::Result<Process> {
+        let outputs = Process::start_loggers(spec, user)?;
+        Process::spawn_with_outputs(
+            spec,
+            user,
+            outputs
+                .as_ref()
+                .map(|(out, err)| (out.as_fd(), err.as_fd())),
+        )
+    }
+
+    /// Starts the loggers of `spec.logger` (none without one): the write
+    /// ends of their pipes, for [`Process::spawn_with_outputs`]. Call it
+    /// outside any container: a logger started from a thread inside a
+    /// container's cgroup (v1) would be in that container.
+    pub fn start_loggers(
+        spec: &LaunchSpec,
+        user: Option<&crate::users::RunAs>,
+    ) -> std::io::Result<Option<(OwnedFd, OwnedFd)>> {
+        match &spec.logger {
+            Some(logger) => logger
+                .start(&spec.sandbox, user.map(|u| (u.uid, u.gid)))
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Process::spawn_as`] with `outputs` (write ends of loggers'
+    /// pipes) as the executor's stdout and stderr instead of the
+    /// sandbox's files.
+    pub fn spawn_with_outputs(
+        spec: &LaunchSpec,
+        user: Option<&crate::users::RunAs>,
+        outputs: Option<(BorrowedFd<'_>, BorrowedFd<'_>)>,
+    ) -> std::io::Result<Process> {
         let mut env = spec.environment();
         let secrets = if spec.secrets.is_empty() {
             None
@@ -243,6 +283,9 @@ impl Process {
             cwd: &spec.sandbox,
             stdout: &spec.sandbox.join("stdout"),
             stderr: &spec.sandbox.join("stderr"),
+            output_fds: outputs
+                .as_ref()
+                .map(|(out, err)| (out.as_fd(), err.as_fd())),
             user,
             secrets: secrets.as_ref().map(AsFd::as_fd),
         })?;
@@ -568,6 +611,7 @@ mod tests {
             fetch: Vec::new(),
             limits: None,
             user: String::new(),
+            logger: None,
         };
         let env = spec.environment();
         assert_eq!(spec.resolve(&env).unwrap(), PathBuf::from("/bin/sh"));

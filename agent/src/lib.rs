@@ -43,9 +43,11 @@ mod core;
 pub mod disk;
 mod fetch;
 pub mod files;
+mod gc;
 mod http;
 mod identity;
 pub mod launcher;
+pub mod logrotate;
 mod master_link;
 mod messages;
 mod monitor;
@@ -66,6 +68,7 @@ pub use config::{
     Config, RecoverMode, DEFAULT_COMMAND_EXECUTOR_TASKS, DEFAULT_CORE_QUEUE,
     DEFAULT_EXECUTOR_HEARTBEAT_INTERVAL, DEFAULT_EXECUTOR_OUTBOX, DEFAULT_MASTER_OUTBOX,
 };
+pub use gc::{max_age as gc_max_age, DEFAULT_GC_DELAY, DEFAULT_GC_DISK_HEADROOM};
 pub use isolation::{CgroupsConfig, Isolation};
 pub use users::UserPolicy;
 
@@ -231,11 +234,21 @@ pub async fn run(
             ..agora_net::ServeOptions::default()
         },
     ));
-    let usage = tokio::spawn(monitor.report(snapshot, core_tx.clone(), cancel.clone()));
+    let usage = tokio::spawn(monitor.report(snapshot.clone(), core_tx.clone(), cancel.clone()));
     let disk = tokio::spawn(disk::run(
         disk::Watch::new(&shared.config),
         shared.config.disk_check_interval,
         core_tx.clone(),
+        cancel.clone(),
+    ));
+    let gc = tokio::spawn(gc::run(
+        gc::Collector::new(
+            &shared.config.work_dir,
+            shared.config.gc_delay,
+            shared.config.gc_disk_headroom,
+        ),
+        shared.config.disk_check_interval,
+        snapshot.clone(),
         cancel.clone(),
     ));
     let link = tokio::spawn(master_link::run(shared.clone(), core_tx, cancel.clone()));
@@ -246,6 +259,7 @@ pub async fn run(
     let _ = link.await;
     let _ = usage.await;
     let _ = disk.await;
+    let _ = gc.await;
     let mut server = server;
     if tokio::time::timeout(Duration::from_secs(2), &mut server)
         .await

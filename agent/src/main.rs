@@ -156,6 +156,38 @@ struct Flags {
     /// status updates (0: none).
     #[arg(long, default_value = "8MB", value_parser = agora_agent::disk::parse_bytes)]
     disk_reserve: u64,
+    /// How long after an executor's run ended its sandbox is removed
+    /// (Mesos's --gc_delay); sooner as the disk fills (see
+    /// --gc-disk-headroom). Checked every --disk-check-interval.
+    #[arg(long, default_value = "1weeks", value_parser = duration)]
+    gc_delay: Duration,
+    /// Share of the disk (0 to 1) kept as headroom: an ended run's sandbox
+    /// is removed once older than gc-delay * max(0, 1 - headroom - disk
+    /// usage) (Mesos's --gc_disk_headroom).
+    #[arg(long, default_value_t = agora_agent::DEFAULT_GC_DISK_HEADROOM, value_parser = headroom)]
+    gc_disk_headroom: f64,
+    /// What takes executors' and command tasks' output: sandbox (appended
+    /// to the sandbox's stdout and stderr, never rotated) or logrotate
+    /// (through agora-logrotate-logger, which rotates the files by size:
+    /// stdout.1, stdout.2, ...). Mesos's --container_logger.
+    #[arg(long, default_value = "sandbox", value_parser = ["sandbox", "logrotate"])]
+    container_logger: String,
+    /// With --container-logger logrotate: size at which stdout is rotated
+    /// (at least 4KB).
+    #[arg(long, default_value = "10MB", value_parser = agora_agent::disk::parse_bytes)]
+    logrotate_max_stdout_size: u64,
+    /// With --container-logger logrotate: size at which stderr is rotated
+    /// (at least 4KB).
+    #[arg(long, default_value = "10MB", value_parser = agora_agent::disk::parse_bytes)]
+    logrotate_max_stderr_size: u64,
+    /// With --container-logger logrotate: rotated files kept of each
+    /// stream (stdout.1 ... stdout.N); older ones are deleted.
+    #[arg(long, default_value_t = agora_agent::logrotate::DEFAULT_MAX_FILES)]
+    logrotate_max_files: usize,
+    /// With --container-logger logrotate: the logger program. Default:
+    /// agora-logrotate-logger next to this executable.
+    #[arg(long)]
+    logrotate_logger: Option<PathBuf>,
     /// How executors are isolated: posix (nothing is enforced; resources
     /// are bookkeeping only) or cgroups (a cgroup container per executor
     /// run with CPU, memory and pids limits; needs root and the cgroup v1
@@ -238,6 +270,14 @@ fn heartbeat_interval(text: &str) -> Result<Duration, String> {
     match duration(text)? {
         d if d.is_zero() => Err("must be longer than zero".into()),
         d => Ok(d),
+    }
+}
+
+fn headroom(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("{v} is not between 0 and 1")),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -352,6 +392,38 @@ fn main() -> ExitCode {
     config.disk_check_interval = flags.disk_check_interval;
     config.disk_min_free = flags.disk_min_free;
     config.disk_reserve = flags.disk_reserve;
+    config.gc_delay = flags.gc_delay;
+    config.gc_disk_headroom = flags.gc_disk_headroom;
+    if flags.container_logger == "logrotate" {
+        let too_small = [
+            (
+                "--logrotate-max-stdout-size",
+                flags.logrotate_max_stdout_size,
+            ),
+            (
+                "--logrotate-max-stderr-size",
+                flags.logrotate_max_stderr_size,
+            ),
+        ]
+        .into_iter()
+        .find(|(_, size)| *size < agora_agent::logrotate::MIN_MAX_SIZE);
+        if let Some((flag, size)) = too_small {
+            eprintln!(
+                "error: {flag} {size} is below the smallest size, {} bytes",
+                agora_agent::logrotate::MIN_MAX_SIZE
+            );
+            return ExitCode::FAILURE;
+        }
+        config.container_logger = Some(agora_agent::logrotate::Logrotate {
+            program: flags
+                .logrotate_logger
+                .clone()
+                .unwrap_or_else(agora_agent::logrotate::default_program),
+            max_stdout_size: flags.logrotate_max_stdout_size,
+            max_stderr_size: flags.logrotate_max_stderr_size,
+            max_files: flags.logrotate_max_files,
+        });
+    }
     config.users = agora_agent::UserPolicy {
         switch_user: flags.switch_user,
         allow_root_tasks: flags.allow_root_tasks,

@@ -475,9 +475,19 @@ impl Keeper {
             uid: user.uid,
             gid: user.gid,
         });
+        // The loggers start here, outside the executor's container; the
+        // executor gets the write ends of their pipes (dropped here once
+        // it has its copies).
+        let outputs = Process::start_loggers(spec, user)
+            .map_err(|e| format!("cannot start the container logger: {e}"))?;
+        let fds = outputs
+            .as_ref()
+            .map(|(out, err)| (std::os::fd::AsFd::as_fd(out), std::os::fd::AsFd::as_fd(err)));
         let start = |birth: Option<std::os::fd::BorrowedFd<'_>>| match birth {
-            Some(cgroup) => crate::sys::spawn_into_cgroup(cgroup, || Process::spawn_as(spec, user)),
-            None => Process::spawn_as(spec, user),
+            Some(cgroup) => crate::sys::spawn_into_cgroup(cgroup, || {
+                Process::spawn_with_outputs(spec, user, fds)
+            }),
+            None => Process::spawn_with_outputs(spec, user, fds),
         };
         self.containerizer
             .launch(run_id, spec.limits.as_ref(), owner, start)

@@ -34,6 +34,9 @@ pub(crate) struct SpawnArgs<'a> {
     /// Files opened (append, created 0644) as stdout and stderr.
     pub(crate) stdout: &'a Path,
     pub(crate) stderr: &'a Path,
+    /// Descriptors given to the child as stdout and stderr instead of
+    /// the files (the write ends of its loggers' pipes).
+    pub(crate) output_fds: Option<(BorrowedFd<'a>, BorrowedFd<'a>)>,
     /// The user to run as (another than the agent's): the child takes its
     /// groups, gid and uid before it opens its output files.
     pub(crate) user: Option<&'a crate::users::RunAs>,
@@ -79,6 +82,8 @@ struct ChildSteps<'a> {
     cwd: &'a CStr,
     stdout: &'a CStr,
     stderr: &'a CStr,
+    /// Descriptors that become stdout and stderr instead of the files.
+    output_fds: Option<(RawFd, RawFd)>,
     /// Groups, gid and uid to switch to.
     user: Option<(&'a [libc::gid_t], libc::gid_t, libc::uid_t)>,
     /// Given to the child as [`agora_proto::env::SECRETS_FD_NUMBER`].
@@ -155,6 +160,9 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
             cwd: &cwd,
             stdout: &stdout,
             stderr: &stderr,
+            output_fds: args
+                .output_fds
+                .map(|(out, err)| (out.as_raw_fd(), err.as_raw_fd())),
             user: args.user.map(|u| (&u.groups[..], u.gid, u.uid)),
             secrets: args.secrets.map(|fd| fd.as_raw_fd()),
         };
@@ -193,20 +201,34 @@ pub(crate) fn spawn_session(args: &SpawnArgs<'_>) -> io::Result<u32> {
             libc::O_RDONLY,
             0,
         ))?;
-        check(libc::posix_spawn_file_actions_addopen(
-            &mut setup.actions,
-            1,
-            stdout.as_ptr(),
-            append,
-            0o644,
-        ))?;
-        check(libc::posix_spawn_file_actions_addopen(
-            &mut setup.actions,
-            2,
-            stderr.as_ptr(),
-            append,
-            0o644,
-        ))?;
+        if let Some((out, err)) = args.output_fds {
+            // A dup2'd descriptor is not close-on-exec in the child.
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut setup.actions,
+                out.as_raw_fd(),
+                1,
+            ))?;
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut setup.actions,
+                err.as_raw_fd(),
+                2,
+            ))?;
+        } else {
+            check(libc::posix_spawn_file_actions_addopen(
+                &mut setup.actions,
+                1,
+                stdout.as_ptr(),
+                append,
+                0o644,
+            ))?;
+            check(libc::posix_spawn_file_actions_addopen(
+                &mut setup.actions,
+                2,
+                stderr.as_ptr(),
+                append,
+                0o644,
+            ))?;
+        }
         if let Some(secrets) = args.secrets {
             // Not close-on-exec in the child (a dup2 to another number).
             check(libc::posix_spawn_file_actions_adddup2(
@@ -394,9 +416,12 @@ unsafe fn exec_child(steps: &ChildSteps<'_>, report: RawFd) -> ! {
             }
         }
         let append = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND;
+        let output = match steps.output_fds {
+            Some((out, err)) => libc::dup2(out, 1) >= 0 && libc::dup2(err, 2) >= 0,
+            None => redirect(1, steps.stdout, append) && redirect(2, steps.stderr, append),
+        };
         if !redirect(0, c"/dev/null", libc::O_RDONLY)
-            || !redirect(1, steps.stdout, append)
-            || !redirect(2, steps.stderr, append)
+            || !output
             || libc::chdir(steps.cwd.as_ptr()) < 0
         {
             fail(report);
@@ -503,6 +528,7 @@ mod tests {
             fetch: Vec::new(),
             limits: None,
             user: String::new(),
+            logger: None,
         }
     }
 

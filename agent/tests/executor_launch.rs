@@ -49,6 +49,7 @@ fn shell(script: &str, sandbox: &Path) -> LaunchSpec {
         fetch: Vec::new(),
         limits: None,
         user: String::new(),
+        logger: None,
     }
 }
 
@@ -215,6 +216,7 @@ async fn missing_program_is_a_launch_error() {
         fetch: Vec::new(),
         limits: None,
         user: String::new(),
+        logger: None,
     };
     let err = Process::spawn(&spec).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
@@ -301,4 +303,29 @@ async fn a_reused_pid_is_not_adopted() {
     assert!(!adopted.is_running());
     assert_eq!(adopted.exit_status(), None);
     adopted.signal_group(Signal::SIGKILL);
+}
+
+#[tokio::test]
+async fn output_through_the_logrotate_logger_is_rotated_by_size() {
+    let (_dir, sandbox) = sandbox();
+    let mut spec = shell(
+        "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo \"line $i\"; done; echo END",
+        &sandbox,
+    );
+    spec.logger = Some(Box::new(agora_agent::logrotate::Logrotate {
+        program: env!("CARGO_BIN_EXE_agora-logrotate-logger").into(),
+        max_stdout_size: 4096,
+        max_stderr_size: 4096,
+        max_files: 2,
+    }));
+    let _process = Process::spawn(&spec).unwrap();
+    let last = wait_for_file(&sandbox.join("stdout"), "END").await;
+    let size = |name: &str| std::fs::metadata(sandbox.join(name)).map(|m| m.len()).ok();
+    assert!(last.len() <= 4096, "{}", last.len());
+    assert_eq!(size("stdout.1"), Some(4096));
+    assert_eq!(size("stdout.2"), Some(4096));
+    assert_eq!(size("stdout.3"), None);
+    // What is kept is the end of the output, in order.
+    let kept = std::fs::read_to_string(sandbox.join("stdout.1")).unwrap() + &last;
+    assert!(kept.ends_with("line 2000\nEND\n"), "{kept}");
 }

@@ -172,6 +172,13 @@ pub const AGENT_COLUMNS: &[Column] = &[
         cell: |a| yes_no(&a["connected"]),
     },
     Column {
+        title: "UNAVAILABLE",
+        cell: |a| match a["unavailable"].as_str() {
+            Some(why) => why.to_string(),
+            None => "-".to_string(),
+        },
+    },
+    Column {
         title: "TASKS",
         cell: |a| s(&a["tasks"]),
     },
@@ -316,6 +323,12 @@ pub async fn task_log(
             .file(&fid, &eid, file, offset, LOG_CHUNK)
             .await
             .with_context(|| format!("reading {file} of task {task_id}"))?;
+        if chunk.size < offset {
+            // Rotated (`--container-logger logrotate`): the new file is
+            // read from its start.
+            offset = 0;
+            continue;
+        }
         out.write_all(chunk.data.as_bytes())?;
         out.flush()?;
         offset = chunk.offset + chunk.length;

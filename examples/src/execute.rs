@@ -231,6 +231,7 @@ impl ExecuteScheduler {
     fn task_for(&self, index: usize, agent_id: &AgentId) -> TaskInfo {
         TaskInfo {
             container: None,
+            allocation_role: None,
             launch_stamp: None,
             name: format!("{} instance {index}", self.opts.name),
             task_id: task_id(&self.opts.name, index),

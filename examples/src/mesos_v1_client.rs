@@ -1210,6 +1210,7 @@ mod tests {
     fn tasks_translate_both_ways() {
         let task = agora_proto::TaskInfo {
             container: None,
+            allocation_role: None,
             launch_stamp: None,
             name: "t".into(),
             task_id: agora_proto::TaskId::new("t1"),

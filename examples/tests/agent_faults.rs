@@ -104,6 +104,7 @@ impl Job {
         let program = bin("ledger-executor").display().to_string();
         TaskInfo {
             container: None,
+            allocation_role: None,
             launch_stamp: None,
             name: self.task_name(i),
             task_id: TaskId::new(self.task_name(i)),

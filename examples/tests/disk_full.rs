@@ -45,6 +45,16 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Why the master's `/state` says its one agent cannot take tasks.
+fn master_unavailable(master: &Proc) -> Option<String> {
+    let (status, body) = http_get(master.addr, "/state").expect("master /state");
+    assert_eq!(status, 200, "{body}");
+    let state: serde_json::Value = serde_json::from_str(&body).expect("master /state JSON");
+    state["agents"][0]["unavailable"]
+        .as_str()
+        .map(str::to_string)
+}
+
 /// The agent's `/state`.
 fn agent_state(agent: &Proc) -> serde_json::Value {
     let (status, body) = http_get(agent.addr, "/state").expect("agent /state");
@@ -172,6 +182,13 @@ fn a_full_work_directory_is_not_offered_and_is_offered_again_once_freed() {
         "{why}"
     );
     assert!(!reserve.exists(), "the reserve is released");
+    // The master shows the operator why the agent is not offered.
+    support::wait_until(
+        Duration::from_secs(10),
+        "the master's /state to show the agent unavailable",
+        || cluster.logs(),
+        || master_unavailable(&cluster.master).filter(|m| m.contains("is full")),
+    );
 
     // From here on, nothing of the agent is offered: watch for 4 s (the
     // running task ends meanwhile, and is reported).
@@ -216,6 +233,12 @@ fn a_full_work_directory_is_not_offered_and_is_offered_again_once_freed() {
         || agent_state(agent)["unavailable"].is_null().then_some(()),
     );
     assert!(reserve.exists(), "the reserve is taken again");
+    support::wait_until(
+        Duration::from_secs(5),
+        "the master's /state to show the agent available",
+        || cluster.logs(),
+        || master_unavailable(&cluster.master).is_none().then_some(()),
+    );
     let after = command_task("after", &offer, "echo back > back.txt", "cpus:0.5;mem:64");
     driver
         .launch_tasks(std::slice::from_ref(&offer.id), vec![after], no_refusal)

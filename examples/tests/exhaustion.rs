@@ -234,6 +234,61 @@ fn attack_with_stalled_bodies(pid: i32, addr: SocketAddr, path: &str, deadline: 
     }
 }
 
+/// What a stalled WebSocket message declared and sent.
+const WS_DECLARED: u64 = 16_000_000;
+const WS_SENT: usize = 15_000_000;
+
+/// One stalled WebSocket message: upgrades to `path` (raw TCP), writes
+/// a text frame's header declaring [`WS_DECLARED`] bytes and up to
+/// [`WS_SENT`] bytes of its payload (as fast as the server takes them),
+/// and stalls. Returns the bytes it got in and how long until the server
+/// closed the connection (`None`: not within `patience`).
+fn stalled_message(addr: SocketAddr, path: &str, patience: Duration) -> (usize, Option<Duration>) {
+    let start = Instant::now();
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (0, Some(Duration::ZERO));
+    };
+    let upgrade = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    s.write_all(upgrade.as_bytes()).expect("upgrade request");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => answer.push(byte[0]),
+            _ => panic!("no upgrade: {}", String::from_utf8_lossy(&answer)),
+        }
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // FIN + text; masked, 64-bit length; a zero mask leaves the payload
+    // as written.
+    let mut header = vec![0x81u8, 0x80 | 127];
+    header.extend_from_slice(&WS_DECLARED.to_be_bytes());
+    header.extend_from_slice(&[0, 0, 0, 0]);
+    s.write_all(&header).expect("frame header");
+    s.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut sent = 0;
+    while sent < WS_SENT && start.elapsed() < patience {
+        match s.write(&chunk[..(WS_SENT - sent).min(chunk.len())]) {
+            Ok(n) => sent += n,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => break,
+        }
+    }
+    let (closed, _) = closed_within(&mut s, patience.saturating_sub(start.elapsed()));
+    (sent, closed.then(|| start.elapsed()))
+}
+
 fn ws_url(addr: SocketAddr, path: &str) -> String {
     format!("ws://{addr}{path}")
 }
@@ -697,6 +752,127 @@ fn disconnected_frameworks_stay_bounded_with_the_oldest_removed_first() {
         growth < 64 * 1024,
         "RSS grew {} MiB from 2,000 to 6,000 frameworks",
         growth / 1024
+    );
+}
+
+// --- WebSocket messages ---
+
+/// 100 stalled WebSocket messages at once against `path` of the process
+/// `pid` at `addr`, `meanwhile` run as they stall: its RSS stays under
+/// +100 MB, and each connection is closed within `deadline` (plus
+/// slack) and counted under `prefix` as `message_timeout`.
+fn attack_with_stalled_messages(
+    pid: i32,
+    addr: SocketAddr,
+    path: &str,
+    prefix: &str,
+    deadline: Duration,
+    meanwhile: impl FnOnce() -> String,
+) {
+    let before = rss_kib(pid);
+    let watch = RssWatch::start(pid);
+    let patience = deadline + Duration::from_secs(20);
+    let attack: Vec<_> = (0..100)
+        .map(|_| {
+            let path = path.to_string();
+            std::thread::spawn(move || stalled_message(addr, &path, patience))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let held = metric(addr, &format!("{prefix}_http_body_bytes"));
+    let during = meanwhile();
+    let results: Vec<_> = attack.into_iter().map(|t| t.join().unwrap()).collect();
+    let peak = watch.peak_kib();
+    drop(watch);
+    let full = results.iter().filter(|(sent, _)| *sent == WS_SENT).count();
+    let slowest = results.iter().filter_map(|(_, t)| *t).max();
+    println!(
+        "{path}: stalled WebSocket messages: RSS {} MiB before, peak {} MiB (+{} MiB); {} MiB of body budget held after 1 s; {full} of 100 sent all {WS_SENT} bytes; slowest close after {slowest:?}; {during}",
+        before / 1024,
+        peak / 1024,
+        peak.saturating_sub(before) / 1024,
+        held as u64 / (1024 * 1024),
+    );
+    assert!(
+        held > 0.0 && held <= (48 * 1024 * 1024) as f64,
+        "body budget held: {held}"
+    );
+    assert!(
+        peak.saturating_sub(before) < 100 * 1024,
+        "RSS grew by {} MiB",
+        peak.saturating_sub(before) / 1024
+    );
+    for (sent, closed) in &results {
+        let closed = closed.unwrap_or_else(|| {
+            panic!("a connection that sent {sent} bytes is still open after {patience:?}")
+        });
+        assert!(
+            closed <= deadline + Duration::from_secs(8),
+            "closed only after {closed:?} (deadline {deadline:?})"
+        );
+    }
+    assert_eq!(
+        metric(
+            addr,
+            &format!("{prefix}_connections_closed_total{{reason=\"message_timeout\"}}")
+        ),
+        100.0
+    );
+    assert_eq!(metric(addr, &format!("{prefix}_http_body_bytes")), 0.0);
+    assert_eq!(get_fresh(addr, "/health").0, 200);
+}
+
+/// 100 connections upgrade to the native scheduler WebSocket, each
+/// sending 15 MB of a frame declared as 16 MB and stalling: the master
+/// reads no more of them than its body budget (RSS under +100 MB), a
+/// real framework subscribes and runs a job meanwhile, and every stalled
+/// connection is closed by the message deadline (counted as
+/// `message_timeout`).
+#[test]
+fn stalled_websocket_messages_leave_the_master_bounded_and_are_closed_by_the_deadline() {
+    // A stalled message has 6 s plus a second per 16 MB it declares.
+    let cluster = TestCluster::start_with(
+        1,
+        AGENT,
+        &[
+            "--http-body-timeout",
+            "6s",
+            "--http-body-min-rate",
+            "16000000",
+        ],
+    );
+    attack_with_stalled_messages(
+        cluster.master.pid(),
+        cluster.master.addr,
+        "/api/scheduler",
+        "agora_master",
+        Duration::from_secs(7),
+        || format!("a 10-task job meanwhile took {:?}", run_job(&cluster, 10)),
+    );
+}
+
+/// The same against an agent's executor WebSocket (`/api/executor`),
+/// which anyone may open: the agent stays bounded and closes them.
+#[test]
+fn stalled_websocket_messages_leave_the_agent_bounded_and_are_closed_by_the_deadline() {
+    let cluster = TestCluster::start_full(
+        1,
+        AGENT,
+        &[],
+        &[
+            "--http-body-timeout",
+            "6s",
+            "--http-body-min-rate",
+            "16000000",
+        ],
+    );
+    attack_with_stalled_messages(
+        cluster.agents[0].pid(),
+        cluster.agents[0].addr,
+        "/api/executor",
+        "agora_agent",
+        Duration::from_secs(7),
+        || format!("a 10-task job meanwhile took {:?}", run_job(&cluster, 10)),
     );
 }
 

@@ -323,6 +323,7 @@ fn executor_task(
     let program = bin("test-executor").display().to_string();
     TaskInfo {
         container: None,
+        allocation_role: None,
         launch_stamp: None,
         name: name.into(),
         task_id: TaskId::new(name),
@@ -983,4 +984,88 @@ fn an_ended_executors_container_is_reused_by_the_next_executor() {
         reused,
         "the second executor got a new container, not the first one's"
     );
+}
+
+/// With `--container-logger logrotate`, a command task in a container
+/// of its own (its process started straight into the cgroup) still has
+/// its output rotated by size, by loggers that stay outside the
+/// container.
+#[test]
+fn a_contained_tasks_output_is_rotated_by_loggers_outside_its_container() {
+    let Some(isolated) = Isolated::start(
+        "logrotate",
+        &[
+            "--container-logger",
+            "logrotate",
+            "--logrotate-max-stdout-size",
+            "8KB",
+            "--logrotate-max-files",
+            "1",
+        ],
+    ) else {
+        return;
+    };
+    let cluster = isolated.cluster();
+    let (driver, rx) = start_framework(&cluster.master_address(), FrameworkInfo::new("rotated"));
+    let offer = next_offer(&rx);
+    launch(
+        &driver,
+        &offer,
+        vec![command_task(
+            "rotated",
+            &offer,
+            "while true; do echo a line of a contained task; done",
+            "cpus:0.1;mem:64",
+        )],
+    );
+    assert_eq!(running(&rx, "rotated").state, TaskState::Running);
+    let container = isolated.task_container("rotated");
+    let (_, body) = http_get(cluster.agents[0].addr, "/state").unwrap();
+    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let sandbox = state["frameworks"][0]["executors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == "rotated")
+        .and_then(|e| e["directory"].as_str())
+        .expect("the task's sandbox")
+        .to_string();
+    let size = |name: &str| {
+        std::fs::metadata(Path::new(&sandbox).join(name))
+            .map(|m| m.len())
+            .ok()
+    };
+    eventually(
+        Duration::from_secs(15),
+        || format!("no stdout.1 in {sandbox}"),
+        || size("stdout.1").is_some(),
+    );
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(size("stdout").unwrap_or(0) <= 8192, "{:?}", size("stdout"));
+        assert!(size("stdout.1").is_some_and(|s| s <= 8192));
+        assert_eq!(size("stdout.2"), None);
+    }
+    let inside = processes_in(&format!("/{container}"));
+    let loggers: Vec<i32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("agora-logrotate-logger") && c.contains(&sandbox)
+            })
+        })
+        .filter(|pid| support::process_alive(*pid))
+        .collect();
+    assert_eq!(loggers.len(), 2, "a logger per stream: {loggers:?}");
+    assert!(
+        loggers.iter().all(|pid| !inside.contains(pid)),
+        "loggers {loggers:?} in the container with {inside:?}"
+    );
+    driver.kill_task(&TaskId::new("rotated")).unwrap();
+    assert_eq!(terminal(&rx, "rotated").state, TaskState::Killed);
+    driver.stop(false).unwrap();
 }

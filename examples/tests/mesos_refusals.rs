@@ -16,6 +16,10 @@
 //!   resources.
 //! - A task with a key `TaskInfo` does not have ("contaner"): the same,
 //!   the key named.
+//! - A task whose `allocation_info` names a role its offer was not
+//!   allocated to: `TASK_ERROR` naming both; a LAUNCH_GROUP whose DEFAULT
+//!   executor has a `name`: both tasks `TASK_ERROR` naming the field; a
+//!   DEFAULT group without: both finish.
 //!
 //! Skipped with a message without the venv, except under `CI=true`.
 
@@ -86,4 +90,28 @@ fn pymesos_hears_every_refusal_by_name_and_gets_its_offers_back() {
         .filter_map(|e| e["after"].as_str())
         .collect();
     assert_eq!(back, ["RESERVE", "unknown key"]);
+    refused(
+        "other-role",
+        "allocated to role \"not-mine\" (allocation_info.role)",
+    );
+    for task in ["named-1", "named-2"] {
+        let status = last_update(&events, task);
+        assert_eq!(status["state"], "TASK_ERROR", "{task}: {status}");
+        assert_eq!(
+            status["reason"], "REASON_TASK_GROUP_INVALID",
+            "{task}: {status}"
+        );
+        let said = status["message"].as_str().unwrap_or_default();
+        assert!(
+            said.contains("ExecutorInfo.name is not supported for a DEFAULT executor"),
+            "{task}: {said:?}"
+        );
+    }
+    for task in ["group-1", "group-2"] {
+        assert_eq!(
+            last_update(&events, task)["state"],
+            "TASK_FINISHED",
+            "{task}"
+        );
+    }
 }

@@ -114,6 +114,7 @@ impl Scheduler for Once {
                 job.launched.insert(id.clone(), offer.agent_id.clone());
                 tasks.push(TaskInfo {
                     container: None,
+                    allocation_role: None,
                     launch_stamp: None,
                     name: id.to_string(),
                     task_id: id,

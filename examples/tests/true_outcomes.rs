@@ -55,6 +55,7 @@ impl Scheduler for Hasty {
                 let id = format!("hasty-{i}");
                 tasks.push(TaskInfo {
                     container: None,
+                    allocation_role: None,
                     launch_stamp: None,
                     name: id.clone(),
                     task_id: TaskId::new(&id),

@@ -485,8 +485,12 @@ fn spawn(
         }
         process
     };
-    // The token is the executor's credential, not the task's.
-    for name in agora_proto::env::SECRET_VARIABLES {
+    // The token is the executor's credential, not the task's; the
+    // logger's settings are the executor's too.
+    for name in agora_proto::env::SECRET_VARIABLES
+        .iter()
+        .chain(LOGGER_VARIABLES)
+    {
         process.env_remove(name);
     }
     let (stdout, stderr) = match task {
@@ -513,8 +517,8 @@ fn spawn(
                 process.env(name, task_id.as_str());
             }
             (
-                Some(append(&sandbox.join("stdout"))?),
-                Some(append(&sandbox.join("stderr"))?),
+                Some(output_file(sandbox, "stdout")?),
+                Some(output_file(sandbox, "stderr")?),
             )
         }
         None => (None, None),
@@ -635,6 +639,52 @@ fn cannot_enter(file: &Path, e: std::io::Error) -> std::io::Error {
             file.display()
         ),
     )
+}
+
+/// The variables with which the agent's `--container-logger logrotate`
+/// names the logger program and its settings.
+const LOGGER_VARIABLES: &[&str] = &[
+    agora_proto::env::LOGROTATE_LOGGER,
+    agora_proto::env::LOGROTATE_MAX_STDOUT_SIZE,
+    agora_proto::env::LOGROTATE_MAX_STDERR_SIZE,
+    agora_proto::env::LOGROTATE_MAX_FILES,
+];
+
+/// Where a task's `stream` (`stdout` or `stderr`) goes: appended to the
+/// sandbox's file, or, when the agent runs `--container-logger
+/// logrotate` (it names the logger in this executor's environment), the
+/// write end of a pipe into a logger that rotates that file by size. The
+/// logger has a process group of its own (a task's group is killed when
+/// it ends; the logger reads what is left, then ends) and is reaped as
+/// any other child.
+fn output_file(sandbox: &Path, stream: &str) -> std::io::Result<std::fs::File> {
+    let file = sandbox.join(stream);
+    let Some(program) = std::env::var_os(agora_proto::env::LOGROTATE_LOGGER) else {
+        return append(&file);
+    };
+    let size_variable = if stream == "stdout" {
+        agora_proto::env::LOGROTATE_MAX_STDOUT_SIZE
+    } else {
+        agora_proto::env::LOGROTATE_MAX_STDERR_SIZE
+    };
+    let setting = |name: &str, default: &str| std::env::var(name).unwrap_or(default.to_string());
+    let mut logger = std::process::Command::new(program)
+        .arg("--log-filename")
+        .arg(&file)
+        .arg("--max-size")
+        .arg(setting(size_variable, "10MB"))
+        .arg("--max-files")
+        .arg(setting(agora_proto::env::LOGROTATE_MAX_FILES, "9"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let pipe = logger
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("the logger has no stdin"))?;
+    Ok(std::fs::File::from(std::os::fd::OwnedFd::from(pipe)))
 }
 
 fn append(path: &Path) -> std::io::Result<std::fs::File> {

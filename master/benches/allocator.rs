@@ -22,7 +22,13 @@
 //! cargo bench -p agora-master --bench allocator -- --agents 10000,50000 --frameworks 100,1000
 //! # steady state: more rounds than frameworks, so every agent ends up filtered by all
 //! cargo bench -p agora-master --bench allocator -- --agents 10000 --frameworks 100 --scenario decline --rounds 120
+//! # old against new, side by side in one run: keep a copy of the bench binary
+//! # built before a change (target/release/deps/allocator-*), then
+//! cargo bench -p agora-master --bench allocator -- --quick --against /tmp/allocator-before
 //! ```
+//!
+//! With `--against PATH`, every cell is run by both binaries, one after
+//! the other, and a third row gives this build's median over the other's.
 
 use std::process::Command;
 use std::time::{Duration, Instant as StdInstant};
@@ -103,6 +109,7 @@ fn main() {
     // every framework has declined every agent for good.
     let rounds: usize = flag(&args, "--rounds").map_or(ROUNDS, |n| n.parse().expect("rounds"));
     let exe = std::env::current_exe().expect("own path");
+    let against = flag(&args, "--against").map(std::path::PathBuf::from);
     for scenario in scenarios {
         println!();
         println!(
@@ -129,32 +136,57 @@ fn main() {
         );
         for &agents in &agent_grid {
             for &frameworks in &framework_grid {
-                let out = Command::new(&exe)
-                    .args([
-                        "--cell",
-                        if scenario == Scenario::Decline {
-                            "decline"
-                        } else {
-                            "churn"
-                        },
-                        &agents.to_string(),
-                        &frameworks.to_string(),
-                        &rounds.to_string(),
-                    ])
-                    .output()
-                    .expect("run cell");
-                let text = String::from_utf8_lossy(&out.stdout);
-                let Some(line) = text.lines().find(|l| l.starts_with("CELL ")) else {
-                    println!(
-                        "{agents:>7} {frameworks:>6} | cell failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    continue;
-                };
-                print_row(scenario, agents, frameworks, rounds, line);
+                let label = if against.is_some() { "after  " } else { "" };
+                let this = run_and_print(&exe, label, scenario, agents, frameworks, rounds);
+                if let Some(other) = &against {
+                    let base =
+                        run_and_print(other, "before ", scenario, agents, frameworks, rounds);
+                    if let (Some(this), Some(base)) = (this, base) {
+                        println!(
+                            "{agents:>7} {frameworks:>6} | median this/before = {:.3}",
+                            this / base
+                        );
+                    }
+                }
             }
         }
     }
+}
+
+/// Runs one cell in a child process (`exe --cell ...`) and prints its
+/// row, labelled with `label`; returns its median ms per round.
+fn run_and_print(
+    exe: &std::path::Path,
+    label: &str,
+    scenario: Scenario,
+    agents: usize,
+    frameworks: usize,
+    rounds: usize,
+) -> Option<f64> {
+    let out = Command::new(exe)
+        .args([
+            "--cell",
+            if scenario == Scenario::Decline {
+                "decline"
+            } else {
+                "churn"
+            },
+            &agents.to_string(),
+            &frameworks.to_string(),
+            &rounds.to_string(),
+        ])
+        .output()
+        .expect("run cell");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = text.lines().find(|l| l.starts_with("CELL ")) else {
+        println!(
+            "{label}{agents:>7} {frameworks:>6} | cell failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    };
+    print!("{label}");
+    print_row(scenario, agents, frameworks, rounds, line)
 }
 
 /// The value after `name`, if given.
@@ -174,7 +206,13 @@ fn list_flag(args: &[String], name: &str) -> Option<Vec<usize>> {
     })
 }
 
-fn print_row(scenario: Scenario, agents: usize, frameworks: usize, wanted: usize, line: &str) {
+fn print_row(
+    scenario: Scenario,
+    agents: usize,
+    frameworks: usize,
+    wanted: usize,
+    line: &str,
+) -> Option<f64> {
     let f: Vec<&str> = line.split_whitespace().collect();
     let offers: usize = f[1].parse().unwrap_or(0);
     let events_ms: f64 = f[2].parse().unwrap_or(0.0);
@@ -186,7 +224,7 @@ fn print_row(scenario: Scenario, agents: usize, frameworks: usize, wanted: usize
         .unwrap_or_default();
     let Some(&last) = ms.last() else {
         println!("{agents:>7} {frameworks:>6} | no rounds");
-        return;
+        return None;
     };
     ms.sort_by(|a, b| a.total_cmp(b));
     let (min, max) = (ms[0], ms[ms.len() - 1]);
@@ -226,6 +264,7 @@ fn print_row(scenario: Scenario, agents: usize, frameworks: usize, wanted: usize
         "{agents:>7} {frameworks:>6} | {min:>9.3} {median:>9.3} {max:>9.3} {last:>9.3} | {per_round:>8.0} {offers_s:>11.0} | {ns_per:>9.1} | {mem:>8.2} | {:>7.1} | {note}",
         events_ms / rounds as f64
     );
+    Some(median)
 }
 
 fn rss_bytes() -> f64 {

@@ -41,6 +41,9 @@ pub(crate) struct Agent {
     /// The principal that registered it (none: an unauthenticated
     /// agent): only that principal may re-register its id.
     pub(crate) principal: Option<String>,
+    /// Why the agent cannot take tasks now (its work directory is full,
+    /// ...), as it said: its resources are not offered meanwhile.
+    pub(crate) unavailable: Option<String>,
 }
 
 // === impl Agent ===
@@ -63,6 +66,7 @@ impl Agent {
             awaiting_pong: false,
             registered_at: agora_proto::now_timestamp(),
             recovering: false,
+            unavailable: None,
         }
     }
 
@@ -612,11 +616,17 @@ impl Master {
         match unavailable {
             Some(reason) => {
                 tracing::warn!(agent_id = %aid, %reason, "agent cannot take tasks; its resources are not offered until it can");
+                if let Some(agent) = self.agents.get_mut(aid) {
+                    agent.unavailable = Some(reason);
+                }
                 self.allocator.deactivate_agent(aid);
                 self.withdraw_agent_offers(now, aid, true);
             }
             None => {
                 tracing::info!(agent_id = %aid, "agent can take tasks again");
+                if let Some(agent) = self.agents.get_mut(aid) {
+                    agent.unavailable = None;
+                }
                 self.allocator.activate_agent(aid);
                 self.schedule_allocation(now);
             }

@@ -163,6 +163,7 @@ pub(crate) fn build(agents: usize, tasks: usize, frameworks: usize) -> Master {
                     let id = format!("task-{launched}-{k}-r{round}");
                     agora_proto::TaskInfo {
                         container: None,
+                        allocation_role: None,
                         launch_stamp: None,
                         name: format!("bench task {id}"),
                         task_id: id.as_str().into(),

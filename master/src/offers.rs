@@ -294,10 +294,14 @@ impl Master {
         };
 
         let mut remaining = Resources::new();
+        let mut allocation_roles: Vec<Option<String>> = Vec::new();
         for id in &valid {
             if let Some(entry) = self.take_offer(id) {
                 self.metrics.offers_accepted.inc();
                 remaining += &entry.offer.resources;
+                if !allocation_roles.contains(&entry.offer.allocation_role) {
+                    allocation_roles.push(entry.offer.allocation_role);
+                }
             }
         }
         let Some(framework_info) = self.frameworks.get(fid).map(|f| f.info.clone()) else {
@@ -307,6 +311,7 @@ impl Master {
         };
         let mut booked = Booked {
             remaining,
+            allocation_roles,
             task_ids: HashSet::default(),
             new_executors: HashSet::default(),
         };
@@ -355,6 +360,13 @@ impl Master {
             &booked.task_ids,
             &booked.new_executors,
         );
+        let check =
+            check.and_then(
+                |()| match allocation_mismatch(&task, &booked.allocation_roles) {
+                    Some(message) => Err(message),
+                    None => Ok(()),
+                },
+            );
         if let Err(message) = check {
             return self.refuse_task(
                 fid,
@@ -437,6 +449,13 @@ impl Master {
                 &trial.task_ids,
                 &trial.new_executors,
             );
+            let check =
+                check.and_then(
+                    |()| match allocation_mismatch(&task, &trial.allocation_roles) {
+                        Some(message) => Err(message),
+                        None => Ok(()),
+                    },
+                );
             if let Err(message) = check {
                 problem = Some(format!("task {}: {message}", task.task_id));
                 break;
@@ -646,6 +665,8 @@ impl Master {
 /// What the tasks of a launch accepted so far took.
 #[derive(Clone)]
 struct Booked {
+    /// The roles the launch's offers were allocated to.
+    allocation_roles: Vec<Option<String>>,
     /// What is left of the offers.
     remaining: Resources,
     /// The ids of the tasks.
@@ -691,6 +712,21 @@ fn launch_units(tasks: Vec<TaskInfo>) -> Vec<LaunchUnit> {
 
 /// The resources a task takes from its offers: its own, and its
 /// executor's when the launch starts the executor.
+/// Why `task` may not use offers allocated to `roles`: it names the role
+/// its offers were allocated to (`TaskInfo::allocation_role`, Mesos's
+/// `Resource.allocation_info.role`) and one of them was not.
+fn allocation_mismatch(task: &TaskInfo, roles: &[Option<String>]) -> Option<String> {
+    let named = task.allocation_role.as_ref()?;
+    let other = roles.iter().find(|r| r.as_ref() != Some(named))?;
+    Some(format!(
+        "the task's resources are allocated to role {named:?} (allocation_info.role) but its offers were allocated to {}",
+        match other {
+            Some(role) => format!("role {role:?}"),
+            None => "no role".to_string(),
+        }
+    ))
+}
+
 fn needed_for(task: &TaskInfo, executor_is_new: bool) -> Resources {
     let mut needed = task.resources.clone();
     if executor_is_new {

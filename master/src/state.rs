@@ -151,6 +151,9 @@ pub(crate) struct AgentState {
     #[serde(skip)]
     pub(crate) executor_frameworks: Vec<FrameworkId>,
     pub(crate) registered_at: f64,
+    /// Why the agent cannot take tasks now, as it said (absent: it can).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unavailable: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -459,6 +462,7 @@ fn agent_view(a: &Agent) -> AgentState {
         executors: a.executors.keys().map(|(_, e)| e.clone()).collect(),
         executor_frameworks: a.executors.keys().map(|(f, _)| f.clone()).collect(),
         registered_at: a.registered_at,
+        unavailable: a.unavailable.clone(),
     }
 }
 

@@ -156,6 +156,7 @@ async fn cluster_with_a_running_task() -> Cluster {
     };
     let task_info = agora_proto::TaskInfo {
         container: None,
+        allocation_role: None,
         launch_stamp: None,
         name: "first task".into(),
         task_id: "t1".into(),

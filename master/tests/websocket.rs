@@ -235,6 +235,7 @@ async fn offer_launch_and_update_round_trip() {
     assert_eq!(offer.agent_id, agent_id);
     let task = agora_proto::TaskInfo {
         container: None,
+        allocation_role: None,
         launch_stamp: None,
         name: "t".into(),
         task_id: "t1".into(),

@@ -235,6 +235,7 @@ function agentsPage() {
       { title: "hostname", cell: (a) => a.hostname },
       { title: "address", cell: (a) => a.address },
       { title: "connected", cell: (a) => (a.connected ? "yes" : "no") },
+      { title: "takes tasks", cell: (a) => (a.unavailable ? h("span", { title: a.unavailable }, `no: ${a.unavailable}`) : "yes") },
       { title: "cpus", cell: (a) => [bar(sum(a.used, "cpus"), sum(a.total, "cpus")), `${fmt(sum(a.used, "cpus"))} / ${fmt(sum(a.total, "cpus"))}`] },
       { title: "mem", cell: (a) => [bar(sum(a.used, "mem"), sum(a.total, "mem")), `${fmt(sum(a.used, "mem"), 0)} / ${fmt(sum(a.total, "mem"), 0)}`] },
       { title: "offered", cell: (a) => a.offered.text || "–" },

@@ -847,6 +847,88 @@ pub fn task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
     }
 }
 
+/// What Agora carries out of a LAUNCH_GROUP's DEFAULT executor (Mesos's
+/// default executor). Agora runs each task of such a group under a
+/// command executor of its own, so of the executor's fields it keeps:
+/// `executor_id` and `framework_id` (checked), `resources` (charged with
+/// the group's first task, so that the offer pays for them as in Mesos),
+/// and `shutdown_grace_period` (the kill grace period of every task of
+/// the group without a `kill_policy`). `command`, `data`, `name`,
+/// `source` and `labels` have no place there and are refused by name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DefaultExecutor {
+    /// Charged with the group's first task.
+    pub resources: agora::Resources,
+    /// The kill grace period of tasks without their own.
+    pub shutdown_grace_period: Option<f64>,
+}
+
+/// Checks a LAUNCH_GROUP's DEFAULT executor (see [`DefaultExecutor`]).
+#[allow(deprecated)] // `ExecutorInfo.source`
+pub fn default_executor(info: &v1::ExecutorInfo) -> Result<DefaultExecutor, ConvertError> {
+    supported(info)?;
+    let unused = [
+        ("command", info.command.is_some()),
+        ("data", info.data.is_some()),
+        ("name", info.name.is_some()),
+        ("source", info.source.is_some()),
+        ("labels", info.labels.is_some()),
+    ];
+    if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
+        return Err(ConvertError::Invalid(format!(
+            "ExecutorInfo.{field} is not supported for a DEFAULT executor: Agora runs each task of the group under a command executor of its own"
+        )));
+    }
+    checked_id("executor_id", &info.executor_id.value)?;
+    if info
+        .executor_id
+        .value
+        .starts_with(agora::AGENT_EXECUTOR_PREFIX)
+    {
+        return Err(ConvertError::Id {
+            kind: "executor_id",
+            value: info.executor_id.value.clone(),
+            reason: format!(
+                "ids starting with {:?} are the agent's own",
+                agora::AGENT_EXECUTOR_PREFIX
+            ),
+        });
+    }
+    info.framework_id.as_ref().map(framework_id).transpose()?;
+    let shutdown_grace_period = match &info.shutdown_grace_period {
+        Some(d) if d.nanoseconds < 0 => {
+            return Err(ConvertError::Invalid(format!(
+                "ExecutorInfo.shutdown_grace_period must not be negative, got {} ns",
+                d.nanoseconds
+            )))
+        }
+        Some(d) => Some(d.nanoseconds as f64 / 1e9),
+        None => None,
+    };
+    Ok(DefaultExecutor {
+        resources: resources_of(&info.resources)?,
+        shutdown_grace_period,
+    })
+}
+
+/// One task of a LAUNCH_GROUP with the DEFAULT executor `executor`, the
+/// group's `first` or not: as [`group_task_info`], with what it carries
+/// of the executor (see [`DefaultExecutor`]).
+pub fn default_group_task_info(
+    task: &v1::TaskInfo,
+    executor: &DefaultExecutor,
+    first: bool,
+) -> Result<agora::TaskInfo, ConvertError> {
+    let mut out = group_task_info(task)?;
+    if out.kill_grace_period.is_none() {
+        out.kill_grace_period = executor.shutdown_grace_period;
+    }
+    if first {
+        out.resources += &executor.resources;
+    }
+    Ok(out)
+}
+
 /// One task of a LAUNCH_GROUP with the default executor: its command runs
 /// under Agora's command executor like any command task.
 pub fn group_task_info(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
@@ -909,6 +991,27 @@ fn command_task(
     Ok(out)
 }
 
+/// The role a task's resources say their offers were allocated to
+/// (`Resource.allocation_info.role`), which the master compares with its
+/// offers'; resources naming two roles are refused.
+fn allocation_role(list: &[v1::Resource]) -> Result<Option<String>, ConvertError> {
+    let mut role: Option<&String> = None;
+    for r in list {
+        let Some(named) = r.allocation_info.as_ref().and_then(|a| a.role.as_ref()) else {
+            continue;
+        };
+        match role {
+            Some(first) if first != named => {
+                return Err(ConvertError::Resources(format!(
+                    "the resources' allocation_info name two roles, {first:?} and {named:?}; a task's offers are allocated to one"
+                )));
+            }
+            _ => role = Some(named),
+        }
+    }
+    Ok(role.cloned())
+}
+
 /// A task's fields other than its command and executor.
 fn task_fields(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
     let kill_grace_period = task
@@ -923,6 +1026,7 @@ fn task_fields(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
             .map(container_of)
             .transpose()?
             .map(Box::new),
+        allocation_role: allocation_role(&task.resources)?,
         launch_stamp: None,
         name: task.name.clone(),
         task_id: task_id(&task.task_id)?,

@@ -232,6 +232,7 @@ fn launch_group_and_heartbeat_are_written_as_mesos_writes_them() {
     };
     let task = agora_proto::TaskInfo {
         container: None,
+        allocation_role: None,
         launch_stamp: None,
         name: "a".into(),
         task_id: agora_proto::TaskId::new("t"),

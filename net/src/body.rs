@@ -33,8 +33,8 @@ pub const SMALL_BODY: usize = 64 * 1024;
 /// The process's request bodies: their memory budget and deadlines.
 #[derive(Debug)]
 pub struct Bodies {
-    small: Semaphore,
-    large: Semaphore,
+    small: Arc<Semaphore>,
+    large: Arc<Semaphore>,
     timeout: Duration,
     min_rate: u64,
     stats: Arc<NetStats>,
@@ -77,8 +77,8 @@ impl Bodies {
         let budget = limits.body_memory.min(u32::MAX as usize);
         let small = (budget / 4).max(SMALL_BODY);
         Arc::new(Bodies {
-            small: Semaphore::new(small),
-            large: Semaphore::new(budget.saturating_sub(small).max(SMALL_BODY)),
+            small: Arc::new(Semaphore::new(small)),
+            large: Arc::new(Semaphore::new(budget.saturating_sub(small).max(SMALL_BODY))),
             timeout: limits.body_timeout,
             min_rate: limits.body_min_rate,
             stats,
@@ -93,6 +93,24 @@ impl Bodies {
             Duration::from_secs_f64(bytes as f64 / self.min_rate as f64)
         };
         self.timeout + extra
+    }
+
+    /// The reserve for small bodies and the pool for large ones (for
+    /// [`crate::gate`]).
+    pub(crate) fn pools(&self) -> (Arc<Semaphore>, Arc<Semaphore>) {
+        (self.small.clone(), self.large.clone())
+    }
+
+    pub(crate) fn small_pool(&self) -> &Arc<Semaphore> {
+        &self.small
+    }
+
+    pub(crate) fn large_pool(&self) -> &Arc<Semaphore> {
+        &self.large
+    }
+
+    pub(crate) fn stats(&self) -> &NetStats {
+        &self.stats
     }
 
     /// Reads `body` whole, if it is at most `max` bytes and arrives in

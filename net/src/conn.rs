@@ -35,6 +35,8 @@ use futures::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use crate::body::Bodies;
+use crate::gate::{Gate, Gated};
 use crate::stats::NetStats;
 
 /// Bytes a connection may hold written and not yet sent to its socket.
@@ -66,6 +68,8 @@ pub enum CloseReason {
     GlobalCap = 4,
     /// A handler closed it (a stream whose reader stopped reading).
     Handler = 5,
+    /// A WebSocket message did not all arrive within its deadline.
+    MessageTimeout = 6,
 }
 
 /// A connection as its requests see it: each request served by
@@ -96,6 +100,8 @@ pub(crate) struct Link {
     read_at_idle: AtomicU64,
     /// When the first byte after `idle_since` came (0: none yet).
     request_started: AtomicU64,
+    /// Once it carries a WebSocket: the metering of its messages.
+    gate: OnceLock<Gate>,
 }
 
 /// The I/O handed to hyper (and, after an upgrade, to the WebSocket).
@@ -204,6 +210,27 @@ impl Connection {
     pub fn close(&self) {
         self.0.close(CloseReason::Handler);
     }
+
+    /// The connection carries a WebSocket whose frames are at most
+    /// `max_frame` bytes (call it before reading the first message): from
+    /// now on each frame the peer sends is charged to `bodies`' budget of
+    /// body memory for its declared size before the WebSocket has its
+    /// header (a frame waits, unread, while there is no room), until the
+    /// handler has its message; and a message in progress must be whole
+    /// within `bodies`' deadline for its size, else the connection is
+    /// closed. Call [`Connection::message_done`] on each message received
+    /// (data or control). See the `gate` module's documentation.
+    pub fn meter_messages(&self, bodies: &Arc<Bodies>, max_frame: usize) {
+        let _ = self.0.gate.set(Gate::new(bodies.clone(), max_frame));
+    }
+
+    /// The handler has a whole message (data or control): the room of
+    /// the messages passed whole is given back.
+    pub fn message_done(&self) {
+        if let Some(gate) = self.0.gate.get() {
+            gate.message_done();
+        }
+    }
 }
 
 impl std::fmt::Debug for Connection {
@@ -247,6 +274,7 @@ impl Link {
             3 => CloseReason::PeerCap,
             4 => CloseReason::GlobalCap,
             5 => CloseReason::Handler,
+            6 => CloseReason::MessageTimeout,
             _ => CloseReason::Open,
         }
     }
@@ -348,6 +376,9 @@ impl<I> Drop for ConnIo<I> {
         inner.io = None;
         inner.slot = None;
         inner.buf = Vec::new();
+        if let Some(gate) = self.shared.link.gate.get() {
+            gate.closed();
+        }
     }
 }
 
@@ -372,7 +403,18 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for ConnIo<I> {
             return Poll::Ready(Err(closed_error()));
         };
         let before = buf.filled().len();
-        ready!(Pin::new(io).poll_read(cx, buf))?;
+        match link.gate.get() {
+            None => ready!(Pin::new(io).poll_read(cx, buf))?,
+            Some(gate) => {
+                match ready!(gate.poll_read(cx, buf, |cx, buf| Pin::new(io).poll_read(cx, buf))) {
+                    Gated::Read(result) => result?,
+                    Gated::Expired => {
+                        link.close(CloseReason::MessageTimeout);
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            }
+        }
         let n = buf.filled().len() - before;
         if n > 0 {
             link.read(n);
@@ -598,6 +640,7 @@ impl Table {
             idle_since: AtomicU64::new(clock()),
             read_at_idle: AtomicU64::new(0),
             request_started: AtomicU64::new(0),
+            gate: OnceLock::new(),
         });
         state.pending.insert(id, link.clone());
         state.by_peer.entry(peer).or_default().insert(id);

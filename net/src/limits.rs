@@ -1,6 +1,7 @@
 //! What a peer may hold of a server, and for how long: connections (in
 //! all, below the process's file descriptor limit), a request's headers,
-//! an idle connection, a request body (time and memory). The same flags
+//! an idle connection, a request body or WebSocket message (time and
+//! memory). The same flags
 //! on the master and the agent ([`LimitFlags`]).
 
 use std::time::Duration;
@@ -63,15 +64,17 @@ pub struct LimitFlags {
     pub idle_connection_timeout: Duration,
     /// How long a request body may take to arrive (plus a second per
     /// --http-body-min-rate bytes it declares); then 408 and the
-    /// connection is closed.
+    /// connection is closed. A WebSocket message in progress has as
+    /// long (plus a second per --http-body-min-rate bytes it declares).
     #[arg(long, default_value = "10s", value_parser = agora_proto::parse_duration)]
     pub http_body_timeout: Duration,
-    /// The slowest average rate, in bytes per second, a request body may
-    /// arrive at (with --http-body-timeout).
+    /// The slowest average rate, in bytes per second, a request body or
+    /// WebSocket message may arrive at (with --http-body-timeout).
     #[arg(long, default_value_t = DEFAULT_BODY_MIN_RATE)]
     pub http_body_min_rate: u64,
-    /// Bytes of request bodies held at once, from all peers; a body waits
-    /// (within its deadline) for room before it is read.
+    /// Bytes of request bodies and WebSocket messages held at once, from
+    /// all peers; a body or a WebSocket frame waits (within its deadline)
+    /// for room before it is read.
     #[arg(long, default_value_t = DEFAULT_BODY_MEMORY)]
     pub max_http_body_memory: usize,
 }

@@ -20,7 +20,8 @@
 //!   of their first byte, and a connection with no request in progress is
 //!   closed after the idle timeout. A request being served is bounded by
 //!   its handler (bodies: [`crate::body`]). An upgraded connection (a
-//!   WebSocket) is its handler's.
+//!   WebSocket) is its handler's, which meters its messages with the
+//!   body budget and deadline ([`crate::Connection::meter_messages`]).
 //! - a malformed request gets hyper's `400` (written before the
 //!   connection closes).
 //!

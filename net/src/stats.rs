@@ -25,11 +25,14 @@ pub struct NetStats {
     pub closed_header_timeout: AtomicU64,
     /// Idle connections closed.
     pub closed_idle_timeout: AtomicU64,
+    /// WebSocket connections closed because a message did not all arrive
+    /// in time.
+    pub closed_message_timeout: AtomicU64,
     /// Request bodies refused for their size (declared or read).
     pub bodies_too_large: AtomicU64,
     /// Request bodies that did not arrive in time.
     pub bodies_timed_out: AtomicU64,
-    /// Bytes of request bodies held now.
+    /// Bytes of request bodies and WebSocket messages held now.
     pub body_bytes: AtomicU64,
 }
 
@@ -70,12 +73,16 @@ impl NetStats {
         family(
             "connections_closed_total",
             "counter",
-            "Connections closed by the server: to make room (peer_cap, global_cap) or after a timeout",
+            "Connections closed by the server: to make room (peer_cap, global_cap) or after a timeout (header, idle, a WebSocket message not received in time)",
             &[
                 ("reason=\"peer_cap\"", get(&self.closed_peer_cap)),
                 ("reason=\"global_cap\"", get(&self.closed_global_cap)),
                 ("reason=\"header_timeout\"", get(&self.closed_header_timeout)),
                 ("reason=\"idle_timeout\"", get(&self.closed_idle_timeout)),
+                (
+                    "reason=\"message_timeout\"",
+                    get(&self.closed_message_timeout),
+                ),
             ],
         );
         family(
@@ -90,7 +97,7 @@ impl NetStats {
         family(
             "http_body_bytes",
             "gauge",
-            "Bytes of request bodies being read now",
+            "Bytes of request bodies and WebSocket messages being read now",
             &[("", get(&self.body_bytes))],
         );
     }

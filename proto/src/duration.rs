@@ -34,6 +34,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         "m" | "min" | "mins" => 60.0,
         "h" | "hrs" => 3600.0,
         "d" | "days" => 86400.0,
+        "w" | "weeks" => 7.0 * 86400.0,
         _ => return Err(err()),
     };
     let value: f64 = number.trim().parse().map_err(|_| err())?;

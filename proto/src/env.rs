@@ -105,3 +105,16 @@ pub fn mesos_duration(d: std::time::Duration) -> String {
         format!("{}ms", d.as_millis())
     }
 }
+
+/// With the agent's `--container-logger logrotate`: the logger program
+/// a command executor pipes each task's output through (the agent's
+/// `agora-logrotate-logger`).
+pub const LOGROTATE_LOGGER: &str = "AGORA_LOGROTATE_LOGGER";
+/// With [`LOGROTATE_LOGGER`]: the size (bytes) at which a task's
+/// `stdout` is rotated.
+pub const LOGROTATE_MAX_STDOUT_SIZE: &str = "AGORA_LOGROTATE_MAX_STDOUT_SIZE";
+/// With [`LOGROTATE_LOGGER`]: the size (bytes) at which a task's
+/// `stderr` is rotated.
+pub const LOGROTATE_MAX_STDERR_SIZE: &str = "AGORA_LOGROTATE_MAX_STDERR_SIZE";
+/// With [`LOGROTATE_LOGGER`]: rotated files kept (`stdout.1` … `stdout.N`).
+pub const LOGROTATE_MAX_FILES: &str = "AGORA_LOGROTATE_MAX_FILES";

@@ -221,6 +221,12 @@ pub struct TaskInfo {
     pub agent_id: AgentId,
     /// Resources the task uses; must fit in the offers it is launched on.
     pub resources: Resources,
+    /// The role the task's offers were allocated to, as the framework read
+    /// it in them (Mesos's `Resource.allocation_info.role`). When set, the
+    /// master refuses the task (`TASK_ERROR`) unless every offer of its
+    /// launch was allocated to this role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_role: Option<String>,
     /// A custom executor to run the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<ExecutorInfo>,

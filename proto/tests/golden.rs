@@ -12,6 +12,7 @@ use agora_proto::{
 fn task() -> TaskInfo {
     TaskInfo {
         container: None,
+        allocation_role: None,
         launch_stamp: None,
         name: "t".into(),
         task_id: TaskId::new("t1"),

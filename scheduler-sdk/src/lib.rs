@@ -86,6 +86,7 @@ pub use driver::SchedulerDriver;
 ///                 continue;
 ///             }
 ///             let task = TaskInfo {
+///                 allocation_role: None,
 ///                 launch_stamp: None,
 ///                 name: "hello".into(),
 ///                 task_id: TaskId::new("hello-1"),

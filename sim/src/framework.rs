@@ -666,6 +666,7 @@ impl World {
         };
         Some(TaskInfo {
             container: None,
+            allocation_role: None,
             launch_stamp: None,
             name: format!("task {}", want.id),
             task_id: want.id.clone(),

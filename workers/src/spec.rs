@@ -169,6 +169,7 @@ impl WorkerSpec {
         labels.insert(SPEC_LABEL.to_string(), self.name.clone());
         TaskInfo {
             container: None,
+            allocation_role: None,
             launch_stamp: None,
             name: format!("worker {} ({})", worker.id, self.name),
             task_id: TaskId::new(worker.id.as_str()),

@@ -79,6 +79,14 @@ impl Core {
         spec.limits = self.container_limits(&ekey, &info, is_command);
         let limits_asked = spec.limits;
         spec.user = self.framework_user(&ekey.0);
+        if let Some(logger) = &self.shared.config.container_logger {
+            spec.logger = Some(Box::new(logger.clone()));
+            if is_command {
+                // The command executor pipes its tasks' output through
+                // the same logger.
+                spec.env.extend(logger.environment());
+            }
+        }
         let executor = Executor {
             info,
             run_id: run_id.clone(),

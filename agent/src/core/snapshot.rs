@@ -55,6 +55,8 @@ impl Core {
                                 "pid": ex.pid,
                                 "run_id": ex.run_id,
                                 "sandbox": ex.sandbox,
+                                // Mesos's name: what `/files/read?path=` takes.
+                                "directory": ex.sandbox,
                                 "command_executor": ex.is_command,
                                 "subscribed": ex.subscribed,
                                 "connected": ex.conn.is_some(),
@@ -89,6 +91,7 @@ impl Core {
                             "pid": host.and_then(|h| h.pid),
                             "run_id": run_id,
                             "sandbox": t.sandbox,
+                            "directory": t.sandbox,
                             "command_executor": true,
                             "process": host_id,
                             "subscribed": host.is_some_and(|h| h.subscribed),

@@ -1373,6 +1373,7 @@ mod recording {
     fn executor_task(id: &str, executor: &str) -> TaskInfo {
         TaskInfo {
             container: None,
+            allocation_role: None,
             launch_stamp: None,
             name: id.into(),
             task_id: TaskId::new(id),

@@ -3,7 +3,9 @@
 //! front door onto the same core machinery), and HTTP
 //! `/health`, `/state`, `/version`, `/metrics` (Prometheus text) and
 //! `/files/FID/EID[/PATH]` (an executor's sandbox, confined by
-//! [`crate::files`]; see `docs/http.md`). HTTP answers to a page of an
+//! [`crate::files`]; see `docs/http.md`), and Mesos's files API
+//! (`/files/read`, `/files/browse`, `/files/download`, `/files/debug`:
+//! [`mesos_files`]). HTTP answers to a page of an
 //! allowed origin (by default the master's, whose web UI reads them)
 //! carry that origin in `Access-Control-Allow-Origin`; never `*`.
 //!
@@ -33,6 +35,7 @@ use crate::messages::{CoreEvent, ExecKey, ExecLink, Input, Snapshot, Unwritten};
 use crate::monitor::Monitor;
 use crate::shared::{Counters, Shared};
 
+mod mesos_files;
 mod mesos_v1;
 
 /// Most queued events written to an executor with one flush.
@@ -101,7 +104,7 @@ pub(crate) fn router(
         monitor,
         images,
     };
-    Router::new()
+    let router = Router::new()
         .route("/api/executor", get(executor_ws))
         .route("/api/v1/executor", axum::routing::any(mesos_v1::executor))
         .route("/health", get(health))
@@ -115,7 +118,8 @@ pub(crate) fn router(
         .route(
             "/files/{framework_id}/{executor_id}/{*path}",
             get(files_path),
-        )
+        );
+    mesos_files::routes(router)
         .layer(axum::middleware::from_fn_with_state(
             app_state.clone(),
             operator_auth,
@@ -631,6 +635,11 @@ async fn serve_executor(ws: WebSocket, app: AppState, connection: Option<agora_n
         stall: app.shared.config.executor_stall_timeout,
     };
     let done = CancellationToken::new();
+    if let Some(connection) = &connection {
+        // A message's bytes are charged to the body budget until it is
+        // whole, and it has the body deadline to arrive.
+        connection.meter_messages(&app.bodies, agora_proto::MAX_FRAME_BYTES);
+    }
     let (sink, mut stream) = ws.split();
     let mut writer = tokio::spawn(write_executor(
         sink,
@@ -670,6 +679,9 @@ async fn serve_executor(ws: WebSocket, app: AppState, connection: Option<agora_n
                 break;
             }
         };
+        if let (Some(Ok(_)), Some(connection)) = (&frame, &connection) {
+            connection.message_done();
+        }
         let text = match frame {
             None | Some(Ok(Message::Close(_))) => break,
             Some(Err(e)) => {

@@ -772,6 +772,7 @@ impl Bench {
         };
         TaskInfo {
             container: None,
+            allocation_role: None,
             launch_stamp: None,
             name: format!("bench {i}"),
             task_id: TaskId::new(format!("b{i}")),

@@ -587,6 +587,7 @@ impl BenchFramework for BenchScheduler {
             let tasks = (0..self.args.tasks)
                 .map(|i| TaskInfo {
                     container: None,
+                    allocation_role: None,
                     launch_stamp: None,
                     name: format!("t{i}"),
                     task_id: TaskId::new(format!("t{i:05}")),

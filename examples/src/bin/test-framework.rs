@@ -114,6 +114,7 @@ impl Scheduler for TestScheduler {
                 println!("launching task {id} on agent {}", offer.agent_id);
                 tasks.push(TaskInfo {
                     container: None,
+                    allocation_role: None,
                     launch_stamp: None,
                     name: format!("task {id}"),
                     task_id: TaskId::new(format!("task-{id}")),

@@ -16,7 +16,11 @@ In turn, each on an offer of its own:
      refused (pymesos raises the 400), the task comes back TASK_ERROR,
      and a later offer of the agent holds the refused offer's resources;
   3. a LAUNCH of a task with a key TaskInfo does not have ("contaner"):
-     the same.
+     the same;
+  4. a task whose resources' allocation_info names a role its offer was
+     not allocated to (TASK_ERROR), a LAUNCH_GROUP whose DEFAULT executor
+     has a name (both tasks TASK_ERROR) and one Agora runs (both
+     TASK_FINISHED).
 """
 
 import json
@@ -198,6 +202,39 @@ def run(master):
     expect(framework, "the misspelt offer's resources offered again",
            offer_back(refused, "unknown key"))
     say("offer_back", after="unknown key")
+
+    # 4. A task whose allocation_info names a role its offer was not
+    # allocated to, and a LAUNCH_GROUP whose DEFAULT executor sets a field
+    # Agora has no place for (its name), beside a DEFAULT group Agora runs
+    # (the executor's resources charged with the first task).
+    def roles_and_groups(driver, offer):
+        wrong_role = task("other-role", offer)
+        for r in wrong_role["resources"]:
+            r["allocation_info"] = dict(role="not-mine")
+
+        def group(name, executor_extra, task_ids):
+            executor = dict(type="DEFAULT", executor_id=dict(value=name),
+                            resources=resources(0.1, 32))
+            executor.update(executor_extra)
+            return dict(type="LAUNCH_GROUP", launch_group=dict(
+                executor=executor,
+                task_group=dict(tasks=[task(t, offer) for t in task_ids])))
+        driver.acceptOffers([offer["id"]], [
+            dict(type="LAUNCH", launch=dict(task_infos=[wrong_role])),
+            group("named", dict(name="my executor"), ["named-1", "named-2"]),
+            group("plain-group", dict(shutdown_grace_period=dict(nanoseconds=2000000000)),
+                  ["group-1", "group-2"]),
+        ], dict(refuse_seconds=0.1))
+    framework.steps.put(roles_and_groups)
+    waiting = {"other-role", "named-1", "named-2", "group-1", "group-2"}
+
+    def ends_one(kind, value):
+        if kind != "update" or value["task_id"]["value"] not in waiting:
+            return False
+        return value["state"] not in ("TASK_STAGING", "TASK_STARTING", "TASK_RUNNING")
+    while waiting:
+        status = expect(framework, "the end of " + ", ".join(sorted(waiting)), ends_one)
+        waiting.discard(status["task_id"]["value"])
 
     driver.stop()
     say("done")

@@ -788,6 +788,7 @@ impl Scheduler for Recorder {
 pub fn command_task(id: &str, offer: &Offer, command: &str, resources: &str) -> TaskInfo {
     TaskInfo {
         container: None,
+        allocation_role: None,
         launch_stamp: None,
         name: id.to_string(),
         task_id: TaskId::new(id),

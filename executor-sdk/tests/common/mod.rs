@@ -134,6 +134,7 @@ pub async fn ack(ws: &mut Conn, status: &TaskStatus) {
 pub fn command_task(id: &str, command: Option<CommandInfo>) -> TaskInfo {
     TaskInfo {
         container: None,
+        allocation_role: None,
         launch_stamp: None,
         name: id.into(),
         task_id: TaskId::new(id),

@@ -1,13 +1,15 @@
 //! HTTP and WebSocket serving on the master's one port: `/api/scheduler`
 //! and `/api/agent` (WebSocket); `/health`, `/version`, `/state`,
 //! `/metrics`; the web UI at `/` with its list endpoints under `/api/v1/`
-//! and its live feed at `/events` (see `docs/http.md`); the Mesos v1
+//! and its live feed at `/events` (see `docs/http.md`); Mesos's files
+//! API, redirected to the agent that holds the sandbox (`files`); the Mesos v1
 //! scheduler and operator APIs and Mesos's scraped endpoints (`mesos_v1`).
 //! Connection tasks only parse, forward to the state task and write; every
 //! HTTP answer comes from the latest published snapshot or from atomics,
 //! never from the state task.
 
 mod api;
+mod files;
 mod mesos_v1;
 
 mod ui;
@@ -298,7 +300,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/scheduler", get(scheduler_ws))
         .route("/api/agent", get(agent_ws))
         .route("/master/teardown", axum::routing::post(teardown_form))
-        .route("/teardown", axum::routing::post(teardown_form))
+        .route("/teardown", axum::routing::post(teardown_form));
+    let router = files::routes(router)
         .with_state(state.clone())
         .merge(mesos_v1::router(state.clone()));
     // Without --authenticate-http nothing is checked: no layer, so no

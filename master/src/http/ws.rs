@@ -50,6 +50,11 @@ pub(crate) async fn serve(
         },
     );
     tracing::debug!(conn, ?kind, "connection opened");
+    if let Some(connection) = &connection {
+        // A message's bytes are charged to the body budget until it is
+        // whole, and it has the body deadline to arrive.
+        connection.meter_messages(&app.bodies, MAX_FRAME_BYTES);
+    }
     let (mut sink, mut stream) = socket.split();
 
     let writer_cancel = cancel.clone();
@@ -142,6 +147,9 @@ pub(crate) async fn serve(
                 break;
             }
         };
+        if let (Some(Ok(_)), Some(connection)) = (&frame, &connection) {
+            connection.message_done();
+        }
         if let Some(Ok(Message::Text(_) | Message::Binary(_))) = &frame {
             first_frame_by = None;
         }

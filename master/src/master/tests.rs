@@ -213,6 +213,7 @@ fn agent_info(id: Option<&AgentId>, resources: &str) -> AgentInfo {
 fn command_task(id: &str, agent: &AgentId, resources: &str) -> TaskInfo {
     TaskInfo {
         container: None,
+        allocation_role: None,
         launch_stamp: None,
         name: id.into(),
         task_id: TaskId::new(id),
@@ -238,6 +239,7 @@ fn executor_task(
     exec_res: &str,
 ) -> TaskInfo {
     TaskInfo {
+        allocation_role: None,
         launch_stamp: None,
         executor: Some(ExecutorInfo {
             container: None,
@@ -494,6 +496,7 @@ fn launch_moves_resources_and_sends_run_task() {
 /// A task of group `group` on custom executor `e1`.
 fn group_task(id: &str, agent: &AgentId, resources: &str, group: &str) -> TaskInfo {
     TaskInfo {
+        allocation_role: None,
         task_group: Some(group.into()),
         ..executor_task(id, agent, resources, "e1", "cpus:0.5;mem:32")
     }
@@ -597,6 +600,7 @@ fn a_task_group_with_one_task_that_cannot_run_is_refused_whole() {
     let mut other = group_task("h2", &aid, "cpus:0.1", "h");
     other.executor.as_mut().unwrap().executor_id = ExecutorId::new("e2");
     let command = TaskInfo {
+        allocation_role: None,
         task_group: Some("i".into()),
         ..command_task("i1", &aid, "cpus:0.1")
     };
@@ -809,6 +813,33 @@ fn invalid_tasks_get_task_error() {
 }
 
 #[test]
+fn a_task_naming_another_allocation_role_than_its_offers_is_refused() {
+    let (mut h, _fid, aid, offer) = setup("cpus:4;mem:4096");
+    let role = offer
+        .allocation_role
+        .clone()
+        .expect("offers name their role");
+    let mut wrong = command_task("wrong", &aid, "cpus:1");
+    wrong.allocation_role = Some("not-mine".into());
+    let mut right = command_task("right", &aid, "cpus:1");
+    right.allocation_role = Some(role.clone());
+    let out = h.launch(S1, &[&offer], vec![wrong, right]);
+    let ups = updates(&out, S1);
+    assert_eq!(ups.len(), 1, "{ups:?}");
+    assert_eq!(ups[0].task_id.as_str(), "wrong");
+    assert_eq!(
+        (ups[0].state, ups[0].reason),
+        (TaskState::Error, Some(Reason::ReasonTaskInvalid))
+    );
+    let message = ups[0].message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("\"not-mine\"") && message.contains(&format!("{role:?}")),
+        "{message}"
+    );
+    assert_eq!(agent_events(&out, A1).len(), 1, "the right one launched");
+}
+
+#[test]
 fn decline_filters_expire_and_revive_clears_them() {
     let (mut h, _fid, _aid, offer) = setup("cpus:4;mem:4096");
     h.sched(
@@ -935,7 +966,13 @@ fn an_agent_that_cannot_take_tasks_is_not_offered_until_it_can() {
         .any(|e| matches!(e, Event::Rescind { offer_id } if *offer_id == offer.id)));
     assert!(h.offers(S1).is_empty());
     assert!(offers_in(&h.advance(Duration::from_secs(30)), S1).is_empty());
+    assert_eq!(
+        h.m.agents[&aid].unavailable.as_deref(),
+        Some("its work directory is full"),
+        "the reason is kept for /state"
+    );
     h.agent(A1, agent::Call::Availability { unavailable: None });
+    assert_eq!(h.m.agents[&aid].unavailable, None);
     h.offer_from(S1, &aid);
 }
 
@@ -2305,6 +2342,7 @@ fn report(fid: &FrameworkId, task: &TaskInfo, state: TaskState) -> TaskReport {
 
 fn stamped(id: &str, agent: &AgentId, stamp: Option<LaunchStamp>) -> TaskInfo {
     TaskInfo {
+        allocation_role: None,
         launch_stamp: stamp,
         ..command_task(id, agent, "cpus:1;mem:128")
     }

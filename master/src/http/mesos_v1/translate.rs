@@ -223,7 +223,8 @@ pub(crate) fn translate_call(
 /// refuses the whole ACCEPT (see the module documentation).
 ///
 /// A LAUNCH_GROUP is all or nothing. With the DEFAULT executor its tasks
-/// become command tasks, each run by Agora's command executor; with a
+/// become command tasks, each run by Agora's command executor (the first
+/// carrying the executor's resources; see `convert::DefaultExecutor`); with a
 /// CUSTOM executor (or one of no type that has a command) they become one
 /// native task group (`TaskInfo::task_group`, named after the first offer
 /// and the operation's place in the ACCEPT), which the master launches
@@ -271,18 +272,20 @@ fn translate_accept(accept: call::Accept) -> Translated {
                             .collect(),
                         Err(e) => vec![Err(format!("its executor: {e}"))],
                     }
-                } else if let Some(refusal) = support::refusal(&group.executor) {
-                    vec![Err(format!("its executor: {refusal}"))]
                 } else {
-                    group
-                        .task_group
-                        .tasks
-                        .iter()
-                        .map(|t| {
-                            convert::group_task_info(t)
-                                .map_err(|e| format!("task {}: {e}", t.task_id.value))
-                        })
-                        .collect()
+                    match convert::default_executor(&group.executor) {
+                        Ok(executor) => group
+                            .task_group
+                            .tasks
+                            .iter()
+                            .enumerate()
+                            .map(|(i, t)| {
+                                convert::default_group_task_info(t, &executor, i == 0)
+                                    .map_err(|e| format!("task {}: {e}", t.task_id.value))
+                            })
+                            .collect(),
+                        Err(e) => vec![Err(format!("its executor: {e}"))],
+                    }
                 };
                 // A task group launches all or nothing.
                 if let Some(first) = converted.iter().find_map(|r| r.as_ref().err()) {

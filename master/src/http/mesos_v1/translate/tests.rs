@@ -306,6 +306,56 @@ fn accept_without_tasks_declines_and_task_groups_are_all_or_nothing() {
     assert!(out.refused.is_empty());
     assert!(matches!(&out.calls[..], [Call::Launch { tasks, .. }] if tasks.len() == 2));
 
+    // The DEFAULT executor's resources are charged with the first task,
+    // its shutdown grace period is the tasks' kill grace period, and
+    // the fields no command executor has a place for are refused.
+    let mut op = group(vec![command_task("d1"), command_task("d2")]);
+    let executor = &mut op.launch_group.as_mut().unwrap().executor;
+    executor.resources = convert::mesos_resources(
+        &Resources::parse("cpus:0.2;mem:64").unwrap(),
+        &convert::ResourceStyle::default(),
+    );
+    executor.shutdown_grace_period = Some(v1::DurationInfo {
+        nanoseconds: 7_000_000_000,
+    });
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![op.clone()]),
+        &NoExecutors,
+    )
+    .unwrap();
+    assert!(out.refused.is_empty());
+    let [Call::Launch { tasks, .. }] = &out.calls[..] else {
+        panic!("{:?}", out.calls)
+    };
+    assert_eq!(
+        tasks[0].resources,
+        Resources::parse("cpus:0.3;mem:96").unwrap()
+    );
+    assert_eq!(
+        tasks[1].resources,
+        Resources::parse("cpus:0.1;mem:32").unwrap()
+    );
+    assert!(tasks.iter().all(|t| t.kill_grace_period == Some(7.0)));
+    for field in ["name", "labels"] {
+        let mut op = op.clone();
+        let executor = &mut op.launch_group.as_mut().unwrap().executor;
+        if field == "name" {
+            executor.name = Some("x".into());
+        } else {
+            executor.labels = Some(v1::Labels::default());
+        }
+        let out = translate_call(&FrameworkId::new("f"), accept(vec![op]), &NoExecutors).unwrap();
+        assert_eq!(out.refused.len(), 2, "{field}");
+        let message = out.refused[0].message.as_deref().unwrap();
+        assert!(
+            message.contains(&format!(
+                "ExecutorInfo.{field} is not supported for a DEFAULT executor"
+            )),
+            "{message}"
+        );
+    }
+
     let mut bad = command_task("g4");
     bad.command = None;
     let out = translate_call(
@@ -824,4 +874,46 @@ fn call_fields_and_types_agora_does_not_carry_out_are_refused_by_name() {
             )))
         );
     }
+}
+
+#[test]
+fn a_tasks_allocation_info_names_the_role_the_master_compares() {
+    let with_roles = |roles: &[&str]| {
+        let mut task = command_task("t");
+        task.resources = roles
+            .iter()
+            .map(|role| v1::Resource {
+                allocation_info: Some(v1::resource::AllocationInfo {
+                    role: Some((*role).into()),
+                }),
+                ..task.resources[0].clone()
+            })
+            .collect();
+        task
+    };
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![launch(vec![with_roles(&["web"])])]),
+        &NoExecutors,
+    )
+    .unwrap();
+    let [Call::Launch { tasks, .. }] = &out.calls[..] else {
+        panic!("{:?}", out.calls)
+    };
+    assert_eq!(tasks[0].allocation_role.as_deref(), Some("web"));
+
+    let mut task = with_roles(&["web", "batch"]);
+    task.resources[1].name = "mem".into();
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![launch(vec![task])]),
+        &NoExecutors,
+    )
+    .unwrap();
+    assert_eq!(out.refused.len(), 1);
+    let message = out.refused[0].message.as_deref().unwrap();
+    assert!(
+        message.contains("allocation_info name two roles"),
+        "{message}"
+    );
 }
