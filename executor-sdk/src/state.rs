@@ -96,6 +96,9 @@ pub enum Command {
 }
 
 /// An executor callback to run on the callback thread.
+// One callback is in flight at a time (handed over, then run): the size
+// of its largest variant, a task, costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Callback {
     Registered {
