@@ -541,6 +541,7 @@ mod tests {
     /// A command-less task named `id`.
     fn task_info(id: &str) -> TaskInfo {
         TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: id.into(),

@@ -151,6 +151,14 @@ pub struct Config {
     pub isolation: Isolation,
     /// Settings of [`Isolation::Cgroups`].
     pub cgroups: CgroupsConfig,
+    /// Images (`--image-providers`, `--docker-registry`,
+    /// `--docker-insecure-registries`, `--docker-config`,
+    /// `--docker-store-dir`, `--image-pull-timeout`): no provider, the
+    /// default, refuses every task that names an image.
+    pub images: agora_containerizer::provisioner::Config,
+    /// `--allowed-host-paths`: the host directories `HOST_PATH` volumes
+    /// may name (each, or anything under it); `None`: any, as Mesos.
+    pub allowed_host_paths: Option<Vec<PathBuf>>,
     /// Whom executors run as (`--switch-user`, `--allow-root-tasks`):
     /// by default the framework's user, never root.
     pub users: crate::users::UserPolicy,
@@ -222,6 +230,7 @@ impl Config {
     /// 31000-32000) and Mesos's defaults elsewhere.
     pub fn new(master: impl Into<String>, work_dir: PathBuf) -> Self {
         let resources = detect_resources(&work_dir);
+        let images = agora_containerizer::provisioner::Config::new(&work_dir);
         let master = master.into();
         Config {
             allowed_origins: master_origins(&master),
@@ -260,6 +269,8 @@ impl Config {
             isolation: Isolation::Posix,
             cgroups: CgroupsConfig::default(),
             users: crate::users::UserPolicy::default(),
+            images,
+            allowed_host_paths: None,
             disk_check_interval: crate::disk::DEFAULT_CHECK_INTERVAL,
             disk_min_free: crate::disk::DEFAULT_MIN_FREE,
             gc_delay: crate::gc::DEFAULT_GC_DELAY,

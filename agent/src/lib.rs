@@ -159,6 +159,7 @@ pub async fn run(
         &config.cgroups,
         config.resources.cpus(),
     )?;
+    let images = start_images(&config)?;
     agora_net::doors::warn(&config.open_doors());
     let local = listener.local_addr()?;
     let server_tls = config
@@ -201,6 +202,7 @@ pub async fn run(
     let processes = processes::Processes::start(
         core_tx.clone(),
         containerizer,
+        images.clone(),
         shared.config.users,
         &recovered.alive,
     )?;
@@ -219,6 +221,7 @@ pub async fn run(
         snapshot.clone(),
         monitor.clone(),
         net.clone(),
+        images,
     );
     let server = tokio::spawn(agora_net::serve(
         listener,
@@ -269,4 +272,34 @@ pub async fn run(
         messages::Stop::Requested => Ok(()),
         messages::Stop::Refused(message) => Err(AgentError::Refused(message)),
     }
+}
+
+/// Images, when `--image-providers` enables them: the layer store under
+/// `--docker-store-dir`, the runtime's state under `WORK_DIR/runtime`
+/// and the containers' run directories under `WORK_DIR/containers`
+/// (crun and conmon must be installed). Without providers, none: tasks
+/// that name an image are refused.
+fn start_images(
+    config: &Config,
+) -> Result<Option<agora_containerizer::ImageContainers>, AgentError> {
+    if config.images.image_providers.is_empty() {
+        return Ok(None);
+    }
+    let mut runtime = agora_containerizer::RuntimeConfig::new(config.work_dir.join("runtime"));
+    runtime.volume_policy.allowed_host_paths = config.allowed_host_paths.clone();
+    let images = agora_containerizer::ImageContainers::start(agora_containerizer::ImagesConfig {
+        provisioner: config.images.clone(),
+        runtime,
+        runs_dir: config.work_dir.join("containers"),
+        cgroups_root: (config.isolation == Isolation::Cgroups).then(|| config.cgroups.root.clone()),
+    })
+    .map_err(|e| AgentError::InvalidConfig(format!("images (--image-providers): {e}")))?;
+    let providers: Vec<String> = config
+        .images
+        .image_providers
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    tracing::info!(providers = %providers.join(","), registry = %config.images.docker_registry, store = %config.images.docker_store_dir.display(), "command tasks that name an image run in it (crun)");
+    Ok(Some(images))
 }

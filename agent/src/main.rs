@@ -219,9 +219,47 @@ struct Flags {
     /// naming no user on an agent that runs as root. Refused by default.
     #[arg(long)]
     allow_root_tasks: bool,
+    /// Which kinds of image tasks may name, comma-separated: docker, oci
+    /// (Mesos's --image_providers). None (the default): a task that names
+    /// an image is refused (TASK_FAILED, REASON_CONTAINER_LAUNCH_FAILED).
+    /// Needs root, overlayfs, and Debian's crun and conmon.
+    #[arg(long, value_parser = image_providers)]
+    image_providers: Option<ImageProviders>,
+    /// Where Docker image names without a registry host are pulled from
+    /// (https://HOST[:PORT], or http:// for a plain-HTTP registry).
+    #[arg(long, default_value = agora_containerizer::provisioner::DEFAULT_DOCKER_REGISTRY)]
+    docker_registry: String,
+    /// Registries (HOST:PORT, comma-separated) reached over TLS without
+    /// verifying their certificate, or else over plain HTTP.
+    #[arg(long, value_delimiter = ',')]
+    docker_insecure_registries: Vec<String>,
+    /// Docker's config.json with registry credentials (`auths`: basic auth
+    /// and registry tokens).
+    #[arg(long)]
+    docker_config: Option<PathBuf>,
+    /// The image layer store (default: WORK_DIR/store/docker).
+    #[arg(long)]
+    docker_store_dir: Option<PathBuf>,
+    /// How long pulling a task's image may take before the task fails.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    image_pull_timeout: Duration,
+    /// Host directories (comma-separated) that HOST_PATH volumes may name,
+    /// each or anything under it (default: any, as Mesos).
+    #[arg(long, value_delimiter = ',')]
+    allowed_host_paths: Option<Vec<PathBuf>>,
     /// Log format: text or json (filter with RUST_LOG).
     #[arg(long, default_value = "text", value_parser = ["text", "json"], env = "AGORA_LOG_FORMAT")]
     log_format: String,
+}
+
+/// `--image-providers`' list.
+#[derive(Debug, Clone)]
+struct ImageProviders(Vec<agora_containerizer::provisioner::Provider>);
+
+fn image_providers(text: &str) -> Result<ImageProviders, String> {
+    agora_containerizer::provisioner::Provider::parse_list(text)
+        .map(ImageProviders)
+        .map_err(|e| e.to_string())
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -390,6 +428,19 @@ fn main() -> ExitCode {
         switch_user: flags.switch_user,
         allow_root_tasks: flags.allow_root_tasks,
     };
+    config.images.image_providers = flags
+        .image_providers
+        .clone()
+        .map(|p| p.0)
+        .unwrap_or_default();
+    config.images.docker_registry = flags.docker_registry.clone();
+    config.images.docker_insecure_registries = flags.docker_insecure_registries.clone();
+    config.images.docker_config = flags.docker_config.clone();
+    if let Some(dir) = &flags.docker_store_dir {
+        config.images.docker_store_dir = dir.clone();
+    }
+    config.images.image_pull_timeout = flags.image_pull_timeout;
+    config.allowed_host_paths = flags.allowed_host_paths.clone();
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -499,6 +550,29 @@ mod tests {
         assert!(f.allow_root_tasks);
         assert!(parse(&["--switch-user"]).unwrap().switch_user);
         assert!(parse(&["--switch-user", "maybe"]).is_err());
+    }
+
+    #[test]
+    fn image_flags() {
+        let f = parse(&[
+            "--image-providers",
+            "docker,OCI",
+            "--docker-registry",
+            "http://127.0.0.1:5000",
+            "--docker-insecure-registries",
+            "127.0.0.1:5000,10.0.0.1:443",
+            "--allowed-host-paths",
+            "/srv,/data",
+        ])
+        .unwrap();
+        assert_eq!(f.image_providers.unwrap().0.len(), 2);
+        assert_eq!(f.docker_registry, "http://127.0.0.1:5000");
+        assert_eq!(f.docker_insecure_registries.len(), 2);
+        assert_eq!(f.allowed_host_paths.unwrap().len(), 2);
+        assert!(parse(&["--image-providers", "appc"]).is_err());
+        let f = parse(&[]).unwrap();
+        assert!(f.image_providers.is_none());
+        assert_eq!(f.docker_registry, "https://registry-1.docker.io");
     }
 
     #[test]

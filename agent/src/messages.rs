@@ -77,6 +77,14 @@ pub enum Input {
         key: StreamKey,
         result: Result<TaskEntry, String>,
     },
+    /// Command task `key`'s image was pulled and its container made,
+    /// waiting for the command (`Ok`) its executor runs in place of the
+    /// task's; or it could not be (the message names the image and the
+    /// cause).
+    ImagePrepared {
+        key: StreamKey,
+        result: Result<ImageRun, String>,
+    },
     /// Command task `key`'s container was killed whole (nothing of the
     /// task is left) and is being removed; `limitation` says whether it
     /// had reached its memory limit.
@@ -108,6 +116,19 @@ pub enum Input {
     /// The work directory became full (`full`: why) or has room again
     /// (see [`crate::disk`]).
     DiskFull { full: Option<String> },
+}
+
+/// A command task's container made from its image (see
+/// [`agora_containerizer::images`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageRun {
+    /// The container's id.
+    pub id: String,
+    /// What its executor runs in place of the task's command (starts the
+    /// container and waits for it).
+    pub command: agora_proto::CommandInfo,
+    /// The container's first process.
+    pub pid: u32,
 }
 
 /// How a command task's process enters the container made for it alone
@@ -280,6 +301,16 @@ pub enum Request {
     /// whatever left its session), then remove it, and tell the core
     /// ([`Input::TaskContainerEnded`]).
     EndTaskContainer { key: StreamKey, name: String },
+    /// Pull command task `key`'s image and make its container, then tell
+    /// the core ([`Input::ImagePrepared`]).
+    PrepareImage {
+        key: StreamKey,
+        task: Box<agora_containerizer::ImageTask>,
+    },
+    /// Destroy command task `key`'s image container `id` (processes,
+    /// mounts, cgroup, run directory), then tell the core
+    /// ([`Input::TaskContainerEnded`]).
+    EndImageContainer { key: StreamKey, id: String },
     /// Watch again the container `name` of command task `key`, recovered
     /// alive after a restart.
     AdoptTaskContainer { key: StreamKey, name: String },

@@ -30,7 +30,7 @@ use agora_containerizer::{
 };
 
 use crate::launcher::{self, LaunchSpec, Process};
-use crate::messages::{CoreEvent, ExecKey, Input, Request, Started, TaskEntry};
+use crate::messages::{CoreEvent, ExecKey, ImageRun, Input, Request, Started, TaskEntry};
 use crate::status_updates::StreamKey;
 use crate::users::{RunAs, UserPolicy};
 
@@ -68,6 +68,8 @@ struct Keeper {
     containerizer: Containerizer,
     /// Whom executors run as.
     users: UserPolicy,
+    /// Command tasks' image containers (`--image-providers`).
+    images: Option<agora_containerizer::ImageContainers>,
 }
 
 /// The thread that makes and ends the containers of command tasks (that
@@ -119,6 +121,7 @@ impl Processes {
     pub(crate) fn start(
         core: mpsc::Sender<CoreEvent>,
         containerizer: Containerizer,
+        images: Option<agora_containerizer::ImageContainers>,
         users: UserPolicy,
         keep: &HashSet<String>,
     ) -> std::io::Result<Processes> {
@@ -132,6 +135,7 @@ impl Processes {
             escalations: Vec::new(),
             containerizer,
             users,
+            images,
         };
         keeper.containerizer.recover(|run| keep.contains(run));
         let mut containers_txs = Vec::with_capacity(CONTAINER_THREADS);
@@ -182,6 +186,61 @@ impl Processes {
 // === impl Keeper ===
 
 impl Keeper {
+    /// Pulls the image of command task `key` and makes its container, on
+    /// the runtime (a pull takes as long as the registry does), then
+    /// tells the core.
+    fn prepare_image(&self, key: StreamKey, task: agora_containerizer::ImageTask) {
+        let core = self.core.clone();
+        let images = self.images.clone();
+        self.runtime.spawn(async move {
+            let result = match images {
+                None => Err("images are not enabled on this agent (--image-providers)".into()),
+                Some(images) => {
+                    // The sandbox may still be on its way (its request
+                    // went to another thread).
+                    match tokio::fs::create_dir_all(&task.sandbox).await {
+                        Err(e) => Err(format!(
+                            "cannot create sandbox {}: {e}",
+                            task.sandbox.display()
+                        )),
+                        Ok(()) => images
+                            .prepare(task)
+                            .await
+                            .map(|prepared| ImageRun {
+                                id: prepared.id,
+                                command: prepared.command,
+                                pid: prepared.pid,
+                            })
+                            .map_err(|e| e.to_string()),
+                    }
+                }
+            };
+            let _ = core
+                .send(CoreEvent::Input(Input::ImagePrepared { key, result }))
+                .await;
+        });
+    }
+
+    /// Destroys command task `key`'s image container `id`, then tells the
+    /// core.
+    fn end_image_container(&self, key: StreamKey, id: String) {
+        let core = self.core.clone();
+        let images = self.images.clone();
+        self.runtime.spawn(async move {
+            if let Some(images) = images {
+                if let Err(error) = images.destroy(&id).await {
+                    tracing::warn!(container = %id, %error, "destroying a task's image container");
+                }
+            }
+            let _ = core
+                .send(CoreEvent::Input(Input::TaskContainerEnded {
+                    key,
+                    limitation: None,
+                }))
+                .await;
+        });
+    }
+
     fn run(mut self, rx: std_mpsc::Receiver<Request>) {
         // Exit watches register with the runtime's reactor from here.
         let runtime = self.runtime.clone();
@@ -230,6 +289,8 @@ impl Keeper {
                     uris,
                     user,
                 } => self.fetch_task(key, sandbox, uris, &user),
+                Request::PrepareImage { key, task } => self.prepare_image(key, *task),
+                Request::EndImageContainer { key, id } => self.end_image_container(key, id),
                 Request::TaskContainer { .. }
                 | Request::EndTaskContainer { .. }
                 | Request::AdoptTaskContainer { .. }

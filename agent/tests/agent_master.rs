@@ -400,6 +400,7 @@ async fn executor_exit_fails_its_tasks_and_queued_kill_is_agent_generated() {
         let mut custom = command_task(task);
         custom.command = None;
         custom.executor = Some(agora_proto::ExecutorInfo {
+            container: None,
             executor_id: agora_proto::ExecutorId::new(executor_id),
             framework_id: None,
             command: agora_proto::CommandInfo {
@@ -456,6 +457,7 @@ async fn registration_timeout_and_launch_failure() {
     let mut task = command_task("custom");
     task.command = None;
     task.executor = Some(agora_proto::ExecutorInfo {
+        container: None,
         executor_id: agora_proto::ExecutorId::new("exec-x"),
         framework_id: None,
         command: agora_proto::CommandInfo {

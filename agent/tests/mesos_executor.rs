@@ -31,6 +31,7 @@ fn mesos_task(id: &str, eid: &str, script: &Path, mesos: bool) -> TaskInfo {
     let mut task = command_task(id);
     task.command = None;
     task.executor = Some(ExecutorInfo {
+        container: None,
         executor_id: ExecutorId::new(eid),
         framework_id: None,
         command,

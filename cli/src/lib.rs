@@ -54,6 +54,39 @@ pub async fn master(
     Ok(MasterClient::with_http(http, located.address))
 }
 
+/// Imports the `docker save` or OCI-layout tarball `file` into the image
+/// store of the agent at `agent` (`POST /images/import`), presenting
+/// `credential` when given, over HTTPS with `tls`; returns the agent's
+/// answer (`{"images": [{"names", "digest", "layers"}]}`).
+pub async fn import_image(
+    agent: &str,
+    file: &std::path::Path,
+    credential: Option<&agora_proto::Credential>,
+    tls: Option<&std::sync::Arc<agora_net::tls::rustls::ClientConfig>>,
+) -> anyhow::Result<serde_json::Value> {
+    let body = tokio::fs::read(file)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let mut http = agora_client::Http::new().with_timeout(std::time::Duration::from_secs(600));
+    if let Some(tls) = tls {
+        http = http.with_tls(tls.clone());
+    }
+    if let Some(credential) = credential {
+        http = http.with_authorization(&credential.authorization())?;
+    }
+    let response = http
+        .post(agent, "/images/import", "application/x-tar", body)
+        .await?;
+    if response.status != 200 {
+        anyhow::bail!(
+            "agent {agent} refused the import ({}): {}",
+            response.status,
+            response.text().trim()
+        );
+    }
+    Ok(response.json()?)
+}
+
 /// Every item of a paginated list endpoint (`query` without `offset`/`limit`).
 pub async fn list_all(
     master: &MasterClient,
@@ -249,7 +282,7 @@ pub async fn find_task(
     master: &MasterClient,
     task_id: &str,
     framework_id: Option<&str>,
-) -> anyhow::Result<Value> {
+) -> anyhow::Result<serde_json::Value> {
     let mut query = format!("q={}", encode(task_id));
     if let Some(f) = framework_id {
         query.push_str(&format!("&framework_id={}", encode(f)));

@@ -86,6 +86,11 @@ enum Command {
         #[command(subcommand)]
         command: TaskCommand,
     },
+    /// Container images on an agent.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
     /// Run a shell command as K tasks, with a progress bar (as agora-execute).
     Execute(ExecuteArgs),
     /// Start a master and N agents on 127.0.0.1 (as agora-local).
@@ -108,6 +113,19 @@ enum TaskCommand {
         /// Keep printing output until the task ends.
         #[arg(long, short)]
         follow: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ImageCommand {
+    /// Import a `docker save` or OCI-layout tarball into an agent's image
+    /// store (for hosts without a registry); tasks then name its images.
+    Import {
+        /// The archive.
+        file: PathBuf,
+        /// The agent, HOST:PORT (its --listen address).
+        #[arg(long)]
+        agent: String,
     },
 }
 
@@ -279,6 +297,36 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
             task_log(&master, &task_id, framework.as_deref(), &file, follow).await?;
+        }
+        Command::Image {
+            command: ImageCommand::Import { file, agent },
+        } => {
+            let imported =
+                agora_cli::import_image(&agent, &file, credential.as_ref(), tls.as_ref()).await?;
+            if cli.json {
+                println!("{imported}");
+            } else {
+                for image in imported["images"].as_array().into_iter().flatten() {
+                    let names: Vec<&str> = image["names"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|n| n.as_str())
+                        .collect();
+                    println!(
+                        "imported {} ({} layers)",
+                        if names.is_empty() {
+                            image["digest"]
+                                .as_str()
+                                .unwrap_or("an unnamed image")
+                                .to_string()
+                        } else {
+                            names.join(", ")
+                        },
+                        image["layers"]
+                    );
+                }
+            }
         }
         Command::Execute(args) => {
             let opts = ExecuteOptions {

@@ -5,6 +5,8 @@
 //! recover and usage (see [`containers`]).
 //!
 //! Behind the face, each part is a module named for it:
+//! - [`images`]: command tasks in images, from a pull to a container
+//!   waiting for its executor to start it, and their end;
 //! - [`isolation`]: what `--isolation` selects (nothing enforced with
 //!   `posix`, a cgroup per run with `cgroups`, v1 or v2), and
 //!   [`monitor`]: what containers used, in Mesos's names;
@@ -22,6 +24,7 @@
 //! files.
 
 pub mod containers;
+pub mod images;
 pub mod isolation;
 pub mod monitor;
 pub mod network;
@@ -31,6 +34,7 @@ mod sys;
 pub mod volumes;
 
 pub use containers::{Containerizer, Holder, LaunchError, LimitWatch, Owner, RunContainer};
+pub use images::{ImageContainers, ImageTask, ImagesConfig, PrepareError, Prepared};
 pub use isolation::{CgroupsConfig, CgroupsError, ContainerStats, Isolation, Limitation, Limits};
 pub use monitor::{Statistics, Usage};
 pub use network::{

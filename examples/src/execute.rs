@@ -230,6 +230,7 @@ impl ExecuteReport {
 impl ExecuteScheduler {
     fn task_for(&self, index: usize, agent_id: &AgentId) -> TaskInfo {
         TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: format!("{} instance {index}", self.opts.name),

@@ -1209,6 +1209,7 @@ mod tests {
     #[test]
     fn tasks_translate_both_ways() {
         let task = agora_proto::TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: "t".into(),

@@ -103,6 +103,7 @@ impl Job {
     fn task(&self, i: usize, offer: &agora_proto::Offer) -> TaskInfo {
         let program = bin("ledger-executor").display().to_string();
         TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: self.task_name(i),
@@ -110,6 +111,7 @@ impl Job {
             agent_id: offer.agent_id.clone(),
             resources: Resources::parse("cpus:0.01;mem:1").unwrap(),
             executor: Some(ExecutorInfo {
+                container: None,
                 executor_id: ExecutorId::new(self.executor_of(i)),
                 framework_id: None,
                 command: CommandInfo::program(program),

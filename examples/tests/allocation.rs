@@ -49,6 +49,7 @@ impl Scheduler for Greedy {
             }
             self.next += 1;
             let task = TaskInfo {
+                container: None,
                 allocation_role: None,
                 launch_stamp: None,
                 name: format!("{}-{}", self.name, self.next),

@@ -58,6 +58,7 @@ fn framework(
 
 fn task(id: &str, offer: &agora_proto::Offer) -> TaskInfo {
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: id.into(),

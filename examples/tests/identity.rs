@@ -99,6 +99,7 @@ fn registered(events: &mpsc::Receiver<SchedEvent>) -> FrameworkId {
 
 fn sleep_task(id: &str, offer: &Offer, secs: u32) -> TaskInfo {
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: id.into(),

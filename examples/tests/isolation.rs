@@ -322,6 +322,7 @@ fn executor_task(
 ) -> TaskInfo {
     let program = bin("test-executor").display().to_string();
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: name.into(),
@@ -329,6 +330,7 @@ fn executor_task(
         agent_id: offer.agent_id.clone(),
         resources: Resources::parse(resources).unwrap(),
         executor: Some(ExecutorInfo {
+            container: None,
             executor_id: ExecutorId::new(executor_id),
             framework_id: None,
             command: CommandInfo::program(program),

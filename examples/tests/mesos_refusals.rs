@@ -4,8 +4,9 @@
 //! carry out, and hears each refusal by name.
 //!
 //! - A task in a Docker container (alpine:3.19, a host volume at `/data`)
-//!   and a task with a failing COMMAND health check come back
-//!   `TASK_ERROR` / `REASON_TASK_INVALID`, "TaskInfo.container is not
+//!   with a Docker daemon option (`docker.parameters`) and a task with a
+//!   failing COMMAND health check come back `TASK_ERROR` /
+//!   `REASON_TASK_INVALID`, "ContainerInfo.DockerInfo.parameters is not
 //!   supported" and "TaskInfo.health_check is not supported", while the
 //!   plain task of the same ACCEPT finishes (and nothing ran on the host
 //!   in place of the container).
@@ -58,7 +59,10 @@ fn pymesos_hears_every_refusal_by_name_and_gets_its_offers_back() {
         let said = status["message"].as_str().unwrap_or_default();
         assert!(said.contains(message), "{task}: {said:?} lacks {message:?}");
     };
-    refused("in-docker", "TaskInfo.container is not supported");
+    refused(
+        "in-docker",
+        "ContainerInfo.DockerInfo.parameters is not supported",
+    );
     refused("health-checked", "TaskInfo.health_check is not supported");
     assert_eq!(last_update(&events, "plain")["state"], "TASK_FINISHED");
     refused(

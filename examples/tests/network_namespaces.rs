@@ -246,6 +246,7 @@ fn agents_in_their_own_namespaces_are_reached_at_their_own_addresses() {
                 ("sleeper", "sleep 600")
             };
             let task = TaskInfo {
+                container: None,
                 allocation_role: None,
                 launch_stamp: None,
                 name: id.into(),

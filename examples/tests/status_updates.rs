@@ -113,6 +113,7 @@ impl Scheduler for Once {
                 let id = TaskId::new(format!("once-{i}"));
                 job.launched.insert(id.clone(), offer.agent_id.clone());
                 tasks.push(TaskInfo {
+                    container: None,
                     allocation_role: None,
                     launch_stamp: None,
                     name: id.to_string(),
@@ -120,6 +121,7 @@ impl Scheduler for Once {
                     agent_id: offer.agent_id.clone(),
                     resources: task_resources.clone(),
                     executor: Some(ExecutorInfo {
+                        container: None,
                         executor_id: ExecutorId::new("once-executor"),
                         framework_id: None,
                         command: CommandInfo::program(self.executor.clone()),

@@ -54,6 +54,7 @@ impl Scheduler for Hasty {
                 outcomes.pending.pop_front();
                 let id = format!("hasty-{i}");
                 tasks.push(TaskInfo {
+                    container: None,
                     allocation_role: None,
                     launch_stamp: None,
                     name: id.clone(),
@@ -61,6 +62,7 @@ impl Scheduler for Hasty {
                     agent_id: offer.agent_id.clone(),
                     resources: task_resources.clone(),
                     executor: Some(ExecutorInfo {
+                        container: None,
                         executor_id: ExecutorId::new(&id),
                         framework_id: None,
                         command: CommandInfo::program(self.executor.clone()),

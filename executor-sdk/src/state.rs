@@ -96,6 +96,9 @@ pub enum Command {
 }
 
 /// An executor callback to run on the callback thread.
+// One callback is in flight at a time (handed over, then run): the size
+// of its largest variant, a task, costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Callback {
     Registered {
@@ -794,6 +797,7 @@ mod tests {
     fn subscribed() -> Event {
         Event::Subscribed {
             executor_info: ExecutorInfo {
+                container: None,
                 executor_id: ExecutorId::new("ex-1"),
                 framework_id: None,
                 command: CommandInfo::default(),
@@ -813,6 +817,7 @@ mod tests {
 
     fn task(id: &str) -> TaskInfo {
         TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: id.into(),

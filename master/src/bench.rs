@@ -162,6 +162,7 @@ pub(crate) fn build(agents: usize, tasks: usize, frameworks: usize) -> Master {
                 .map(|k| {
                     let id = format!("task-{launched}-{k}-r{round}");
                     agora_proto::TaskInfo {
+                        container: None,
                         allocation_role: None,
                         launch_stamp: None,
                         name: format!("bench task {id}"),

@@ -155,6 +155,7 @@ async fn cluster_with_a_running_task() -> Cluster {
         }
     };
     let task_info = agora_proto::TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: "first task".into(),

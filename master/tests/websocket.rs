@@ -234,6 +234,7 @@ async fn offer_launch_and_update_round_trip() {
     };
     assert_eq!(offer.agent_id, agent_id);
     let task = agora_proto::TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: "t".into(),
@@ -368,7 +369,7 @@ async fn unknown_keys_of_a_scheduler_call_are_refused_by_name() {
     let launch = format!(
         r#"{{"type":"LAUNCH","offer_ids":["{offer}"],"tasks":[
             {{"name":"a","task_id":"boxed","agent_id":"{agent_id}","resources":[{{"name":"cpus","scalar":0.5}}],
-              "command":{{"value":"true"}},"container":{{"image":"alpine"}}}},
+              "command":{{"value":"true"}},"health_check":{{"command":"false"}}}},
             {{"name":"b","task_id":"plain","agent_id":"{agent_id}","resources":[{{"name":"cpus","scalar":0.5}}],
               "command":{{"value":"true"}}}}]}}"#,
         offer = offer.id
@@ -382,7 +383,7 @@ async fn unknown_keys_of_a_scheduler_call_are_refused_by_name() {
                 assert_eq!(status.reason, Some(agora_proto::Reason::ReasonTaskInvalid));
                 assert_eq!(
                     status.message.as_deref(),
-                    Some("TaskInfo.container is not a field Agora knows")
+                    Some("TaskInfo.health_check is not a field Agora knows")
                 );
                 break;
             }

@@ -427,6 +427,7 @@ pub fn mesos_reason(reason: Reason) -> Option<MesosReason> {
         }
         Reason::ReasonExecutorRegistrationTimeout => MesosReason::ExecutorRegistrationTimeout,
         Reason::ReasonExecutorLaunchFailed => MesosReason::ContainerLaunchFailed,
+        Reason::ReasonContainerLaunchFailed => MesosReason::ContainerLaunchFailed,
         Reason::ReasonInvalidOffers => MesosReason::InvalidOffers,
         Reason::ReasonTaskInvalid | Reason::ReasonInsufficientResources => MesosReason::TaskInvalid,
         Reason::ReasonAgentRemoved => MesosReason::AgentRemoved,
@@ -518,6 +519,10 @@ pub fn mesos_status(status: &agora::TaskStatus) -> v1::TaskStatus {
         uuid: status.uuid.as_deref().map(uuid_bytes),
         labels: mesos_labels(&status.labels),
         healthy: status.healthy,
+        container_status: status
+            .container_status
+            .as_deref()
+            .map(mesos_container_status),
         ..Default::default()
     };
     out.set_state(mesos_task_state(status.state));
@@ -737,6 +742,12 @@ fn executor_of(info: &v1::ExecutorInfo) -> Result<agora::ExecutorInfo, ConvertEr
         shutdown_grace_period,
         data: info.data.clone().map(agora::Bytes),
         labels: labels(info.labels.as_ref()),
+        container: info
+            .container
+            .as_ref()
+            .map(container_of)
+            .transpose()?
+            .map(Box::new),
     })
 }
 
@@ -786,6 +797,7 @@ pub fn mesos_executor_info(executor: &agora::ExecutorInfo) -> v1::ExecutorInfo {
         shutdown_grace_period: executor.shutdown_grace_period.map(mesos_duration),
         data: executor.data.as_ref().map(|d| d.0.clone()),
         labels: mesos_labels(&executor.labels),
+        container: executor.container.as_deref().map(mesos_container_info),
         ..Default::default()
     }
 }
@@ -1008,6 +1020,12 @@ fn task_fields(task: &v1::TaskInfo) -> Result<agora::TaskInfo, ConvertError> {
         .and_then(|k| k.grace_period.as_ref())
         .map(|d| (d.nanoseconds.max(0) as f64) / 1e9);
     Ok(agora::TaskInfo {
+        container: task
+            .container
+            .as_ref()
+            .map(container_of)
+            .transpose()?
+            .map(Box::new),
         allocation_role: allocation_role(&task.resources)?,
         launch_stamp: None,
         name: task.name.clone(),
@@ -1037,7 +1055,259 @@ pub fn mesos_task_info(task: &agora::TaskInfo) -> v1::TaskInfo {
         kill_policy: task.kill_grace_period.map(|secs| v1::KillPolicy {
             grace_period: Some(mesos_duration(secs)),
         }),
+        container: task.container.as_deref().map(mesos_container_info),
         ..Default::default()
+    }
+}
+
+// --- containers ---
+
+/// A Mesos `ContainerInfo` (its fields already checked by
+/// [`crate::support`]) as Agora's: `MESOS` with `mesos.image` or
+/// `DOCKER` with `docker.image` (both run on the agent's OCI runtime;
+/// `docker.force_pull_image` is `cached: false`), its volumes (host
+/// paths, the deprecated `host_path` included, and sandbox paths) and
+/// hostname.
+pub fn container_of(info: &v1::ContainerInfo) -> Result<agora::ContainerInfo, ConvertError> {
+    use v1::container_info::Type;
+    let (kind, image) = match info.r#type() {
+        Type::Docker => {
+            let Some(docker) = &info.docker else {
+                return Err(ConvertError::Invalid(
+                    "ContainerInfo of type DOCKER needs 'docker' with its image".into(),
+                ));
+            };
+            if docker.image.is_empty() {
+                return Err(ConvertError::Invalid(
+                    "ContainerInfo.docker.image is empty".into(),
+                ));
+            }
+            let image = agora::Image {
+                kind: agora::ImageType::Docker,
+                name: docker.image.clone(),
+                cached: !docker.force_pull_image.unwrap_or(false),
+            };
+            (agora::ContainerType::Docker, Some(image))
+        }
+        Type::Mesos => {
+            if info.docker.is_some() {
+                return Err(ConvertError::Invalid(
+                    "ContainerInfo of type MESOS must not set 'docker' (name the image in mesos.image)"
+                        .into(),
+                ));
+            }
+            let image = info
+                .mesos
+                .as_ref()
+                .and_then(|m| m.image.as_ref())
+                .map(image_of)
+                .transpose()?;
+            (agora::ContainerType::Mesos, image)
+        }
+    };
+    let volumes = info
+        .volumes
+        .iter()
+        .enumerate()
+        .map(|(index, volume)| volume_of(volume).map_err(|e| volume_error(index, e)))
+        .collect::<Result<_, _>>()?;
+    Ok(agora::ContainerInfo {
+        kind,
+        image,
+        volumes,
+        network_infos: Vec::new(),
+        hostname: info.hostname.clone().filter(|h| !h.is_empty()),
+    })
+}
+
+fn volume_error(index: usize, e: ConvertError) -> ConvertError {
+    ConvertError::Invalid(format!("ContainerInfo.volumes[{index}]: {e}"))
+}
+
+/// A Mesos `Image` (type `DOCKER`, the only one carried) as Agora's.
+fn image_of(image: &v1::Image) -> Result<agora::Image, ConvertError> {
+    let Some(docker) = image.docker.as_ref().filter(|d| !d.name.is_empty()) else {
+        return Err(ConvertError::Invalid(
+            "Image of type DOCKER needs docker.name".into(),
+        ));
+    };
+    Ok(agora::Image {
+        kind: agora::ImageType::Docker,
+        name: docker.name.clone(),
+        cached: image.cached.unwrap_or(true),
+    })
+}
+
+/// A Mesos `Volume` as Agora's: `source` (`HOST_PATH`, `SANDBOX_PATH`)
+/// or the deprecated `host_path`.
+fn volume_of(volume: &v1::Volume) -> Result<agora::Volume, ConvertError> {
+    use v1::volume::source::{sandbox_path, Type};
+    let mode = match volume.mode() {
+        v1::volume::Mode::Rw => agora::VolumeMode::Rw,
+        v1::volume::Mode::Ro => agora::VolumeMode::Ro,
+    };
+    let source = match (&volume.source, &volume.host_path) {
+        (Some(_), Some(_)) => {
+            return Err(ConvertError::Invalid(
+                "set one of 'source' and the deprecated 'host_path', not both".into(),
+            ))
+        }
+        (None, Some(path)) => agora::VolumeSource::HostPath { path: path.clone() },
+        (None, None) => {
+            return Err(ConvertError::Invalid(
+                "a volume needs a 'source' (HOST_PATH or SANDBOX_PATH)".into(),
+            ))
+        }
+        (Some(source), None) => match source.r#type() {
+            Type::HostPath => match &source.host_path {
+                Some(host) => agora::VolumeSource::HostPath {
+                    path: host.path.clone(),
+                },
+                None => {
+                    return Err(ConvertError::Invalid(
+                        "a HOST_PATH source needs 'host_path'".into(),
+                    ))
+                }
+            },
+            Type::SandboxPath => match &source.sandbox_path {
+                Some(sandbox) => agora::VolumeSource::SandboxPath {
+                    of: match sandbox.r#type() {
+                        sandbox_path::Type::Parent => agora::SandboxOf::Parent,
+                        // Mesos reads an unset type as SELF.
+                        _ => agora::SandboxOf::Own,
+                    },
+                    path: sandbox.path.clone(),
+                },
+                None => {
+                    return Err(ConvertError::Invalid(
+                        "a SANDBOX_PATH source needs 'sandbox_path'".into(),
+                    ))
+                }
+            },
+            other => {
+                return Err(ConvertError::Invalid(format!(
+                    "Volume.Source.type {} is not supported",
+                    other.as_str_name()
+                )))
+            }
+        },
+    };
+    Ok(agora::Volume {
+        container_path: volume.container_path.clone(),
+        mode,
+        source,
+    })
+}
+
+/// Agora's `ContainerInfo` as Mesos's (what a Mesos executor gets).
+pub fn mesos_container_info(info: &agora::ContainerInfo) -> v1::ContainerInfo {
+    use v1::container_info::{DockerInfo, MesosInfo, Type};
+    let mut out = v1::ContainerInfo {
+        hostname: info.hostname.clone(),
+        volumes: info.volumes.iter().map(mesos_volume).collect(),
+        network_infos: info.network_infos.iter().map(mesos_network_info).collect(),
+        ..Default::default()
+    };
+    match info.kind {
+        agora::ContainerType::Docker => {
+            out.set_type(Type::Docker);
+            out.docker = info.image.as_ref().map(|image| DockerInfo {
+                image: image.name.clone(),
+                force_pull_image: (!image.cached).then_some(true),
+                ..Default::default()
+            });
+        }
+        _ => {
+            out.set_type(Type::Mesos);
+            out.mesos = Some(MesosInfo {
+                image: info.image.as_ref().map(|image| {
+                    let mut out = v1::Image {
+                        docker: Some(v1::image::Docker {
+                            name: image.name.clone(),
+                            ..Default::default()
+                        }),
+                        cached: Some(image.cached),
+                        ..Default::default()
+                    };
+                    out.set_type(v1::image::Type::Docker);
+                    out
+                }),
+            });
+        }
+    }
+    out
+}
+
+fn mesos_volume(volume: &agora::Volume) -> v1::Volume {
+    use v1::volume::source::{sandbox_path, HostPath, SandboxPath, Type};
+    let mut source = v1::volume::Source::default();
+    match &volume.source {
+        agora::VolumeSource::HostPath { path } => {
+            source.set_type(Type::HostPath);
+            source.host_path = Some(HostPath {
+                path: path.clone(),
+                mount_propagation: None,
+            });
+        }
+        agora::VolumeSource::SandboxPath { of, path } => {
+            source.set_type(Type::SandboxPath);
+            let mut sandbox = SandboxPath {
+                path: path.clone(),
+                ..Default::default()
+            };
+            sandbox.set_type(match of {
+                agora::SandboxOf::Own => sandbox_path::Type::Self_,
+                agora::SandboxOf::Parent => sandbox_path::Type::Parent,
+            });
+            source.sandbox_path = Some(sandbox);
+        }
+        agora::VolumeSource::Unknown => source.set_type(Type::Unknown),
+    }
+    let mut out = v1::Volume {
+        container_path: volume.container_path.clone(),
+        source: Some(source),
+        ..Default::default()
+    };
+    out.set_mode(match volume.mode {
+        agora::VolumeMode::Rw => v1::volume::Mode::Rw,
+        agora::VolumeMode::Ro => v1::volume::Mode::Ro,
+    });
+    out
+}
+
+fn mesos_network_info(network: &agora::NetworkInfo) -> v1::NetworkInfo {
+    v1::NetworkInfo {
+        name: network.name.clone(),
+        ip_addresses: network
+            .ip_addresses
+            .iter()
+            .map(|ip| v1::network_info::IpAddress {
+                protocol: Some(if ip.contains(':') {
+                    v1::network_info::Protocol::IPv6 as i32
+                } else {
+                    v1::network_info::Protocol::IPv4 as i32
+                }),
+                ip_address: Some(ip.clone()),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Agora's `ContainerStatus` as Mesos's.
+pub fn mesos_container_status(status: &agora::ContainerStatus) -> v1::ContainerStatus {
+    v1::ContainerStatus {
+        container_id: status.container_id.as_ref().map(|id| v1::ContainerId {
+            value: id.clone(),
+            parent: None,
+        }),
+        network_infos: status
+            .network_infos
+            .iter()
+            .map(mesos_network_info)
+            .collect(),
+        executor_pid: status.executor_pid,
+        cgroup_info: None,
     }
 }
 

@@ -149,6 +149,7 @@ fn status(
         }
     }
     Ok(agora::TaskStatus {
+        container_status: None,
         launch_stamp: None,
         task_id: convert::task_id(&status.task_id)?,
         state: convert::task_state(status.state()),
@@ -346,6 +347,7 @@ mod tests {
         let mut framework = agora::FrameworkInfo::new("fw");
         framework.id = Some(agora::FrameworkId::new("f"));
         let executor = agora::ExecutorInfo {
+            container: None,
             executor_id: agora::ExecutorId::new("e"),
             framework_id: Some(agora::FrameworkId::new("f")),
             command: agora::CommandInfo::shell("./run"),

@@ -159,6 +159,7 @@ pub const CARRIED: &[Carried] = &[
             "kill_policy",
             "data",
             "labels",
+            "container",
         ],
     ),
     carried(
@@ -176,10 +177,30 @@ pub const CARRIED: &[Carried] = &[
             "labels",
         ],
     ),
-    // Containers come with issue 26: every field refused for now (the
-    // message is refused whole where it appears, in TaskInfo and
-    // ExecutorInfo; it is listed so that the table shows its fields).
-    carried("mesos.v1.ContainerInfo", &[]),
+    // Containers (issue 26): images run on the agent's OCI runtime, with
+    // host-path and sandbox-path volumes. CNI networks, port mappings and
+    // the Docker daemon's own options are refused by name.
+    carried(
+        "mesos.v1.ContainerInfo",
+        &["type", "volumes", "hostname", "docker", "mesos"],
+    ),
+    carried(
+        "mesos.v1.ContainerInfo.DockerInfo",
+        &["image", "network", "force_pull_image"],
+    ),
+    carried("mesos.v1.ContainerInfo.MesosInfo", &["image"]),
+    carried("mesos.v1.Image", &["type", "docker", "cached"]),
+    carried("mesos.v1.Image.Docker", &["name"]),
+    carried(
+        "mesos.v1.Volume",
+        &["mode", "container_path", "host_path", "source"],
+    ),
+    carried(
+        "mesos.v1.Volume.Source",
+        &["type", "host_path", "sandbox_path"],
+    ),
+    carried("mesos.v1.Volume.Source.HostPath", &["path"]),
+    carried("mesos.v1.Volume.Source.SandboxPath", &["type", "path"]),
     carried(
         "mesos.v1.CommandInfo",
         &["uris", "environment", "shell", "value", "arguments"],
@@ -298,6 +319,12 @@ pub const CARRIED_VALUES: &[CarriedValues] = &[
         ],
     ),
     values("mesos.v1.Environment.Variable.type", &["VALUE"]),
+    values("mesos.v1.ContainerInfo.DockerInfo.network", &["HOST"]),
+    values("mesos.v1.Image.type", &["DOCKER"]),
+    values(
+        "mesos.v1.Volume.Source.type",
+        &["HOST_PATH", "SANDBOX_PATH"],
+    ),
     values("mesos.v1.Resource.type", &["SCALAR", "RANGES", "SET"]),
     values("mesos.v1.Resource.ReservationInfo.type", &["STATIC"]),
     values(
@@ -634,11 +661,26 @@ mod tests {
     #[test]
     fn a_task_of_carried_fields_passes_and_each_refused_field_is_named() {
         assert_eq!(refusal(&task()), None);
+        // A Docker image is carried; the Docker daemon's options are not.
         let mut t = task();
-        t.container = Some(v1::ContainerInfo::default());
+        let mut container = v1::ContainerInfo {
+            docker: Some(v1::container_info::DockerInfo {
+                image: "busybox:1".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        container.set_type(v1::container_info::Type::Docker);
+        t.container = Some(container);
+        assert_eq!(refusal(&t), None);
+        let docker = t.container.as_mut().unwrap().docker.as_mut().unwrap();
+        docker.parameters.push(v1::Parameter {
+            key: "cap-add".into(),
+            value: "ALL".into(),
+        });
         assert_eq!(
             refusal(&t).unwrap().to_string(),
-            "TaskInfo.container is not supported"
+            "ContainerInfo.DockerInfo.parameters is not supported"
         );
         let mut t = task();
         t.health_check = Some(v1::HealthCheck::default());

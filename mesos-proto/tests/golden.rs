@@ -16,6 +16,7 @@ fn json(message: &impl prost_reflect::ReflectMessage) -> String {
 
 fn update() -> v1::scheduler::Event {
     let status = convert::mesos_status(&agora_proto::TaskStatus {
+        container_status: None,
         launch_stamp: None,
         task_id: agora_proto::TaskId::new("t-1"),
         state: agora_proto::TaskState::Running,
@@ -217,6 +218,7 @@ fn launch_group_and_heartbeat_are_written_as_mesos_writes_them() {
     use agora_mesos_proto::executor::EventTranslator;
     use agora_proto::executor::Event;
     let executor = agora_proto::ExecutorInfo {
+        container: None,
         executor_id: agora_proto::ExecutorId::new("e"),
         framework_id: Some(agora_proto::FrameworkId::new("f")),
         command: agora_proto::CommandInfo::shell("./run"),
@@ -229,6 +231,7 @@ fn launch_group_and_heartbeat_are_written_as_mesos_writes_them() {
         labels: [("k".to_string(), "v".to_string())].into(),
     };
     let task = agora_proto::TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: "a".into(),

@@ -123,11 +123,21 @@ fn the_table_lists_every_field_and_value_as_the_code_treats_it() {
 #[test]
 fn refusals_name_rows_of_the_table() {
     let rows = table();
-    let mut task = v1::TaskInfo {
-        container: Some(v1::ContainerInfo::default()),
+    let mut container = v1::ContainerInfo {
+        docker: Some(v1::container_info::DockerInfo {
+            image: "busybox:1".into(),
+            privileged: Some(true),
+            ..Default::default()
+        }),
         ..Default::default()
     };
-    let refusal = support::refusal(&task).expect("container is refused");
+    container.set_type(v1::container_info::Type::Docker);
+    let mut task = v1::TaskInfo {
+        container: Some(container),
+        ..Default::default()
+    };
+    let refusal = support::refusal(&task).expect("docker.privileged is refused");
+    assert_eq!(refusal.field, "ContainerInfo.DockerInfo.privileged");
     assert_eq!(rows[&refusal.field], REFUSED);
     task.container = None;
     let mut operation = v1::offer::Operation::default();

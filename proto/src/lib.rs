@@ -18,6 +18,7 @@ pub mod acls;
 pub mod agent;
 mod attributes;
 mod codec;
+mod container;
 mod credentials;
 mod duration;
 pub mod env;
@@ -30,6 +31,10 @@ mod types;
 
 pub use attributes::{Attribute, AttributeError, AttributeValue, Attributes};
 pub use codec::{decode, encode, DecodeError, Message, MAX_FRAME_BYTES};
+pub use container::{
+    ContainerInfo, ContainerStatus, ContainerType, Image, ImageType, NetworkInfo, SandboxOf,
+    Volume, VolumeMode, VolumeSource,
+};
 pub use credentials::{
     basic_authorization, bearer_token, parse_basic_authorization, secrets_equal, Credential,
     Credentials, CredentialsError,

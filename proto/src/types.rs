@@ -7,7 +7,10 @@ use std::fmt;
 use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{AgentId, Attributes, ExecutorId, FetchUri, FrameworkId, OfferId, Resources, TaskId};
+use crate::{
+    AgentId, Attributes, ContainerInfo, ContainerStatus, ExecutorId, FetchUri, FrameworkId,
+    OfferId, Resources, TaskId,
+};
 
 /// Opaque bytes, base64 on the wire (framework messages, task data).
 #[derive(Clone, PartialEq, Eq, Default, Hash)]
@@ -176,6 +179,10 @@ pub struct ExecutorInfo {
     /// Free-form labels, given back to the executor when it subscribes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The container the executor runs in (Mesos's
+    /// `ExecutorInfo.container`); `None`: the host's file system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Box<ContainerInfo>>,
 }
 
 /// The API an executor speaks to its agent.
@@ -256,6 +263,11 @@ pub struct TaskInfo {
     /// framework that has not ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_group: Option<String>,
+    /// The container a command task runs in (Mesos's
+    /// `TaskInfo.container`): an image, volumes, networks. `None`: the
+    /// host's file system, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Box<ContainerInfo>>,
 }
 
 /// When the master accepted a launch: the framework's launch epoch (raised
@@ -374,6 +386,11 @@ pub enum Reason {
     /// The framework's principal may not run tasks as the task's user
     /// (`run_tasks` ACL): the task, or its whole group, was refused.
     ReasonTaskUnauthorized,
+    /// The task's container could not be made: its image could not be
+    /// pulled (the message names the image and the cause), a volume was
+    /// refused, or the agent has no image provider enabled (Mesos's
+    /// `REASON_CONTAINER_LAUNCH_FAILED`).
+    ReasonContainerLaunchFailed,
     // Mesos's other reasons, which Agora does not give itself but passes
     // on unchanged from a Mesos executor's update.
     /// Mesos's `REASON_CONTAINER_LIMITATION`.
@@ -467,6 +484,11 @@ pub struct TaskStatus {
     /// sends): which launch of a reused task id it is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_stamp: Option<LaunchStamp>,
+    /// What the agent reports about the task's container (Mesos's
+    /// `TaskStatus.container_status`): its id, networks and first
+    /// process. Set by the agent, for tasks that run in a container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_status: Option<Box<ContainerStatus>>,
 }
 
 /// Options attached to declining or accepting an offer.
@@ -683,6 +705,7 @@ impl TaskStatus {
             uuid: None,
             labels: BTreeMap::new(),
             healthy: None,
+            container_status: None,
         }
     }
 

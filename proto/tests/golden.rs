@@ -11,6 +11,7 @@ use agora_proto::{
 
 fn task() -> TaskInfo {
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: "t".into(),
@@ -99,7 +100,7 @@ fn decoding_is_tolerant_and_strict_where_it_must_be() {
     // So are those of the records a call carries, found by path: a
     // task's refuse that task only.
     let launch = r#"{"type":"LAUNCH","offer_ids":["o1"],"tasks":[
-        {"name":"a","task_id":"a","agent_id":"a1","resources":[{"name":"cpus","scalar":0.5},{"name":"ports","ranges":[[31000,31001]]}],"command":{"value":"true"},"container":{"image":"alpine"}},
+        {"name":"a","task_id":"a","agent_id":"a1","resources":[{"name":"cpus","scalar":0.5},{"name":"ports","ranges":[[31000,31001]]}],"command":{"value":"true"},"health_check":{"command":"false"}},
         {"name":"b","task_id":"b","agent_id":"a1","resources":[{"name":"cpus","scalar":0.5}],"command":{"value":"true","uris":[{"value":"/x"}]},"labels":{"k":"v"}},
         {"name":"c","task_id":"c","agent_id":"a1","resources":[],"executor":{"executor_id":"e","command":{"value":"x","user":"nobody"}}}],
         "filters":{"refuse_seconds":1.0}}"#;
@@ -111,7 +112,10 @@ fn decoding_is_tolerant_and_strict_where_it_must_be() {
         scheduler::unknown_fields(launch),
         scheduler::UnknownFields {
             call: None,
-            tasks: vec![(0, "container".into()), (2, "executor.command.user".into())],
+            tasks: vec![
+                (0, "health_check".into()),
+                (2, "executor.command.user".into())
+            ],
         }
     );
     let subscribe =

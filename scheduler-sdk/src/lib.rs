@@ -101,6 +101,7 @@ pub use driver::SchedulerDriver;
 ///                 kill_grace_period: None,
 ///                 labels: Default::default(),
 ///                 task_group: None,
+///                 container: None,
 ///             };
 ///             let _ = driver.launch_tasks(&[offer.id.clone()], vec![task], Filters::default());
 ///             self.launched = true;

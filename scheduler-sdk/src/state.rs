@@ -562,6 +562,7 @@ mod tests {
 
     fn task(id: &str) -> TaskInfo {
         TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: id.into(),

@@ -218,6 +218,7 @@ fn reliable_update(task: &str, uuid: &str) -> TaskStatus {
 
 fn task(id: &str) -> TaskInfo {
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: id.into(),

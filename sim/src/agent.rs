@@ -678,7 +678,13 @@ impl World {
                 let result = Ok(Default::default());
                 self.agent_input_after(d, i, inc, Input::TaskFetched { key, result });
             }
-            Request::EndTaskContainer { key, .. } => {
+            // Simulated tasks name no image.
+            Request::PrepareImage { key, .. } => {
+                let d = self.between(100_000, MS);
+                let result = Err("the simulation runs no image".into());
+                self.agent_input_after(d, i, inc, Input::ImagePrepared { key, result });
+            }
+            Request::EndTaskContainer { key, .. } | Request::EndImageContainer { key, .. } => {
                 let d = self.between(100_000, MS);
                 let limitation = None;
                 self.agent_input_after(d, i, inc, Input::TaskContainerEnded { key, limitation });

@@ -665,6 +665,7 @@ impl World {
             _ => None,
         };
         Some(TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: format!("task {}", want.id),
@@ -958,6 +959,7 @@ fn resources(cpus: f64, mem: f64) -> Resources {
 
 fn executor_info(id: ExecutorId, fid: Option<&FrameworkId>) -> ExecutorInfo {
     ExecutorInfo {
+        container: None,
         executor_id: id,
         framework_id: fid.cloned(),
         command: CommandInfo {

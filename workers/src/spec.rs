@@ -168,6 +168,7 @@ impl WorkerSpec {
         let mut labels = BTreeMap::new();
         labels.insert(SPEC_LABEL.to_string(), self.name.clone());
         TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: format!("worker {} ({})", worker.id, self.name),

@@ -685,7 +685,14 @@ impl Core {
                 // is acknowledged once it goes on.
                 return;
             }
-            if terminal && task.container.is_some() {
+            if let Some((id, pid)) = &task.image_container {
+                status.container_status = Some(Box::new(agora_proto::ContainerStatus {
+                    container_id: Some(id.clone()),
+                    network_infos: Vec::new(),
+                    executor_pid: Some(*pid),
+                }));
+            }
+            if terminal && (task.container.is_some() || task.image_container.is_some()) {
                 // It goes on once nothing of the task is left in its
                 // container (`task_container_ended`).
                 task.terminal_reported = true;

@@ -39,7 +39,9 @@ pub(crate) use recovery::Recovered;
 use crate::checkpoint::{self, ExecutorRecord, Op};
 use crate::config::RecoverMode;
 use crate::launcher::LaunchSpec;
-use crate::messages::{Action, Durable, ExecKey, Input, Request, Started, Stop, TaskEntry, Timer};
+use crate::messages::{
+    Action, Durable, ExecKey, ImageRun, Input, Request, Started, Stop, TaskEntry, Timer,
+};
 use crate::paths;
 use crate::shared::Shared;
 use crate::status_updates::{AckOutcome, StatusUpdateManager, StreamKey, UpdateOutcome};
@@ -145,6 +147,9 @@ struct Task {
     container: Option<String>,
     /// How its process enters that container.
     container_entry: TaskEntry,
+    /// A command task in an image: its container's id and first process,
+    /// until the agent asked for it to be destroyed.
+    image_container: Option<(String, u32)>,
     /// Its executor's terminal update, held until its container is
     /// ended: nothing of the task is left running when the update goes
     /// out, and an out-of-memory kill shows in it.
@@ -220,6 +225,7 @@ impl Task {
             checkpointed,
             container: None,
             container_entry: TaskEntry::default(),
+            image_container: None,
             held: None,
         }
     }
@@ -354,6 +360,7 @@ impl Core {
                 self.send_master(agent_api::Call::Usage { containers })
             }
             Input::TaskFetched { key, result } => self.task_fetched(key, result),
+            Input::ImagePrepared { key, result } => self.image_prepared(key, result),
             Input::TaskContainerEnded { key, limitation } => {
                 self.task_container_ended(key, limitation)
             }

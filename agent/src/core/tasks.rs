@@ -186,6 +186,9 @@ impl Core {
                 ))
             }
         };
+        if let Some(refusal) = self.check_container(task, info.as_ref()) {
+            return Err(refusal);
+        }
         let mut ids = vec![("framework", fid.as_str()), ("task", task.task_id.as_str())];
         if let Some(info) = &info {
             ids.push(("executor", info.executor_id.as_str()));
@@ -207,6 +210,41 @@ impl Core {
             }
         }
         Ok(info)
+    }
+
+    /// Whether this agent can run `task`'s container (a command task's:
+    /// with an image, when `--image-providers` enables images; custom
+    /// executors do not run in containers yet). Refused as Mesos refuses
+    /// a container it cannot launch: `TASK_FAILED`,
+    /// `REASON_CONTAINER_LAUNCH_FAILED`, the message naming why.
+    fn check_container(&self, task: &TaskInfo, executor: Option<&ExecutorInfo>) -> Option<Refusal> {
+        let failed = |message: String| Refusal {
+            state: TaskState::Failed,
+            reason: Reason::ReasonContainerLaunchFailed,
+            message,
+        };
+        if executor.is_some_and(|e| e.container.is_some()) {
+            return Some(failed(
+                "ExecutorInfo.container: custom executors do not run in containers on this agent yet (command tasks do)".into(),
+            ));
+        }
+        let container = task.container.as_deref()?;
+        if executor.is_some() {
+            return Some(failed(
+                "TaskInfo.container on a task of a custom executor: only command tasks run in containers on this agent".into(),
+            ));
+        }
+        if self.shared.config.images.image_providers.is_empty() {
+            let image = container.image.as_ref().map_or_else(
+                || "a container".to_string(),
+                |i| format!("image {}", i.name),
+            );
+            return Some(failed(format!(
+                "task {} runs in {image}, but images are not enabled on this agent (start it with --image-providers docker,oci)",
+                task.task_id
+            )));
+        }
+        None
     }
 
     /// Whether task `task_id` of `fid` runs here and has not ended.
@@ -414,7 +452,8 @@ impl Core {
         let user = self.framework_user(&fid);
         // Under cgroups the task gets a container of its own, made with
         // its sandbox; the executor's container holds only the executor.
-        let container = containers.then(|| {
+        let image = task.container.as_deref().cloned();
+        let container = (containers && image.is_none()).then(|| {
             (
                 paths::run_id_of(&sandbox),
                 agora_containerizer::Limits::of(&task.resources),
@@ -426,7 +465,7 @@ impl Core {
         // container is made: the task waits in `recording` until then.
         let key = (fid.clone(), task.task_id.clone());
         let fetch = !uris.is_empty() || self.shared.config.users.switches();
-        let waiting = u8::from(fetch) + u8::from(container.is_some());
+        let waiting = u8::from(fetch) + u8::from(container.is_some()) + u8::from(image.is_some());
         if waiting > 0 {
             self.fetching.insert(
                 key.clone(),
@@ -435,6 +474,28 @@ impl Core {
                     waiting,
                 },
             );
+        }
+        if let Some(container) = image {
+            // Its crun container holds it, with the limits of its
+            // resources under --isolation cgroups.
+            let limits = (self.shared.config.isolation == agora_containerizer::Isolation::Cgroups)
+                .then(|| agora_containerizer::Limits::of(&task.resources));
+            self.process(Request::PrepareImage {
+                key: key.clone(),
+                task: Box::new(agora_containerizer::ImageTask {
+                    id: paths::run_id_of(&sandbox),
+                    sandbox: sandbox.clone(),
+                    container,
+                    command: task.command.clone().unwrap_or_else(|| CommandInfo {
+                        value: String::new(),
+                        shell: false,
+                        arguments: Vec::new(),
+                        environment: Default::default(),
+                        uris: Vec::new(),
+                    }),
+                    limits,
+                }),
+            });
         }
         if let Some((name, limits)) = &container {
             self.process(Request::TaskContainer {
@@ -496,6 +557,16 @@ impl Core {
     /// Asks for command task `key`'s container to be killed whole and
     /// removed, once (the answer is [`Input::TaskContainerEnded`]).
     pub(super) fn end_task_container(&mut self, key: &StreamKey) {
+        if let Some((id, _)) = self
+            .tasks
+            .get_mut(key)
+            .and_then(|t| t.image_container.take())
+        {
+            self.process(Request::EndImageContainer {
+                key: key.clone(),
+                id,
+            });
+        }
         let Some(name) = self.tasks.get_mut(key).and_then(|t| t.container.take()) else {
             return;
         };
@@ -583,6 +654,60 @@ impl Core {
         }
     }
 
+    /// Command task `key`'s image container is made (its executor runs
+    /// `run.command` in place of the task's command, which starts it), or
+    /// could not be: the task fails with `REASON_CONTAINER_LAUNCH_FAILED`
+    /// and a message naming the image and the cause.
+    pub(super) fn image_prepared(&mut self, key: StreamKey, result: Result<ImageRun, String>) {
+        let live = self
+            .tasks
+            .get(&key)
+            .is_some_and(|t| !t.state.is_terminal() && !t.terminal_reported)
+            && self.fetching.contains_key(&key);
+        match result {
+            Ok(run) if !live => {
+                // Killed, or failed otherwise, while its image came.
+                self.process(Request::EndImageContainer { key, id: run.id });
+            }
+            Ok(run) => {
+                if let Some(task) = self.tasks.get_mut(&key) {
+                    task.info.command = Some(run.command);
+                    task.image_container = Some((run.id, run.pid));
+                }
+                self.task_fetched(key, Ok(TaskEntry::default()));
+            }
+            Err(message) => {
+                self.fetching.remove(&key);
+                let Some(launch) = self.recording.remove(&key) else {
+                    return;
+                };
+                let Some(task) = self.tasks.get(&key) else {
+                    return;
+                };
+                if task.state.is_terminal() || task.terminal_reported {
+                    return;
+                }
+                if task.kill_requested {
+                    return self.kill_undelivered(&launch.ekey, &key.1);
+                }
+                tracing::warn!(framework_id = %key.0, task_id = %key.1, %message, "the task's container could not be made");
+                self.end_task(
+                    &key.0,
+                    &key.1,
+                    TaskState::Failed,
+                    Reason::ReasonContainerLaunchFailed,
+                    format!(
+                        "failed to launch task {} in its container: {message}",
+                        key.1
+                    ),
+                );
+                if self.executors.contains_key(&launch.ekey) {
+                    self.command_executor_maybe_idle(&launch.ekey);
+                }
+            }
+        }
+    }
+
     /// Tasks of executor `ekey` without a terminal state, reported or not.
     pub(super) fn live_tasks(&self, ekey: &ExecKey) -> usize {
         self.executor_tasks(ekey)
@@ -616,6 +741,7 @@ impl Core {
     pub(super) fn command_executor_info(&self, ekey: &ExecKey) -> ExecutorInfo {
         let program = &self.shared.config.command_executor;
         ExecutorInfo {
+            container: None,
             executor_id: ekey.1.clone(),
             framework_id: Some(ekey.0.clone()),
             command: CommandInfo {

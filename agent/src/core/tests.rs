@@ -1372,6 +1372,7 @@ mod recording {
 
     fn executor_task(id: &str, executor: &str) -> TaskInfo {
         TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: id.into(),
@@ -1379,6 +1380,7 @@ mod recording {
             agent_id: AgentId::new("a1"),
             resources: Resources::parse("cpus:0.5;mem:32").unwrap(),
             executor: Some(ExecutorInfo {
+                container: None,
                 executor_id: ExecutorId::new(executor),
                 framework_id: None,
                 command: CommandInfo {
@@ -1871,4 +1873,115 @@ fn the_token_of_an_ended_run_is_refused() {
     assert!(refused(&actions, 21), "{actions:?}");
     let actions = subscribe(&mut h, 22, &new_token);
     assert!(!refused(&actions, 22), "{actions:?}");
+}
+
+fn image_task(id: &str) -> TaskInfo {
+    let mut task = command_task_with_uri(id);
+    task.command.as_mut().expect("command").uris.clear();
+    task.container = Some(Box::new(agora_proto::ContainerInfo::docker(
+        "127.0.0.1:5000/app:1",
+    )));
+    task
+}
+
+#[test]
+fn a_task_in_an_image_starts_once_its_container_is_made_and_fails_naming_a_pull_failure() {
+    use agora_containerizer::provisioner::Provider;
+    let key = (fid(), TaskId::new("t1"));
+    let images = |c: &mut Config| c.images.image_providers = vec![Provider::Docker];
+    let mut h = H::with(images);
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: image_task("t1"),
+    });
+    let prepared: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Process(Request::PrepareImage { key, task }) => {
+                Some((key.clone(), task.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(prepared.len(), 1, "{actions:?}");
+    assert_eq!(
+        prepared[0].1.container.image.as_ref().unwrap().name,
+        "127.0.0.1:5000/app:1"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Process(Request::TaskContainer { .. }))),
+        "the image container holds the task: no cgroup of its own"
+    );
+    let actions = h.input(Input::Durable(Durable::Task { key: key.clone() }, Ok(())));
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let actions = h.input(Input::ImagePrepared {
+        key: key.clone(),
+        result: Ok(ImageRun {
+            id: "run-1".into(),
+            command: CommandInfo::shell("crun start run-1"),
+            pid: 42,
+        }),
+    });
+    assert_eq!(launches(&actions), 1, "{actions:?}");
+
+    // The pull failed: TASK_FAILED, REASON_CONTAINER_LAUNCH_FAILED, the
+    // message naming the image; nothing starts.
+    let mut h = H::with(images);
+    h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: image_task("t1"),
+    });
+    h.input(Input::Durable(Durable::Task { key: key.clone() }, Ok(())));
+    let actions = h.input(Input::ImagePrepared {
+        key,
+        result: Err("image 127.0.0.1:5000/app:1: no such image".into()),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    let failed = *checkpointed_statuses(&actions).first().expect("an update");
+    assert_eq!(failed.state, TaskState::Failed);
+    assert_eq!(failed.reason, Some(Reason::ReasonContainerLaunchFailed));
+    assert!(
+        failed
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("image 127.0.0.1:5000/app:1: no such image"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn an_agent_without_image_providers_refuses_a_task_in_an_image() {
+    let mut h = H::new();
+    let actions = h.master(agent_api::Event::RunTask {
+        framework: framework(),
+        task: image_task("t1"),
+    });
+    assert_eq!(launches(&actions), 0, "{actions:?}");
+    assert!(!actions
+        .iter()
+        .any(|a| matches!(a, Action::Process(Request::PrepareImage { .. }))));
+    let refused: Vec<&TaskStatus> = checkpointed_statuses(&actions)
+        .into_iter()
+        .chain(actions.iter().filter_map(|a| match a {
+            Action::ToMaster {
+                call: agent_api::Call::StatusUpdate { status, .. },
+                ..
+            } => Some(status),
+            _ => None,
+        }))
+        .collect();
+    let status = refused.first().expect("a refusal");
+    assert_eq!(status.state, TaskState::Failed);
+    assert_eq!(status.reason, Some(Reason::ReasonContainerLaunchFailed));
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("images are not enabled on this agent"),
+        "{status:?}"
+    );
 }

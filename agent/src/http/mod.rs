@@ -62,6 +62,8 @@ struct AppState {
     bodies: Arc<agora_net::Bodies>,
     /// The accept loop's counters, for `/metrics`.
     net: Arc<agora_net::NetStats>,
+    /// Images (`--image-providers`), for `POST /images/import`.
+    images: Option<agora_containerizer::ImageContainers>,
 }
 
 /// What `/files` served and refused, for `/metrics`.
@@ -91,6 +93,7 @@ pub(crate) fn router(
     snapshots: watch::Receiver<Snapshot>,
     monitor: Monitor,
     net: Arc<agora_net::NetStats>,
+    images: Option<agora_containerizer::ImageContainers>,
 ) -> Router {
     let app_state = AppState {
         bodies: agora_net::Bodies::new(&shared.config.limits, net.clone()),
@@ -101,6 +104,7 @@ pub(crate) fn router(
         counters: Arc::default(),
         v1_subscriptions: Arc::default(),
         monitor,
+        images,
     };
     let router = Router::new()
         .route("/api/executor", get(executor_ws))
@@ -113,6 +117,7 @@ pub(crate) fn router(
         .route("/metrics", get(metrics))
         .route("/monitor/statistics", get(statistics))
         .route("/containers", get(statistics))
+        .route("/images/import", axum::routing::post(import_images))
         .route("/files/{framework_id}/{executor_id}", get(files_root))
         .route(
             "/files/{framework_id}/{executor_id}/{*path}",
@@ -128,6 +133,73 @@ pub(crate) fn router(
             allow_cross_origin,
         ))
         .with_state(app_state)
+}
+
+/// Most bytes of an archive `POST /images/import` takes.
+const MAX_IMAGE_ARCHIVE_BYTES: u64 = 16 << 30;
+
+/// `POST /images/import`: the body is a `docker save` or OCI-layout
+/// tarball (gzip or not), streamed to a file under the work directory
+/// and imported into the layer store; answers
+/// `{"images": [{"names", "digest", "layers"}]}`. `409` when images are
+/// not enabled on this agent, `400` (naming the cause) for an archive
+/// that is not one, `413` past [`MAX_IMAGE_ARCHIVE_BYTES`].
+async fn import_images(State(app): State<AppState>, body: axum::body::Body) -> Response {
+    use tokio::io::AsyncWriteExt;
+    let Some(images) = app.images.clone() else {
+        return (
+            StatusCode::CONFLICT,
+            "images are not enabled on this agent (start it with --image-providers docker,oci)\n",
+        )
+            .into_response();
+    };
+    let dir = app.shared.config.work_dir.join("imports");
+    let path = dir.join(format!("{}.tar", uuid::Uuid::new_v4().simple()));
+    let written = async {
+        tokio::fs::create_dir_all(&dir).await?;
+        let mut file = tokio::fs::File::create(&path).await?;
+        let mut stream = body.into_data_stream();
+        let mut total = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            total += chunk.len() as u64;
+            if total > MAX_IMAGE_ARCHIVE_BYTES {
+                return Ok(false);
+            }
+            file.write_all(&chunk).await?;
+        }
+        file.flush().await?;
+        Ok::<bool, std::io::Error>(true)
+    }
+    .await;
+    let response = match written {
+        Ok(false) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the archive is larger than {MAX_IMAGE_ARCHIVE_BYTES} bytes\n"),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot store the archive: {e}\n"),
+        )
+            .into_response(),
+        Ok(true) => match images.import(&path).await {
+            Ok(imported) => Json(serde_json::json!({
+                "images": imported
+                    .iter()
+                    .map(|i| serde_json::json!({
+                        "names": i.names,
+                        "digest": i.digest,
+                        "layers": i.layers,
+                    }))
+                    .collect::<Vec<_>>(),
+            }))
+            .into_response(),
+            Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+        },
+    };
+    let _ = tokio::fs::remove_file(&path).await;
+    response
 }
 
 /// `ok` as text; with `Accept: application/json`, `{"status": "serving",

@@ -264,6 +264,7 @@ pub fn framework(id: &str, checkpoint: bool) -> FrameworkInfo {
 
 pub fn command_task(id: &str) -> TaskInfo {
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: format!("task {id}"),

@@ -165,7 +165,7 @@ impl Archive {
             }
             let mut names = Vec::new();
             for tag in image.repo_tags.unwrap_or_default() {
-                let name = ImageName::parse(Provider::Docker, &tag)
+                let name = ImageName::parse(Provider::Docker, familiar(&tag))
                     .map_err(|e| Failure::BadImage(format!("RepoTags {tag:?}: {e}")))?;
                 names.push(name.key());
             }
@@ -221,7 +221,7 @@ impl Archive {
             };
             let mut names = Vec::new();
             if let Some(name) = name {
-                let parsed = ImageName::parse(Provider::Docker, &name)
+                let parsed = ImageName::parse(Provider::Docker, familiar(&name))
                     .map_err(|e| Failure::BadImage(format!("image name {name:?}: {e}")))?;
                 names.push(parsed.key());
             }
@@ -330,4 +330,14 @@ fn check_diff_id(diff_id: &str) -> Result<(), Failure> {
             "layer diff id {diff_id:?} (only sha256 digests are supported)"
         )))
     }
+}
+
+/// An archive's image name as Docker shows it: `docker.io/` (which
+/// skopeo and containerd write) names Docker Hub, the registry of names
+/// without a host, so `docker.io/app:1` is stored as `app:1` and a task
+/// naming `app:1` finds it.
+fn familiar(name: &str) -> &str {
+    name.strip_prefix("docker.io/")
+        .or_else(|| name.strip_prefix("index.docker.io/"))
+        .unwrap_or(name)
 }

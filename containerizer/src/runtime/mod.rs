@@ -461,6 +461,44 @@ impl Runtime {
     /// Makes the bundle and starts the container. On failure nothing is
     /// left: no mount, no crun container, no run directory.
     pub async fn launch(&self, spec: ContainerSpec) -> Result<Container, RuntimeError> {
+        self.make(spec, true).await
+    }
+
+    /// As [`Runtime::launch`], but the container is left created, its
+    /// first process waiting to be started by [`Runtime::start_command`]
+    /// (`crun start`), e.g. by the executor that runs the task.
+    pub async fn create(&self, spec: ContainerSpec) -> Result<Container, RuntimeError> {
+        self.make(spec, false).await
+    }
+
+    /// The command (argv) that starts a created container.
+    pub fn start_command(&self, id: &str) -> Vec<String> {
+        vec![
+            self.config.crun.to_string_lossy().into_owned(),
+            format!("--root={}", self.crun_root.display()),
+            "start".into(),
+            id.into(),
+        ]
+    }
+
+    /// The command (argv, without the signal) that signals a container's
+    /// first process.
+    pub fn kill_command(&self, id: &str) -> Vec<String> {
+        vec![
+            self.config.crun.to_string_lossy().into_owned(),
+            format!("--root={}", self.crun_root.display()),
+            "kill".into(),
+            id.into(),
+        ]
+    }
+
+    /// The file the container's exit status is written into once it
+    /// ended (as decimal text, 128+N for signal N).
+    pub fn exit_file(&self, id: &str) -> PathBuf {
+        self.exits.join(id)
+    }
+
+    async fn make(&self, spec: ContainerSpec, start: bool) -> Result<Container, RuntimeError> {
         check_id(&spec.id)?;
         if spec.run_dir.starts_with(&spec.sandbox) || spec.sandbox.starts_with(&spec.run_dir) {
             return Err(RuntimeError::RunDirInSandbox {
@@ -480,7 +518,7 @@ impl Runtime {
         };
         create_dir(&spec.run_dir)?;
         self.write_checkpoint(&checkpoint)?;
-        match self.launch_in(&spec).await {
+        match self.launch_in(&spec, start).await {
             Ok((pid, conmon_pid, child)) => {
                 checkpoint.pid = pid;
                 checkpoint.conmon_pid = conmon_pid;
@@ -509,6 +547,7 @@ impl Runtime {
     async fn launch_in(
         &self,
         spec: &ContainerSpec,
+        start: bool,
     ) -> Result<(u32, u32, tokio::process::Child), RuntimeError> {
         let run_dir = &spec.run_dir;
         let (rootfs, image) = match &spec.rootfs {
@@ -615,16 +654,18 @@ impl Runtime {
             volumes: &binds,
         })?;
         config.save(run_dir.join("config.json"))?;
-        let (pid, child) = self.create(spec).await?;
-        self.crun_checked("start", &spec.id, &["start", &spec.id])
-            .await?;
+        let (pid, child) = self.create_monitored(spec).await?;
+        if start {
+            self.crun_checked("start", &spec.id, &["start", &spec.id])
+                .await?;
+        }
         let conmon_pid = child.id().unwrap_or(0);
         Ok((pid, conmon_pid, child))
     }
 
     /// `conmon` running `crun create`; returns the container's first
     /// process and conmon.
-    async fn create(
+    async fn create_monitored(
         &self,
         spec: &ContainerSpec,
     ) -> Result<(u32, tokio::process::Child), RuntimeError> {

@@ -771,6 +771,7 @@ impl Bench {
             ),
         };
         TaskInfo {
+            container: None,
             allocation_role: None,
             launch_stamp: None,
             name: format!("bench {i}"),
@@ -885,6 +886,7 @@ async fn grid_point(
         _ => {
             let program = bin_dir.join("test-executor").display().to_string();
             ExecutorKind::Custom(Box::new(ExecutorInfo {
+                container: None,
                 executor_id: ExecutorId::new("bench-executor"),
                 framework_id: None,
                 command: CommandInfo::program(program),

@@ -566,6 +566,7 @@ impl BenchFramework for BenchScheduler {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
             let executor = ExecutorInfo {
+                container: None,
                 executor_id: ExecutorId::new("bench"),
                 framework_id: None,
                 command: CommandInfo {
@@ -585,6 +586,7 @@ impl BenchFramework for BenchScheduler {
             };
             let tasks = (0..self.args.tasks)
                 .map(|i| TaskInfo {
+                    container: None,
                     allocation_role: None,
                     launch_stamp: None,
                     name: format!("t{i}"),

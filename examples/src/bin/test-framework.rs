@@ -60,6 +60,7 @@ impl TestScheduler {
     fn executor_info(&self) -> ExecutorInfo {
         let path = self.executor_path.display().to_string();
         ExecutorInfo {
+            container: None,
             executor_id: ExecutorId::new("test-executor"),
             framework_id: None,
             command: CommandInfo::program(path),
@@ -112,6 +113,7 @@ impl Scheduler for TestScheduler {
                 progress.next += 1;
                 println!("launching task {id} on agent {}", offer.agent_id);
                 tasks.push(TaskInfo {
+                    container: None,
                     allocation_role: None,
                     launch_stamp: None,
                     name: format!("task {id}"),

@@ -151,7 +151,9 @@ def run(master):
     def launch_three(driver, offer):
         container = dict(
             type="DOCKER",
-            docker=dict(image="alpine:3.19"),
+            # An image is carried out; a Docker daemon option is not.
+            docker=dict(image="alpine:3.19",
+                        parameters=[dict(key="cap-add", value="ALL")]),
             volumes=[dict(container_path="/data", host_path="/tmp", mode="RW")],
         )
         health = dict(type="COMMAND", command=dict(value="false"),

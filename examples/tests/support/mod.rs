@@ -787,6 +787,7 @@ impl Scheduler for Recorder {
 /// `offer`'s agent, killed with a 1 s grace period.
 pub fn command_task(id: &str, offer: &Offer, command: &str, resources: &str) -> TaskInfo {
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: id.to_string(),

@@ -102,6 +102,7 @@ pub async fn send(ws: &mut Conn, event: &Event) {
 pub fn subscribed(executor_id: &str) -> Event {
     Event::Subscribed {
         executor_info: ExecutorInfo {
+            container: None,
             executor_id: ExecutorId::new(executor_id),
             framework_id: None,
             command: CommandInfo::default(),
@@ -132,6 +133,7 @@ pub async fn ack(ws: &mut Conn, status: &TaskStatus) {
 
 pub fn command_task(id: &str, command: Option<CommandInfo>) -> TaskInfo {
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: id.into(),

@@ -212,6 +212,7 @@ fn agent_info(id: Option<&AgentId>, resources: &str) -> AgentInfo {
 
 fn command_task(id: &str, agent: &AgentId, resources: &str) -> TaskInfo {
     TaskInfo {
+        container: None,
         allocation_role: None,
         launch_stamp: None,
         name: id.into(),
@@ -241,6 +242,7 @@ fn executor_task(
         allocation_role: None,
         launch_stamp: None,
         executor: Some(ExecutorInfo {
+            container: None,
             executor_id: ExecutorId::new(exec),
             framework_id: None,
             command: CommandInfo {

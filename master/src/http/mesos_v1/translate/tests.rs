@@ -632,12 +632,82 @@ fn events_follow_the_frameworks_capabilities() {
 }
 
 #[test]
+fn a_task_in_an_image_with_volumes_becomes_a_native_task_in_that_container() {
+    let mut task = command_task("in-image");
+    let mut info = v1::ContainerInfo::default();
+    info.set_type(v1::container_info::Type::Docker);
+    info.docker = Some(v1::container_info::DockerInfo {
+        image: "127.0.0.1:5000/busybox:1".into(),
+        force_pull_image: Some(true),
+        ..Default::default()
+    });
+    let mut host = v1::Volume {
+        container_path: "/data".into(),
+        host_path: Some("/srv".into()),
+        ..Default::default()
+    };
+    host.set_mode(v1::volume::Mode::Ro);
+    let mut source = v1::volume::Source {
+        sandbox_path: Some(v1::volume::source::SandboxPath {
+            path: "shared".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    source.set_type(v1::volume::source::Type::SandboxPath);
+    let mut sandbox = v1::Volume {
+        container_path: "/shared".into(),
+        source: Some(source),
+        ..Default::default()
+    };
+    sandbox.set_mode(v1::volume::Mode::Rw);
+    info.volumes = vec![host, sandbox];
+    task.container = Some(info);
+    let out = translate_call(
+        &FrameworkId::new("f"),
+        accept(vec![launch(vec![task])]),
+        &NoExecutors,
+    )
+    .unwrap();
+    assert!(out.refused.is_empty(), "{:?}", out.refused);
+    let [Call::Launch { tasks, .. }] = &out.calls[..] else {
+        panic!("{:?}", out.calls)
+    };
+    let container = tasks[0]
+        .container
+        .as_deref()
+        .expect("the container is carried");
+    assert_eq!(container.kind, agora_proto::ContainerType::Docker);
+    let image = container.image.as_ref().unwrap();
+    assert_eq!(image.name, "127.0.0.1:5000/busybox:1");
+    assert!(!image.cached, "force_pull_image asks the registry again");
+    assert_eq!(
+        container.volumes[0].source,
+        agora_proto::VolumeSource::HostPath {
+            path: "/srv".into()
+        }
+    );
+    assert_eq!(container.volumes[0].mode, agora_proto::VolumeMode::Ro);
+    assert_eq!(
+        container.volumes[1].source,
+        agora_proto::VolumeSource::SandboxPath {
+            of: agora_proto::SandboxOf::Own,
+            path: "shared".into()
+        }
+    );
+}
+
+#[test]
 fn a_task_field_agora_does_not_carry_out_refuses_that_task_by_name() {
     let mut container = command_task("container");
     let mut info = v1::ContainerInfo::default();
     info.set_type(v1::container_info::Type::Docker);
     info.docker = Some(v1::container_info::DockerInfo {
         image: "alpine:3.19".into(),
+        parameters: vec![v1::Parameter {
+            key: "cap-add".into(),
+            value: "ALL".into(),
+        }],
         ..Default::default()
     });
     container.container = Some(info);
@@ -685,7 +755,10 @@ fn a_task_field_agora_does_not_carry_out_refuses_that_task_by_name() {
     assert_eq!(
         refused,
         [
-            ("container", "TaskInfo.container is not supported"),
+            (
+                "container",
+                "ContainerInfo.DockerInfo.parameters is not supported"
+            ),
             ("health", "TaskInfo.health_check is not supported"),
             ("user", "CommandInfo.user is not supported"),
             ("cache", "CommandInfo.URI.cache is not supported"),
