@@ -242,6 +242,30 @@ pub fn python() -> Option<PathBuf> {
     )
 }
 
+/// The venv's python with avmesos-cli 1.3 (the Mesos CLI), or `None`
+/// (skip) outside CI when it is missing.
+pub fn mesos_cli_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("AGORA_MESOS_CLI_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/agora-mesos-cli-venv"));
+    let python = venv.join("bin/python");
+    let usable = python.is_file()
+        && Command::new(&python)
+            .args([
+                "-c",
+                "import avmesos.cli.mesos, avmesos.cli.plugins.task.main",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+    if usable {
+        return Some(python);
+    }
+    missing(
+        &format!("the Mesos CLI venv {} (avmesos-cli 1.3.0)", venv.display()),
+        ".ci/run builds it",
+    )
+}
+
 /// The mesos-go scheduler (`tests/mesos-go/scheduler`), built.
 pub fn go_scheduler() -> Option<GoProgram> {
     go_build("scheduler")

@@ -126,12 +126,15 @@ impl Query<'_> {
         crate::http::url_form_field(self.0.as_bytes(), name)
     }
 
-    /// A count parameter; one that is absent or not a count takes
-    /// `default`, as Mesos's `numify` failing does.
+    /// A count parameter, read as Mesos reads it: an `int` (one that is
+    /// absent or not an `int` takes `default`, as Mesos's `numify`
+    /// failing does) made a `size_t`, so a negative one is as large as
+    /// can be: `limit=-1` (the Mesos CLI's) is no limit.
     fn count(&self, name: &str, default: usize) -> usize {
-        self.get(name)
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(default)
+        match self.get(name).and_then(|v| v.trim().parse::<i32>().ok()) {
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => default,
+        }
     }
 }
 
@@ -673,4 +676,21 @@ pub(crate) fn metrics(app: &AppState, s: &StateSnapshot) -> BTreeMap<String, f64
         m.allocation_cycles.mean_ms(),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_as_mesos_reads_them() {
+        let query = Query("limit=-1&offset=7&big=3000000000&word=many&neg=-2");
+        assert_eq!(query.count("limit", TASK_LIMIT), usize::MAX);
+        assert_eq!(query.count("neg", 0), usize::MAX);
+        assert_eq!(query.count("offset", 0), 7);
+        // Not an `int`: the default, as Mesos's failed `numify` gives.
+        assert_eq!(query.count("big", TASK_LIMIT), TASK_LIMIT);
+        assert_eq!(query.count("word", TASK_LIMIT), TASK_LIMIT);
+        assert_eq!(query.count("absent", TASK_LIMIT), TASK_LIMIT);
+    }
 }

@@ -105,6 +105,17 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/redirect", get(endpoints::redirect))
         .route("/master/version", get(endpoints::version))
         .route("/master/health", get(endpoints::health))
+        // Mesos (libprocess) splits a path on `/` and drops the empty
+        // parts, so `/master/frameworks/` is `/master/frameworks`: the
+        // Mesos CLI (avmesos-cli) reads that one.
+        .route("/master/state/", get(endpoints::state))
+        .route("/master/state-summary/", get(endpoints::state_summary))
+        .route("/slaves/", get(endpoints::slaves))
+        .route("/master/slaves/", get(endpoints::slaves))
+        .route("/frameworks/", get(endpoints::frameworks))
+        .route("/master/frameworks/", get(endpoints::frameworks))
+        .route("/tasks/", get(endpoints::tasks))
+        .route("/master/tasks/", get(endpoints::tasks))
         .with_state(state)
 }
 
