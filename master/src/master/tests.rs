@@ -1850,6 +1850,8 @@ fn kill_of_a_task_on_an_agent_still_to_reregister_waits_for_it() {
             id: aid.clone(),
             info: agent_info(Some(&aid), "cpus:4;mem:4096"),
             principal: None,
+            deactivated: false,
+            drain: None,
         },
     );
     let fid = FrameworkId::new("fw");
@@ -2069,6 +2071,8 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
                 principal: None,
+                deactivated: false,
+                drain: None,
             },
         );
     }
@@ -2897,6 +2901,8 @@ fn reconciliation_of_an_id_held_on_another_agent_waits_for_the_named_agent() {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
                 principal: None,
+                deactivated: false,
+                drain: None,
             },
         );
     }
@@ -3520,3 +3526,5 @@ fn a_viewer_sees_the_counts_roles_and_executors_of_what_it_may_view() {
     assert!(executors(&seen).is_empty());
     assert_eq!(seen.summary.cpus_total, snapshot.summary.cpus_total);
 }
+
+mod drain;

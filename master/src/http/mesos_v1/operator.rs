@@ -158,6 +158,9 @@ pub(crate) async fn handle(
             };
             return crate::http::operator_teardown(&state.app, &headers, &fid).await;
         }
+        Type::DrainAgent | Type::DeactivateAgent | Type::ReactivateAgent | Type::MarkAgentGone => {
+            return crate::http::operator_agents::handle(&state.app, &headers, &call).await;
+        }
         Type::Unknown => {
             return error(
                 StatusCode::NOT_IMPLEMENTED,
@@ -225,6 +228,26 @@ fn mesos_agent(a: &AgentState) -> response::get_agents::Agent {
             attributes: a.attributes.clone(),
         }),
         active: a.connected,
+        deactivated: Some(a.deactivated),
+        drain_info: a.drain_info.as_ref().map(|d| {
+            let mut info = v1::DrainInfo {
+                config: v1::DrainConfig {
+                    max_grace_period: d.config.max_grace_period.as_ref().map(|g| {
+                        v1::DurationInfo {
+                            nanoseconds: g.nanoseconds,
+                        }
+                    }),
+                    mark_gone: Some(d.config.mark_gone),
+                },
+                ..Default::default()
+            };
+            info.set_state(if d.state == "DRAINED" {
+                v1::DrainState::Drained
+            } else {
+                v1::DrainState::Draining
+            });
+            info
+        }),
         version: MESOS_API_VERSION.to_string(),
         pid: Some(format!("slave(1)@{}", a.address)),
         registered_time: Some(time_info(a.registered_at)),
