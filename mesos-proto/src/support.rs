@@ -277,6 +277,7 @@ pub const CARRIED: &[Carried] = &[
     carried("mesos.v1.master.Call.DeactivateAgent", &["agent_id"]),
     carried("mesos.v1.master.Call.ReactivateAgent", &["agent_id"]),
     carried("mesos.v1.master.Call.MarkAgentGone", &["agent_id"]),
+    carried("google.protobuf.Duration", &["seconds", "nanos"]),
 ];
 
 /// The enum fields of which Agora carries out only some values. See the
