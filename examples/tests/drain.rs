@@ -134,11 +134,7 @@ fn a_drained_agents_task_is_killed_after_the_grace_and_the_agent_is_offered_agai
     let drained = offer.agent_id.as_str().to_string();
     let long = command_task("long", &offer, "sleep 600", "cpus:1;mem:64");
     driver
-        .launch_tasks(
-            std::slice::from_ref(&offer.id),
-            vec![long],
-            no_refusal.clone(),
-        )
+        .launch_tasks(std::slice::from_ref(&offer.id), vec![long], no_refusal)
         .unwrap();
     wait_for(&events, Duration::from_secs(20), |e| match e {
         SchedEvent::Update(s) if s.task_id.as_str() == "long" => {
@@ -214,7 +210,7 @@ fn a_drained_agents_task_is_killed_after_the_grace_and_the_agent_is_offered_agai
             Ok(SchedEvent::Offers(offers)) => {
                 for o in offers {
                     assert_ne!(o.agent_id.as_str(), drained, "a draining agent was offered");
-                    driver.decline_offer(&o.id, no_refusal.clone()).unwrap();
+                    driver.decline_offer(&o.id, no_refusal).unwrap();
                 }
             }
             Ok(SchedEvent::Update(s)) if s.task_id.as_str() == "long" => break s,
@@ -242,17 +238,16 @@ fn a_drained_agents_task_is_killed_after_the_grace_and_the_agent_is_offered_agai
 
     let (ok, out) = agora(&cluster, &secret_file, &["agent", "reactivate", &drained]);
     assert!(ok, "{out}");
-    let offered = wait_for(&events, Duration::from_secs(20), |e| match e {
+    wait_for(&events, Duration::from_secs(20), |e| match e {
         SchedEvent::Offers(offers) => {
             let mine = offers.iter().any(|o| o.agent_id.as_str() == drained);
             for o in offers {
-                let _ = driver.decline_offer(&o.id, no_refusal.clone());
+                let _ = driver.decline_offer(&o.id, no_refusal);
             }
             mine.then_some(())
         }
         _ => None,
     });
-    let _ = offered;
     wait_until(
         Duration::from_secs(5),
         "no drain_info in /state",
@@ -263,7 +258,7 @@ fn a_drained_agents_task_is_killed_after_the_grace_and_the_agent_is_offered_agai
         agent_in_state(&cluster, &drained).unwrap()["deactivated"],
         false
     );
-    driver.stop(false);
+    let _ = driver.stop(false);
 }
 
 #[test]
@@ -324,5 +319,5 @@ fn an_agent_marked_gone_loses_its_tasks_and_its_id() {
     let (status, body) = post_v1(cluster.master.addr, &call, true);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("No agent found"), "{body}");
-    driver.stop(false);
+    let _ = driver.stop(false);
 }
