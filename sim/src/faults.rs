@@ -456,6 +456,7 @@ impl World {
                 | Fault::SchedRestart { .. }
                 | Fault::Arrive { .. }
                 | Fault::ExecHeal { .. }
+                | Fault::Reactivate { .. }
         );
         if injecting && !self.faulty {
             return;
@@ -693,6 +694,18 @@ impl World {
         for f in 0..self.fws.len() {
             if self.fws[f].driver.is_none() {
                 self.fw_start(f);
+            }
+        }
+        // Every agent an operator drained is reactivated (seeds without
+        // drains are left as they were).
+        let drains = self
+            .plan
+            .faults
+            .iter()
+            .any(|(_, f)| matches!(f, Fault::Drain { .. }));
+        if drains {
+            for agent in 0..self.agents.len() {
+                self.after(SEC, Ev::Fault(Fault::Reactivate { agent }));
             }
         }
         // Probes go in once the cluster has settled: agents and frameworks

@@ -17,11 +17,13 @@
 //! answer and the stream show what the caller may view (`view_frameworks`,
 //! `view_tasks`); the stream's events are computed once for all its
 //! readers of one principal, and a reader that stops reading is cut off
-//! (`operator_feed.rs`). TEARDOWN is the one call that changes the
-//! cluster: it needs an authenticated principal whenever the master has
-//! credentials, and the `teardown_frameworks` ACL's leave. Every other
-//! call type is answered `501` naming it ("master.Call.type DRAIN_AGENT is
-//! not supported"), as is any field Agora does not carry out (`400`); the
+//! (`operator_feed.rs`). TEARDOWN, DRAIN_AGENT, DEACTIVATE_AGENT,
+//! REACTIVATE_AGENT and MARK_AGENT_GONE change the cluster: they need an
+//! authenticated principal whenever the master has credentials (TEARDOWN
+//! also the `teardown_frameworks` ACL's leave; the agent calls are
+//! `operator_agents.rs`'s). Every other call type is answered `501`
+//! naming it ("master.Call.type UPDATE_MAINTENANCE_SCHEDULE is not
+//! supported"), as is any field Agora does not carry out (`400`); the
 //! list is `agora_mesos_proto::support`'s.
 
 use std::collections::{BTreeMap, HashMap};
