@@ -459,3 +459,65 @@ mod tests {
         assert_eq!(p.counts(), (0, 1, 1, 1));
     }
 }
+
+/// What `agora agent` does to an agent (the master's v1 operator calls).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentAction {
+    /// DRAIN_AGENT: tasks killed after `grace` (at once without), no new
+    /// tasks; with `mark_gone`, the agent is marked gone once drained.
+    Drain {
+        grace: Option<Duration>,
+        mark_gone: bool,
+    },
+    /// DEACTIVATE_AGENT: no offers; tasks go on.
+    Deactivate,
+    /// REACTIVATE_AGENT: offered again (ends a drain).
+    Reactivate,
+    /// MARK_AGENT_GONE: tasks end, the agent is refused from then on.
+    MarkGone,
+}
+
+/// The v1 operator call (JSON, as Mesos's tools send it) for `action`
+/// on agent `agent_id`.
+pub fn agent_call(agent_id: &str, action: &AgentAction) -> Value {
+    let id = serde_json::json!({ "value": agent_id });
+    match action {
+        AgentAction::Drain { grace, mark_gone } => {
+            let mut drain = serde_json::json!({ "agent_id": id, "mark_gone": mark_gone });
+            if let Some(grace) = grace {
+                // google.protobuf.Duration in JSON: "1.5s".
+                drain["max_grace_period"] = serde_json::json!(format!("{}s", grace.as_secs_f64()));
+            }
+            serde_json::json!({ "type": "DRAIN_AGENT", "drain_agent": drain })
+        }
+        AgentAction::Deactivate => {
+            serde_json::json!({ "type": "DEACTIVATE_AGENT", "deactivate_agent": { "agent_id": id } })
+        }
+        AgentAction::Reactivate => {
+            serde_json::json!({ "type": "REACTIVATE_AGENT", "reactivate_agent": { "agent_id": id } })
+        }
+        AgentAction::MarkGone => {
+            serde_json::json!({ "type": "MARK_AGENT_GONE", "mark_agent_gone": { "agent_id": id } })
+        }
+    }
+}
+
+/// Sends `action` on agent `agent_id` to the master's `/api/v1`; the
+/// master's refusal (unknown agent, not authenticated, ...) is the error.
+pub async fn agent_action(
+    master: &MasterClient,
+    agent_id: &str,
+    action: &AgentAction,
+) -> anyhow::Result<()> {
+    let response = master
+        .post_json("/api/v1", &agent_call(agent_id, action))
+        .await?;
+    if response.status != 200 {
+        bail!(
+            "the master refused ({}): {}",
+            response.status,
+            response.text().trim()
+        );
+    }
+    Ok(())
+}

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agora_cli::{
-    execute_with_progress, list_all, master, print_items, task_log, AGENT_COLUMNS,
-    FRAMEWORK_COLUMNS, TASK_COLUMNS,
+    agent_action, execute_with_progress, list_all, master, print_items, task_log, AgentAction,
+    AGENT_COLUMNS, FRAMEWORK_COLUMNS, TASK_COLUMNS,
 };
 use agora_examples::cli::{init_logging, parse_duration};
 use agora_examples::execute::ExecuteOptions;
@@ -91,11 +91,48 @@ enum Command {
         #[command(subcommand)]
         command: ImageCommand,
     },
+    /// Drain, deactivate, reactivate or mark gone an agent.
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
     /// Run a shell command as K tasks, with a progress bar (as agora-execute).
     Execute(ExecuteArgs),
     /// Start a master and N agents on 127.0.0.1 (as agora-local).
     #[cfg(feature = "local")]
     Local(LocalArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum AgentCommand {
+    /// No new tasks; the agent's tasks are killed after the grace period
+    /// (at once without one); then it is DRAINED.
+    Drain {
+        /// The agent's id.
+        agent_id: String,
+        /// How long tasks may run on before they are killed (e.g. 30s).
+        #[arg(long, value_parser = parse_duration)]
+        grace: Option<Duration>,
+        /// Mark the agent gone once it is drained.
+        #[arg(long)]
+        mark_gone: bool,
+    },
+    /// No offers of the agent's resources; its tasks go on.
+    Deactivate {
+        /// The agent's id.
+        agent_id: String,
+    },
+    /// Offered again (ends a drain or a deactivation).
+    Reactivate {
+        /// The agent's id.
+        agent_id: String,
+    },
+    /// The agent's tasks end (TASK_GONE_BY_OPERATOR) and it is refused
+    /// from then on.
+    MarkGone {
+        /// The agent's id.
+        agent_id: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -327,6 +364,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
+        }
+        Command::Agent { command } => {
+            let (agent_id, action) = match command {
+                AgentCommand::Drain {
+                    agent_id,
+                    grace,
+                    mark_gone,
+                } => (agent_id, AgentAction::Drain { grace, mark_gone }),
+                AgentCommand::Deactivate { agent_id } => (agent_id, AgentAction::Deactivate),
+                AgentCommand::Reactivate { agent_id } => (agent_id, AgentAction::Reactivate),
+                AgentCommand::MarkGone { agent_id } => (agent_id, AgentAction::MarkGone),
+            };
+            let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
+            agent_action(&master, &agent_id, &action).await?;
+            println!("agent {agent_id}: {action:?} accepted");
         }
         Command::Execute(args) => {
             let opts = ExecuteOptions {

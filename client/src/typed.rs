@@ -116,6 +116,18 @@ impl Peer {
         get_json(&self.http, &self.address, path).await
     }
 
+    /// `POST path` with a JSON body, whatever the status.
+    pub async fn post_json(&self, path: &str, body: &Value) -> Result<Response, ClientError> {
+        self.http
+            .post(
+                &self.address,
+                path,
+                "application/json",
+                serde_json::to_vec(body).unwrap_or_default(),
+            )
+            .await
+    }
+
     /// `/state`.
     pub async fn state(&self) -> Result<Value, ClientError> {
         self.get_json("/state").await

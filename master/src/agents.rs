@@ -44,6 +44,10 @@ pub(crate) struct Agent {
     /// Why the agent cannot take tasks now (its work directory is full,
     /// ...), as it said: its resources are not offered meanwhile.
     pub(crate) unavailable: Option<String>,
+    /// DEACTIVATE_AGENT (or a drain): no offers until REACTIVATE_AGENT.
+    pub(crate) deactivated: bool,
+    /// DRAIN_AGENT (`drain.rs`).
+    pub(crate) drain: Option<crate::drain::Drain>,
 }
 
 // === impl Agent ===
@@ -67,6 +71,8 @@ impl Agent {
             registered_at: agora_proto::now_timestamp(),
             recovering: false,
             unavailable: None,
+            deactivated: false,
+            drain: None,
         }
     }
 
@@ -79,10 +85,17 @@ impl Agent {
     }
 
     fn record(&self) -> RegistryOp {
+        self.registry_record()
+    }
+
+    /// Its registry record, with what an operator set on it.
+    pub(crate) fn registry_record(&self) -> RegistryOp {
         RegistryOp::PutAgent(AgentRecord {
             id: self.id.clone(),
             info: self.info.clone(),
             principal: self.principal.clone(),
+            deactivated: self.deactivated,
+            drain: self.drain.as_ref().map(|d| d.record.clone()),
         })
     }
 }
@@ -163,6 +176,17 @@ impl Master {
         };
         if let Err(e) = aid.validate() {
             return self.agent_fatal(conn, format!("registration refused: invalid agent id: {e}"));
+        }
+        if self.gone_agents.contains(&aid) {
+            tracing::warn!(agent_id = %aid, "agent marked gone tried to register again; shutting it down");
+            return self.send_agent_conn(
+                conn,
+                Event::Shutdown {
+                    message: format!(
+                        "registration refused: agent {aid} was marked gone by an operator and may not register again with this id"
+                    ),
+                },
+            );
         }
         if self.removed_agents.contains(&aid) {
             tracing::info!(agent_id = %aid, "removed agent tried to re-register; shutting it down");
@@ -544,7 +568,8 @@ impl Master {
         agent.offered = Resources::new();
         let used: Vec<(FrameworkId, Resources)> = per_framework.into_iter().collect();
         self.allocator.remove_agent(&aid);
-        self.allocator.add_agent(&aid, &agent.total, &used, true);
+        let held = agent.deactivated || agent.drain.is_some();
+        self.allocator.add_agent(&aid, &agent.total, &used, !held);
 
         tracing::info!(agent_id = %aid, hostname = %agent.info.hostname, tasks = agent.tasks.len(), "agent re-registered");
         self.agents.insert(aid.clone(), agent);
@@ -629,6 +654,9 @@ impl Master {
                 if let Some(agent) = self.agents.get_mut(aid) {
                     agent.unavailable = None;
                 }
+                if self.operator_holds(aid) {
+                    return;
+                }
                 self.allocator.activate_agent(aid);
                 self.schedule_allocation(now);
             }
@@ -699,6 +727,17 @@ impl Master {
     /// Forgets the agent: offers rescinded, live tasks `TASK_LOST`,
     /// frameworks told with `FAILURE`, id remembered as removed.
     pub(crate) fn remove_agent(&mut self, now: Instant, aid: &AgentId, reason: &str) {
+        self.remove_agent_for(now, aid, reason, Reason::ReasonAgentRemoved)
+    }
+
+    /// [`Master::remove_agent`], its live tasks' updates with `task_reason`.
+    pub(crate) fn remove_agent_for(
+        &mut self,
+        now: Instant,
+        aid: &AgentId,
+        reason: &str,
+        task_reason: Reason,
+    ) {
         self.withdraw_agent_offers(now, aid, true);
         let Some(agent) = self.agents.remove(aid) else {
             return;
@@ -737,13 +776,8 @@ impl Master {
             let state = if task.state.is_terminal() {
                 task.state
             } else {
-                let status = master_status(
-                    tid,
-                    TaskState::Lost,
-                    Reason::ReasonAgentRemoved,
-                    reason,
-                    Some(aid.clone()),
-                );
+                let status =
+                    master_status(tid, TaskState::Lost, task_reason, reason, Some(aid.clone()));
                 task.set_latest_status(status.clone());
                 self.send_framework(&fid, scheduler::Event::Update { status });
                 TaskState::Lost

@@ -22,6 +22,7 @@ pub mod allocator;
 #[doc(hidden)]
 pub mod bench;
 mod config;
+mod drain;
 mod event_loop;
 mod frameworks;
 #[cfg(feature = "etcd")]

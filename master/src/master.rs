@@ -56,6 +56,14 @@ pub enum Input {
         /// Who asked, for the log.
         operator: Option<String>,
     },
+    /// An operator drains, deactivates, reactivates or marks gone an
+    /// agent (authorized and checked by the HTTP side).
+    OperatorAgent {
+        agent_id: AgentId,
+        call: crate::drain::AgentCall,
+        /// Who asked, for the log.
+        operator: Option<String>,
+    },
 }
 
 /// Something the master wants done to a connection.
@@ -99,6 +107,11 @@ pub(crate) struct Master {
     pub(crate) removed_frameworks: BoundedSet<FrameworkId>,
     pub(crate) agents: Tracked<AgentId, Agent>,
     pub(crate) removed_agents: BoundedSet<AgentId>,
+    /// Agents marked gone by an operator (a subset of `removed_agents`
+    /// this master knows why of): their registration is refused.
+    pub(crate) gone_agents: HashSet<AgentId>,
+    /// Agents with a drain not DRAINED yet (`drain.rs`).
+    pub(crate) draining: std::collections::BTreeSet<AgentId>,
     pub(crate) offers: Tracked<OfferId, OfferEntry>,
     /// Offers in creation order, for the offer timeout.
     pub(crate) offer_expiry: VecDeque<(Instant, OfferId)>,
@@ -162,6 +175,8 @@ impl Master {
         Master {
             removed_frameworks: BoundedSet::new(config.max_removed_agents),
             removed_agents: BoundedSet::new(config.max_removed_agents),
+            gone_agents: HashSet::default(),
+            draining: Default::default(),
             next_allocation: now + config.allocation_interval,
             next_heartbeat: now + config.heartbeat_interval,
             next_ping: now + config.agent_ping_interval,
@@ -212,14 +227,20 @@ impl Master {
             self.removed_frameworks.insert(fid.clone());
         }
         for record in state.agents.values() {
-            self.agents.insert(
+            let mut agent = Agent::recovered(
                 record.id.clone(),
-                Agent::recovered(
-                    record.id.clone(),
-                    record.info.clone(),
-                    record.principal.clone(),
-                ),
+                record.info.clone(),
+                record.principal.clone(),
             );
+            agent.deactivated = record.deactivated;
+            agent.drain = record
+                .drain
+                .clone()
+                .map(|d| crate::drain::Drain::new(now, d));
+            if agent.drain.as_ref().is_some_and(|d| !d.record.drained) {
+                self.draining.insert(record.id.clone());
+            }
+            self.agents.insert(record.id.clone(), agent);
         }
         if !state.agents.is_empty() {
             self.reregister_deadline = now.checked_add(self.config.agent_reregister_timeout);
@@ -309,6 +330,11 @@ impl Master {
                     "framework removed: torn down by an operator",
                 )
             }
+            Input::OperatorAgent {
+                agent_id,
+                call,
+                operator,
+            } => self.operator_agent_call(now, &agent_id, call, operator),
         }
     }
 
@@ -330,6 +356,7 @@ impl Master {
         }
         self.expire_frameworks(now);
         self.expire_offers(now);
+        self.drain_agents(now);
         if now >= self.next_allocation {
             self.allocate(now);
             self.next_allocation = now + self.config.allocation_interval;
@@ -343,6 +370,9 @@ impl Master {
             .min(self.next_heartbeat)
             .min(self.next_ping);
         if let Some(d) = self.reregister_deadline {
+            next = next.min(d);
+        }
+        if let Some(d) = self.next_drain_deadline() {
             next = next.min(d);
         }
         for fw in self.frameworks.values() {

@@ -92,6 +92,12 @@ pub struct AgentRecord {
     /// principals were kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) principal: Option<String>,
+    /// DEACTIVATE_AGENT (or a drain) holds it back from offers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) deactivated: bool,
+    /// DRAIN_AGENT's configuration and whether it is DRAINED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) drain: Option<crate::drain::DrainRecord>,
 }
 
 /// A framework that subscribed to the master.
@@ -457,6 +463,8 @@ pub(crate) fn test_agent_record(id: &str, hostname: &str) -> AgentRecord {
             attributes: Default::default(),
         },
         principal: None,
+        deactivated: false,
+        drain: None,
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 pub use crate::allocator::AgentAccounts;
 pub use crate::allocator::Interned;
 use crate::allocator::{AllocatorOptions, DrfAllocator};
+pub use crate::drain::AgentCall;
 use crate::master::Master;
 pub use crate::master::{ConnId, Input, Output};
 pub use crate::registry::{
@@ -292,6 +293,12 @@ impl SimMaster {
     }
 
     /// Whether the framework was torn down (and is refused from now on).
+    /// Whether an operator holds agent `agent_id` back from new tasks
+    /// (deactivated or draining).
+    pub fn operator_holds(&self, agent_id: &AgentId) -> bool {
+        self.inner.operator_holds(agent_id)
+    }
+
     pub fn framework_removed(&self, framework_id: &FrameworkId) -> bool {
         self.inner.removed_frameworks.contains(framework_id)
     }

@@ -154,6 +154,33 @@ pub(crate) struct AgentState {
     /// Why the agent cannot take tasks now, as it said (absent: it can).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) unavailable: Option<String>,
+    /// DEACTIVATE_AGENT or a drain holds it back from offers.
+    pub(crate) deactivated: bool,
+    /// DRAIN_AGENT's state and configuration, as Mesos's `DrainInfo`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) drain_info: Option<DrainInfoView>,
+}
+
+/// Mesos's `DrainInfo` in JSON.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DrainInfoView {
+    /// `DRAINING` or `DRAINED`.
+    pub(crate) state: &'static str,
+    pub(crate) config: DrainConfigView,
+}
+
+/// Mesos's `DrainConfig` in JSON.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DrainConfigView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_grace_period: Option<DurationView>,
+    pub(crate) mark_gone: bool,
+}
+
+/// Mesos's `DurationInfo` in JSON.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DurationView {
+    pub(crate) nanoseconds: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -471,6 +498,20 @@ fn agent_view(a: &Agent) -> AgentState {
         executor_frameworks: a.executors.keys().map(|(f, _)| f.clone()).collect(),
         registered_at: a.registered_at,
         unavailable: a.unavailable.clone(),
+        deactivated: a.deactivated,
+        drain_info: a.drain.as_ref().map(|d| DrainInfoView {
+            state: if d.record.drained {
+                "DRAINED"
+            } else {
+                "DRAINING"
+            },
+            config: DrainConfigView {
+                max_grace_period: d.record.max_grace_period.map(|s| DurationView {
+                    nanoseconds: (s * 1e9) as i64,
+                }),
+                mark_gone: d.record.mark_gone,
+            },
+        }),
     }
 }
 

@@ -295,6 +295,7 @@ impl Master {
         };
         // An update speaks for the agent that sent it, whatever it says.
         status.agent_id = Some(aid.clone());
+        self.mark_drain_kill(aid, &fid, &mut status);
         if !self.frameworks.contains_key(&fid)
             && !self.removed_frameworks.contains(&fid)
             && self.agents_may_reregister(now)

@@ -384,9 +384,9 @@ async fn bad_requests_get_mesos_status_codes() {
     assert_eq!(code, 501);
     for (call, status, answer) in [
         (
-            r#"{"type":"DRAIN_AGENT","drain_agent":{"agent_id":{"value":"a"}}}"#,
+            r#"{"type":"START_MAINTENANCE"}"#,
             501,
-            "master.Call.type DRAIN_AGENT is not supported",
+            "master.Call.type START_MAINTENANCE is not supported",
         ),
         (
             r#"{"type":"RESERVE_RESOURCES"}"#,

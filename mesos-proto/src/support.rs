@@ -277,7 +277,18 @@ pub const CARRIED: &[Carried] = &[
         ],
     ),
     // The operator API (the master's `/api/v1`).
-    carried("mesos.v1.master.Call", &["type", "get_metrics", "teardown"]),
+    carried(
+        "mesos.v1.master.Call",
+        &[
+            "type",
+            "get_metrics",
+            "teardown",
+            "drain_agent",
+            "deactivate_agent",
+            "reactivate_agent",
+            "mark_agent_gone",
+        ],
+    ),
     carried("mesos.v1.agent.Call", &["type", "get_containers"]),
     carried(
         "mesos.v1.agent.Call.GetContainers",
@@ -285,6 +296,14 @@ pub const CARRIED: &[Carried] = &[
     ),
     carried("mesos.v1.master.Call.GetMetrics", &["timeout"]),
     carried("mesos.v1.master.Call.Teardown", &["framework_id"]),
+    carried(
+        "mesos.v1.master.Call.DrainAgent",
+        &["agent_id", "max_grace_period", "mark_gone"],
+    ),
+    carried("mesos.v1.master.Call.DeactivateAgent", &["agent_id"]),
+    carried("mesos.v1.master.Call.ReactivateAgent", &["agent_id"]),
+    carried("mesos.v1.master.Call.MarkAgentGone", &["agent_id"]),
+    carried("google.protobuf.Duration", &["seconds", "nanos"]),
 ];
 
 /// The enum fields of which Agora carries out only some values. See the
@@ -355,6 +374,10 @@ pub const CARRIED_VALUES: &[CarriedValues] = &[
             "GET_MASTER",
             "SUBSCRIBE",
             "TEARDOWN",
+            "DRAIN_AGENT",
+            "DEACTIVATE_AGENT",
+            "REACTIVATE_AGENT",
+            "MARK_AGENT_GONE",
         ],
     ),
 ];

@@ -34,6 +34,7 @@ pub const EXECUTOR_SAYS: &str = "a task's terminal state is the one its executor
 pub const RUN_TASK_ANSWERED: &str = "every RUN_TASK gets an update";
 pub const PROGRESS: &str = "the cluster makes progress once faults stop";
 pub const BOUNDED: &str = "the allocator's interned names stay bounded";
+pub const NOT_HELD: &str = "no task is launched on a draining or deactivated agent";
 pub const STALE_REPORT: &str =
     "a report of one launch of a task id is never applied to another launch of it";
 pub const FRAMES_FIT: &str = "no frame exceeds the frame cap";

@@ -31,6 +31,10 @@ const STORAGE_SALT: u64 = 0x5707_a6e0_d15c_0b5e;
 const FORGERY_SALT: u64 = 0xf0e9_ed1d_e471_7a11;
 /// Share of (non-calm) seeds with forged registrations.
 const FORGERY_RATE: f64 = 0.5;
+/// Mixed into the seed of the drains' generator.
+const DRAIN_SALT: u64 = 0xd7a1_4a6e_0b5e_55ed;
+/// Share of (non-calm) seeds in which an operator drains agents.
+const DRAIN_RATE: f64 = 0.3;
 
 /// A timed fault (or the recovery that ends one).
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +112,16 @@ pub(crate) enum Fault {
     Forge {
         victim: Victim,
         principal: Principal,
+    },
+    /// An operator drains the agent (DRAIN_AGENT with `grace`), and
+    /// reactivates it after `reactivate`.
+    Drain {
+        agent: usize,
+        grace: Time,
+        reactivate: Time,
+    },
+    Reactivate {
+        agent: usize,
     },
 }
 
@@ -296,6 +310,22 @@ impl Plan {
             plan.registry_latency = (20 * MS, 500 * MS);
         }
         plan.reuse_rate = pick(rng, &[0.0, 0.1, 0.3, 0.6]);
+        // Drains, from a generator of their own (the rest of the
+        // schedule stays what it was).
+        let seed = rng.clone().random::<u64>() ^ DRAIN_SALT;
+        let mut drains = StdRng::seed_from_u64(seed);
+        if !calm && drains.random_bool(DRAIN_RATE) {
+            for _ in 0..drains.random_range(1..=3) {
+                let at = drains.random_range(SEC..quiet_at.max(2 * SEC));
+                let fault = Fault::Drain {
+                    agent: drains.random_range(0..agents),
+                    grace: drains.random_range(0..10 * SEC),
+                    reactivate: drains.random_range(SEC..30 * SEC),
+                };
+                plan.faults.push((at, fault));
+            }
+            plan.faults.sort_by_key(|(at, _)| *at);
+        }
         plan
     }
 
@@ -426,6 +456,7 @@ impl World {
                 | Fault::SchedRestart { .. }
                 | Fault::Arrive { .. }
                 | Fault::ExecHeal { .. }
+                | Fault::Reactivate { .. }
         );
         if injecting && !self.faulty {
             return;
@@ -499,6 +530,57 @@ impl World {
             },
             Fault::Arrive { fw, n } => self.fw_enqueue(fw, n, false),
             Fault::Forge { victim, principal } => self.forge(victim, principal),
+            Fault::Drain {
+                agent,
+                grace,
+                reactivate,
+            } => {
+                if let Some(agent_id) = self.agents[agent].id.clone() {
+                    self.note(|| format!("operator drains agent {agent} ({agent_id})"));
+                    self.master_input(agora_master::sim::Input::OperatorAgent {
+                        agent_id,
+                        call: agora_master::sim::AgentCall::Drain {
+                            max_grace_period: Some(std::time::Duration::from_nanos(grace)),
+                            mark_gone: false,
+                        },
+                        operator: None,
+                    });
+                }
+                self.after(reactivate, Ev::Fault(Fault::Reactivate { agent }));
+            }
+            Fault::Reactivate { agent } => {
+                // As an operator would, until the master shows the agent
+                // offered again (a call to a master that is down, or lost
+                // with it, is made again).
+                let Some(agent_id) = self.agents[agent].id.clone() else {
+                    self.after(2 * SEC, Ev::Fault(Fault::Reactivate { agent }));
+                    return;
+                };
+                // Done once the master has the agent connected and not
+                // held after the faults stopped (a master still
+                // recovering does not know it yet, and one that fails
+                // over may not have recorded the call).
+                let held = self.t < self.plan.quiet_at
+                    || match self.master.core.as_ref() {
+                        Some(core) if self.master.up => {
+                            core.operator_holds(&agent_id)
+                                || !core
+                                    .agents()
+                                    .iter()
+                                    .any(|a| a.id == agent_id && a.connected)
+                        }
+                        _ => true,
+                    };
+                if held {
+                    self.note(|| format!("operator reactivates agent {agent}"));
+                    self.master_input(agora_master::sim::Input::OperatorAgent {
+                        agent_id,
+                        call: agora_master::sim::AgentCall::Reactivate,
+                        operator: None,
+                    });
+                    self.after(2 * SEC, Ev::Fault(Fault::Reactivate { agent }));
+                }
+            }
             Fault::Rerole { fw } => {
                 self.reroles += 1;
                 let role = format!("role-{fw}-{}", self.reroles);
@@ -612,6 +694,18 @@ impl World {
         for f in 0..self.fws.len() {
             if self.fws[f].driver.is_none() {
                 self.fw_start(f);
+            }
+        }
+        // Every agent an operator drained is reactivated (seeds without
+        // drains are left as they were).
+        let drains = self
+            .plan
+            .faults
+            .iter()
+            .any(|(_, f)| matches!(f, Fault::Drain { .. }));
+        if drains {
+            for agent in 0..self.agents.len() {
+                self.after(SEC, Ev::Fault(Fault::Reactivate { agent }));
             }
         }
         // Probes go in once the cluster has settled: agents and frameworks

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use agora_master::sim::{Config, Input, Output, RegistryOp, RegistryState, SimMaster};
+use agora_proto::agent as agent_api;
 use agora_proto::scheduler as sched_api;
 use agora_proto::TaskId;
 
@@ -141,6 +142,31 @@ impl World {
             return;
         };
         let outputs = core.take_outputs();
+        // A task launched now goes to an agent no operator holds back.
+        let held: Option<String> = outputs.iter().find_map(|output| match output {
+            Output::Agent {
+                event: agent_api::Event::RunTask { task, .. },
+                ..
+            } if launching.iter().any(|(t, _)| *t == task.task_id)
+                && core.operator_holds(&task.agent_id) =>
+            {
+                Some(format!("{} on {}", task.task_id, task.agent_id))
+            }
+            Output::Agent {
+                event: agent_api::Event::RunTaskGroup { tasks, .. },
+                ..
+            } => tasks
+                .iter()
+                .find(|t| {
+                    launching.iter().any(|(l, _)| *l == t.task_id)
+                        && core.operator_holds(&t.agent_id)
+                })
+                .map(|t| format!("{} on {}", t.task_id, t.agent_id)),
+            _ => None,
+        });
+        if let Some(detail) = held {
+            self.violated(crate::check::NOT_HELD, detail);
+        }
         for output in outputs {
             let mut tag = None;
             if let Output::Scheduler {

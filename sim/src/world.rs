@@ -333,7 +333,8 @@ impl World {
             Ev::ExecCrash { proc } => self.exec_exit(proc, Some(1), "crashed".into()),
             Ev::ExecSigkill { proc } => self.exec_sigkill(proc),
             Ev::Fault(f) => {
-                if self.faulty {
+                // An operator's reactivation goes on after the faults stop.
+                if self.faulty || matches!(f, crate::faults::Fault::Reactivate { .. }) {
                     self.fault(f)
                 }
             }

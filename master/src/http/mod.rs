@@ -11,6 +11,7 @@
 mod api;
 mod files;
 mod mesos_v1;
+mod operator_agents;
 
 mod ui;
 mod ws;

@@ -1852,6 +1852,8 @@ fn kill_of_a_task_on_an_agent_still_to_reregister_waits_for_it() {
             id: aid.clone(),
             info: agent_info(Some(&aid), "cpus:4;mem:4096"),
             principal: None,
+            deactivated: false,
+            drain: None,
         },
     );
     let fid = FrameworkId::new("fw");
@@ -2071,6 +2073,8 @@ fn recovery_rebuilds_agents_frameworks_and_refusals() {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
                 principal: None,
+                deactivated: false,
+                drain: None,
             },
         );
     }
@@ -2899,6 +2903,8 @@ fn reconciliation_of_an_id_held_on_another_agent_waits_for_the_named_agent() {
                 id: aid.clone(),
                 info: agent_info(Some(aid), "cpus:4;mem:4096"),
                 principal: None,
+                deactivated: false,
+                drain: None,
             },
         );
     }
@@ -3522,3 +3528,5 @@ fn a_viewer_sees_the_counts_roles_and_executors_of_what_it_may_view() {
     assert!(executors(&seen).is_empty());
     assert_eq!(seen.summary.cpus_total, snapshot.summary.cpus_total);
 }
+
+mod drain;

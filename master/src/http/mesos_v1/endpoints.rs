@@ -199,7 +199,7 @@ fn attribute_map(agent: &AgentState) -> Value {
 
 fn agent_json(a: &AgentState) -> Value {
     let total = a.total.list();
-    json!({
+    let mut agent = json!({
         "id": a.id,
         "hostname": a.hostname,
         "port": a.address.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).unwrap_or(5051),
@@ -212,10 +212,14 @@ fn agent_json(a: &AgentState) -> Value {
         "reserved_resources": reserved_map(total),
         "unreserved_resources": resource_map(&total.filter_roles(|r| r == agora_proto::DEFAULT_ROLE)),
         "active": a.connected,
-        "deactivated": !a.connected,
+        "deactivated": !a.connected || a.deactivated,
         "version": agora_mesos_proto::MESOS_API_VERSION,
         "capabilities": ["MULTI_ROLE", "HIERARCHICAL_ROLE", "RESERVATION_REFINEMENT"],
-    })
+    });
+    if let Some(drain) = &a.drain_info {
+        agent["drain_info"] = serde_json::to_value(drain).unwrap_or(Value::Null);
+    }
+    agent
 }
 
 /// A task as Mesos's `json(Task)` writes it; `role` is the role its

@@ -17,11 +17,13 @@
 //! answer and the stream show what the caller may view (`view_frameworks`,
 //! `view_tasks`); the stream's events are computed once for all its
 //! readers of one principal, and a reader that stops reading is cut off
-//! (`operator_feed.rs`). TEARDOWN is the one call that changes the
-//! cluster: it needs an authenticated principal whenever the master has
-//! credentials, and the `teardown_frameworks` ACL's leave. Every other
-//! call type is answered `501` naming it ("master.Call.type DRAIN_AGENT is
-//! not supported"), as is any field Agora does not carry out (`400`); the
+//! (`operator_feed.rs`). TEARDOWN, DRAIN_AGENT, DEACTIVATE_AGENT,
+//! REACTIVATE_AGENT and MARK_AGENT_GONE change the cluster: they need an
+//! authenticated principal whenever the master has credentials (TEARDOWN
+//! also the `teardown_frameworks` ACL's leave; the agent calls are
+//! `operator_agents.rs`'s). Every other call type is answered `501`
+//! naming it ("master.Call.type UPDATE_MAINTENANCE_SCHEDULE is not
+//! supported"), as is any field Agora does not carry out (`400`); the
 //! list is `agora_mesos_proto::support`'s.
 
 use std::collections::{BTreeMap, HashMap};
@@ -158,6 +160,9 @@ pub(crate) async fn handle(
             };
             return crate::http::operator_teardown(&state.app, &headers, &fid).await;
         }
+        Type::DrainAgent | Type::DeactivateAgent | Type::ReactivateAgent | Type::MarkAgentGone => {
+            return crate::http::operator_agents::handle(&state.app, &headers, &call).await;
+        }
         Type::Unknown => {
             return error(
                 StatusCode::NOT_IMPLEMENTED,
@@ -225,6 +230,26 @@ fn mesos_agent(a: &AgentState) -> response::get_agents::Agent {
             attributes: a.attributes.clone(),
         }),
         active: a.connected,
+        deactivated: Some(a.deactivated),
+        drain_info: a.drain_info.as_ref().map(|d| {
+            let mut info = v1::DrainInfo {
+                config: v1::DrainConfig {
+                    max_grace_period: d.config.max_grace_period.as_ref().map(|g| {
+                        v1::DurationInfo {
+                            nanoseconds: g.nanoseconds,
+                        }
+                    }),
+                    mark_gone: Some(d.config.mark_gone),
+                },
+                ..Default::default()
+            };
+            info.set_state(if d.state == "DRAINED" {
+                v1::DrainState::Drained
+            } else {
+                v1::DrainState::Draining
+            });
+            info
+        }),
         version: MESOS_API_VERSION.to_string(),
         pid: Some(format!("slave(1)@{}", a.address)),
         registered_time: Some(time_info(a.registered_at)),

@@ -481,6 +481,9 @@ pub(crate) fn mesos_status_for(status: &TaskStatus, caps: Capabilities) -> v1::T
     let mut out = convert::mesos_status(status);
     let state = state_for(status, caps);
     out.set_state(convert::mesos_task_state(state));
+    if state == TaskState::Gone && status.reason == Some(Reason::ReasonAgentRemovedByOperator) {
+        out.set_state(v1::TaskState::TaskGoneByOperator);
+    }
     if state == TaskState::Unreachable {
         out.unreachable_time = Some(v1::TimeInfo {
             nanoseconds: (status.timestamp * 1e9) as i64,
@@ -511,6 +514,7 @@ pub(crate) fn state_for(status: &TaskStatus, caps: Capabilities) -> TaskState {
     match status.reason {
         Some(Reason::ReasonAgentRemoved) => TaskState::Unreachable,
         Some(Reason::ReasonAgentRestarted) => TaskState::Gone,
+        Some(Reason::ReasonAgentRemovedByOperator) => TaskState::Gone,
         Some(Reason::ReasonTaskUnknown) => TaskState::Unknown,
         Some(Reason::ReasonReconciliation) => {
             if status.message.as_deref() == Some(UNKNOWN_TASK_MESSAGE) {

@@ -917,3 +917,20 @@ fn a_tasks_allocation_info_names_the_role_the_master_compares() {
         "{message}"
     );
 }
+
+#[test]
+fn tasks_of_an_agent_marked_gone_are_gone_by_operator_or_lost() {
+    let status = master_status(
+        TaskState::Lost,
+        Reason::ReasonAgentRemovedByOperator,
+        "agent marked gone by an operator",
+    );
+    assert_eq!(
+        mesos_status_for(&status, pa()).state(),
+        v1::TaskState::TaskGoneByOperator
+    );
+    assert_eq!(
+        mesos_status_for(&status, Capabilities::default()).state(),
+        v1::TaskState::TaskLost
+    );
+}
