@@ -256,9 +256,33 @@ pub const CARRIED: &[Carried] = &[
         ],
     ),
     // The operator API (the master's `/api/v1`).
-    carried("mesos.v1.master.Call", &["type", "get_metrics", "teardown"]),
+    carried(
+        "mesos.v1.master.Call",
+        &[
+            "type",
+            "get_metrics",
+            "teardown",
+            "update_quota",
+            "update_weights",
+        ],
+    ),
     carried("mesos.v1.master.Call.GetMetrics", &["timeout"]),
     carried("mesos.v1.master.Call.Teardown", &["framework_id"]),
+    carried(
+        "mesos.v1.master.Call.UpdateQuota",
+        &["force", "quota_configs"],
+    ),
+    carried(
+        "mesos.v1.quota.QuotaConfig",
+        &["role", "guarantees", "limits"],
+    ),
+    carried(
+        "mesos.v1.quota.QuotaConfig.GuaranteesEntry",
+        &["key", "value"],
+    ),
+    carried("mesos.v1.quota.QuotaConfig.LimitsEntry", &["key", "value"]),
+    carried("mesos.v1.master.Call.UpdateWeights", &["weight_infos"]),
+    carried("mesos.v1.WeightInfo", &["weight", "role"]),
 ];
 
 /// The enum fields of which Agora carries out only some values. See the
@@ -313,6 +337,11 @@ pub const CARRIED_VALUES: &[CarriedValues] = &[
             "GET_MASTER",
             "SUBSCRIBE",
             "TEARDOWN",
+            "GET_ROLES",
+            "GET_WEIGHTS",
+            "UPDATE_WEIGHTS",
+            "GET_QUOTA",
+            "UPDATE_QUOTA",
         ],
     ),
 ];

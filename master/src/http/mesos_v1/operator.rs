@@ -19,7 +19,10 @@
 //! readers of one principal, and a reader that stops reading is cut off
 //! (`operator_feed.rs`). TEARDOWN is the one call that changes the
 //! cluster: it needs an authenticated principal whenever the master has
-//! credentials, and the `teardown_frameworks` ACL's leave. Every other
+//! credentials, and the `teardown_frameworks` ACL's leave; so do
+//! UPDATE_QUOTA and UPDATE_WEIGHTS (`update_quotas`, `update_weights`),
+//! which with GET_QUOTA, GET_WEIGHTS and GET_ROLES live in
+//! `operator_quota.rs`. Every other
 //! call type is answered `501` naming it ("master.Call.type DRAIN_AGENT is
 //! not supported"), as is any field Agora does not carry out (`400`); the
 //! list is `agora_mesos_proto::support`'s.
@@ -158,6 +161,37 @@ pub(crate) async fn handle(
             };
             return crate::http::operator_teardown(&state.app, &headers, &fid).await;
         }
+        Type::UpdateQuota => {
+            return super::operator_quota::update_quota(
+                &state.app,
+                &headers,
+                call.update_quota.as_ref(),
+            )
+            .await;
+        }
+        Type::UpdateWeights => {
+            return super::operator_quota::update_weights(
+                &state.app,
+                &headers,
+                call.update_weights.as_ref(),
+            )
+            .await;
+        }
+        Type::GetQuota => response_of(response::Type::GetQuota, |r| {
+            r.get_quota = Some(super::operator_quota::get_quota(
+                &state.app, &headers, &snapshot,
+            ))
+        }),
+        Type::GetWeights => response_of(response::Type::GetWeights, |r| {
+            r.get_weights = Some(super::operator_quota::get_weights(
+                &state.app, &headers, &snapshot,
+            ))
+        }),
+        Type::GetRoles => response_of(response::Type::GetRoles, |r| {
+            r.get_roles = Some(super::operator_quota::get_roles(
+                &state.app, &headers, &snapshot,
+            ))
+        }),
         Type::Unknown => {
             return error(
                 StatusCode::NOT_IMPLEMENTED,
