@@ -387,46 +387,6 @@ pub async fn execute_with_progress(
     result
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn tables_align_columns() {
-        let items = vec![
-            json!({"id": "t1", "state": "TASK_RUNNING", "name": "a", "framework_id": "f", "agent_hostname": "h", "resources": {"text": "cpus:1"}}),
-            json!({"id": "task-22", "state": "TASK_FINISHED", "name": "b", "framework_id": "f", "agent_id": "s1", "resources": {"text": ""}}),
-        ];
-        let t = table(&items, TASK_COLUMNS);
-        let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(
-            lines[0],
-            "ID       STATE     NAME  FRAMEWORK  AGENT  RESOURCES"
-        );
-        assert_eq!(
-            lines[1],
-            "t1       RUNNING   a     f          h      cpus:1"
-        );
-        assert_eq!(lines[2], "task-22  FINISHED  b     f          s1");
-    }
-
-    #[test]
-    fn progress_counts_latest_states_and_keeps_terminal_ones() {
-        let mut p = JobProgress::default();
-        let (a, b, c) = (TaskId::new("a"), TaskId::new("b"), TaskId::new("c"));
-        p.record(&a, TaskState::Staging);
-        p.record(&b, TaskState::Staging);
-        p.record(&c, TaskState::Staging);
-        assert_eq!(p.counts(), (3, 0, 0, 0));
-        p.record(&a, TaskState::Running);
-        p.record(&b, TaskState::Failed);
-        p.record(&b, TaskState::Running);
-        p.record(&c, TaskState::Finished);
-        assert_eq!(p.counts(), (0, 1, 1, 1));
-    }
-}
-
 /// `NAME:VALUE;NAME:VALUE` (`cpus:2;mem:1024`) as a Mesos
 /// `map<string, Value.Scalar>`; zero is a value (a limit of nothing).
 pub fn scalar_map(text: &str) -> anyhow::Result<serde_json::Map<String, Value>> {
@@ -559,3 +519,43 @@ pub const WEIGHT_COLUMNS: &[Column] = &[
         cell: |v| v["weight"].to_string(),
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tables_align_columns() {
+        let items = vec![
+            json!({"id": "t1", "state": "TASK_RUNNING", "name": "a", "framework_id": "f", "agent_hostname": "h", "resources": {"text": "cpus:1"}}),
+            json!({"id": "task-22", "state": "TASK_FINISHED", "name": "b", "framework_id": "f", "agent_id": "s1", "resources": {"text": ""}}),
+        ];
+        let t = table(&items, TASK_COLUMNS);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "ID       STATE     NAME  FRAMEWORK  AGENT  RESOURCES"
+        );
+        assert_eq!(
+            lines[1],
+            "t1       RUNNING   a     f          h      cpus:1"
+        );
+        assert_eq!(lines[2], "task-22  FINISHED  b     f          s1");
+    }
+
+    #[test]
+    fn progress_counts_latest_states_and_keeps_terminal_ones() {
+        let mut p = JobProgress::default();
+        let (a, b, c) = (TaskId::new("a"), TaskId::new("b"), TaskId::new("c"));
+        p.record(&a, TaskState::Staging);
+        p.record(&b, TaskState::Staging);
+        p.record(&c, TaskState::Staging);
+        assert_eq!(p.counts(), (3, 0, 0, 0));
+        p.record(&a, TaskState::Running);
+        p.record(&b, TaskState::Failed);
+        p.record(&b, TaskState::Running);
+        p.record(&c, TaskState::Finished);
+        assert_eq!(p.counts(), (0, 1, 1, 1));
+    }
+}
