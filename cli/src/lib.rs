@@ -420,6 +420,139 @@ pub async fn execute_with_progress(
     result
 }
 
+/// `NAME:VALUE;NAME:VALUE` (`cpus:2;mem:1024`) as a Mesos
+/// `map<string, Value.Scalar>`; zero is a value (a limit of nothing).
+pub fn scalar_map(text: &str) -> anyhow::Result<serde_json::Map<String, Value>> {
+    let mut out = serde_json::Map::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = part.split_once(':') else {
+            bail!("expected NAME:VALUE, not {part:?}");
+        };
+        let value: f64 = value
+            .trim()
+            .parse()
+            .with_context(|| format!("the value of {name} in {part:?}"))?;
+        out.insert(
+            name.trim().to_string(),
+            serde_json::json!({ "value": value }),
+        );
+    }
+    Ok(out)
+}
+
+/// `agora quota set`: one role's guarantees and limits (`UPDATE_QUOTA`);
+/// neither removes the role's quota.
+pub async fn quota_set(
+    master: &MasterClient,
+    role: &str,
+    guarantee: Option<&str>,
+    limit: Option<&str>,
+    force: bool,
+) -> anyhow::Result<()> {
+    let guarantees = scalar_map(guarantee.unwrap_or_default())?;
+    let limits = scalar_map(limit.unwrap_or_default())?;
+    let call = serde_json::json!({
+        "type": "UPDATE_QUOTA",
+        "update_quota": {
+            "force": force,
+            "quota_configs": [{"role": role, "guarantees": guarantees, "limits": limits}],
+        }
+    });
+    master.operator_call(&call).await?;
+    Ok(())
+}
+
+/// `agora quota get`: every role's quota (`GET_QUOTA`), as rows of
+/// `role`, `guarantees` and `limits` (Mesos's `name:value;…` text).
+pub async fn quota_get(master: &MasterClient) -> anyhow::Result<Vec<Value>> {
+    let answer = master
+        .operator_call(&serde_json::json!({"type": "GET_QUOTA"}))
+        .await?;
+    let text = |m: &Value| {
+        m.as_object()
+            .map(|m| {
+                m.iter()
+                    // The JSON codec leaves a zero value out.
+                    .map(|(k, v)| format!("{k}:{:?}", v["value"].as_f64().unwrap_or(0.0)))
+                    .collect::<Vec<_>>()
+                    .join(";")
+            })
+            .unwrap_or_default()
+    };
+    Ok(answer["get_quota"]["status"]["configs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "role": c["role"],
+                "guarantees": text(&c["guarantees"]),
+                "limits": text(&c["limits"]),
+            })
+        })
+        .collect())
+}
+
+/// Columns of `agora quota get`.
+pub const QUOTA_COLUMNS: &[Column] = &[
+    Column {
+        title: "ROLE",
+        cell: |v| v["role"].as_str().unwrap_or_default().to_string(),
+    },
+    Column {
+        title: "GUARANTEES",
+        cell: |v| v["guarantees"].as_str().unwrap_or_default().to_string(),
+    },
+    Column {
+        title: "LIMITS",
+        cell: |v| v["limits"].as_str().unwrap_or_default().to_string(),
+    },
+];
+
+/// `agora weights set ROLE=W …` (`UPDATE_WEIGHTS`).
+pub async fn weights_set(master: &MasterClient, weights: &[String]) -> anyhow::Result<()> {
+    let mut infos = Vec::new();
+    for w in weights {
+        let Some((role, weight)) = w.split_once('=') else {
+            bail!("expected ROLE=WEIGHT, not {w:?}");
+        };
+        let weight: f64 = weight
+            .parse()
+            .with_context(|| format!("the weight in {w:?}"))?;
+        infos.push(serde_json::json!({"role": role, "weight": weight}));
+    }
+    let call = serde_json::json!({
+        "type": "UPDATE_WEIGHTS",
+        "update_weights": {"weight_infos": infos},
+    });
+    master.operator_call(&call).await?;
+    Ok(())
+}
+
+/// `agora weights get`: the roles whose weight was set (`GET_WEIGHTS`).
+pub async fn weights_get(master: &MasterClient) -> anyhow::Result<Vec<Value>> {
+    let answer = master
+        .operator_call(&serde_json::json!({"type": "GET_WEIGHTS"}))
+        .await?;
+    Ok(answer["get_weights"]["weight_infos"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default())
+}
+
+/// Columns of `agora weights get`.
+pub const WEIGHT_COLUMNS: &[Column] = &[
+    Column {
+        title: "ROLE",
+        cell: |v| v["role"].as_str().unwrap_or_default().to_string(),
+    },
+    Column {
+        title: "WEIGHT",
+        cell: |v| v["weight"].to_string(),
+    },
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

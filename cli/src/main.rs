@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agora_cli::{
     agent_action, execute_with_progress, list_all, master, print_items, task_log, AgentAction,
-    AGENT_COLUMNS, FRAMEWORK_COLUMNS, TASK_COLUMNS,
+    AGENT_COLUMNS, FRAMEWORK_COLUMNS, QUOTA_COLUMNS, TASK_COLUMNS, WEIGHT_COLUMNS,
 };
 use agora_examples::cli::{init_logging, parse_duration};
 use agora_examples::execute::ExecuteOptions;
@@ -96,6 +96,17 @@ enum Command {
         #[command(subcommand)]
         command: AgentCommand,
     },
+    /// Roles' quotas: guarantees and limits (the v1 operator API's
+    /// GET_QUOTA, UPDATE_QUOTA).
+    Quota {
+        #[command(subcommand)]
+        command: QuotaCommand,
+    },
+    /// Roles' weights (GET_WEIGHTS, UPDATE_WEIGHTS).
+    Weights {
+        #[command(subcommand)]
+        command: WeightsCommand,
+    },
     /// Run a shell command as K tasks, with a progress bar (as agora-execute).
     Execute(ExecuteArgs),
     /// Start a master and N agents on 127.0.0.1 (as agora-local).
@@ -132,6 +143,37 @@ enum AgentCommand {
     MarkGone {
         /// The agent's id.
         agent_id: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum QuotaCommand {
+    /// Every role's quota.
+    Get,
+    /// Set a role's quota (neither --guarantee nor --limit: remove it).
+    Set {
+        /// The role.
+        role: String,
+        /// Guaranteed resources, NAME:VALUE;… (cpus, mem, disk, gpus).
+        #[arg(long)]
+        guarantee: Option<String>,
+        /// Most the role is allocated, NAME:VALUE;… (0 is a limit too).
+        #[arg(long)]
+        limit: Option<String>,
+        /// Skip the check that guarantees fit in the cluster.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum WeightsCommand {
+    /// The roles whose weight was set.
+    Get,
+    /// Set weights: ROLE=WEIGHT …
+    Set {
+        #[arg(required = true)]
+        weights: Vec<String>,
     },
 }
 
@@ -379,6 +421,44 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
             agent_action(&master, &agent_id, &action).await?;
             println!("agent {agent_id}: {action:?} accepted");
+        }
+        Command::Quota { command } => {
+            let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
+            match command {
+                QuotaCommand::Get => print_items(
+                    &agora_cli::quota_get(&master).await?,
+                    QUOTA_COLUMNS,
+                    cli.json,
+                )?,
+                QuotaCommand::Set {
+                    role,
+                    guarantee,
+                    limit,
+                    force,
+                } => {
+                    agora_cli::quota_set(
+                        &master,
+                        &role,
+                        guarantee.as_deref(),
+                        limit.as_deref(),
+                        force,
+                    )
+                    .await?
+                }
+            }
+        }
+        Command::Weights { command } => {
+            let master = master(&cli.master, credential.as_ref(), tls.as_ref()).await?;
+            match command {
+                WeightsCommand::Get => print_items(
+                    &agora_cli::weights_get(&master).await?,
+                    WEIGHT_COLUMNS,
+                    cli.json,
+                )?,
+                WeightsCommand::Set { weights } => {
+                    agora_cli::weights_set(&master, &weights).await?
+                }
+            }
         }
         Command::Execute(args) => {
             let opts = ExecuteOptions {

@@ -160,6 +160,35 @@ impl MasterClient {
         Ok(response.text())
     }
 
+    /// One call of the Mesos v1 operator API (`POST /api/v1`, JSON both
+    /// ways): the answer's JSON, `Value::Null` for a call answered with
+    /// an empty `200` (the writes); any other status is an error.
+    pub async fn operator_call(&self, call: &Value) -> Result<Value, ClientError> {
+        let path = "/api/v1";
+        let response = self
+            .0
+            .http
+            .request(
+                crate::Method::POST,
+                &self.0.address,
+                path,
+                &[
+                    ("content-type", "application/json"),
+                    ("accept", "application/json"),
+                ],
+                Some(serde_json::to_vec(call).unwrap_or_default()),
+            )
+            .await?;
+        expect_ok(&self.0.address, path, &response)?;
+        if response.body.is_empty() {
+            return Ok(Value::Null);
+        }
+        response.json().map_err(|source| ClientError::Json {
+            url: format!("{}://{}{path}", self.0.http.scheme(), self.0.address),
+            source,
+        })
+    }
+
     /// Every item of a paginated list (`/api/v1/agents`, `…/frameworks`,
     /// `…/tasks`), `query` without `offset` and `limit`, asked for
     /// [`PAGE`] at a time.

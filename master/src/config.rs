@@ -49,6 +49,9 @@ pub struct Config {
     /// Guaranteed minimum per role (scalars, e.g. `cpus:4;mem:1024`),
     /// allocated before fair sharing; none by default.
     pub role_quotas: BTreeMap<String, Resources>,
+    /// Most a role may be allocated, per scalar named (quota limits, set
+    /// at run time by `UPDATE_QUOTA`); none by default.
+    pub role_limits: BTreeMap<String, crate::allocator::Limits>,
     /// How long a framework learnt only from agents' reports (after a
     /// master restart) is kept without its scheduler subscribing, at least
     /// (its own `failover_timeout` applies when longer; default 10 min).
@@ -229,6 +232,7 @@ impl Default for Config {
             min_offer_mem: 32.0,
             role_weights: BTreeMap::new(),
             role_quotas: BTreeMap::new(),
+            role_limits: BTreeMap::new(),
             recovered_framework_timeout: Duration::from_secs(600),
             agent_reregister_timeout: DEFAULT_AGENT_REREGISTER_TIMEOUT,
             credentials: None,

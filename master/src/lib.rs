@@ -31,6 +31,7 @@ mod http;
 mod master;
 mod metrics;
 mod offers;
+mod quota;
 mod registry;
 #[cfg(feature = "sim")]
 pub mod sim;

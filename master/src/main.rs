@@ -269,6 +269,7 @@ async fn main() -> anyhow::Result<()> {
         min_offer_mem: flags.min_offer_mem,
         role_weights: flags.weights,
         role_quotas: flags.quotas.into_iter().flatten().collect(),
+        role_limits: Default::default(),
         recovered_framework_timeout: flags.recovered_framework_timeout,
         agent_reregister_timeout: flags.agent_reregister_timeout,
         credentials: match &flags.credentials {

@@ -64,6 +64,17 @@ pub enum Input {
         /// Who asked, for the log.
         operator: Option<String>,
     },
+    /// An operator sets roles' quotas (checked and authorized by the HTTP
+    /// side; see [`crate::quota`]).
+    OperatorQuotas {
+        quotas: Vec<crate::registry::QuotaRecord>,
+        operator: Option<String>,
+    },
+    /// An operator sets roles' weights (likewise).
+    OperatorWeights {
+        weights: Vec<crate::registry::WeightRecord>,
+        operator: Option<String>,
+    },
 }
 
 /// Something the master wants done to a connection.
@@ -220,6 +231,7 @@ impl Master {
     /// `wall_now` is Unix time in seconds.
     pub(crate) fn recover(&mut self, state: &RegistryState, now: Instant, wall_now: f64) {
         self.persistent = true;
+        self.recover_quotas(state);
         for aid in &state.removed_agents {
             self.removed_agents.insert(aid.clone());
         }
@@ -335,6 +347,10 @@ impl Master {
                 call,
                 operator,
             } => self.operator_agent_call(now, &agent_id, call, operator),
+            Input::OperatorQuotas { quotas, operator } => self.operator_quotas(quotas, operator),
+            Input::OperatorWeights { weights, operator } => {
+                self.operator_weights(weights, operator)
+            }
         }
     }
 

@@ -116,6 +116,26 @@ pub struct FrameworkRecord {
     pub(crate) launch_epoch: u64,
 }
 
+/// A role's quota as an operator last set it (`UPDATE_QUOTA`); a record
+/// with no guarantees and no limits is a quota removed (which a start-up
+/// `--quotas` value does not bring back).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaRecord {
+    pub role: String,
+    #[serde(default)]
+    pub guarantees: agora_proto::Resources,
+    /// `None`: no limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::allocator::Limits>,
+}
+
+/// A role's weight as an operator last set it (`UPDATE_WEIGHTS`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightRecord {
+    pub role: String,
+    pub weight: f64,
+}
+
 /// One change to the registered state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -128,6 +148,10 @@ pub enum RegistryOp {
     PutFramework(FrameworkRecord),
     /// A framework was torn down: forgotten and refused from now on.
     RemoveFramework { id: FrameworkId },
+    /// An operator set a role's quota.
+    PutQuota(QuotaRecord),
+    /// An operator set a role's weight.
+    PutWeight(WeightRecord),
 }
 
 /// Everything the registry holds.
@@ -139,6 +163,12 @@ pub struct RegistryState {
     pub(crate) removed_agents: VecDeque<AgentId>,
     /// Oldest first; bounded like `removed_agents`.
     pub(crate) removed_frameworks: VecDeque<FrameworkId>,
+    /// Quotas set at run time, by role; they replace the start-up ones.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) quotas: BTreeMap<String, QuotaRecord>,
+    /// Weights set at run time, by role; they replace the start-up ones.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) weights: BTreeMap<String, f64>,
 }
 
 /// Durable storage for the registered state. `apply` returns only once
@@ -210,6 +240,12 @@ impl RegistryState {
             RegistryOp::RemoveFramework { id } => {
                 self.frameworks.remove(id);
                 push_bounded(&mut self.removed_frameworks, id.clone(), removed_capacity);
+            }
+            RegistryOp::PutQuota(record) => {
+                self.quotas.insert(record.role.clone(), record.clone());
+            }
+            RegistryOp::PutWeight(record) => {
+                self.weights.insert(record.role.clone(), record.weight);
             }
         }
     }
@@ -524,6 +560,29 @@ mod tests {
             reg.state().frameworks[&FrameworkId::new("f1")].disconnected_at,
             Some(12.5)
         );
+    }
+
+    #[test]
+    fn quotas_and_weights_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut reg = FileRegistry::open(dir.path(), 10).unwrap();
+        let quota = QuotaRecord {
+            role: "web".into(),
+            guarantees: agora_proto::Resources::parse("cpus:1").unwrap(),
+            limits: Some([("cpus".to_string(), 2.0), ("mem".to_string(), 0.0)].into()),
+        };
+        reg.apply(&[
+            RegistryOp::PutQuota(quota.clone()),
+            RegistryOp::PutWeight(WeightRecord {
+                role: "web".into(),
+                weight: 2.5,
+            }),
+        ])
+        .unwrap();
+        drop(reg);
+        let reg = FileRegistry::open(dir.path(), 10).unwrap();
+        assert_eq!(reg.state().quotas["web"], quota);
+        assert_eq!(reg.state().weights["web"], 2.5);
     }
 
     #[test]

@@ -107,10 +107,16 @@ pub(crate) struct Summary {
 pub(crate) struct RoleState {
     pub(crate) name: String,
     pub(crate) weight: f64,
+    /// Whether the weight was set (`--weights`, `UPDATE_WEIGHTS`).
+    #[serde(skip)]
+    pub(crate) weight_set: bool,
     /// Dominant share divided by weight; `null` if the allocator keeps none.
     pub(crate) share: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) quota: Option<ResourcesView>,
+    /// Quota limits (`UPDATE_QUOTA`), when the role has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) limits: Option<crate::allocator::Limits>,
     pub(crate) frameworks: Vec<FrameworkId>,
 }
 
@@ -751,6 +757,7 @@ impl Master {
             .role_weights
             .keys()
             .chain(self.config.role_quotas.keys())
+            .chain(self.config.role_limits.keys())
         {
             members.entry(name.clone()).or_default();
         }
@@ -769,12 +776,14 @@ impl Master {
             .into_iter()
             .map(|(name, frameworks)| RoleState {
                 weight: self.config.role_weights.get(&name).copied().unwrap_or(1.0),
+                weight_set: self.config.role_weights.contains_key(&name),
                 share: self.allocator.role_share(&name),
                 quota: self
                     .config
                     .role_quotas
                     .get(&name)
                     .map(|q| ResourcesView::new(q.clone())),
+                limits: self.config.role_limits.get(&name).cloned(),
                 name,
                 frameworks: frameworks.into_iter().collect(),
             })

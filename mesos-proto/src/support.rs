@@ -287,6 +287,8 @@ pub const CARRIED: &[Carried] = &[
             "deactivate_agent",
             "reactivate_agent",
             "mark_agent_gone",
+            "update_quota",
+            "update_weights",
         ],
     ),
     carried("mesos.v1.agent.Call", &["type", "get_containers"]),
@@ -304,6 +306,21 @@ pub const CARRIED: &[Carried] = &[
     carried("mesos.v1.master.Call.ReactivateAgent", &["agent_id"]),
     carried("mesos.v1.master.Call.MarkAgentGone", &["agent_id"]),
     carried("google.protobuf.Duration", &["seconds", "nanos"]),
+    carried(
+        "mesos.v1.master.Call.UpdateQuota",
+        &["force", "quota_configs"],
+    ),
+    carried(
+        "mesos.v1.quota.QuotaConfig",
+        &["role", "guarantees", "limits"],
+    ),
+    carried(
+        "mesos.v1.quota.QuotaConfig.GuaranteesEntry",
+        &["key", "value"],
+    ),
+    carried("mesos.v1.quota.QuotaConfig.LimitsEntry", &["key", "value"]),
+    carried("mesos.v1.master.Call.UpdateWeights", &["weight_infos"]),
+    carried("mesos.v1.WeightInfo", &["weight", "role"]),
 ];
 
 /// The enum fields of which Agora carries out only some values. See the
@@ -378,6 +395,11 @@ pub const CARRIED_VALUES: &[CarriedValues] = &[
             "DEACTIVATE_AGENT",
             "REACTIVATE_AGENT",
             "MARK_AGENT_GONE",
+            "GET_ROLES",
+            "GET_WEIGHTS",
+            "UPDATE_WEIGHTS",
+            "GET_QUOTA",
+            "UPDATE_QUOTA",
         ],
     ),
 ];

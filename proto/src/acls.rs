@@ -9,7 +9,10 @@
 //!  "view_frameworks": [{"principals": {"type": "ANY"}, "users": {"type": "ANY"}}],
 //!  "view_tasks": [{"principals": {"values": ["ops"]}, "users": {"type": "ANY"}}],
 //!  "access_sandboxes": [{"principals": {"values": ["ops"]}, "users": {"type": "ANY"}}],
-//!  "register_agents": [{"principals": {"values": ["agent"]}, "agents": {"type": "ANY"}}]}
+//!  "register_agents": [{"principals": {"values": ["agent"]}, "agents": {"type": "ANY"}}],
+//!  "update_quotas": [{"principals": {"values": ["ops"]}, "roles": {"values": ["web"]}}],
+//!  "update_weights": [{"principals": {"values": ["ops"]}, "roles": {"type": "ANY"}}],
+//!  "view_roles": [{"principals": {"type": "ANY"}, "roles": {"type": "ANY"}}]}
 //! ```
 //!
 //! The master decides all but `access_sandboxes`, which agents decide
@@ -88,6 +91,12 @@ pub enum Action {
     AccessSandboxes,
     /// A principal registers an agent.
     RegisterAgents,
+    /// An operator sets a role's quota (`UPDATE_QUOTA`).
+    UpdateQuotas,
+    /// An operator sets a role's weight (`UPDATE_WEIGHTS`).
+    UpdateWeights,
+    /// An operator sees a role, its weight and its quota.
+    ViewRoles,
 }
 
 impl Action {
@@ -100,6 +109,9 @@ impl Action {
             Action::ViewTasks => "view_tasks",
             Action::AccessSandboxes => "access_sandboxes",
             Action::RegisterAgents => "register_agents",
+            Action::UpdateQuotas => "update_quotas",
+            Action::UpdateWeights => "update_weights",
+            Action::ViewRoles => "view_roles",
         }
     }
 }
@@ -118,6 +130,9 @@ pub struct Acls {
     view_tasks: Vec<Rule>,
     access_sandboxes: Vec<Rule>,
     register_agents: Vec<Rule>,
+    update_quotas: Vec<Rule>,
+    update_weights: Vec<Rule>,
+    view_roles: Vec<Rule>,
 }
 
 impl Default for Acls {
@@ -133,6 +148,9 @@ impl Default for Acls {
             view_tasks: Vec::new(),
             access_sandboxes: Vec::new(),
             register_agents: Vec::new(),
+            update_quotas: Vec::new(),
+            update_weights: Vec::new(),
+            view_roles: Vec::new(),
         }
     }
 }
@@ -156,6 +174,12 @@ struct File {
     access_sandboxes: Vec<UsersRule>,
     #[serde(default)]
     register_agents: Vec<AgentsRule>,
+    #[serde(default)]
+    update_quotas: Vec<RolesRule>,
+    #[serde(default)]
+    update_weights: Vec<RolesRule>,
+    #[serde(default)]
+    view_roles: Vec<RolesRule>,
 }
 
 fn yes() -> bool {
@@ -275,6 +299,24 @@ impl Acls {
                     .map(|r| (r.principals, r.agents))
                     .collect(),
             )?,
+            update_quotas: rules(
+                file.update_quotas
+                    .into_iter()
+                    .map(|r| (r.principals, r.roles))
+                    .collect(),
+            )?,
+            update_weights: rules(
+                file.update_weights
+                    .into_iter()
+                    .map(|r| (r.principals, r.roles))
+                    .collect(),
+            )?,
+            view_roles: rules(
+                file.view_roles
+                    .into_iter()
+                    .map(|r| (r.principals, r.roles))
+                    .collect(),
+            )?,
         })
     }
 
@@ -287,6 +329,9 @@ impl Acls {
             Action::ViewTasks => &self.view_tasks,
             Action::AccessSandboxes => &self.access_sandboxes,
             Action::RegisterAgents => &self.register_agents,
+            Action::UpdateQuotas => &self.update_quotas,
+            Action::UpdateWeights => &self.update_weights,
+            Action::ViewRoles => &self.view_roles,
         }
     }
 

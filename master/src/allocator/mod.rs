@@ -56,7 +56,14 @@ pub struct AllocatorOptions {
     /// reserved for the role). Served before fair sharing; other roles are
     /// not given unreserved resources that an unsatisfied quota still needs.
     pub role_quotas: BTreeMap<String, Resources>,
+    /// Most that may be allocated to a role, per scalar name it names
+    /// (Mesos's quota limits); names it does not name are unlimited.
+    pub role_limits: BTreeMap<String, Limits>,
 }
+
+/// A quota's limits: the most of each scalar resource named (zero is a
+/// limit too, which [`Resources`] cannot hold).
+pub type Limits = BTreeMap<String, f64>;
 
 impl Default for AllocatorOptions {
     fn default() -> Self {
@@ -65,6 +72,7 @@ impl Default for AllocatorOptions {
             min_offer_mem: 32.0,
             role_weights: BTreeMap::new(),
             role_quotas: BTreeMap::new(),
+            role_limits: BTreeMap::new(),
         }
     }
 }
@@ -76,6 +84,7 @@ impl From<&Config> for AllocatorOptions {
             min_offer_mem: config.min_offer_mem,
             role_weights: config.role_weights.clone(),
             role_quotas: config.role_quotas.clone(),
+            role_limits: config.role_limits.clone(),
         }
     }
 }
@@ -166,6 +175,15 @@ pub trait Allocator: Send {
     /// call, [`Interned::within_bound`] holds. Cheap (O(1)): a simulation
     /// checks it after every step.
     fn interned(&self) -> Interned;
+    /// Sets a role's quota at run time (`UPDATE_QUOTA`): `guarantee` is
+    /// served first and held back from other roles, as a start-up quota;
+    /// nothing is allocated to the role above `limit` for the scalars it
+    /// names. An empty guarantee and no limit remove the quota. Applies
+    /// from the next cycle; what is already allocated stays.
+    fn set_quota(&mut self, role: &str, guarantee: &Resources, limit: Option<&Limits>);
+    /// Sets a role's weight at run time (`UPDATE_WEIGHTS`); from the next
+    /// cycle. A weight that is not finite and positive means 1.
+    fn set_weight(&mut self, role: &str, weight: f64);
 }
 
 /// The sizes of an allocator's tables of interned names (see

@@ -71,6 +71,16 @@ impl EtcdRegistry {
                         serde_json::from_slice(&kv.value).map_err(corrupt)?;
                     state.frameworks.insert(record.id.clone(), record);
                 }
+                "quotas" => {
+                    let record: crate::registry::QuotaRecord =
+                        serde_json::from_slice(&kv.value).map_err(corrupt)?;
+                    state.quotas.insert(record.role.clone(), record);
+                }
+                "weights" => {
+                    let record: crate::registry::WeightRecord =
+                        serde_json::from_slice(&kv.value).map_err(corrupt)?;
+                    state.weights.insert(record.role, record.weight);
+                }
                 "removed_agents" => removed_agents
                     .push((removed_order(kv.mod_revision, &kv.value), AgentId::new(id))),
                 "removed_frameworks" => removed_frameworks.push((

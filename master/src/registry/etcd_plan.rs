@@ -90,6 +90,12 @@ pub fn etcd_transactions(
                 );
                 w
             }
+            RegistryOp::PutQuota(record) => {
+                vec![put(key("quotas", &record.role), encode(record)?)]
+            }
+            RegistryOp::PutWeight(record) => {
+                vec![put(key("weights", &record.role), encode(record)?)]
+            }
             RegistryOp::RemoveFramework { id } => {
                 let mut w = vec![delete(key("frameworks", id.as_str()))];
                 w.extend(
@@ -324,6 +330,16 @@ mod tests {
                         let r: FrameworkRecord = serde_json::from_slice(value).unwrap();
                         state.frameworks.insert(r.id.clone(), r);
                     }
+                    "quotas" => {
+                        let r: crate::registry::QuotaRecord =
+                            serde_json::from_slice(value).unwrap();
+                        state.quotas.insert(r.role.clone(), r);
+                    }
+                    "weights" => {
+                        let r: crate::registry::WeightRecord =
+                            serde_json::from_slice(value).unwrap();
+                        state.weights.insert(r.role, r.weight);
+                    }
                     "removed_agents" => agents.push((removed_order(*rev, value), id.to_string())),
                     "removed_frameworks" => {
                         frameworks.push((removed_order(*rev, value), id.to_string()))
@@ -389,6 +405,24 @@ mod tests {
             assert_eq!(etcd.load(), state, "after {ops:?}");
         }
         state
+    }
+
+    #[test]
+    fn quotas_and_weights_are_stored_by_role() {
+        let quota = |cpus: f64| {
+            RegistryOp::PutQuota(crate::registry::QuotaRecord {
+                role: "a/b".into(),
+                guarantees: agora_proto::Resources::default(),
+                limits: Some([("cpus".to_string(), cpus)].into()),
+            })
+        };
+        let weight = RegistryOp::PutWeight(crate::registry::WeightRecord {
+            role: "a/b".into(),
+            weight: 3.0,
+        });
+        let state = check(10, &[vec![quota(1.0), weight], vec![quota(0.0)]]);
+        assert_eq!(state.quotas["a/b"].limits.as_ref().unwrap()["cpus"], 0.0);
+        assert_eq!(state.weights["a/b"], 3.0);
     }
 
     #[test]

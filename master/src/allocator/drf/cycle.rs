@@ -167,12 +167,18 @@ impl DrfAllocator {
                     None => (0..self.agents.len()).find(|&a| fits(self, a)),
                 };
                 let Some(a) = pick else { continue };
-                let Some(offer) = self
+                let Some(mut offer) = self
                     .ag(a)
                     .map(|ag| Self::for_role(&ag.available, &role_name).into_owned())
                 else {
                     continue;
                 };
+                if self.roles[role].limit.is_some() {
+                    offer = self.capped_to_limit(&offer, role);
+                    if !self.worth_offering(&offer) {
+                        continue;
+                    }
+                }
                 let taken = self.take(f, a, role, &offer);
                 self.count_allocation(f, role);
                 given.insert((a, f));
@@ -201,7 +207,7 @@ impl DrfAllocator {
         // Whether an agent found fully filtered may be marked (and skipped)
         // as dormant: not while quota headroom reshapes offers, nor after
         // requests or quota served some pairs out of turn this cycle.
-        let may_sleep = slack.is_none() && given.is_empty();
+        let may_sleep = slack.is_none() && given.is_empty() && self.limited_roles == 0;
         #[cfg(test)]
         let may_sleep = may_sleep && !self.never_sleep;
         for &a in agent_order {
@@ -231,6 +237,9 @@ impl DrfAllocator {
                                 resources.filter_roles(|x| x == role_name && x != DEFAULT_ROLE),
                             );
                         }
+                    }
+                    if self.roles[r].limit.is_some() {
+                        resources = Cow::Owned(self.capped_to_limit(&resources, r));
                     }
                     let offer = match resources {
                         Cow::Borrowed(_) => Offerable {

@@ -97,6 +97,11 @@ impl DrfAllocator {
         for role in &mut self.roles {
             role.quota.remap(&remap);
             role.allocated.remap(&remap);
+            if let Some(limit) = &mut role.limit {
+                for (i, _) in limit.iter_mut() {
+                    *i = remap.kept(*i);
+                }
+            }
         }
         for fw in self.frameworks.iter_mut().flatten() {
             for fr in &mut fw.roles {
@@ -118,9 +123,11 @@ impl DrfAllocator {
         let mut slots = vec![0; self.slots.len()];
         let mut names = vec![0; self.names.len()];
         for (r, role) in self.roles.iter().enumerate() {
-            if self.options.role_quotas.contains_key(&role.name) {
+            if self.options.role_quotas.contains_key(&role.name)
+                || self.options.role_limits.contains_key(&role.name)
+            {
                 roles[r] += 1;
-                for (i, _) in role.quota.0.iter().enumerate().filter(|(_, v)| **v > 0.0) {
+                for i in Self::quota_names(&role.quota, role.limit.as_deref()) {
                     names[i] += 1;
                 }
             }

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::bag::{Bag, Names, Slots};
 use super::refs::Refs;
-use super::{Allocation, Allocator, AllocatorOptions, Interned};
+use super::{Allocation, Allocator, AllocatorOptions, Interned, Limits};
 
 mod books;
 mod cycle;
@@ -70,6 +70,10 @@ pub struct DrfAllocator {
     epoch: u64,
     /// Scratch buffer for a cycle's agent order.
     agent_order: Vec<usize>,
+    /// Roles with a limit: while there is any, agents are not put to
+    /// sleep (a role at its limit may take more once it gives some back,
+    /// which changes no other agent's pool).
+    limited_roles: usize,
     /// Tests compare against an allocator that never skips dormant agents.
     #[cfg(test)]
     never_sleep: bool,
@@ -122,6 +126,12 @@ struct Role {
     weight: f64,
     /// The guarantee, per scalar name (empty when the role has no quota).
     quota: Scalars,
+    /// The limit: (scalar name, most allocated) for each name it names;
+    /// `None` when the role has no limit.
+    limit: Option<Vec<(usize, f64)>>,
+    /// Whether the role has a quota (guarantee or limit) configured: it is
+    /// then in use, and so are the names its quota names.
+    pinned: bool,
     /// Everything allocated for this role, to any framework.
     allocated: Scalars,
     /// Allocations made for this role so far: the sorter's tie-break.
@@ -494,6 +504,14 @@ impl Allocator for DrfAllocator {
     fn allocate(&mut self, now: Instant) -> Vec<Allocation> {
         self.cycle(now)
     }
+
+    fn set_quota(&mut self, role: &str, guarantee: &Resources, limit: Option<&Limits>) {
+        DrfAllocator::set_quota(self, role, guarantee, limit);
+    }
+
+    fn set_weight(&mut self, role: &str, weight: f64) {
+        DrfAllocator::set_weight(self, role, weight);
+    }
 }
 
 // === impl DrfAllocator ===
@@ -523,12 +541,19 @@ impl DrfAllocator {
             cursor: 0,
             epoch: 0,
             agent_order: Vec::new(),
+            limited_roles: 0,
             #[cfg(test)]
             never_sleep: false,
             #[cfg(test)]
             never_compact: false,
         };
-        let quota_roles: Vec<String> = alloc.options.role_quotas.keys().cloned().collect();
+        let quota_roles: Vec<String> = alloc
+            .options
+            .role_quotas
+            .keys()
+            .chain(alloc.options.role_limits.keys())
+            .cloned()
+            .collect();
         for role in quota_roles {
             alloc.role_idx(&role);
         }
@@ -582,26 +607,21 @@ impl DrfAllocator {
             .unwrap_or(1.0);
         let r = self.roles.len();
         self.role_refs.push();
-        let mut quota = Scalars::default();
-        if let Some(q) = self.options.role_quotas.get(name) {
-            let q = q.clone();
-            Self::accumulate(&mut self.names, &mut quota, &q, 1.0);
-            // A role with a quota, and the names in it, are always in
-            // use: the quota is served, and held back from other roles,
-            // whoever subscribes.
-            self.role_refs.hold(r);
-            for (i, _) in quota.0.iter().enumerate().filter(|(_, v)| **v > 0.0) {
-                self.names.refs.hold(i);
-            }
-        }
         self.roles.push(Role {
             name: name.to_string(),
             weight,
-            quota,
+            quota: Scalars::default(),
+            limit: None,
+            pinned: false,
             allocated: Scalars::default(),
             allocations: 0,
         });
         self.role_index.insert(name.to_string(), r);
+        let guarantee = self.options.role_quotas.get(name).cloned();
+        let limit = self.options.role_limits.get(name).cloned();
+        if guarantee.is_some() || limit.is_some() {
+            self.configure_quota(r, guarantee.as_ref(), limit.as_ref());
+        }
         r
     }
 }

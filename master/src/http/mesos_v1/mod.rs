@@ -26,6 +26,7 @@
 mod endpoints;
 mod operator;
 mod operator_feed;
+mod operator_quota;
 mod scheduler;
 mod translate;
 

@@ -18,12 +18,15 @@
 //! `view_tasks`); the stream's events are computed once for all its
 //! readers of one principal, and a reader that stops reading is cut off
 //! (`operator_feed.rs`). TEARDOWN, DRAIN_AGENT, DEACTIVATE_AGENT,
-//! REACTIVATE_AGENT and MARK_AGENT_GONE change the cluster: they need an
-//! authenticated principal whenever the master has credentials (TEARDOWN
-//! also the `teardown_frameworks` ACL's leave; the agent calls are
-//! `operator_agents.rs`'s). Every other call type is answered `501`
-//! naming it ("master.Call.type UPDATE_MAINTENANCE_SCHEDULE is not
-//! supported"), as is any field Agora does not carry out (`400`); the
+//! REACTIVATE_AGENT, MARK_AGENT_GONE, UPDATE_QUOTA and UPDATE_WEIGHTS
+//! change the cluster: they need an authenticated principal whenever the
+//! master has credentials (TEARDOWN also the `teardown_frameworks` ACL's
+//! leave, the quota calls `update_quotas`/`update_weights`; the agent
+//! calls are `operator_agents.rs`'s; the quota and weight calls, with
+//! GET_QUOTA, GET_WEIGHTS and GET_ROLES, `operator_quota.rs`'s). Every
+//! other call type is answered `501` naming it ("master.Call.type
+//! UPDATE_MAINTENANCE_SCHEDULE is not supported"), as is any field Agora
+//! does not carry out (`400`); the
 //! list is `agora_mesos_proto::support`'s.
 
 use std::collections::{BTreeMap, HashMap};
@@ -163,6 +166,37 @@ pub(crate) async fn handle(
         Type::DrainAgent | Type::DeactivateAgent | Type::ReactivateAgent | Type::MarkAgentGone => {
             return crate::http::operator_agents::handle(&state.app, &headers, &call).await;
         }
+        Type::UpdateQuota => {
+            return super::operator_quota::update_quota(
+                &state.app,
+                &headers,
+                call.update_quota.as_ref(),
+            )
+            .await;
+        }
+        Type::UpdateWeights => {
+            return super::operator_quota::update_weights(
+                &state.app,
+                &headers,
+                call.update_weights.as_ref(),
+            )
+            .await;
+        }
+        Type::GetQuota => response_of(response::Type::GetQuota, |r| {
+            r.get_quota = Some(super::operator_quota::get_quota(
+                &state.app, &headers, &snapshot,
+            ))
+        }),
+        Type::GetWeights => response_of(response::Type::GetWeights, |r| {
+            r.get_weights = Some(super::operator_quota::get_weights(
+                &state.app, &headers, &snapshot,
+            ))
+        }),
+        Type::GetRoles => response_of(response::Type::GetRoles, |r| {
+            r.get_roles = Some(super::operator_quota::get_roles(
+                &state.app, &headers, &snapshot,
+            ))
+        }),
         Type::Unknown => {
             return error(
                 StatusCode::NOT_IMPLEMENTED,
