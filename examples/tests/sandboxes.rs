@@ -472,9 +472,11 @@ fn ended_sandboxes_are_collected_after_gc_delay_and_live_ones_kept() {
         &cluster,
         info,
         &[
-            ("quick", "echo done"),
+            // (Long enough to be seen in the agent's /state, which lists
+            // only executors that have not ended.)
+            ("quick", "sleep 3; echo done"),
             ("long", "sleep 300"),
-            ("later", "sleep 2"),
+            ("later", "sleep 4"),
         ],
     );
     let quick = directory_of(&cluster, "quick");

@@ -316,9 +316,11 @@ async fn state_has_the_documented_shape() {
             "attributes",
             "tasks",
             "executors",
-            "registered_at"
+            "registered_at",
+            "deactivated"
         ])
     );
+    assert_eq!(agent["deactivated"], false);
     assert_eq!(keys(&agent["total"]), set(&["text", "list"]));
     assert!(agent["total"]["text"].is_string() && agent["total"]["list"].is_array());
     assert_eq!(agent["address"], "127.0.0.1:1");

@@ -378,7 +378,7 @@ async fn bad_requests_get_mesos_status_codes() {
         "POST",
         "/api/v1",
         &[("Content-Type", "application/json")],
-        br#"{"type":"UPDATE_WEIGHTS"}"#,
+        br#"{"type":"UPDATE_MAINTENANCE_SCHEDULE"}"#,
     )
     .await;
     assert_eq!(code, 501);
@@ -394,9 +394,9 @@ async fn bad_requests_get_mesos_status_codes() {
             "master.Call.type RESERVE_RESOURCES is not supported",
         ),
         (
-            r#"{"type":"GET_STATE","update_weights":{}}"#,
+            r#"{"type":"GET_STATE","start_maintenance":{}}"#,
             400,
-            "master.Call.update_weights is not supported",
+            "master.Call.start_maintenance is not supported",
         ),
     ] {
         let (code, _, body) = request(
