@@ -69,29 +69,9 @@ pub(super) async fn executor(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if method != Method::POST {
-        return (
-            StatusCode::METHOD_NOT_ALLOWED,
-            [(header::ALLOW, "POST")],
-            format!("Expecting POST, got {method}"),
-        )
-            .into_response();
-    }
-    let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "Expecting 'Content-Type' to be present",
-        );
-    };
-    let Some(codec) = content_type
-        .to_str()
-        .ok()
-        .and_then(Codec::from_content_type)
-    else {
-        return refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Expecting 'Content-Type' of application/json or application/x-protobuf",
-        );
+    let codec = match call_codec(&method, &headers, refuse) {
+        Ok(codec) => codec,
+        Err(refused) => return refused,
     };
     let connection = connection.map(|axum::Extension(c)| c);
     // With --authenticate-executors, a call without a token of this
@@ -327,6 +307,41 @@ fn refuse(code: StatusCode, message: impl Into<String>) -> Response {
     let message = message.into();
     tracing::debug!(%code, %message, "Mesos executor call refused");
     (code, message).into_response()
+}
+
+/// A Mesos v1 call's method and `Content-Type`, as the agent's Mesos
+/// endpoints check them: its codec, or the answer Mesos gives (`405`
+/// with `Allow: POST`; `400` and `415` through the endpoint's `refuse`).
+#[allow(clippy::result_large_err)] // the refusal is the handler's answer
+pub(super) fn call_codec(
+    method: &Method,
+    headers: &HeaderMap,
+    refuse: impl Fn(StatusCode, &'static str) -> Response,
+) -> Result<Codec, Response> {
+    if method != Method::POST {
+        return Err((
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            format!("Expecting POST, got {method}"),
+        )
+            .into_response());
+    }
+    let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "Expecting 'Content-Type' to be present",
+        ));
+    };
+    content_type
+        .to_str()
+        .ok()
+        .and_then(Codec::from_content_type)
+        .ok_or_else(|| {
+            refuse(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Expecting 'Content-Type' of application/json or application/x-protobuf",
+            )
+        })
 }
 
 /// `400` for an executor the agent does not know (as a `/state` view

@@ -42,29 +42,9 @@ pub(super) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if method != Method::POST {
-        return (
-            StatusCode::METHOD_NOT_ALLOWED,
-            [(header::ALLOW, "POST")],
-            format!("Expecting POST, got {method}"),
-        )
-            .into_response();
-    }
-    let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "Expecting 'Content-Type' to be present",
-        );
-    };
-    let Some(codec) = content_type
-        .to_str()
-        .ok()
-        .and_then(Codec::from_content_type)
-    else {
-        return refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Expecting 'Content-Type' of application/json or application/x-protobuf",
-        );
+    let codec = match super::mesos_v1::call_codec(&method, &headers, refuse) {
+        Ok(codec) => codec,
+        Err(refused) => return refused,
     };
     let accept: Vec<&str> = headers
         .get_all(header::ACCEPT)
